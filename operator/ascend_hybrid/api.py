@@ -1,0 +1,225 @@
+"""The AscendHybridJob API: pydantic models of spec and status, the single source of the CRD.
+
+Field descriptions double as `kubectl explain` text, so they are written for users.
+Cross-field rules live in `rules.py`, which also emits them as CEL for the CRD.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "hybrid.ascend.dev"
+VERSION = "v1alpha1"
+KIND = "AscendHybridJob"
+PLURAL = "ascendhybridjobs"
+SINGULAR = "ascendhybridjob"
+SHORT_NAMES = ("ahj",)
+CATEGORIES = ("ascend",)
+
+MAX_WORLD_SIZE = 65_536
+MAX_DEGREE = 65_536
+MAX_JOB_NAME = 50  # `<job>-a<attempt>-<index>` must stay a 63-character label
+
+DEFAULT_TRAINER_IMAGE = "ascend-hybrid/trainer:0.1.0"
+RAW_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+class ApiModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              use_enum_values=True)
+
+
+class ExpertPlacement(str, Enum):
+    data_parallel = "dataParallel"
+    intra_node = "intraNode"
+
+
+class Chip(str, Enum):
+    ascend_910a = "910A"
+    ascend_910b = "910B"
+    a3 = "A3"
+
+
+CHIPS_PER_NODE = {"910A": 8, "910B": 8, "A3": 16}
+
+
+class Preset(str, Enum):
+    tiny = "tiny"
+    gpt_1b = "gpt-1b"
+    moe_100b = "moe-100b"
+    custom = "custom"
+
+
+class CleanPodPolicy(str, Enum):
+    running = "Running"
+    all = "All"
+    none = "None"
+
+
+class Parallelism(ApiModel):
+    data: int = Field(1, ge=1, le=MAX_DEGREE, description="Data-parallel degree (DP): model replicas that split the global batch.")
+    tensor: int = Field(1, ge=1, le=MAX_DEGREE, description="Tensor-parallel degree (TP): ranks that split each layer's matrices; a TP group always sits inside one pod, hence one node.")
+    pipeline: int = Field(1, ge=1, le=MAX_DEGREE, description="Pipeline-parallel degree (PP): stages the layers are cut into; each stage is a contiguous block of ranks.")
+    expert: int = Field(1, ge=1, le=MAX_DEGREE, description="Expert-parallel degree (EP) for MoE layers; it does not add ranks, it partitions the experts inside DP or inside a pod.")
+    expert_placement: ExpertPlacement = Field(ExpertPlacement.data_parallel, description="Where expert-parallel groups come from: dataParallel (consecutive DP ranks, stride tensor) or intraNode (consecutive ranks inside one pod, carved out of the TP group).")
+    micro_batches: int | None = Field(None, ge=1, description="Pipeline micro-batches per step; defaults to the pipeline degree. More micro-batches shrink the pipeline bubble (pipeline-1)/(microBatches+pipeline-1).")
+
+
+class Npu(ApiModel):
+    resource: str = Field("huawei.com/Ascend910", description="Extended resource name the Ascend device plugin advertises.")
+    per_pod: int | None = Field(None, ge=1, le=16, description="NPUs (ranks) per pod; defaults to the chips per node of the chip type (910A/910B 8, A3 16).")
+    chip: Chip = Field(Chip.ascend_910b, description="Chip type the job needs: 910A (HCCS rings of 4), 910B, or A3 (super-pods).")
+
+
+class Model(ApiModel):
+    preset: Preset = Field(Preset.tiny, description="Model preset; explicit fields override it. custom needs layers, hidden, heads and vocab.")
+    layers: int | None = Field(None, ge=1, description="Transformer layers; must be divisible by the pipeline degree.")
+    hidden: int | None = Field(None, ge=1, description="Hidden size; must be divisible by heads.")
+    heads: int | None = Field(None, ge=1, description="Attention heads; must be divisible by the tensor degree.")
+    ffn_hidden: int | None = Field(None, ge=1, description="Feed-forward inner size; custom defaults to 4 x hidden.")
+    vocab: int | None = Field(None, ge=1, description="Vocabulary size.")
+    experts: int | None = Field(None, ge=0, description="MoE experts per layer (0 = dense); must be divisible by the expert degree.")
+    top_k: int | None = Field(None, ge=1, description="Experts each token is routed to (MoE only).")
+
+
+class Checkpoint(ApiModel):
+    claim_name: str = Field(description="PersistentVolumeClaim mounted at /checkpoints in every pod.")
+    every_steps: int = Field(100, ge=1, description="Save a checkpoint every this many steps; training resumes from the newest.")
+
+
+class Training(ApiModel):
+    steps: int = Field(1000, ge=1, description="Training steps; progress is step / steps.")
+    global_batch_size: int | None = Field(None, ge=1, description="Samples per step across all DP ranks; defaults to data x microBatches. Must be a multiple of data x microBatches.")
+    seq_length: int = Field(128, ge=1, description="Tokens per sample.")
+    learning_rate: float = Field(1e-3, gt=0, description="Peak learning rate.")
+    seed: int = Field(0, ge=0, description="Random seed; the same seed and global batch give the same losses at any DP degree.")
+    recompute: bool = Field(False, description="Recompute activations in the backward pass to save memory.")
+    optimizer_shard: bool = Field(False, description="Shard optimizer state across DP ranks (MindSpore parallel optimizer).")
+    checkpoint: Checkpoint | None = Field(None, description="Where and how often to checkpoint.")
+
+
+class TemplateMetadata(ApiModel):
+    labels: dict[str, str] = Field(default_factory=dict, description="Labels copied onto every pod.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations copied onto every pod.")
+
+
+class ComputeResources(ApiModel):
+    requests: dict[str, str] = Field(default_factory=dict, description="cpu/memory requests of the trainer container (NPUs come from npu.perPod).")
+    limits: dict[str, str] = Field(default_factory=dict, description="cpu/memory limits of the trainer container (NPUs come from npu.perPod).")
+
+
+class Template(ApiModel):
+    metadata: TemplateMetadata = Field(default_factory=TemplateMetadata, description="Labels and annotations for every pod.")
+    image: str = Field(DEFAULT_TRAINER_IMAGE, description="Trainer image; defaults to the bundled MindSpore trainer.")
+    image_pull_policy: str | None = Field(None, description="Image pull policy of the trainer container.")
+    command: list[str] | None = Field(None, description="Container command; defaults to the image's entrypoint (ascend-hybrid-trainer launch).")
+    args: list[str] | None = Field(None, description="Container args.")
+    env: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Extra environment variables (Kubernetes EnvVar); they win over the operator's defaults except the rank variables.")
+    resources: ComputeResources = Field(default_factory=ComputeResources, description="cpu/memory of the trainer container.")
+    volumes: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Extra pod volumes (Kubernetes Volume).")
+    volume_mounts: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Extra mounts of the trainer container (Kubernetes VolumeMount).")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Nodes the pods may use (also honoured by the operator's placement).")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Tolerations (Kubernetes Toleration), honoured by the operator's placement.")
+    service_account_name: str | None = Field(None, description="ServiceAccount of the pods.")
+    priority_class_name: str | None = Field(None, description="PriorityClass of the pods.")
+
+
+class Hccl(ApiModel):
+    connect_timeout_seconds: int = Field(120, ge=1, description="HCCL_CONNECT_TIMEOUT: seconds HCCL waits for peers when building links.")
+    exec_timeout_seconds: int = Field(600, ge=1, description="HCCL_EXEC_TIMEOUT: seconds a collective may wait for its peers.")
+    whitelist_disable: bool = Field(True, description="HCCL_WHITELIST_DISABLE: accept links from any address.")
+    socket_ifname: str | None = Field(None, description="HCCL_SOCKET_IFNAME: host interface for HCCL's socket traffic.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra HCCL_* variables for every pod.")
+
+
+class RunPolicy(ApiModel):
+    backoff_limit: int = Field(3, ge=0, description="Whole-gang restarts before the job is Failed.")
+    active_deadline_seconds: int | None = Field(None, ge=1, description="Fail the job when it runs longer than this.")
+    ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete the job this long after it Succeeded or Failed.")
+    suspend: bool = Field(False, description="Suspended jobs keep their spec and lose their pods; resuming places them anew.")
+    scheduling_timeout_seconds: int = Field(300, ge=1, description="Pods not all bound within this many seconds: the attempt is deleted and re-planned.")
+    clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.running, description="Pods deleted when the job ends: Running (those still running), All, or None.")
+
+
+class Scheduling(ApiModel):
+    topology_tiers: list[str] = Field(default_factory=lambda: ["huawei.com/topotree.rackid"], description="Node label keys of network tiers, innermost first; stages and DP groups are kept inside the fewest tier domains.")
+    scheduler_name: str | None = Field(None, description="Scheduler that binds the (already placed) pods; default scheduler when empty.")
+    queue: str | None = Field(None, description="Queue name, passed to the pods as a label for batch schedulers.")
+
+
+class AscendHybridJobSpec(ApiModel):
+    parallelism: Parallelism = Field(description="Parallel degrees: data, tensor, pipeline, expert and micro-batches. World size = data x tensor x pipeline.")
+    npu: Npu = Field(default_factory=Npu, description="Which NPUs and how many per pod.")
+    model: Model = Field(default_factory=Model, description="Model architecture (preset plus overrides).")
+    training: Training = Field(default_factory=Training, description="Training loop settings.")
+    template: Template = Field(default_factory=Template, description="Pod template of every rank-group pod.")
+    hccl: Hccl = Field(default_factory=Hccl, description="HCCL settings injected into every pod.")
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline, cleanup and suspend policy.")
+    scheduling: Scheduling = Field(default_factory=Scheduling, description="Topology tiers and scheduler.")
+
+
+class Condition(ApiModel):
+    type: str = Field(description="Condition type.")
+    status: str = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason.")
+    message: str = Field("", description="Human-readable detail.")
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    observed_generation: int | None = Field(None, description="Spec generation the condition was computed from.")
+
+
+class PodCounts(ApiModel):
+    total: int = Field(0, description="Pods of the current attempt.")
+    pending: int = Field(0, description="Pods not yet running.")
+    running: int = Field(0, description="Running pods.")
+    succeeded: int = Field(0, description="Succeeded pods.")
+    failed: int = Field(0, description="Failed pods.")
+
+
+class PlacementStatus(ApiModel):
+    nodes: list[str] = Field(default_factory=list, description="Node of each pod, by pod index.")
+    tensor_groups_node_local: str | None = Field(None, description="TP groups inside one node, e.g. 16/16.")
+    racks: int | None = Field(None, description="Tier domains (racks) the job spans.")
+    reason: str | None = Field(None, description="Why the job cannot be placed, when it cannot.")
+
+
+class RankTableStatus(ApiModel):
+    config_map: str | None = Field(None, description="ConfigMap holding hccl.json.")
+    status: str | None = Field(None, description="initializing or completed.")
+    version: str | None = Field(None, description="hccl.json format version.")
+
+
+class TrainingStatus(ApiModel):
+    step: int | None = Field(None, description="Latest training step.")
+    loss: float | None = Field(None, description="Latest loss (global batch).")
+    tokens_per_second: float | None = Field(None, description="Training throughput.")
+    step_seconds: float | None = Field(None, description="Mean seconds per step.")
+    progress_percentage: float | None = Field(None, description="step / spec.training.steps, in percent.")
+    estimated_remaining_seconds: float | None = Field(None, description="Remaining steps x step time.")
+
+
+class UtilizationStatus(ApiModel):
+    npu_percent: float | None = Field(None, description="Mean AI-core utilization of the job's NPUs.")
+    hbm_percent: float | None = Field(None, description="Mean HBM use of the job's NPUs.")
+    source: str | None = Field(None, description="prometheus or trainer.")
+    sampled_at: str | None = Field(None, description="When the figures were read (RFC 3339); old values mean the source is unreachable.")
+
+
+class AscendHybridJobStatus(ApiModel):
+    phase: str | None = Field(None, description="Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended.")
+    conditions: list[Condition] = Field(default_factory=list, description="Created, Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended.")
+    world_size: int | None = Field(None, description="Ranks: data x tensor x pipeline.")
+    attempt: int | None = Field(None, description="Current gang attempt, from 1.")
+    restarts: int | None = Field(None, description="Whole-gang restarts so far.")
+    observed_generation: int | None = Field(None, description="Spec generation last acted on.")
+    start_time: str | None = Field(None, description="When the job first started.")
+    completion_time: str | None = Field(None, description="When the job Succeeded or Failed.")
+    message: str | None = Field(None, description="What the operator last did or why it waits.")
+    pods: PodCounts | None = Field(None, description="Pods of the current attempt by phase.")
+    placement: PlacementStatus | None = Field(None, description="Where the gang was placed.")
+    rank_table: RankTableStatus | None = Field(None, description="The HCCL rank table.")
+    training: TrainingStatus | None = Field(None, description="Training progress.")
+    utilization: UtilizationStatus | None = Field(None, description="NPU utilization.")

@@ -1,0 +1,166 @@
+"""Rank layout: degrees → ranks, parallel groups and pods, formed the way MindSpore forms its groups.
+
+World W = data·tensor·pipeline, stage size S = W/pipeline. Within a stage, TP ranks are adjacent and DP
+ranks stride by `tensor`; stages are contiguous blocks. Pod p holds ranks [p·k, (p+1)·k), so with `tensor`
+dividing k no TP group ever crosses a pod.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+GROUP_KINDS = ("tensor", "data", "pipeline", "expert")
+
+
+@dataclass(frozen=True)
+class RankCoordinates:
+    rank: int
+    stage: int
+    data: int
+    tensor: int
+    expert: int
+    pod: int
+    local: int
+
+
+@dataclass(frozen=True)
+class PodRanks:
+    index: int
+    first: int
+    last: int
+
+    @property
+    def ranks(self) -> range:
+        return range(self.first, self.last + 1)
+
+
+@dataclass(frozen=True)
+class Layout:
+    data: int
+    tensor: int
+    pipeline: int
+    per_pod: int
+    expert: int = 1
+    expert_placement: str = "dataParallel"
+
+    def __post_init__(self) -> None:
+        if self.world_size % self.per_pod or self.per_pod % self.tensor:
+            raise ValueError(f"perPod={self.per_pod} must divide world={self.world_size} and tensor={self.tensor} must divide perPod")
+        group_size = self.per_pod if self.expert_placement == "intraNode" else self.data
+        if group_size % self.expert:
+            raise ValueError(f"expert={self.expert} must divide {group_size} ({self.expert_placement})")
+
+    @property
+    def world_size(self) -> int:
+        return self.data * self.tensor * self.pipeline
+
+    @property
+    def stage_size(self) -> int:
+        return self.data * self.tensor
+
+    @property
+    def pod_count(self) -> int:
+        return self.world_size // self.per_pod
+
+    def coordinates(self, rank: int) -> RankCoordinates:
+        if not 0 <= rank < self.world_size:
+            raise IndexError(f"rank {rank} outside world of {self.world_size}")
+        stage, within = divmod(rank, self.stage_size)
+        data_rank, tensor_rank = divmod(within, self.tensor)
+        pod, local = divmod(rank, self.per_pod)
+        expert_rank = local % self.expert if self.expert_placement == "intraNode" else data_rank % self.expert
+        return RankCoordinates(rank, stage, data_rank, tensor_rank, expert_rank, pod, local)
+
+    @cached_property
+    def pods(self) -> tuple[PodRanks, ...]:
+        k = self.per_pod
+        return tuple(PodRanks(p, p * k, (p + 1) * k - 1) for p in range(self.pod_count))
+
+    def tensor_groups(self) -> list[list[int]]:
+        t = self.tensor
+        return [list(range(start, start + t)) for start in range(0, self.world_size, t)]
+
+    def data_groups(self) -> list[list[int]]:
+        s, t = self.stage_size, self.tensor
+        return [[stage * s + d * t + tr for d in range(self.data)] for stage in range(self.pipeline) for tr in range(t)]
+
+    def pipeline_groups(self) -> list[list[int]]:
+        s = self.stage_size
+        return [[stage * s + i for stage in range(self.pipeline)] for i in range(s)]
+
+    def expert_groups(self) -> list[list[int]]:
+        e = self.expert
+        if self.expert_placement == "intraNode":
+            return [list(range(start, start + e)) for start in range(0, self.world_size, e)]
+        s, t = self.stage_size, self.tensor
+        return [[stage * s + (block * e + j) * t + tr for j in range(e)]
+                for stage in range(self.pipeline) for block in range(self.data // e) for tr in range(t)]
+
+    def groups(self) -> dict[str, list[list[int]]]:
+        return {"tensor": self.tensor_groups(), "data": self.data_groups(),
+                "pipeline": self.pipeline_groups(), "expert": self.expert_groups()}
+
+    def pods_of(self, ranks) -> tuple[int, ...]:
+        return tuple(sorted({rank // self.per_pod for rank in ranks}))
+
+    def placement_groups(self) -> tuple[tuple[int, ...], ...]:
+        """Pod sets to keep close, in priority order: pipeline stages, then DP and EP groups spanning pods.
+
+        A stage's pods are contiguous, and DP/EP groups live inside one stage, so listing a DP/EP pod set only
+        adds information when it is smaller than its stage.
+        """
+        stage_pods = [self.pods_of(range(stage * self.stage_size, (stage + 1) * self.stage_size))
+                      for stage in range(self.pipeline)]
+        seen: set[tuple[int, ...]] = set()
+        ordered: list[tuple[int, ...]] = []
+        for pods in stage_pods:
+            if len(pods) > 1 and pods not in seen:
+                seen.add(pods)
+                ordered.append(pods)
+        if self.expert > 1 and self.expert_placement == "dataParallel":
+            for group in self.expert_groups()[:: self.tensor]:
+                pods = self.pods_of(group)
+                if len(pods) > 1 and pods not in seen:
+                    seen.add(pods)
+                    ordered.append(pods)
+        return tuple(ordered)
+
+    def tier_of(self, group: list[int], pod_nodes: tuple[str, ...] | None = None,
+                node_domains: dict[str, str | None] | None = None) -> str:
+        """Where a group communicates: inside one pod, one node, one tier domain (rack) or across the cluster."""
+        pods = self.pods_of(group)
+        if len(pods) == 1:
+            return "pod"
+        if pod_nodes is None:
+            return "pods"
+        nodes = {pod_nodes[p] for p in pods}
+        if len(nodes) == 1:
+            return "node"
+        domains = {(node_domains or {}).get(node) for node in nodes}
+        if len(domains) == 1 and None not in domains:
+            return "rack"
+        return "cluster"
+
+
+def from_effective(effective) -> Layout:
+    return Layout(data=effective.data, tensor=effective.tensor, pipeline=effective.pipeline,
+                  per_pod=effective.per_pod, expert=effective.expert, expert_placement=effective.expert_placement)
+
+
+def summary(layout: Layout, pod_nodes=None, node_domains=None) -> dict:
+    """Groups with their sizes and tiers, as `ascend-hybrid layout` prints them."""
+    result = {}
+    for kind, groups in layout.groups().items():
+        tiers: dict[str, int] = {}
+        for group in groups:
+            tier = layout.tier_of(group, pod_nodes, node_domains)
+            tiers[tier] = tiers.get(tier, 0) + 1
+        result[kind] = {"count": len(groups), "size": len(groups[0]) if groups else 0, "tiers": tiers}
+    return result
+
+
+def tensor_groups_node_local(layout: Layout, pod_nodes: tuple[str, ...]) -> str:
+    groups = layout.tensor_groups()
+    local = sum(1 for group in groups if len({pod_nodes[rank // layout.per_pod] for rank in group}) == 1)
+    return f"{local}/{len(groups)}"

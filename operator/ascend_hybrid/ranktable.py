@@ -1,0 +1,100 @@
+"""HCCL rank table (hccl.json), MindCluster-compatible: v1.0, and v1.2 for A3 super-pods. All values are strings."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from .names import POD_INDEX_LABEL
+
+DEVICE_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
+INITIALIZING = {"status": "initializing"}
+
+
+def pod_devices(pod: dict) -> list[dict] | None:
+    """The devices the device plugin gave a pod, lowest chip first (local rank i gets the i-th), or None."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DEVICE_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        devices = json.loads(raw).get("devices") or []
+        return sorted(devices, key=lambda device: int(device["device_id"]))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def pod_index(pod: dict) -> int | None:
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(POD_INDEX_LABEL)
+    return int(value) if value is not None and str(value).isdigit() else None
+
+
+def missing_for_completion(pods: list[dict], per_pod: int, pod_count: int | None = None) -> list[str]:
+    """Why the table cannot be completed yet, one entry per pod that is not ready for it (empty: ready)."""
+    expected = len(pods) if pod_count is None else pod_count
+    by_index: dict[int, dict] = {}
+    problems = []
+    for pod in pods:
+        index = pod_index(pod)
+        if index is None or index in by_index or not 0 <= index < expected:
+            problems.append(f"pod {pod['metadata'].get('name')}: bad or duplicate pod index {index}")
+            continue
+        by_index[index] = pod
+    for index in range(expected):
+        pod = by_index.get(index)
+        if pod is None:
+            problems.append(f"pod index {index}: missing")
+            continue
+        name, status = pod["metadata"].get("name"), pod.get("status") or {}
+        if status.get("phase") != "Running":
+            problems.append(f"{name}: phase {status.get('phase') or 'Pending'}")
+        elif not status.get("podIP") or not status.get("hostIP"):
+            problems.append(f"{name}: no pod IP yet")
+        else:
+            devices = pod_devices(pod)
+            if devices is None:
+                problems.append(f"{name}: no device annotation yet")
+            elif len(devices) != per_pod:
+                problems.append(f"{name}: {len(devices)} devices annotated, needs {per_pod}")
+    return problems
+
+
+def build_rank_table(pods: list[dict], per_pod: int, node_super_pods: Mapping[str, str] | None = None,
+                     pod_count: int | None = None) -> dict[str, Any]:
+    """hccl.json from the attempt's pods; `{"status": "initializing"}` until every pod is ready for it.
+
+    With `node_super_pods` (node name → super-pod id, A3) the table is v1.2 with super_device_id and
+    super_pod_list; otherwise v1.0.
+    """
+    if missing_for_completion(pods, per_pod, pod_count):
+        return dict(INITIALIZING)
+    super_pods = node_super_pods is not None
+    servers = []
+    super_pod_members: dict[str, list[str]] = {}
+    for pod in sorted(pods, key=pod_index):
+        index = pod_index(pod)
+        status = pod["status"]
+        devices = []
+        for local, device in enumerate(pod_devices(pod)):
+            entry = {"device_id": str(device["device_id"]), "device_ip": str(device.get("device_ip", ""))}
+            if super_pods:
+                entry["super_device_id"] = str(device.get("super_device_id", ""))
+            entry["rank_id"] = str(index * per_pod + local)
+            devices.append(entry)
+        servers.append({"server_id": status["hostIP"], "container_ip": status["podIP"], "device": devices})
+        if super_pods:
+            super_pod = str(node_super_pods.get(pod["spec"].get("nodeName"), "0"))
+            members = super_pod_members.setdefault(super_pod, [])
+            if status["hostIP"] not in members:
+                members.append(status["hostIP"])
+    table: dict[str, Any] = {"status": "completed", "version": "1.2" if super_pods else "1.0",
+                             "server_count": str(len(servers)), "server_list": servers}
+    if super_pods:
+        table["super_pod_list"] = [
+            {"super_pod_id": super_pod, "server_list": [{"server_id": server} for server in members]}
+            for super_pod, members in sorted(super_pod_members.items(), key=lambda item: item[0])
+        ]
+    return table
+
+
+def dumps(table: dict[str, Any]) -> str:
+    return json.dumps(table, indent=2, sort_keys=False)

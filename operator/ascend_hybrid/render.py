@@ -1,0 +1,174 @@
+"""Child manifests of a job (design §6, §8): pure functions over the resolved spec and the plan.
+
+Each kind has one jinja2 template rendered with StrictUndefined from flat values; anything structured is
+computed here in Python and handed over as JSON (valid YAML), so the templates stay free of logic.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import yaml
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from . import names
+from .api import GROUP, KIND, VERSION
+from .ranktable import INITIALIZING, dumps
+from .rules import Effective
+
+RANK_VARIABLES = frozenset({"MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_LOCAL_WORKER",
+                            "MS_NODE_RANK", "RANK_TABLE_FILE", "RANK_SIZE", "RANK_START"})
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Environment:
+    return Environment(loader=PackageLoader("ascend_hybrid", "templates"), undefined=StrictUndefined,
+                       keep_trailing_newline=True, autoescape=False)
+
+
+def _render(template: str, **values: Any) -> dict:
+    return yaml.safe_load(_environment().get_template(template).render(**values))
+
+
+def owner_references(job: str, uid: str) -> list[dict]:
+    return [{"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": job, "uid": uid,
+             "controller": True, "blockOwnerDeletion": True}]
+
+
+def services(job: str, namespace: str, uid: str) -> list[dict]:
+    """`<job>-sched` (ClusterIP to pod 0: MS_SCHED_HOST must be an IP) and the headless `<job>` for pod DNS."""
+    owners, labels = owner_references(job, uid), names.job_labels(job)
+    pod_zero = {names.JOB_LABEL: job, names.POD_INDEX_LABEL: "0"}
+    return [
+        _render("service.yaml.j2", name=names.sched_service(job), namespace=namespace, labels=labels,
+                owner_references=owners, headless=False, selector=pod_zero, port_name="ms-sched",
+                port=names.SCHED_PORT),
+        _render("service.yaml.j2", name=names.headless_service(job), namespace=namespace, labels=labels,
+                owner_references=owners, headless=True, selector={names.JOB_LABEL: job}, port_name="metrics",
+                port=names.METRICS_PORT),
+    ]
+
+
+def job_config(effective: Effective) -> dict:
+    """What the trainer needs to build the model and the loop (job.json)."""
+    training = effective.spec.training.model_dump(by_alias=True, exclude_none=True)
+    training["globalBatchSize"] = effective.global_batch_size
+    return {"name": effective.name, "worldSize": effective.world_size,
+            "npu": {"chip": effective.chip, "perPod": effective.per_pod},
+            "parallelism": effective.degrees, "model": effective.model, "training": training}
+
+
+def rank_table_config_map(job: str, namespace: str, uid: str, table: dict | None = None) -> dict:
+    table = table or INITIALIZING
+    data = {"hccl.json": dumps(table), "version": str(table.get("version", "1.0"))}
+    return _render("configmap.yaml.j2", name=names.rank_table_config_map(job), namespace=namespace,
+                   labels=names.job_labels(job), owner_references=owner_references(job, uid), data=data)
+
+
+def job_config_map(effective: Effective, namespace: str, uid: str) -> dict:
+    data = {"job.json": json.dumps(job_config(effective), indent=2, sort_keys=True)}
+    return _render("configmap.yaml.j2", name=names.job_config_map(effective.name), namespace=namespace,
+                   labels=names.job_labels(effective.name), owner_references=owner_references(effective.name, uid),
+                   data=data)
+
+
+def _field_env(name: str, path: str) -> dict:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def pod_env(effective: Effective, index: int, sched_ip: str) -> list[dict]:
+    """Design §8. User env wins over defaults, except the rank variables, which only the operator may set."""
+    spec, k = effective.spec, effective.per_pod
+    hccl = spec.hccl
+    defaults: list[dict] = [
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        _field_env("POD_IP", "status.podIP"),
+    ]
+    values = {
+        "MS_ROLE": "MS_WORKER", "MS_SCHED_HOST": sched_ip, "MS_SCHED_PORT": str(names.SCHED_PORT),
+        "MS_WORKER_NUM": str(effective.world_size), "MS_LOCAL_WORKER": str(k), "MS_NODE_RANK": str(index),
+        "RANK_TABLE_FILE": names.RANK_TABLE_FILE, "RANK_SIZE": str(effective.world_size), "RANK_START": str(index * k),
+        "HCCL_CONNECT_TIMEOUT": str(hccl.connect_timeout_seconds), "HCCL_EXEC_TIMEOUT": str(hccl.exec_timeout_seconds),
+        "HCCL_WHITELIST_DISABLE": "1" if hccl.whitelist_disable else "0",
+    }
+    if hccl.socket_ifname:
+        values["HCCL_SOCKET_IFNAME"] = hccl.socket_ifname
+    values.update(hccl.env)
+    values["AHJ_PARALLEL"] = json.dumps(effective.degrees, sort_keys=True)
+    values["AHJ_JOB_CONFIG"] = names.JOB_CONFIG_FILE
+    if spec.training.checkpoint:
+        values["AHJ_CHECKPOINT_DIR"] = names.CHECKPOINT_DIR
+    env = defaults + [{"name": key, "value": value} for key, value in values.items()]
+    position = {entry["name"]: i for i, entry in enumerate(env)}
+    for entry in spec.template.env:
+        name = entry.get("name")
+        if name in RANK_VARIABLES:
+            continue
+        if name in position:
+            env[position[name]] = entry
+        else:
+            position[name] = len(env)
+            env.append(entry)
+    return env
+
+
+def _resources(effective: Effective) -> dict:
+    spec = effective.spec
+    chips = str(effective.per_pod)
+    return {"requests": {**spec.template.resources.requests, spec.npu.resource: chips},
+            "limits": {**spec.template.resources.limits, spec.npu.resource: chips}}
+
+
+def _volumes(effective: Effective) -> tuple[list[dict], list[dict]]:
+    job, spec = effective.name, effective.spec
+    volumes = [
+        {"name": "ascend-ranktable", "configMap": {"name": names.rank_table_config_map(job)}},
+        {"name": "ascend-job-config", "configMap": {"name": names.job_config_map(job)}},
+    ]
+    mounts = [
+        {"name": "ascend-ranktable", "mountPath": names.RANK_TABLE_DIR, "readOnly": True},
+        {"name": "ascend-job-config", "mountPath": names.JOB_CONFIG_DIR, "readOnly": True},
+    ]
+    if spec.training.checkpoint:
+        volumes.append({"name": "ascend-checkpoints",
+                        "persistentVolumeClaim": {"claimName": spec.training.checkpoint.claim_name}})
+        mounts.append({"name": "ascend-checkpoints", "mountPath": names.CHECKPOINT_DIR})
+    return volumes + list(spec.template.volumes), mounts + list(spec.template.volume_mounts)
+
+
+def pod(effective: Effective, namespace: str, uid: str, attempt: int, index: int, node: str, sched_ip: str) -> dict:
+    """One pod of the gang: gated, pinned to its placed node, owned by the job."""
+    job, spec = effective.name, effective.spec
+    template = spec.template
+    labels = {**template.metadata.labels, **names.job_labels(job), names.ATTEMPT_LABEL: str(attempt),
+              names.POD_INDEX_LABEL: str(index)}
+    if spec.scheduling.queue:
+        labels[names.QUEUE_LABEL] = spec.scheduling.queue
+    annotations = {**template.metadata.annotations, names.RANK_INDEX_ANNOTATION: str(index)}
+    volumes, mounts = _volumes(effective)
+    return _render(
+        "pod.yaml.j2", name=names.pod_name(job, attempt, index), namespace=namespace, labels=labels,
+        annotations=annotations, owner_references=owner_references(job, uid), subdomain=names.headless_service(job),
+        gate=names.GANG_GATE, node=node, scheduler_name=spec.scheduling.scheduler_name,
+        service_account_name=template.service_account_name, priority_class_name=template.priority_class_name,
+        node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
+        image_pull_policy=template.image_pull_policy, command=template.command, args=template.args,
+        env=pod_env(effective, index, sched_ip), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,
+        resources=_resources(effective), volume_mounts=mounts, volumes=volumes,
+    )
+
+
+def pods(effective: Effective, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str) -> list[dict]:
+    return [pod(effective, namespace, uid, attempt, index, node, sched_ip) for index, node in enumerate(nodes)]
+
+
+def children(effective: Effective, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,
+             table: dict | None = None) -> list[dict]:
+    """Every child in creation order: Services, ConfigMaps, then the gated Pods."""
+    return [*services(effective.name, namespace, uid),
+            rank_table_config_map(effective.name, namespace, uid, table),
+            job_config_map(effective, namespace, uid),
+            *pods(effective, namespace, uid, attempt, nodes, sched_ip)]

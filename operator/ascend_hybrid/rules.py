@@ -1,0 +1,268 @@
+"""Effective values and cross-field rules of an AscendHybridJob, in Python and in CEL.
+
+Each rule is written once here with both forms, so the apiserver (CEL, at admission) and the operator
+(Python, for everything CEL cannot see) report the very same message naming the field and the rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from .api import CHIPS_PER_NODE, MAX_JOB_NAME, MAX_WORLD_SIZE, AscendHybridJobSpec
+
+MODEL_PRESETS: dict[str, dict[str, int | None]] = {
+    "tiny": {"layers": 24, "hidden": 128, "heads": 8, "ffnHidden": 512, "vocab": 512, "experts": 0, "topK": None},
+    "gpt-1b": {"layers": 24, "hidden": 2048, "heads": 16, "ffnHidden": 8192, "vocab": 50304, "experts": 0, "topK": None},
+    "moe-100b": {"layers": 64, "hidden": 5120, "heads": 40, "ffnHidden": 20480, "vocab": 64000, "experts": 8, "topK": 2},
+}
+CUSTOM_REQUIRED = ("layers", "hidden", "heads", "vocab")
+ALLOWED_PER_POD = {"910A": (1, 2, 4, 8), "910B": tuple(range(1, 9)), "A3": tuple(range(2, 17, 2))}
+HCCS_RING_SIZE_910A = 4
+
+
+class SpecError(ValueError):
+    """Every problem of a job, each one line `field: rule` (or `field=value rule`)."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Effective:
+    """The spec with every default resolved: what layout, placement, render and the trainer use."""
+
+    name: str
+    spec: AscendHybridJobSpec
+    data: int
+    tensor: int
+    pipeline: int
+    expert: int
+    expert_placement: str
+    micro_batches: int
+    chip: str
+    per_pod: int
+    model: dict[str, Any]
+    global_batch_size: int
+
+    @property
+    def world_size(self) -> int:
+        return self.data * self.tensor * self.pipeline
+
+    @property
+    def pod_count(self) -> int:
+        return self.world_size // self.per_pod
+
+    @property
+    def degrees(self) -> dict[str, Any]:
+        return {"data": self.data, "tensor": self.tensor, "pipeline": self.pipeline, "expert": self.expert,
+                "expertPlacement": self.expert_placement, "microBatches": self.micro_batches}
+
+
+def effective_model(model) -> dict[str, Any]:
+    explicit = model.model_dump(by_alias=True, exclude={"preset"}, exclude_none=True)
+    if model.preset == "custom":
+        base: dict[str, Any] = {"experts": 0, "topK": 2}
+        if "hidden" in explicit:
+            base["ffnHidden"] = 4 * explicit["hidden"]
+    else:
+        base = dict(MODEL_PRESETS[model.preset])
+    return {"preset": model.preset, **base, **explicit}
+
+
+def resolve(name: str, spec: AscendHybridJobSpec) -> Effective:
+    par = spec.parallelism
+    micro_batches = par.micro_batches or par.pipeline
+    return Effective(
+        name=name, spec=spec, data=par.data, tensor=par.tensor, pipeline=par.pipeline, expert=par.expert,
+        expert_placement=par.expert_placement, micro_batches=micro_batches, chip=spec.npu.chip,
+        per_pod=spec.npu.per_pod or CHIPS_PER_NODE[spec.npu.chip], model=effective_model(spec.model),
+        global_batch_size=spec.training.global_batch_size or par.data * micro_batches,
+    )
+
+
+@dataclass(frozen=True)
+class Rule:
+    check: Callable[[Effective], str | None]
+    cel: str | None = None  # evaluated on `spec`; None where CEL cannot express it
+    cel_message: str | None = None
+
+
+# CEL views of effective values; the CRD defaults every object, so only optional scalars need has().
+_CEL_PER_POD = "(has(self.npu.perPod) ? self.npu.perPod : (self.npu.chip == 'A3' ? 16 : 8))"
+_CEL_MICRO = "(has(self.parallelism.microBatches) ? self.parallelism.microBatches : self.parallelism.pipeline)"
+_CEL_WORLD = "(self.parallelism.data * self.parallelism.tensor * self.parallelism.pipeline)"
+
+
+def _cel_model(field: str) -> str:
+    presets = ", ".join(f"'{preset}': {values[field] or 0}" for preset, values in MODEL_PRESETS.items())
+    return f"(has(self.model.{field}) ? self.model.{field} : {{{presets}}}[self.model.preset])"
+
+
+def _cel_known(field: str) -> str:
+    return f"(has(self.model.{field}) || self.model.preset != 'custom')"
+
+
+def _s(expression: str) -> str:
+    return f"string({expression})"
+
+
+def _world(e: Effective) -> str | None:
+    if e.world_size > MAX_WORLD_SIZE:
+        return f"spec.parallelism: world size data×tensor×pipeline={e.world_size} exceeds {MAX_WORLD_SIZE}"
+    return None
+
+
+def _per_pod_divides_world(e: Effective) -> str | None:
+    if e.world_size % e.per_pod:
+        return f"spec.npu.perPod={e.per_pod} must divide the world size data×tensor×pipeline={e.world_size}"
+    return None
+
+
+def _tensor_divides_per_pod(e: Effective) -> str | None:
+    if e.per_pod % e.tensor:
+        return f"spec.parallelism.tensor={e.tensor} must divide spec.npu.perPod={e.per_pod}"
+    return None
+
+
+def _per_pod_allowed(e: Effective) -> str | None:
+    allowed = ALLOWED_PER_POD[e.chip]
+    if e.per_pod not in allowed:
+        return f"spec.npu.perPod={e.per_pod} is not allowed for chip {e.chip} (allowed: {', '.join(map(str, allowed))})"
+    return None
+
+
+def _micro_batches(e: Effective) -> str | None:
+    if e.pipeline > 1 and e.micro_batches < e.pipeline:
+        return f"spec.parallelism.microBatches={e.micro_batches} must be ≥ spec.parallelism.pipeline={e.pipeline}"
+    return None
+
+
+def _model_divisible(field: str, by_label: str, by: Callable[[Effective], int]) -> Callable[[Effective], str | None]:
+    def check(e: Effective) -> str | None:
+        value, divisor = e.model.get(field), by(e)
+        if value is None or divisor is None or value % divisor == 0:
+            return None
+        return f"spec.model.{field}={value} must be divisible by {by_label}={divisor}"
+    return check
+
+
+def _custom_required(e: Effective) -> str | None:
+    if e.model["preset"] != "custom":
+        return None
+    absent = [field for field in CUSTOM_REQUIRED if e.model.get(field) is None]
+    if absent:
+        return f"spec.model: preset custom needs {', '.join(absent)}"
+    return None
+
+
+def _expert_needs_experts(e: Effective) -> str | None:
+    if e.expert > 1 and not e.model.get("experts"):
+        return f"spec.parallelism.expert={e.expert} needs spec.model.experts > 0"
+    return None
+
+
+def _experts_divisible(e: Effective) -> str | None:
+    experts = e.model.get("experts") or 0
+    if e.expert > 1 and experts and experts % e.expert:
+        return f"spec.model.experts={experts} must be divisible by spec.parallelism.expert={e.expert}"
+    return None
+
+
+def _expert_divides_group(e: Effective) -> str | None:
+    if e.expert == 1:
+        return None
+    if e.expert_placement == "intraNode" and e.per_pod % e.expert:
+        return f"spec.parallelism.expert={e.expert} must divide spec.npu.perPod={e.per_pod} (expertPlacement intraNode)"
+    if e.expert_placement == "dataParallel" and e.data % e.expert:
+        return f"spec.parallelism.expert={e.expert} must divide spec.parallelism.data={e.data} (expertPlacement dataParallel)"
+    return None
+
+
+def _global_batch(e: Effective) -> str | None:
+    unit = e.data * e.micro_batches
+    if e.global_batch_size % unit:
+        return (f"spec.training.globalBatchSize={e.global_batch_size} must be a multiple of "
+                f"data×microBatches={unit}")
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(_world, f"{_CEL_WORLD} <= {MAX_WORLD_SIZE}",
+         f"'spec.parallelism: world size data×tensor×pipeline=' + {_s(_CEL_WORLD)} + ' exceeds {MAX_WORLD_SIZE}'"),
+    Rule(_per_pod_divides_world, f"{_CEL_WORLD} % {_CEL_PER_POD} == 0",
+         f"'spec.npu.perPod=' + {_s(_CEL_PER_POD)} + ' must divide the world size data×tensor×pipeline=' + {_s(_CEL_WORLD)}"),
+    Rule(_tensor_divides_per_pod, f"{_CEL_PER_POD} % self.parallelism.tensor == 0",
+         f"'spec.parallelism.tensor=' + string(self.parallelism.tensor) + ' must divide spec.npu.perPod=' + {_s(_CEL_PER_POD)}"),
+    Rule(_per_pod_allowed,
+         "self.npu.chip == '910A' ? " + _CEL_PER_POD + " in [1, 2, 4, 8] : (self.npu.chip == 'A3' ? "
+         + _CEL_PER_POD + " % 2 == 0 : " + _CEL_PER_POD + " <= 8)",
+         "'spec.npu.perPod=' + " + _s(_CEL_PER_POD) + " + ' is not allowed for chip ' + self.npu.chip + "
+         "(self.npu.chip == '910A' ? ' (allowed: 1, 2, 4, 8)' : (self.npu.chip == 'A3' ? "
+         "' (allowed: 2, 4, 6, 8, 10, 12, 14, 16)' : ' (allowed: 1, 2, 3, 4, 5, 6, 7, 8)'))"),
+    Rule(_micro_batches, f"self.parallelism.pipeline == 1 || {_CEL_MICRO} >= self.parallelism.pipeline",
+         f"'spec.parallelism.microBatches=' + {_s(_CEL_MICRO)} + ' must be ≥ spec.parallelism.pipeline=' + string(self.parallelism.pipeline)"),
+    Rule(_custom_required),
+    Rule(_model_divisible("layers", "spec.parallelism.pipeline", lambda e: e.pipeline),
+         f"!{_cel_known('layers')} || {_cel_model('layers')} % self.parallelism.pipeline == 0",
+         f"'spec.model.layers=' + {_s(_cel_model('layers'))} + ' must be divisible by spec.parallelism.pipeline=' + string(self.parallelism.pipeline)"),
+    Rule(_model_divisible("heads", "spec.parallelism.tensor", lambda e: e.tensor),
+         f"!{_cel_known('heads')} || {_cel_model('heads')} % self.parallelism.tensor == 0",
+         f"'spec.model.heads=' + {_s(_cel_model('heads'))} + ' must be divisible by spec.parallelism.tensor=' + string(self.parallelism.tensor)"),
+    Rule(_model_divisible("hidden", "spec.model.heads", lambda e: e.model.get("heads"))),
+    Rule(_expert_needs_experts),
+    Rule(_experts_divisible),
+    Rule(_expert_divides_group,
+         "self.parallelism.expert == 1 || (self.parallelism.expertPlacement == 'intraNode' ? "
+         f"{_CEL_PER_POD} % self.parallelism.expert == 0 : self.parallelism.data % self.parallelism.expert == 0)",
+         "self.parallelism.expertPlacement == 'intraNode' ? 'spec.parallelism.expert=' + string(self.parallelism.expert) + "
+         f"' must divide spec.npu.perPod=' + {_s(_CEL_PER_POD)} + ' (expertPlacement intraNode)' : "
+         "'spec.parallelism.expert=' + string(self.parallelism.expert) + ' must divide spec.parallelism.data=' + "
+         "string(self.parallelism.data) + ' (expertPlacement dataParallel)'"),
+    Rule(_global_batch,
+         f"!has(self.training.globalBatchSize) || self.training.globalBatchSize % (self.parallelism.data * {_CEL_MICRO}) == 0",
+         "'spec.training.globalBatchSize=' + string(self.training.globalBatchSize) + ' must be a multiple of data×microBatches=' + "
+         f"string(self.parallelism.data * {_CEL_MICRO})"),
+)
+
+NAME_RULE_CEL = f"size(self.metadata.name) <= {MAX_JOB_NAME}"
+NAME_RULE_MESSAGE = f"metadata.name must be at most {MAX_JOB_NAME} characters (pod names <job>-a<attempt>-<index> must stay valid labels)"
+
+
+def _pydantic_problem(error: dict) -> str:
+    path = ".".join(["spec", *(str(part) for part in error["loc"])])
+    kind, context, value = error["type"], error.get("ctx", {}), error.get("input")
+    if kind == "extra_forbidden":
+        return f"{path}: unknown field"
+    if kind == "missing":
+        return f"{path}: is required"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        symbol = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤", "less_than": "<"}[kind]
+        bound = next(iter(context.values()))
+        return f"{path}={value} must be {symbol} {bound}"
+    if kind == "enum":
+        return f"{path}={value!r} must be one of {context.get('expected')}"
+    return f"{path}={value!r}: {error['msg'].lower()}"
+
+
+def parse(body: dict) -> Effective:
+    """Validates a whole AscendHybridJob object (as the API returns it); raises SpecError listing every problem."""
+    name = (body.get("metadata") or {}).get("name") or ""
+    problems: list[str] = []
+    if len(name) > MAX_JOB_NAME:
+        problems.append(f"metadata.name={name!r}: {NAME_RULE_MESSAGE.removeprefix('metadata.name ')}")
+    spec_body = body.get("spec")
+    if not isinstance(spec_body, dict):
+        raise SpecError([*problems, "spec: is required (an object with at least spec.parallelism)"])
+    try:
+        spec = AscendHybridJobSpec.model_validate(spec_body)
+    except ValidationError as error:
+        raise SpecError([*problems, *(_pydantic_problem(item) for item in error.errors())]) from None
+    effective = resolve(name, spec)
+    problems += [problem for rule in RULES if (problem := rule.check(effective))]
+    if problems:
+        raise SpecError(problems)
+    return effective

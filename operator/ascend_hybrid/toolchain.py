@@ -1,0 +1,204 @@
+"""Builds the simulated cluster's binaries from Go modules into a versioned cache.
+
+No container engine and no binary downloads exist on the machines we target, so the real control plane
+(etcd, kube-apiserver, kube-controller-manager, kube-scheduler), kubectl, kwok/kwokctl and helm are
+compiled from the Go module proxy. Versions are pinned here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+KUBERNETES_VERSION = "v1.36.3"
+KUBERNETES_STAGING_VERSION = "v0.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+HELM_VERSION = "v3.21.4"
+PROMETHEUS_MODULE_VERSION = "v0.316.0"
+
+BINARIES_ENV = "AHJ_TOOLCHAIN_BIN"
+KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+REQUIRED = (*KUBE_COMMANDS, "etcd", "kwok", "kwokctl", "helm")
+OPTIONAL = ("prometheus",)
+
+
+def versions_tag() -> str:
+    return f"k8s-{KUBERNETES_VERSION}_etcd-{ETCD_VERSION}_kwok-{KWOK_VERSION}_helm-{HELM_VERSION}"
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ascend-hybrid" / "toolchain" / versions_tag()
+
+
+def bin_dir() -> Path:
+    """Where the binaries are: the directory named by AHJ_TOOLCHAIN_BIN, else the cache."""
+    override = os.environ.get(BINARIES_ENV)
+    return Path(override) if override else cache_root() / "bin"
+
+
+def missing(names: tuple[str, ...] = REQUIRED) -> list[str]:
+    directory = bin_dir()
+    return [name for name in names if not os.access(directory / name, os.X_OK)]
+
+
+def binary(name: str) -> str:
+    path = bin_dir() / name
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{name} is not built yet: run `ascend-hybrid dev-cluster build` (looked in {path.parent})")
+    return str(path)
+
+
+@dataclass
+class _Step:
+    name: str
+    outputs: tuple[str, ...]
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(GOTOOLCHAIN="local", GOFLAGS="-mod=mod", CGO_ENABLED="0")
+    return env
+
+
+def _run(args: list[str], cwd: Path, log) -> None:
+    result = subprocess.run(args, cwd=cwd, env=_go_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if result.returncode != 0:
+        log(result.stdout[-4000:])
+        raise RuntimeError(f"toolchain step failed ({result.returncode}): {' '.join(args)}")
+
+
+def _wrapper_module(path: Path, module: str, log) -> None:
+    if (path / "go.mod").exists():
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    _run(["go", "mod", "init", module], path, log)
+    _run(["go", "mod", "edit", "-go=1.26.0"], path, log)
+
+
+def _kubernetes_staging_replaces(path: Path, log) -> list[str]:
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
+        cwd=path, env=_go_env(), capture_output=True, text=True,
+    )
+    if result.returncode != 0:
+        log(result.stderr[-4000:])
+        raise RuntimeError("could not download the k8s.io/kubernetes module")
+    gomod = Path(json.loads(result.stdout)["GoMod"]).read_text()
+    replaced = []
+    for line in gomod.splitlines():
+        parts = line.replace("replace", "").split()
+        if len(parts) == 3 and parts[1] == "=>" and parts[2].startswith("./staging/"):
+            replaced.append(parts[0])
+    if not replaced:
+        raise RuntimeError("k8s.io/kubernetes go.mod lists no staging replaces; the recipe needs updating")
+    return replaced
+
+
+def _build_kubernetes(src: Path, out: Path, log) -> None:
+    path = src / "kube"
+    _wrapper_module(path, "local/kubebins", log)
+    if not (path / ".resolved").exists():
+        for module in _kubernetes_staging_replaces(path, log):
+            _run(["go", "mod", "edit", f"-replace={module}={module}@{KUBERNETES_STAGING_VERSION}"], path, log)
+        for command in KUBE_COMMANDS:
+            _run(["go", "get", "-tool", f"k8s.io/kubernetes/cmd/{command}@{KUBERNETES_VERSION}"], path, log)
+        (path / ".resolved").touch()
+    major, minor = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
+    ldflags = (
+        f"-s -w -X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION}"
+        f" -X k8s.io/component-base/version.gitMajor={major} -X k8s.io/component-base/version.gitMinor={minor}"
+        f" -X k8s.io/client-go/pkg/version.gitVersion={KUBERNETES_VERSION}"
+    )
+    for command in KUBE_COMMANDS:
+        if (out / command).exists():
+            continue
+        log(f"building {command} {KUBERNETES_VERSION}")
+        _run(["go", "build", "-trimpath", "-tags", "selinux,notest", "-ldflags", ldflags,
+              "-o", str(out / f".{command}.tmp"), f"k8s.io/kubernetes/cmd/{command}"], path, log)
+        (out / f".{command}.tmp").rename(out / command)
+
+
+def _build_etcd(src: Path, out: Path, log) -> None:
+    path = src / "etcd"
+    _wrapper_module(path, "local/etcdbin", log)
+    _run(["go", "get", "-tool", f"go.etcd.io/etcd/server/v3@{ETCD_VERSION}"], path, log)
+    _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / ".etcd.tmp"), "go.etcd.io/etcd/server/v3"], path, log)
+    (out / ".etcd.tmp").rename(out / "etcd")
+
+
+def _go_install(packages: list[str], out: Path, log) -> None:
+    env = _go_env()
+    env["GOBIN"] = str(out)
+    result = subprocess.run(["go", "install", "-trimpath", "-ldflags", "-s -w", *packages], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=out)
+    if result.returncode != 0:
+        log(result.stdout[-4000:])
+        raise RuntimeError(f"go install failed: {' '.join(packages)}")
+
+
+def _build_prometheus(src: Path, out: Path, log) -> None:
+    path = src / "prometheus"
+    _wrapper_module(path, "local/prometheusbin", log)
+    _run(["go", "get", "-tool", f"github.com/prometheus/prometheus/cmd/prometheus@{PROMETHEUS_MODULE_VERSION}"], path, log)
+    ldflags = f"-s -w -X github.com/prometheus/common/version.Version={PROMETHEUS_MODULE_VERSION}"
+    _run(["go", "build", "-trimpath", "-ldflags", ldflags,
+          "-o", str(out / ".prometheus.tmp"), "github.com/prometheus/prometheus/cmd/prometheus"], path, log)
+    (out / ".prometheus.tmp").rename(out / "prometheus")
+
+
+def ensure(with_prometheus: bool = False, log=None) -> Path:
+    """Builds every binary that is missing; returns the bin directory. Idempotent and resumable."""
+    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    out = bin_dir()
+    wanted = REQUIRED + (OPTIONAL if with_prometheus else ())
+    todo = missing(wanted)
+    if not todo:
+        return out
+    if os.environ.get(BINARIES_ENV):
+        raise FileNotFoundError(f"{BINARIES_ENV}={out} lacks {', '.join(todo)}")
+    if shutil.which("go") is None:
+        raise FileNotFoundError("Go is needed to build the simulated cluster's binaries (go1.26 or newer)")
+    out.mkdir(parents=True, exist_ok=True)
+    src = cache_root() / "src"
+    steps = [
+        ("etcd", lambda: _build_etcd(src, out, log)),
+        ("kwok", lambda: _go_install([f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}", f"sigs.k8s.io/kwok/cmd/kwokctl@{KWOK_VERSION}"], out, log)),
+        ("helm", lambda: _go_install([f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], out, log)),
+        ("kube", lambda: _build_kubernetes(src, out, log)),
+        ("prometheus", lambda: _build_prometheus(src, out, log)),
+    ]
+    owners = {"etcd": "etcd", "kwok": "kwok", "kwokctl": "kwok", "helm": "helm", "prometheus": "prometheus",
+              **{name: "kube" for name in KUBE_COMMANDS}}
+    started = time.monotonic()
+    for step, action in steps:
+        if not any(owners[name] == step for name in todo):
+            continue
+        step_started = time.monotonic()
+        log(f"[toolchain] building {step} (first time only; the whole toolchain takes ~15 min cold on 2 cores)")
+        action()
+        log(f"[toolchain] {step} done in {time.monotonic() - step_started:.0f}s (total {time.monotonic() - started:.0f}s)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with_prometheus = "--with-prometheus" in argv
+    try:
+        path = ensure(with_prometheus=with_prometheus)
+    except (RuntimeError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
