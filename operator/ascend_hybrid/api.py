@@ -180,6 +180,7 @@ class PodCounts(ApiModel):
 
 
 class PlacementStatus(ApiModel):
+    attempt: int | None = Field(None, description="Attempt this placement was made for.")
     nodes: list[str] = Field(default_factory=list, description="Node of each pod, by pod index.")
     tensor_groups_node_local: str | None = Field(None, description="TP groups inside one node, e.g. 16/16.")
     racks: int | None = Field(None, description="Tier domains (racks) the job spans.")
@@ -219,6 +220,8 @@ class AscendHybridJobStatus(ApiModel):
     completion_time: str | None = Field(None, description="When the job Succeeded or Failed.")
     message: str | None = Field(None, description="What the operator last did or why it waits.")
     pods: PodCounts | None = Field(None, description="Pods of the current attempt by phase.")
+    avoided_nodes: list[str] = Field(default_factory=list, description="Nodes this job no longer uses: a pod failed there or the node went NotReady.")
+    pod_template_hash: str | None = Field(None, description="Hash of parallelism, npu and template the running pods were made from; a change restarts the job.")
     placement: PlacementStatus | None = Field(None, description="Where the gang was placed.")
     rank_table: RankTableStatus | None = Field(None, description="The HCCL rank table.")
     training: TrainingStatus | None = Field(None, description="Training progress.")

@@ -25,7 +25,7 @@ def gang_request(effective: Effective, excluded_nodes: Iterable[str] = ()) -> Ga
 
 
 def node_domains(inventory, tier_label: str) -> dict[str, str | None]:
-    return {node.name: node.labels.get(tier_label) for node in inventory.nodes.values()}
+    return {node.name: node.tier(tier_label) for node in inventory}
 
 
 def placement_summary(effective: Effective, placement: Placement, inventory) -> dict:

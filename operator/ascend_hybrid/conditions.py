@@ -1,0 +1,44 @@
+"""metav1.Condition bookkeeping and small status helpers (pure)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+CONDITION_TYPES = ("Created", "Placed", "RankTableReady", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def timestamp(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def set_condition(status: dict, kind: str, value: bool, reason: str, message: str, now: datetime,
+                  generation: int | None) -> None:
+    """Sets one condition; lastTransitionTime moves only when the status flips, as metav1.Condition wants."""
+    conditions = status.setdefault("conditions", [])
+    wanted = "True" if value else "False"
+    for condition in conditions:
+        if condition["type"] == kind:
+            if condition["status"] != wanted:
+                condition["lastTransitionTime"] = timestamp(now)
+            condition.update(status=wanted, reason=reason, message=message, observedGeneration=generation)
+            break
+    else:
+        conditions.append({"type": kind, "status": wanted, "reason": reason, "message": message,
+                           "lastTransitionTime": timestamp(now), "observedGeneration": generation})
+    conditions.sort(key=lambda c: CONDITION_TYPES.index(c["type"]) if c["type"] in CONDITION_TYPES else 99)
+
+
+def condition(status: dict, kind: str) -> dict | None:
+    return next((c for c in status.get("conditions", []) if c["type"] == kind), None)
+
+
+def is_true(status: dict, kind: str) -> bool:
+    found = condition(status, kind)
+    return bool(found and found["status"] == "True")

@@ -1,0 +1,290 @@
+"""The reconcile shell: observes a job, asks `reconcile.decide`, executes the actions through `kube`.
+
+Worker threads take job keys from a WorkQueue, so the blocking client never runs on kopf's event loop.
+Placement is serialised by one lock over one inventory (kopf indexes plus chips promised to gangs whose pods
+the watch has not shown yet), so two jobs never get the same chips.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable, Iterable
+
+from . import metrics, names, render
+from .conditions import parse_time
+from .kube import Kube, rank_table_of, service_ip
+from .placement import place
+from .planning import node_domains
+from .reconcile import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Observed, decide, placement_result
+from .rules import SpecError, parse
+from .topology import build_inventory
+from .workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+MAX_STEPS_PER_PASS = 6
+ERROR_BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60)
+JobKey = tuple[str, str]
+
+
+@dataclass
+class ChildrenMemo:
+    generation: int | None = None
+    sched_ip: str | None = None
+    rank_table: dict | None = None
+    rank_table_read: bool = False
+
+
+@dataclass
+class Snapshot:
+    """What the kopf indexes hold right now, as plain lists (copied under retry: kopf writes them concurrently)."""
+    nodes: Callable[[], list[dict]]
+    npu_pods: Callable[[], list[dict]]
+    job_pods: Callable[[JobKey], list[dict]]
+    device_infos: Callable[[], list[dict]]
+
+
+@dataclass
+class Controller:
+    kube: Kube
+    snapshot: Snapshot
+    node_grace_seconds: float = 30.0
+    workers: int = 4
+    queue: WorkQueue = field(default_factory=WorkQueue)
+    placement_lock: threading.Lock = field(default_factory=threading.Lock)
+    promised: dict[JobKey, dict[str, tuple[str, int]]] = field(default_factory=dict)  # job → pod name → (node, chips)
+    memos: dict[JobKey, ChildrenMemo] = field(default_factory=dict)
+    phases: dict[JobKey, str] = field(default_factory=dict)
+    failures: dict[JobKey, int] = field(default_factory=dict)
+    pending_reasons: dict[JobKey, str] = field(default_factory=dict)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        threading.Thread(target=self._publish_loop, name="ahj-metrics", daemon=True).start()
+        for number in range(self.workers):
+            thread = threading.Thread(target=self._work, name=f"ahj-worker-{number}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self.queue.close()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def enqueue(self, key: JobKey, delay: float = 0.2) -> None:
+        self.queue.add(key, delay)
+
+    def wake_pending(self) -> None:
+        """Capacity may have changed: let every job that waits for placement try again."""
+        for key, phase in list(self.phases.items()):
+            if phase == "Pending":
+                self.queue.add(key, 0.5)
+
+    def wake_all(self) -> None:
+        """A node went NotReady: every job may have a pod there."""
+        for key in list(self.phases):
+            self.queue.add(key, 0.5)
+
+    def _work(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                delay = self.reconcile(key)
+                self.failures.pop(key, None)
+            except Exception:  # noqa: BLE001 - one job's error must not stop the worker; it is logged and retried
+                count = self.failures.get(key, 0)
+                self.failures[key] = count + 1
+                delay = ERROR_BACKOFF_SECONDS[min(count, len(ERROR_BACKOFF_SECONDS) - 1)]
+                metrics.RECONCILE_ERRORS.labels(namespace=key[0]).inc()
+                log.exception("reconcile %s/%s failed; retrying in %ss", key[0], key[1], delay)
+            finally:
+                self.queue.done(key)
+            if delay is not None:
+                self.queue.add(key, delay)
+
+    # -- one pass ---------------------------------------------------------------------------------------------
+    def reconcile(self, key: JobKey) -> float | None:
+        namespace, name = key
+        job = self.kube.get_job(namespace, name)
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            self.forget(key)
+            return None
+        for _ in range(MAX_STEPS_PER_PASS):
+            observed = self.observe(key, job)
+            decision = decide(observed)
+            old_status = job.get("status") or {}
+            carry_on = self.execute(key, job, observed, decision)
+            patched = self.kube.patch_job_status(namespace, name, old_status, decision.status)
+            self.record(key, job, old_status, decision.status)
+            if patched is not None:
+                job = patched
+            else:
+                job = {**job, "status": decision.status}
+            if carry_on == "deleted":
+                self.forget(key)
+                return None
+            if not carry_on:
+                return decision.requeue_after
+        return FAST_REQUEUE_SECONDS
+
+    def observe(self, key: JobKey, job: dict) -> Observed:
+        try:
+            effective, problems = parse(job), ()
+        except SpecError as error:
+            effective, problems = None, tuple(error.problems)
+        memo = self.memos.setdefault(key, ChildrenMemo())
+        if not memo.rank_table_read:
+            memo.rank_table = rank_table_of(self.kube.read_config_map(key[0], names.rank_table_config_map(key[1])))
+            memo.rank_table_read = True
+        nodes = {node["metadata"]["name"]: node for node in self.snapshot.nodes()}
+        return Observed(
+            job=job, effective=effective, spec_problems=problems, pods=tuple(self.snapshot.job_pods(key)),
+            rank_table=memo.rank_table, children_ready=memo.generation == job["metadata"].get("generation"),
+            sched_ip=memo.sched_ip, nodes=nodes, now=datetime.now(timezone.utc),
+            node_grace_seconds=self.node_grace_seconds,
+        )
+
+    def execute(self, key: JobKey, job: dict, observed: Observed, decision) -> bool | str:
+        """Runs the actions; True when the pass should decide again at once (nothing it did needs the watch)."""
+        namespace, name = key
+        uid = job["metadata"]["uid"]
+        again = False
+        for action in decision.actions:
+            if action.kind == "event":
+                self.kube.post_event(job, action.event_type, action.reason, action.message)
+            elif action.kind == "ensure_children":
+                self.ensure_children(key, job, observed)
+                again = True
+            elif action.kind == "place":
+                again = self.place(key, job, observed, decision, action.request)
+            elif action.kind == "create_pods":
+                self.promise(key, action.pods, observed)
+                for manifest in action.pods:
+                    self.kube.create_pod(manifest)
+                    metrics.PODS_CREATED.inc()
+            elif action.kind == "remove_gates":
+                for pod_name in action.pods:
+                    self.kube.remove_gate(namespace, pod_name)
+            elif action.kind == "delete_pods":
+                for pod_name in action.pods:
+                    self.kube.delete_pod(namespace, pod_name)
+            elif action.kind == "write_rank_table":
+                self.kube.write_rank_table(namespace, name, uid, action.table)
+                self.memos[key].rank_table = action.table
+            elif action.kind == "delete_job":
+                self.kube.delete_job(namespace, name)
+                return "deleted"
+        return again
+
+    def ensure_children(self, key: JobKey, job: dict, observed: Observed) -> None:
+        namespace, name = key
+        uid = job["metadata"]["uid"]
+        memo = self.memos[key]
+        sched = None
+        for manifest in render.services(name, namespace, uid):
+            live = self.kube.apply(manifest)
+            if manifest["metadata"]["name"] == names.sched_service(name):
+                sched = live
+        if observed.effective is not None:
+            self.kube.apply(render.job_config_map(observed.effective, namespace, uid))
+        if memo.rank_table is None:
+            self.kube.write_rank_table(namespace, name, uid, {"status": "initializing"})
+            memo.rank_table = {"status": "initializing"}
+        memo.sched_ip = service_ip(sched)
+        memo.generation = job["metadata"].get("generation")
+
+    def place(self, key: JobKey, job: dict, observed: Observed, decision, request) -> bool:
+        effective = observed.effective
+        with self.placement_lock:
+            started = time.perf_counter()
+            inventory = build_inventory(self.snapshot.nodes(), self.snapshot.npu_pods(), self.snapshot.device_infos(),
+                                        reserved=self.reserved(exclude=key))
+            placement = place(request, inventory)
+            metrics.PLACEMENT_SECONDS.observe(time.perf_counter() - started)
+            tier = request.tier_labels[0] if request.tier_labels else ""
+            events = placement_result(decision.status, effective, placement, observed.now,
+                                      job["metadata"].get("generation"), node_domains(inventory, tier))
+            if placement.ok:
+                attempt = decision.status["attempt"]
+                self.promised[key] = {names.pod_name(key[1], attempt, index): (node, effective.per_pod)
+                                      for index, node in enumerate(placement.nodes)}
+            else:
+                self.promised.pop(key, None)
+        for event in events:
+            self.kube.post_event(job, event.event_type, event.reason, event.message)
+        decision.requeue_after = FAST_REQUEUE_SECONDS if placement.ok else SLOW_REQUEUE_SECONDS
+        return placement.ok
+
+    def promise(self, key: JobKey, manifests: Iterable[dict], observed: Observed) -> None:
+        """Keeps the chips of pods about to be created counted until the watch shows them."""
+        promised = self.promised.setdefault(key, {})
+        for manifest in manifests:
+            node = manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0]
+            promised[manifest["metadata"]["name"]] = (node, observed.effective.per_pod)
+
+    def reserved(self, exclude: JobKey) -> dict[str, int]:
+        visible = {(pod["metadata"].get("namespace"), pod["metadata"]["name"]) for pod in self.snapshot.npu_pods()}
+        totals: dict[str, int] = {}
+        for key, pods in list(self.promised.items()):
+            if key == exclude:
+                continue
+            for pod_name, (node, chips) in list(pods.items()):
+                if (key[0], pod_name) in visible:
+                    del pods[pod_name]
+                else:
+                    totals[node] = totals.get(node, 0) + chips
+        return totals
+
+    def record(self, key: JobKey, job: dict, old: dict, new: dict) -> None:
+        """Metrics and bookkeeping on phase transitions."""
+        before, after = old.get("phase"), new.get("phase")
+        self.phases[key] = after or "Pending"
+        placed = next((c for c in new.get("conditions", []) if c["type"] == "Placed"), None)
+        if after == "Pending":
+            self.pending_reasons[key] = placed["reason"] if placed and placed["status"] == "False" else "Waiting"
+        if after in ("Succeeded", "Failed", "Suspended", "Restarting"):
+            self.promised.pop(key, None)
+        if after == before:
+            return
+        if after == "Running":
+            now = datetime.now(timezone.utc)
+            created = parse_time(job["metadata"].get("creationTimestamp"))
+            if created and int(new.get("attempt") or 1) == 1:
+                metrics.TIME_TO_RUNNING.observe((now - created).total_seconds())
+            released = parse_time(placed.get("lastTransitionTime")) if placed else None
+            if released:
+                metrics.RANK_TABLE_SECONDS.observe((now - released).total_seconds())
+        if after == "Restarting":
+            reason = next((c["reason"] for c in new.get("conditions", []) if c["type"] == "Restarting"), "Unknown")
+            metrics.RESTARTS.labels(namespace=key[0], reason=reason).inc()
+
+    def forget(self, key: JobKey) -> None:
+        for table in (self.promised, self.memos, self.phases, self.failures, self.pending_reasons):
+            table.pop(key, None)
+
+    def _publish_loop(self) -> None:
+        while not self.queue.closed:
+            self.publish_job_metrics()
+            time.sleep(5)
+
+    def publish_job_metrics(self) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        for (namespace, _), phase in list(self.phases.items()):
+            counts[(namespace, phase)] = counts.get((namespace, phase), 0) + 1
+        metrics.JOBS.clear()
+        for (namespace, phase), count in counts.items():
+            metrics.JOBS.labels(namespace=namespace, phase=phase).set(count)
+        pending: dict[str, int] = {}
+        for key, reason in list(self.pending_reasons.items()):
+            if self.phases.get(key) == "Pending":
+                pending[reason] = pending.get(reason, 0) + 1
+        metrics.JOBS_PENDING.clear()
+        for reason, count in pending.items():
+            metrics.JOBS_PENDING.labels(reason=reason).set(count)

@@ -1,0 +1,131 @@
+"""The only kopf decorators of the operator. Each handler is plain `def` and only indexes or enqueues:
+all reconcile work happens in `controller.Controller`'s worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import kopf
+
+from . import names
+from .api import GROUP, PLURAL, VERSION
+from .controller import Controller, JobKey, Snapshot
+from .kube import plain
+from .topology import RESOURCE
+
+DEVICE_INFO_LABEL = "mx-consumer-cim"
+CONTROLLER: Controller | None = None
+_indexes: dict[str, Any] = {}
+_indexes_bound = threading.Event()
+_node_signatures: dict[str, tuple] = {}
+
+
+def _copy(index_name: str, key=None) -> list[dict]:
+    """Copies an index (or one key of it); kopf mutates indexes on its loop thread while workers read them."""
+    _indexes_bound.wait(timeout=30)
+    index = _indexes.get(index_name)
+    if index is None:
+        return []
+    for _ in range(5):
+        try:
+            if key is not None:
+                return list(index.get(key, ()))
+            return [value for store in list(index.values()) for value in store]
+        except RuntimeError:  # "changed size during iteration": copy again
+            continue
+    return [value for store in list(index.values()) for value in store]
+
+
+def snapshot() -> Snapshot:
+    return Snapshot(nodes=lambda: _copy("ahj_nodes"), npu_pods=lambda: _copy("ahj_npu_pods"),
+                    job_pods=lambda key: _copy("ahj_job_pods", key), device_infos=lambda: _copy("ahj_device_infos"))
+
+
+def _bind(kwargs: dict) -> None:
+    if not _indexes_bound.is_set():
+        for name in ("ahj_nodes", "ahj_npu_pods", "ahj_job_pods", "ahj_device_infos"):
+            _indexes[name] = kwargs[name]
+        _indexes_bound.set()
+
+
+def _holds_npu(spec, **_) -> bool:
+    return any(RESOURCE in ((container.get("resources") or {}).get("limits") or {})
+               or RESOURCE in ((container.get("resources") or {}).get("requests") or {})
+               for container in (spec.get("containers") or []))
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.peering.standalone = True
+    settings.execution.max_workers = 16
+
+
+@kopf.on.cleanup()
+def stop(**_) -> None:
+    if CONTROLLER is not None:
+        CONTROLLER.stop()
+
+
+@kopf.index("nodes")
+def ahj_nodes(name, body, **_):
+    return {name: plain(body)}
+
+
+@kopf.index("pods", when=_holds_npu)
+def ahj_npu_pods(namespace, name, body, **_):
+    return {(namespace, name): plain(body)}
+
+
+@kopf.index("pods", labels={names.JOB_LABEL: kopf.PRESENT})
+def ahj_job_pods(namespace, labels, body, **_):
+    return {(namespace, labels[names.JOB_LABEL]): plain(body)}
+
+
+@kopf.index("configmaps", labels={DEVICE_INFO_LABEL: "true"})
+def ahj_device_infos(name, body, **_):
+    return {name: plain(body)}
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def job_changed(namespace, name, **kwargs) -> None:
+    _bind(kwargs)
+    key: JobKey = (namespace, name)
+    CONTROLLER.enqueue(key, delay=0.0)
+
+
+@kopf.on.event("pods", labels={names.JOB_LABEL: kopf.PRESENT})
+def job_pod_changed(namespace, labels, **kwargs) -> None:
+    _bind(kwargs)
+    CONTROLLER.enqueue((namespace, labels[names.JOB_LABEL]))
+
+
+@kopf.on.event("pods", when=_holds_npu)
+def npu_pod_changed(type, status, **kwargs) -> None:
+    _bind(kwargs)
+    if type == "DELETED" or (status or {}).get("phase") in ("Succeeded", "Failed"):
+        CONTROLLER.wake_pending()
+
+
+@kopf.on.event("nodes")
+def node_changed(name, type, body, **kwargs) -> None:
+    """Wakes jobs only when something placement or failure handling reads has changed (not on heartbeats)."""
+    _bind(kwargs)
+    status, spec = body.get("status") or {}, body.get("spec") or {}
+    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    signature = (type == "DELETED", ready, spec.get("unschedulable"), repr(spec.get("taints")),
+                 repr(status.get("allocatable")), repr(dict(body.get("metadata", {}).get("labels") or {})))
+    if _node_signatures.get(name) == signature:
+        return
+    _node_signatures[name] = signature
+    CONTROLLER.wake_pending()
+    if ready != "True":
+        CONTROLLER.wake_all()

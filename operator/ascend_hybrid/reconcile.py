@@ -1,0 +1,434 @@
+"""Pure reconcile: observed job + children + nodes → actions and the new status.
+
+Nothing here talks to the API. The shell (`controller.py`) executes the actions in order, then patches the
+status, then asks again; every decision is recomputed from what is observed, so a crash at any point is
+recovered by the next pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from . import layout as layouts, names, ranktable, render
+from .conditions import TERMINAL_PHASES, condition, parse_time, set_condition, timestamp
+from .planning import gang_request
+from .rules import Effective
+
+NODE_NOT_READY_GRACE_SECONDS = 30.0
+SLOW_REQUEUE_SECONDS = 30.0
+FAST_REQUEUE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # ensure_children | place | create_pods | remove_gates | delete_pods | write_rank_table | delete_job | event
+    pods: tuple = ()
+    table: dict | None = None
+    request: object = None
+    event_type: str = "Normal"
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Observed:
+    job: dict
+    effective: Effective | None
+    spec_problems: tuple[str, ...]
+    pods: tuple[dict, ...]          # every pod labelled with this job, all attempts
+    rank_table: dict | None         # hccl.json now in the ConfigMap; None when the ConfigMap is missing
+    children_ready: bool            # Services and ConfigMaps applied for this generation
+    sched_ip: str | None
+    nodes: dict                     # node name → Node, for NotReady detection
+    now: datetime
+    node_grace_seconds: float = NODE_NOT_READY_GRACE_SECONDS
+
+
+@dataclass
+class Decision:
+    actions: list[Action] = field(default_factory=list)
+    status: dict = field(default_factory=dict)
+    requeue_after: float | None = None
+
+    def emit(self, event_type: str, reason: str, message: str) -> None:
+        self.actions.append(Action("event", event_type=event_type, reason=reason, message=message))
+
+
+def pod_template_hash(effective: Effective) -> str:
+    spec = effective.spec
+    relevant = {"parallelism": spec.parallelism.model_dump(by_alias=True), "npu": spec.npu.model_dump(by_alias=True),
+                "template": spec.template.model_dump(by_alias=True)}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _labels(pod: dict) -> dict:
+    return pod.get("metadata", {}).get("labels") or {}
+
+
+def _attempt_of(pod: dict) -> int:
+    value = _labels(pod).get(names.ATTEMPT_LABEL, "0")
+    return int(value) if value.isdigit() else 0
+
+
+def _phase(pod: dict) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def _exit_code(pod: dict) -> int | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated is not None:
+            return terminated.get("exitCode")
+    return None
+
+
+def _node_not_ready_since(node: dict | None) -> datetime | None:
+    if node is None:
+        return None
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready" and cond.get("status") != "True":
+            return parse_time(cond.get("lastTransitionTime"))
+    return None
+
+
+def _gated(pod: dict) -> bool:
+    return any(gate.get("name") == names.GANG_GATE for gate in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def _deleting(pod: dict) -> bool:
+    return bool(pod.get("metadata", {}).get("deletionTimestamp"))
+
+
+def _names(pods) -> tuple[str, ...]:
+    return tuple(pod["metadata"]["name"] for pod in pods if not _deleting(pod))
+
+
+def pod_counts(pods: list[dict], total: int) -> dict:
+    phases = [_phase(pod) for pod in pods]
+    return {"total": total, "pending": total - sum(p in ("Running", "Succeeded", "Failed") for p in phases),
+            "running": phases.count("Running"), "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")}
+
+
+class _Pass:
+    """One reconcile pass; methods read `observed`, write `decision`."""
+
+    def __init__(self, observed: Observed):
+        self.o = observed
+        self.job = observed.job
+        self.meta = observed.job["metadata"]
+        self.generation = self.meta.get("generation")
+        self.d = Decision(status=copy.deepcopy(observed.job.get("status") or {}))
+        self.status = self.d.status
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+    def cond(self, kind: str, value: bool, reason: str, message: str = "") -> None:
+        set_condition(self.status, kind, value, reason, message, self.o.now, self.generation)
+
+    def phase(self, phase: str, message: str) -> None:
+        self.status["phase"], self.status["message"] = phase, message
+
+    def requeue(self, seconds: float) -> None:
+        current = self.d.requeue_after
+        self.d.requeue_after = seconds if current is None else min(current, seconds)
+
+    def act(self, kind: str, **values) -> None:
+        self.d.actions.append(Action(kind, **values))
+
+    def reset_rank_table(self) -> None:
+        if self.o.rank_table is not None and self.o.rank_table.get("status") != "initializing":
+            self.act("write_rank_table", table=dict(ranktable.INITIALIZING))
+        rank = self.status.setdefault("rankTable", {})
+        rank.update(configMap=names.rank_table_config_map(self.meta["name"]), status="initializing")
+        self.cond("RankTableReady", False, "Initializing", "waiting for every pod to run with its devices")
+
+    def delete(self, pods) -> None:
+        doomed = _names(pods)
+        if doomed:
+            self.act("delete_pods", pods=doomed)
+
+    def new_attempt(self) -> None:
+        self.status["attempt"] = int(self.status.get("attempt") or 0) + 1
+        self.status.pop("placement", None)
+
+    # -- the pass ----------------------------------------------------------------------------------------------
+    def run(self) -> Decision:
+        o, status = self.o, self.status
+        if o.effective is None:
+            return self.invalid()
+        e = o.effective
+        status["worldSize"], status["observedGeneration"] = e.world_size, self.generation
+        status.setdefault("restarts", 0)
+        if status.get("phase") in TERMINAL_PHASES:
+            return self.finished()
+        if not status.get("attempt"):
+            status["attempt"] = 1
+            self.cond("Created", True, "Created", f"world {e.world_size}: {e.pod_count} pods × {e.per_pod} NPUs")
+            self.phase("Pending", "waiting for placement")
+            self.d.emit("Normal", "Created", f"{e.pod_count} pods × {e.per_pod} {e.chip} NPUs, world {e.world_size}")
+        deadline = e.spec.run_policy.active_deadline_seconds
+        started = parse_time(status.get("startTime"))
+        if deadline and started:
+            remaining = deadline - (o.now - started).total_seconds()
+            if remaining <= 0:
+                return self.fail("DeadlineExceeded", f"active for more than activeDeadlineSeconds={deadline}")
+            self.requeue(remaining)
+        if e.spec.run_policy.suspend:
+            return self.suspended()
+        if status.get("phase") == "Suspended":
+            self.new_attempt()
+            self.cond("Suspended", False, "Resumed", "resumed: placing anew")
+            self.phase("Pending", "resumed: placing anew")
+            self.d.emit("Normal", "Resumed", "job resumed; placing a new attempt")
+        attempt = int(status["attempt"])
+        stale = [pod for pod in o.pods if _attempt_of(pod) != attempt]
+        if stale:
+            self.delete(stale)
+        current = {ranktable.pod_index(pod): pod for pod in o.pods if _attempt_of(pod) == attempt}
+        template_hash = pod_template_hash(e)
+        if current and status.get("podTemplateHash") not in (None, template_hash):
+            return self.restart_for_spec_change(list(current.values()))
+        placement = status.get("placement") or {}
+        if current and placement.get("attempt") == attempt:
+            failure = self.failure(current, placement)
+            if failure:
+                return self.restart(*failure, current=list(current.values()))
+            if len(current) == e.pod_count and all(_phase(p) == "Succeeded" for p in current.values()):
+                return self.succeeded(list(current.values()))
+        if placement.get("attempt") != attempt:
+            if stale:
+                self.phase(status.get("phase") or "Pending", "waiting for the previous attempt's pods to go")
+                self.requeue(FAST_REQUEUE_SECONDS)
+                return self.d
+            self.act("place", request=gang_request(e, status.get("avoidedNodes") or ()))
+            return self.d
+        return self.start(current, placement, template_hash)
+
+    def start(self, current: dict, placement: dict, template_hash: str) -> Decision:
+        o, e, status = self.o, self.o.effective, self.status
+        attempt = int(status["attempt"])
+        status["podTemplateHash"] = template_hash
+        status.setdefault("startTime", timestamp(o.now))
+        if not o.children_ready or not o.sched_ip:
+            self.act("ensure_children")
+            return self.d
+        nodes = placement["nodes"]
+        missing = [index for index in range(e.pod_count) if index not in current]
+        pods = list(current.values())
+        status["pods"] = pod_counts(pods, e.pod_count)
+        if missing:
+            manifests = tuple(render.pod(e, self.meta["namespace"], self.meta["uid"], attempt, index, nodes[index],
+                                         o.sched_ip) for index in missing)
+            self.act("create_pods", pods=manifests)
+            self.phase("Placing", f"creating {len(missing)} of {e.pod_count} pods (gated)")
+            self.requeue(FAST_REQUEUE_SECONDS)
+            return self.d
+        gated = [pod for pod in pods if _gated(pod)]
+        if gated:
+            self.act("remove_gates", pods=_names(gated))
+            self.phase("Starting", f"all {e.pod_count} pods exist; releasing the gang to the scheduler")
+            self.d.emit("Normal", "GangReleased", f"all {e.pod_count} pods created; scheduling gates removed")
+            self.requeue(FAST_REQUEUE_SECONDS)
+            return self.d
+        unbound = [pod for pod in pods if not (pod.get("spec") or {}).get("nodeName")]
+        if unbound:
+            return self.waiting_for_binding(pods, unbound)
+        table = ranktable.build_rank_table(pods, e.per_pod, self.super_pods(nodes), pod_count=e.pod_count)
+        rank = status.setdefault("rankTable", {})
+        rank["configMap"] = names.rank_table_config_map(self.meta["name"])
+        if table["status"] == "completed":
+            if o.rank_table != table:
+                self.act("write_rank_table", table=table)
+            rank.update(status="completed", version=table["version"])
+            if not condition(status, "RankTableReady") or condition(status, "RankTableReady")["status"] != "True":
+                self.d.emit("Normal", "RankTableReady", f"hccl.json completed for {e.world_size} ranks")
+            self.cond("RankTableReady", True, "Completed", f"hccl.json v{table['version']} lists {e.world_size} ranks")
+            if status.get("phase") != "Running":
+                self.d.emit("Normal", "Running", f"attempt {attempt}: {e.pod_count} pods running")
+            self.cond("Running", True, "AllPodsRunning", f"attempt {attempt}")
+            self.cond("Restarting", False, "Running", f"attempt {attempt} running")
+            self.phase("Running", f"attempt {attempt}: {e.pod_count} pods running, rank table completed")
+            self.requeue(SLOW_REQUEUE_SECONDS)
+        else:
+            if o.rank_table is not None and o.rank_table.get("status") == "completed":
+                self.reset_rank_table()
+            waiting = ranktable.missing_for_completion(pods, e.per_pod, e.pod_count)
+            rank["status"] = "initializing"
+            self.cond("RankTableReady", False, "WaitingForPods", "; ".join(waiting[:3]))
+            self.phase("Starting", f"waiting for {len(waiting)} pods: {waiting[0]}")
+            self.requeue(FAST_REQUEUE_SECONDS)
+        return self.d
+
+    def super_pods(self, nodes: list[str]) -> dict[str, str] | None:
+        if self.o.effective.chip != "A3":
+            return None
+        ids = {}
+        for node in set(nodes):
+            labels = ((self.o.nodes.get(node) or {}).get("metadata") or {}).get("labels") or {}
+            ids[node] = labels.get("huawei.com/topotree.superpodid", "0")
+        return ids
+
+    def waiting_for_binding(self, pods: list[dict], unbound: list[dict]) -> Decision:
+        e, status = self.o.effective, self.status
+        created = min(parse_time(pod["metadata"].get("creationTimestamp")) or self.o.now for pod in pods)
+        waited = (self.o.now - created).total_seconds()
+        limit = e.spec.run_policy.scheduling_timeout_seconds
+        if waited >= limit:
+            names_ = ", ".join(p["metadata"]["name"] for p in unbound[:5])
+            message = f"{len(unbound)} pods not bound within schedulingTimeoutSeconds={limit} ({names_}); re-planning"
+            self.delete(pods)
+            self.reset_rank_table()
+            self.new_attempt()
+            self.cond("Placed", False, "SchedulingTimeout", message)
+            self.phase("Pending", message)
+            self.d.emit("Warning", "SchedulingTimeout", message)
+            self.requeue(FAST_REQUEUE_SECONDS)
+            return self.d
+        self.phase("Starting", f"{len(unbound)} of {len(pods)} pods waiting for the scheduler")
+        self.requeue(min(FAST_REQUEUE_SECONDS, limit - waited))
+        return self.d
+
+    def failure(self, current: dict, placement: dict) -> tuple[str, str, list[str]] | None:
+        """(reason, message, nodes to avoid) of the first broken pod, or None."""
+        e = self.o.effective
+        for index in sorted(current):
+            pod = current[index]
+            node = (pod.get("spec") or {}).get("nodeName") or placement["nodes"][index]
+            if _phase(pod) == "Failed":
+                code = _exit_code(pod)
+                reason = (pod.get("status") or {}).get("reason") or "Error"
+                return ("PodFailed", f"pod {pod['metadata']['name']} on node {node} failed: exit code {code} ({reason})",
+                        [node])
+        for index in sorted(current):
+            pod = current[index]
+            node = (pod.get("spec") or {}).get("nodeName")
+            since = _node_not_ready_since(self.o.nodes.get(node)) if node else None
+            if since is not None:
+                waited = (self.o.now - since).total_seconds()
+                if waited >= self.o.node_grace_seconds:
+                    return ("NodeNotReady", f"node {node} of pod {pod['metadata']['name']} NotReady for {waited:.0f}s", [node])
+                self.requeue(self.o.node_grace_seconds - waited)
+        if self.status.get("phase") in ("Starting", "Running") and len(current) < e.pod_count:
+            lost = sorted(set(range(e.pod_count)) - set(current))
+            name = names.pod_name(self.meta["name"], int(self.status["attempt"]), lost[0])
+            return ("PodDeleted", f"pod {name} (index {lost[0]}) disappeared", [])
+        return None
+
+    def restart(self, reason: str, message: str, avoid: list[str], current: list[dict]) -> Decision:
+        e, status = self.o.effective, self.status
+        restarts = int(status.get("restarts") or 0) + 1
+        limit = e.spec.run_policy.backoff_limit
+        if restarts > limit:
+            return self.fail("BackoffLimitExceeded", f"{message}; backoffLimit={limit} restarts exhausted")
+        status["restarts"] = restarts
+        status["avoidedNodes"] = sorted(set(status.get("avoidedNodes") or []) | set(avoid))
+        self.delete(current)
+        self.reset_rank_table()
+        self.new_attempt()
+        text = f"{message}; restarting the whole gang as attempt {status['attempt']} ({restarts}/{limit})"
+        self.cond("Restarting", True, reason, text)
+        self.cond("Running", False, reason, message)
+        self.phase("Restarting", text)
+        self.d.emit("Warning", reason, text)
+        self.requeue(FAST_REQUEUE_SECONDS)
+        return self.d
+
+    def restart_for_spec_change(self, current: list[dict]) -> Decision:
+        self.delete(current)
+        self.reset_rank_table()
+        self.new_attempt()
+        message = f"parallelism, npu or template changed; restarting as attempt {self.status['attempt']}"
+        self.cond("Restarting", True, "SpecChanged", message)
+        self.phase("Restarting", message)
+        self.d.emit("Normal", "SpecChanged", message)
+        self.requeue(FAST_REQUEUE_SECONDS)
+        return self.d
+
+    def succeeded(self, current: list[dict]) -> Decision:
+        self.status["completionTime"] = timestamp(self.o.now)
+        self.status["pods"] = pod_counts(current, self.o.effective.pod_count)
+        self.cond("Running", False, "Completed", "all pods succeeded")
+        self.cond("Succeeded", True, "AllPodsSucceeded", f"attempt {self.status['attempt']} succeeded")
+        self.phase("Succeeded", f"all {len(current)} pods succeeded")
+        self.d.emit("Normal", "Succeeded", f"all {len(current)} pods succeeded")
+        return self.finished(first=True)
+
+    def fail(self, reason: str, message: str) -> Decision:
+        self.status["completionTime"] = timestamp(self.o.now)
+        self.cond("Running", False, reason, message)
+        self.cond("Failed", True, reason, message)
+        self.phase("Failed", message)
+        self.d.emit("Warning", reason, message)
+        return self.finished(first=True)
+
+    def invalid(self) -> Decision:
+        if self.status.get("phase") == "Failed":
+            return self.finished()
+        message = "; ".join(self.o.spec_problems)
+        return self.fail("InvalidSpec", message)
+
+    def finished(self, first: bool = False) -> Decision:
+        """Terminal: apply cleanPodPolicy, then the TTL."""
+        e = self.o.effective
+        policy = e.spec.run_policy.clean_pod_policy if e else "All"
+        if policy == "All":
+            self.delete(self.o.pods)
+        elif policy == "Running":
+            self.delete([pod for pod in self.o.pods if _phase(pod) not in ("Succeeded", "Failed")])
+        ttl = e.spec.run_policy.ttl_seconds_after_finished if e else None
+        finished = parse_time(self.status.get("completionTime"))
+        if ttl is not None and finished is not None:
+            left = ttl - (self.o.now - finished).total_seconds()
+            if left <= 0 and not first:
+                self.act("delete_job")
+            else:
+                self.requeue(max(left, 0.5))
+        return self.d
+
+    def suspended(self) -> Decision:
+        if self.o.pods:
+            self.delete(self.o.pods)
+        self.reset_rank_table()
+        self.status.pop("placement", None)
+        self.status["pods"] = pod_counts([], 0)
+        if self.status.get("phase") != "Suspended":
+            self.d.emit("Normal", "Suspended", "job suspended; pods deleted")
+        self.cond("Suspended", True, "Suspended", "spec.runPolicy.suspend is true")
+        self.cond("Running", False, "Suspended", "suspended")
+        self.phase("Suspended", "suspended: pods deleted, spec kept")
+        if self.o.pods:
+            self.requeue(FAST_REQUEUE_SECONDS)
+        return self.d
+
+
+def decide(observed: Observed) -> Decision:
+    return _Pass(observed).run()
+
+
+def placement_result(status: dict, effective: Effective, placement, now: datetime, generation, inventory_domains) -> list[Action]:
+    """Records a placement outcome in `status`; returns the events to post."""
+    events: list[Action] = []
+    attempt = int(status.get("attempt") or 1)
+    previous_reason = (status.get("placement") or {}).get("reason")
+    if placement.ok:
+        layout = layouts.from_effective(effective)
+        racks = {inventory_domains.get(node) for node in placement.nodes}
+        status["placement"] = {
+            "attempt": attempt, "nodes": list(placement.nodes),
+            "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layout, placement.nodes),
+            "racks": len(racks),
+        }
+        message = f"attempt {attempt}: {effective.pod_count} pods on {len(set(placement.nodes))} nodes in {len(racks)} racks"
+        set_condition(status, "Placed", True, "Placed", message, now, generation)
+        status["phase"], status["message"] = "Placing", message
+        events.append(Action("event", event_type="Normal", reason="Placed", message=message))
+    else:
+        status["placement"] = {"attempt": None, "nodes": [], "reason": placement.reason}
+        set_condition(status, "Placed", False, "Unschedulable", placement.reason, now, generation)
+        status["phase"], status["message"] = "Pending", placement.reason
+        if placement.reason != previous_reason:
+            events.append(Action("event", event_type="Warning", reason="Unschedulable", message=placement.reason))
+    return events
