@@ -28,6 +28,8 @@ def load_objects(path: str) -> list[dict]:
         documents = list(yaml.safe_load_all(text))
     except OSError as error:
         raise InputError(f"{path}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     except yaml.YAMLError as error:
         raise InputError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from None
     objects: list[dict] = []
@@ -36,7 +38,7 @@ def load_objects(path: str) -> list[dict]:
             continue
         if not isinstance(document, dict):
             raise InputError(f"{path}: expected Kubernetes objects, found {type(document).__name__}")
-        if document.get("kind", "").endswith("List") and isinstance(document.get("items"), list):
+        if str(document.get("kind") or "").endswith("List") and isinstance(document.get("items"), list):
             objects.extend(item for item in document["items"] if isinstance(item, dict))
         else:
             objects.append(document)
@@ -126,12 +128,20 @@ def cmd_ranktable(args) -> int:
     _, effective = load_job(args.file)
     objects = load_objects(args.pods)
     from .names import ATTEMPT_LABEL, JOB_LABEL
-    pods = [p for p in _of_kind(objects, "Pod")
-            if (p.get("metadata", {}).get("labels") or {}).get(JOB_LABEL) == effective.name]
+
+    def labels(obj: dict) -> dict:
+        metadata = obj.get("metadata")
+        return (metadata.get("labels") if isinstance(metadata, dict) else None) or {}
+
+    def attempt(pod: dict) -> int:
+        value = str(labels(pod).get(ATTEMPT_LABEL, "1"))
+        return int(value) if value.isdecimal() else 0
+
+    pods = [p for p in _of_kind(objects, "Pod") if labels(p).get(JOB_LABEL) == effective.name]
     if not pods:
         raise InputError(f"{args.pods}: no pods labelled {JOB_LABEL}={effective.name}")
-    latest = max(int(p["metadata"]["labels"].get(ATTEMPT_LABEL, "1")) for p in pods)
-    pods = [p for p in pods if int(p["metadata"]["labels"].get(ATTEMPT_LABEL, "1")) == latest]
+    latest = max(attempt(p) for p in pods)
+    pods = [p for p in pods if attempt(p) == latest]
     super_pods = None
     if effective.chip == "A3":
         nodes = _of_kind(objects, "Node")

@@ -62,6 +62,10 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
     if node.get("additionalProperties") is True:
         node.pop("additionalProperties")
         node["x-kubernetes-preserve-unknown-fields"] = True
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        # JSON Schema 2020 (pydantic) writes the bound itself; OpenAPI v3.0 (Kubernetes) wants a boolean flag.
+        if not isinstance(node.get(exclusive, True), bool):
+            node[bound], node[exclusive] = node[exclusive], True
     if "enum" in node and "type" not in node:
         node["type"] = "string"
     if "default" in node and node["default"] is None:
@@ -109,9 +113,17 @@ def spec_schema() -> dict[str, Any]:
     return schema
 
 
+def _without_defaults(schema: Any) -> Any:
+    """The status is written by the operator only; apiserver defaults would show empty objects in it."""
+    if isinstance(schema, dict):
+        return {key: _without_defaults(value) for key, value in schema.items() if key != "default"}
+    if isinstance(schema, list):
+        return [_without_defaults(item) for item in schema]
+    return schema
+
+
 def status_schema() -> dict[str, Any]:
-    schema = _model_schema(api.AscendHybridJobStatus)
-    schema.pop("default", None)
+    schema = _without_defaults(_model_schema(api.AscendHybridJobStatus))
     schema["description"] = "Observed state written by the operator."
     return schema
 
@@ -127,7 +139,7 @@ def build() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string", "description": "API version of this object."},
             "kind": {"type": "string", "description": "Kind of this object."},
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            "metadata": {"type": "object"},
             "spec": spec,
             "status": status,
         },

@@ -36,6 +36,8 @@ def run(args) -> int:
     from .kube import Kube
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level != "DEBUG":
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled event drowns the rest
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it too
     try:

@@ -28,8 +28,20 @@ def _environment() -> Environment:
                        keep_trailing_newline=True, autoescape=False)
 
 
+def _join_surrogates(value: Any) -> Any:
+    """`tojson` escapes characters beyond U+FFFF as JSON surrogate pairs, which YAML reads as two lone surrogates."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16") if any(
+            "\ud800" <= char <= "\udfff" for char in value) else value
+    if isinstance(value, dict):
+        return {_join_surrogates(key): _join_surrogates(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_join_surrogates(item) for item in value]
+    return value
+
+
 def _render(template: str, **values: Any) -> dict:
-    return yaml.safe_load(_environment().get_template(template).render(**values))
+    return _join_surrogates(yaml.safe_load(_environment().get_template(template).render(**values)))
 
 
 def owner_references(job: str, uid: str) -> list[dict]:
@@ -96,7 +108,7 @@ def pod_env(effective: Effective, index: int, sched_ip: str) -> list[dict]:
     }
     if hccl.socket_ifname:
         values["HCCL_SOCKET_IFNAME"] = hccl.socket_ifname
-    values.update(hccl.env)
+    values.update({key: value for key, value in hccl.env.items() if key not in RANK_VARIABLES})
     values["AHJ_PARALLEL"] = json.dumps(effective.degrees, sort_keys=True)
     values["AHJ_JOB_CONFIG"] = names.JOB_CONFIG_FILE
     if spec.training.checkpoint:

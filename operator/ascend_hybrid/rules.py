@@ -6,8 +6,9 @@ Each rule is written once here with both forms, so the apiserver (CEL, at admiss
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pydantic import ValidationError
 
@@ -106,8 +107,10 @@ def _cel_known(field: str) -> str:
     return f"(has(self.model.{field}) || self.model.preset != 'custom')"
 
 
-def _s(expression: str) -> str:
-    return f"string({expression})"
+def _fmt(template: str, *arguments: str) -> str:
+    """A CEL messageExpression via the strings `format` function: the apiserver's cost estimator refuses
+    `string(int)` concatenations (unbounded size), but accepts format."""
+    return f"'{template}'.format([{', '.join(arguments)}])"
 
 
 def _world(e: Effective) -> str | None:
@@ -192,40 +195,45 @@ def _global_batch(e: Effective) -> str | None:
 
 RULES: tuple[Rule, ...] = (
     Rule(_world, f"{_CEL_WORLD} <= {MAX_WORLD_SIZE}",
-         f"'spec.parallelism: world size data×tensor×pipeline=' + {_s(_CEL_WORLD)} + ' exceeds {MAX_WORLD_SIZE}'"),
+         _fmt(f"spec.parallelism: world size data×tensor×pipeline=%d exceeds {MAX_WORLD_SIZE}", _CEL_WORLD)),
     Rule(_per_pod_divides_world, f"{_CEL_WORLD} % {_CEL_PER_POD} == 0",
-         f"'spec.npu.perPod=' + {_s(_CEL_PER_POD)} + ' must divide the world size data×tensor×pipeline=' + {_s(_CEL_WORLD)}"),
+         _fmt("spec.npu.perPod=%d must divide the world size data×tensor×pipeline=%d", _CEL_PER_POD, _CEL_WORLD)),
     Rule(_tensor_divides_per_pod, f"{_CEL_PER_POD} % self.parallelism.tensor == 0",
-         f"'spec.parallelism.tensor=' + string(self.parallelism.tensor) + ' must divide spec.npu.perPod=' + {_s(_CEL_PER_POD)}"),
+         _fmt("spec.parallelism.tensor=%d must divide spec.npu.perPod=%d", "self.parallelism.tensor", _CEL_PER_POD)),
     Rule(_per_pod_allowed,
          "self.npu.chip == '910A' ? " + _CEL_PER_POD + " in [1, 2, 4, 8] : (self.npu.chip == 'A3' ? "
          + _CEL_PER_POD + " % 2 == 0 : " + _CEL_PER_POD + " <= 8)",
-         "'spec.npu.perPod=' + " + _s(_CEL_PER_POD) + " + ' is not allowed for chip ' + self.npu.chip + "
-         "(self.npu.chip == '910A' ? ' (allowed: 1, 2, 4, 8)' : (self.npu.chip == 'A3' ? "
-         "' (allowed: 2, 4, 6, 8, 10, 12, 14, 16)' : ' (allowed: 1, 2, 3, 4, 5, 6, 7, 8)'))"),
+         _fmt("spec.npu.perPod=%d is not allowed for chip %s (allowed: %s)", _CEL_PER_POD, "self.npu.chip",
+              "self.npu.chip == '910A' ? '1, 2, 4, 8' : (self.npu.chip == 'A3' ? "
+              "'2, 4, 6, 8, 10, 12, 14, 16' : '1, 2, 3, 4, 5, 6, 7, 8')")),
     Rule(_micro_batches, f"self.parallelism.pipeline == 1 || {_CEL_MICRO} >= self.parallelism.pipeline",
-         f"'spec.parallelism.microBatches=' + {_s(_CEL_MICRO)} + ' must be ≥ spec.parallelism.pipeline=' + string(self.parallelism.pipeline)"),
+         _fmt("spec.parallelism.microBatches=%d must be ≥ spec.parallelism.pipeline=%d", _CEL_MICRO,
+              "self.parallelism.pipeline")),
     Rule(_custom_required),
     Rule(_model_divisible("layers", "spec.parallelism.pipeline", lambda e: e.pipeline),
          f"!{_cel_known('layers')} || {_cel_model('layers')} % self.parallelism.pipeline == 0",
-         f"'spec.model.layers=' + {_s(_cel_model('layers'))} + ' must be divisible by spec.parallelism.pipeline=' + string(self.parallelism.pipeline)"),
+         _fmt("spec.model.layers=%d must be divisible by spec.parallelism.pipeline=%d", _cel_model("layers"),
+              "self.parallelism.pipeline")),
     Rule(_model_divisible("heads", "spec.parallelism.tensor", lambda e: e.tensor),
          f"!{_cel_known('heads')} || {_cel_model('heads')} % self.parallelism.tensor == 0",
-         f"'spec.model.heads=' + {_s(_cel_model('heads'))} + ' must be divisible by spec.parallelism.tensor=' + string(self.parallelism.tensor)"),
+         _fmt("spec.model.heads=%d must be divisible by spec.parallelism.tensor=%d", _cel_model("heads"),
+              "self.parallelism.tensor")),
     Rule(_model_divisible("hidden", "spec.model.heads", lambda e: e.model.get("heads"))),
     Rule(_expert_needs_experts),
     Rule(_experts_divisible),
     Rule(_expert_divides_group,
          "self.parallelism.expert == 1 || (self.parallelism.expertPlacement == 'intraNode' ? "
          f"{_CEL_PER_POD} % self.parallelism.expert == 0 : self.parallelism.data % self.parallelism.expert == 0)",
-         "self.parallelism.expertPlacement == 'intraNode' ? 'spec.parallelism.expert=' + string(self.parallelism.expert) + "
-         f"' must divide spec.npu.perPod=' + {_s(_CEL_PER_POD)} + ' (expertPlacement intraNode)' : "
-         "'spec.parallelism.expert=' + string(self.parallelism.expert) + ' must divide spec.parallelism.data=' + "
-         "string(self.parallelism.data) + ' (expertPlacement dataParallel)'"),
+         "self.parallelism.expertPlacement == 'intraNode' ? "
+         + _fmt("spec.parallelism.expert=%d must divide spec.npu.perPod=%d (expertPlacement intraNode)",
+                "self.parallelism.expert", _CEL_PER_POD)
+         + " : "
+         + _fmt("spec.parallelism.expert=%d must divide spec.parallelism.data=%d (expertPlacement dataParallel)",
+                "self.parallelism.expert", "self.parallelism.data")),
     Rule(_global_batch,
          f"!has(self.training.globalBatchSize) || self.training.globalBatchSize % (self.parallelism.data * {_CEL_MICRO}) == 0",
-         "'spec.training.globalBatchSize=' + string(self.training.globalBatchSize) + ' must be a multiple of data×microBatches=' + "
-         f"string(self.parallelism.data * {_CEL_MICRO})"),
+         _fmt("spec.training.globalBatchSize=%d must be a multiple of data×microBatches=%d",
+              "self.training.globalBatchSize", f"self.parallelism.data * {_CEL_MICRO}")),
 )
 
 NAME_RULE_CEL = f"size(self.metadata.name) <= {MAX_JOB_NAME}"
@@ -233,7 +241,7 @@ NAME_RULE_MESSAGE = f"metadata.name must be at most {MAX_JOB_NAME} characters (p
 
 
 def _pydantic_problem(error: dict) -> str:
-    path = ".".join(["spec", *(str(part) for part in error["loc"])])
+    path = "spec" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
     kind, context, value = error["type"], error.get("ctx", {}), error.get("input")
     if kind == "extra_forbidden":
         return f"{path}: unknown field"
@@ -248,17 +256,29 @@ def _pydantic_problem(error: dict) -> str:
     return f"{path}={value!r}: {error['msg'].lower()}"
 
 
-def parse(body: dict) -> Effective:
+def _json_default(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else str(value)  # YAML dates become strings, as with kubectl
+
+
+def parse(body: Mapping) -> Effective:
     """Validates a whole AscendHybridJob object (as the API returns it); raises SpecError listing every problem."""
-    name = (body.get("metadata") or {}).get("name") or ""
+    metadata = body.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
     problems: list[str] = []
-    if len(name) > MAX_JOB_NAME:
+    if name is None or name == "":
+        problems.append("metadata.name: is required")
+        name = ""
+    elif not isinstance(name, str):
+        problems.append(f"metadata.name={name!r}: must be a string")
+        name = ""
+    elif len(name) > MAX_JOB_NAME:
         problems.append(f"metadata.name={name!r}: {NAME_RULE_MESSAGE.removeprefix('metadata.name ')}")
     spec_body = body.get("spec")
-    if not isinstance(spec_body, dict):
+    if not isinstance(spec_body, Mapping):
         raise SpecError([*problems, "spec: is required (an object with at least spec.parallelism)"])
     try:
-        spec = AscendHybridJobSpec.model_validate(spec_body)
+        # Strict JSON validation sees the spec as the apiserver does: "2" or true is no integer, 1 is no string.
+        spec = AscendHybridJobSpec.model_validate_json(json.dumps(spec_body, default=_json_default), strict=True)
     except ValidationError as error:
         raise SpecError([*problems, *(_pydantic_problem(item) for item in error.errors())]) from None
     effective = resolve(name, spec)

@@ -1,0 +1,38 @@
+# The two commands of the README: `make demo` and `make test`. Everything else is set up by them.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test unit setup toolchain crd lint bench clean
+
+demo: setup toolchain
+	$(BIN)/ascend-hybrid demo
+
+test: setup toolchain
+	$(BIN)/ascend-hybrid crd check
+	$(BIN)/pytest; status=$$?; \
+	  if [ $$status -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi; \
+	  exit $$status
+
+unit: setup
+	$(BIN)/pytest tests/unit
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,trainer]'
+	touch $@
+
+toolchain: setup
+	$(BIN)/ascend-hybrid dev-cluster build
+
+crd: setup
+	$(BIN)/ascend-hybrid crd write
+
+bench: setup toolchain
+	for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info
