@@ -29,8 +29,10 @@ RAW_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
 class ApiModel(BaseModel):
+    # validate_default: defaults go through validation too, so use_enum_values turns them into plain strings
+    # (an Enum default would print as `Chip.ascend_910b` in messages and output).
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              use_enum_values=True)
+                              use_enum_values=True, validate_default=True)
 
 
 class ExpertPlacement(str, Enum):

@@ -7,6 +7,7 @@ Each rule is written once here with both forms, so the apiserver (CEL, at admiss
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -101,6 +102,12 @@ _CEL_WORLD = "(self.parallelism.data * self.parallelism.tensor * self.parallelis
 def _cel_model(field: str) -> str:
     presets = ", ".join(f"'{preset}': {values[field] or 0}" for preset, values in MODEL_PRESETS.items())
     return f"(has(self.model.{field}) ? self.model.{field} : {{{presets}}}[self.model.preset])"
+
+
+def _cel_model_or_zero(field: str) -> str:
+    """Like _cel_model, with custom's default of 0 for fields (experts) that custom may leave out."""
+    presets = ", ".join(f"'{preset}': {values[field] or 0}" for preset, values in MODEL_PRESETS.items())
+    return f"(has(self.model.{field}) ? self.model.{field} : {{{presets}, 'custom': 0}}[self.model.preset])"
 
 
 def _cel_known(field: str) -> str:
@@ -218,9 +225,16 @@ RULES: tuple[Rule, ...] = (
          f"!{_cel_known('heads')} || {_cel_model('heads')} % self.parallelism.tensor == 0",
          _fmt("spec.model.heads=%d must be divisible by spec.parallelism.tensor=%d", _cel_model("heads"),
               "self.parallelism.tensor")),
-    Rule(_model_divisible("hidden", "spec.model.heads", lambda e: e.model.get("heads"))),
-    Rule(_expert_needs_experts),
-    Rule(_experts_divisible),
+    Rule(_model_divisible("hidden", "spec.model.heads", lambda e: e.model.get("heads")),
+         f"!{_cel_known('hidden')} || !{_cel_known('heads')} || {_cel_model('hidden')} % {_cel_model('heads')} == 0",
+         _fmt("spec.model.hidden=%d must be divisible by spec.model.heads=%d", _cel_model("hidden"), _cel_model("heads"))),
+    Rule(_expert_needs_experts, f"self.parallelism.expert == 1 || {_cel_model_or_zero('experts')} > 0",
+         _fmt("spec.parallelism.expert=%d needs spec.model.experts > 0", "self.parallelism.expert")),
+    Rule(_experts_divisible,
+         f"self.parallelism.expert == 1 || {_cel_model_or_zero('experts')} == 0 || "
+         f"{_cel_model_or_zero('experts')} % self.parallelism.expert == 0",
+         _fmt("spec.model.experts=%d must be divisible by spec.parallelism.expert=%d", _cel_model_or_zero("experts"),
+              "self.parallelism.expert")),
     Rule(_expert_divides_group,
          "self.parallelism.expert == 1 || (self.parallelism.expertPlacement == 'intraNode' ? "
          f"{_CEL_PER_POD} % self.parallelism.expert == 0 : self.parallelism.data % self.parallelism.expert == 0)",
@@ -236,8 +250,11 @@ RULES: tuple[Rule, ...] = (
               "self.training.globalBatchSize", f"self.parallelism.data * {_CEL_MICRO}")),
 )
 
-NAME_RULE_CEL = f"size(self.metadata.name) <= {MAX_JOB_NAME}"
-NAME_RULE_MESSAGE = f"metadata.name must be at most {MAX_JOB_NAME} characters (pod names <job>-a<attempt>-<index> must stay valid labels)"
+NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1035 label: the job's name is also its Services' names
+NAME_RULE_CEL = f"size(self.metadata.name) <= {MAX_JOB_NAME} && self.metadata.name.matches('{NAME_PATTERN}')"
+NAME_RULE_MESSAGE = (f"metadata.name must be at most {MAX_JOB_NAME} characters (pod names <job>-a<attempt>-<index> "
+                     "must stay valid labels) of lowercase letters, digits and '-', starting with a letter "
+                     "(Service names)")
 
 
 def _pydantic_problem(error: dict) -> str:
@@ -271,7 +288,7 @@ def parse(body: Mapping) -> Effective:
     elif not isinstance(name, str):
         problems.append(f"metadata.name={name!r}: must be a string")
         name = ""
-    elif len(name) > MAX_JOB_NAME:
+    elif len(name) > MAX_JOB_NAME or not re.match(NAME_PATTERN, name):
         problems.append(f"metadata.name={name!r}: {NAME_RULE_MESSAGE.removeprefix('metadata.name ')}")
     spec_body = body.get("spec")
     if not isinstance(spec_body, Mapping):

@@ -1,0 +1,62 @@
+"""The repository's top-level `operator/` folder must never shadow the standard library's `operator` module."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import importlib.machinery, json, sys
+spec = importlib.machinery.PathFinder.find_spec("operator", sys.path)
+import operator
+import ascend_hybrid, ascend_hybrid.cli, ascend_hybrid.render
+from importlib.resources import files
+print(json.dumps({
+    "found": spec.origin if spec else None,
+    "namespace": bool(spec and spec.origin is None),
+    "file": getattr(operator, "__file__", None),
+    "itemgetter": operator.itemgetter(1)([0, 7]),
+    "package": ascend_hybrid.__file__,
+    "templates": sorted(p.name for p in (files("ascend_hybrid") / "templates").iterdir()),
+}))
+"""
+
+
+@pytest.mark.parametrize("how", ["cwd", "sys.path", "PYTHONPATH"])
+def test_operator_is_the_standard_library(repo_root, how, tmp_path):
+    env = None
+    cwd = tmp_path
+    code = PROBE
+    if how == "cwd":
+        cwd = repo_root
+    elif how == "sys.path":
+        code = f"import sys; sys.path.insert(0, {str(repo_root)!r})\n" + PROBE
+    else:
+        import os
+        env = {**os.environ, "PYTHONPATH": str(repo_root)}
+    result = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    stdlib = sys.modules["operator"].__file__
+    assert found["itemgetter"] == 7
+    assert found["file"] == stdlib
+    assert found["found"] == stdlib, "sys.path lookup of `operator` must resolve to the standard library"
+    assert not found["namespace"]
+    assert found["package"] == str(repo_root / "operator" / "ascend_hybrid" / "__init__.py")
+    assert {"pod.yaml.j2", "service.yaml.j2", "configmap.yaml.j2"} <= set(found["templates"])
+
+
+def test_repo_operator_folder_is_no_package(repo_root):
+    assert (repo_root / "operator" / "ascend_hybrid" / "__init__.py").exists()
+    assert not (repo_root / "operator" / "__init__.py").exists()
+    assert not (repo_root / "operator.py").exists()
+
+
+def test_console_script_is_installed(cli_path):
+    result = subprocess.run([str(cli_path), "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    for command in ("validate", "layout", "render", "ranktable", "crd"):
+        assert command in result.stdout
