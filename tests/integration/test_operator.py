@@ -1,0 +1,244 @@
+"""The operator end to end on the real apiserver + scheduler + kwok of the simulated cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+from kubernetes import client
+
+from ascend_hybrid import names, toolchain
+from ascend_hybrid.devcluster import fleet
+from ascend_hybrid.devcluster.nodes import plan_nodes
+from ascend_hybrid.devcluster.paths import load_settings
+
+from operator_harness import Jobs, OperatorProcess, example, job_manifest, wait_for
+
+pytestmark = pytest.mark.integration
+
+FAIL = {"sim.hybrid.ascend.dev/outcome": "fail", "sim.hybrid.ascend.dev/exit-code": "3"}
+SUCCEED = {"sim.hybrid.ascend.dev/outcome": "succeed", "sim.hybrid.ascend.dev/after-seconds": "2"}
+
+
+SEED_NODES = 16
+
+
+def add_910b_nodes(dev_cluster, count: int) -> list[str]:
+    existing = fleet.existing_sim_nodes(dev_cluster.core)
+    per_rack = load_settings(dev_cluster.paths).nodes_per_rack if dev_cluster.paths else 2
+    start = max(existing, default=0) + 1
+    nodes = plan_nodes(start, count, "910B", per_rack)
+    fleet.create_nodes(dev_cluster.core, nodes)
+    fleet.wait_nodes_ready(dev_cluster.core, {node.name for node in nodes}, timeout=60)
+    return [node.name for node in nodes]
+
+
+@pytest.fixture(scope="module")
+def ascend_cluster(dev_cluster):
+    """The session cluster with at least the 16 × 8 910B NPUs the seed example needs."""
+    missing = SEED_NODES - len(dev_cluster.nodes("910B"))
+    if missing > 0:
+        add_910b_nodes(dev_cluster, missing)
+    return dev_cluster
+
+
+@pytest.fixture
+def operator(ascend_cluster, tmp_path):
+    process = OperatorProcess(str(ascend_cluster.kubeconfig), tmp_path / "operator.log").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def jobs(ascend_cluster, namespace, operator):
+    handle = Jobs(ascend_cluster.api, namespace, operator)
+    yield handle
+    for job in handle.custom.list_namespaced_custom_object("hybrid.ascend.dev", "v1alpha1", namespace,
+                                                           "ascendhybridjobs")["items"]:
+        handle.delete(job["metadata"]["name"])
+    wait_for(lambda: not handle.core.list_namespaced_pod(namespace).items, 60, "the test's pods to go")
+
+
+def schedulable_910b_nodes(core: client.CoreV1Api) -> list[str]:
+    nodes = []
+    for node in core.list_node().items:
+        labels = node.metadata.labels or {}
+        ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+        if ready and not node.spec.unschedulable and not node.spec.taints and "910b" in labels.get("accelerator-type", ""):
+            nodes.append(node.metadata.name)
+    return nodes
+
+
+def assert_rank_table_matches(jobs: Jobs, name: str, world: int, per_pod: int) -> None:
+    table = jobs.rank_table(name)
+    assert table["status"] == "completed"
+    ranks = [device["rank_id"] for server in table["server_list"] for device in server["device"]]
+    assert ranks == [str(rank) for rank in range(world)]
+    pods = {p["status"]["podIP"]: p for p in jobs.pods(name, attempt=jobs.status(name)["attempt"])}
+    for server in table["server_list"]:
+        pod = pods[server["container_ip"]]
+        assert server["server_id"] == pod["status"]["hostIP"]
+        first = int(server["device"][0]["rank_id"])
+        assert first == int(pod["metadata"]["labels"][names.POD_INDEX_LABEL]) * per_pod
+
+
+def test_example_job_runs_with_a_completed_rank_table(jobs, ascend_cluster):
+    body = example("job.yaml")
+    jobs.create(body)
+    status = jobs.wait_running("tiny-tp4-dp2")
+    assert status["worldSize"] == 8 and status["placement"]["tensorGroupsNodeLocal"] == "2/2"
+    assert_rank_table_matches(jobs, "tiny-tp4-dp2", 8, 8)
+    pod = jobs.pods("tiny-tp4-dp2")[0]
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    sched = jobs.core.read_namespaced_service(names.sched_service("tiny-tp4-dp2"), jobs.namespace)
+    assert env["MS_SCHED_HOST"] == sched.spec.cluster_ip and sched.spec.cluster_ip.startswith("127.")
+    assert pod["metadata"]["annotations"][names.RANK_INDEX_ANNOTATION] == "0"
+    printed = subprocess.run([toolchain.binary("kubectl"), "--kubeconfig", str(ascend_cluster.kubeconfig), "get",
+                              "ahj", "-n", jobs.namespace, "-o", "wide"], capture_output=True, text=True, check=True)
+    header, row = printed.stdout.splitlines()[:2]
+    assert header.split()[:10] == ["NAME", "WORLD", "TP", "PP", "DP", "EP", "PHASE", "UTIL", "STEP", "RESTARTS"]
+    assert row.split()[:7] == ["tiny-tp4-dp2", "8", "4", "1", "2", "1", "Running"]
+    assert "2/2" in row
+
+
+def test_seed_moe_128_places_each_stage_in_one_rack(jobs):
+    assert len(schedulable_910b_nodes(jobs.core)) >= 16
+    jobs.create(example("seed-moe-128.yaml"))
+    status = jobs.wait_running("seed-moe-128", timeout=120)
+    assert status["placement"]["tensorGroupsNodeLocal"] == "16/16"
+    assert_rank_table_matches(jobs, "seed-moe-128", 128, 8)
+    nodes = status["placement"]["nodes"]
+    assert len(set(nodes)) == 16
+    racks = {n.metadata.name: (n.metadata.labels or {}).get("huawei.com/topotree.rackid") for n in jobs.core.list_node().items}
+    for stage in range(8):
+        assert racks[nodes[2 * stage]] == racks[nodes[2 * stage + 1]], f"stage {stage} spans racks"
+
+
+def test_pods_succeed_then_ttl_deletes_the_job(jobs):
+    jobs.create(job_manifest("done", annotations=SUCCEED, runPolicy={"ttlSecondsAfterFinished": 3, "cleanPodPolicy": "None"}))
+    status = jobs.wait_phase("done", "Succeeded", timeout=60)
+    assert status["completionTime"]
+    assert any(c["type"] == "Succeeded" and c["status"] == "True" for c in status["conditions"])
+    assert [p["status"]["phase"] for p in jobs.pods("done")] == ["Succeeded"]  # cleanPodPolicy None keeps it
+    wait_for(lambda: jobs.get("done") is None, 30, "the TTL to delete the job", lambda: jobs.describe("done"))
+
+
+def test_failed_pod_restarts_the_gang_then_backoff_fails_the_job(jobs):
+    jobs.create(job_manifest("flaky", data=2, tensor=4, per_pod=4, runPolicy={"backoffLimit": 1}))
+    jobs.wait_running("flaky")
+    victim = jobs.pods("flaky", attempt=1)[1]
+    jobs.core.patch_namespaced_pod(victim["metadata"]["name"], jobs.namespace, {"metadata": {"annotations": FAIL}})
+    status = jobs.wait_running("flaky", timeout=60, attempt=2)
+    assert status["restarts"] == 1 and victim["spec"]["nodeName"] in status["avoidedNodes"]
+    assert not jobs.pods("flaky", attempt=1)
+    assert_rank_table_matches(jobs, "flaky", 8, 4)
+    warnings = [e for e in jobs.events("flaky") if e[0] == "Warning" and e[1] == "PodFailed"]
+    assert warnings and victim["metadata"]["name"] in warnings[0][2] and "exit code 3" in warnings[0][2]
+    second = jobs.pods("flaky", attempt=2)[0]
+    jobs.core.patch_namespaced_pod(second["metadata"]["name"], jobs.namespace, {"metadata": {"annotations": FAIL}})
+    status = jobs.wait_phase("flaky", "Failed", timeout=60)
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert second["metadata"]["name"] in failed["message"] and "exit code 3" in failed["message"]
+
+
+def test_not_enough_npus_is_pending_until_a_node_is_added(jobs, ascend_cluster):
+    free_nodes = len(schedulable_910b_nodes(jobs.core))
+    jobs.create(job_manifest("big", data=free_nodes + 1, tensor=8, per_pod=8))
+    wait_for(lambda: (jobs.status("big").get("placement") or {}).get("reason"), 30, "a placement reason",
+             lambda: jobs.describe("big"))
+    status = jobs.status("big")
+    assert status["phase"] == "Pending"
+    assert f"needs {free_nodes + 1} pods × 8" in status["placement"]["reason"]
+    assert not jobs.pods("big")
+    time.sleep(3)
+    assert len([e for e in jobs.events("big") if e[1] == "Unschedulable"]) == 1  # not one per retry
+    add_910b_nodes(ascend_cluster, 1)
+    status = jobs.wait_running("big", timeout=60)
+    assert len(set(status["placement"]["nodes"])) == free_nodes + 1
+
+
+def test_node_not_ready_restarts_the_job_elsewhere(jobs):
+    jobs.create(job_manifest("survivor", data=2, tensor=8, per_pod=8))
+    status = jobs.wait_running("survivor")
+    doomed = status["placement"]["nodes"][1]
+    fleet.set_node_ready(jobs.core, doomed, False)
+    try:
+        status = jobs.wait_running("survivor", timeout=60, attempt=2)
+        assert doomed in status["avoidedNodes"] and doomed not in status["placement"]["nodes"]
+        warnings = [e for e in jobs.events("survivor") if e[:2] == ("Warning", "NodeNotReady")]
+        assert len(warnings) == 1 and doomed in warnings[0][2]
+        assert status["restarts"] == 1
+    finally:
+        fleet.set_node_ready(jobs.core, doomed, True)
+
+
+def test_suspend_and_resume(jobs):
+    jobs.create(job_manifest("pausable"))
+    jobs.wait_running("pausable")
+    jobs.patch_spec("pausable", {"runPolicy": {"suspend": True}})
+    jobs.wait_phase("pausable", "Suspended")
+    wait_for(lambda: not jobs.pods("pausable"), 30, "the pods to go")
+    jobs.patch_spec("pausable", {"runPolicy": {"suspend": False}})
+    status = jobs.wait_running("pausable")
+    assert status["attempt"] == 2 and status["restarts"] == 0
+
+
+@pytest.mark.parametrize("kill_after_pods", [0, 3, 7])
+def test_operator_killed_during_pod_creation_leaves_no_duplicates(jobs, kill_after_pods):
+    name = f"crash-{kill_after_pods}"
+    jobs.create(job_manifest(name, data=8, tensor=4, per_pod=4))  # 8 pods
+    wait_for(lambda: len(jobs.pods(name)) >= kill_after_pods and jobs.status(name).get("placement"), 30,
+             f"{kill_after_pods} pods", lambda: jobs.describe(name), interval=0.02)
+    jobs.operator.kill()
+    jobs.operator.start()
+    status = jobs.wait_running(name, timeout=60)
+    pods = jobs.pods(name)
+    assert sorted(p["metadata"]["name"] for p in pods) == [f"{name}-a1-{i}" for i in range(8)]
+    assert status["attempt"] == 1
+
+
+def test_two_jobs_that_cannot_both_fit(jobs):
+    free = len(schedulable_910b_nodes(jobs.core))
+    size = free // 2 + 1
+    manifests = [job_manifest(f"rival-{i}", data=size, tensor=8, per_pod=8) for i in range(2)]
+    threads = [threading.Thread(target=jobs.create, args=(m,)) for m in manifests]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    def settled():
+        phases = sorted(jobs.status(m["metadata"]["name"]).get("phase") or "" for m in manifests)
+        return phases == ["Pending", "Running"]
+    wait_for(settled, 60, "one Running and one Pending", lambda: jobs.describe("rival-0") + jobs.describe("rival-1"))
+    loser = next(m["metadata"]["name"] for m in manifests if jobs.status(m["metadata"]["name"])["phase"] == "Pending")
+    assert jobs.status(loser)["placement"]["reason"]
+    assert not jobs.pods(loser)
+    chips: dict[str, int] = {}
+    for pod in jobs.core.list_pod_for_all_namespaces().items:
+        if pod.spec.node_name and pod.status.phase in ("Pending", "Running"):
+            for container in pod.spec.containers:
+                chips[pod.spec.node_name] = chips.get(pod.spec.node_name, 0) + int(
+                    (container.resources.limits or {}).get("huawei.com/Ascend910", 0))
+    assert max(chips.values()) <= 8
+
+
+def test_deleting_the_job_removes_its_children(jobs):
+    jobs.create(job_manifest("ephemeral"))
+    jobs.wait_running("ephemeral")
+    jobs.delete("ephemeral")
+    wait_for(lambda: not jobs.pods("ephemeral"), 60, "the pods to be garbage-collected")
+    wait_for(lambda: not [s for s in jobs.core.list_namespaced_service(jobs.namespace).items
+                          if s.metadata.name.startswith("ephemeral")], 60, "the services to go")
+    wait_for(lambda: not [c for c in jobs.core.list_namespaced_config_map(jobs.namespace).items
+                          if "ephemeral" in c.metadata.name], 60, "the config maps to go")
+
+
+def test_invalid_spec_is_refused_at_admission_with_the_operators_message(jobs):
+    bad = job_manifest("bad", data=2, tensor=3, per_pod=4)
+    with pytest.raises(client.ApiException) as refused:
+        jobs.create(bad)
+    assert "spec.parallelism.tensor=3 must divide spec.npu.perPod=4" in refused.value.body
