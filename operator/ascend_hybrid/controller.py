@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterable
 
 from . import metrics, names, render
 from .conditions import parse_time
-from .kube import Kube, rank_table_of, service_ip
+from .kube import PARALLEL_CALLS, Kube, rank_table_of, service_ip
 from .placement import place
 from .planning import node_domains
 from .reconcile import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Observed, decide, placement_result
@@ -30,12 +31,27 @@ ERROR_BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60)
 JobKey = tuple[str, str]
 
 
+IN_FLIGHT_SECONDS = 15.0  # how long a just-created or just-released pod may stay unseen by the watch
+
+
 @dataclass
 class ChildrenMemo:
     generation: int | None = None
     sched_ip: str | None = None
     rank_table: dict | None = None
     rank_table_read: bool = False
+    in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
+
+    def recent(self) -> frozenset[str]:
+        horizon = time.monotonic() - IN_FLIGHT_SECONDS
+        for name, since in list(self.in_flight.items()):
+            if since < horizon:
+                del self.in_flight[name]
+        return frozenset(self.in_flight)
+
+    def touched(self, pod_names) -> None:
+        now = time.monotonic()
+        self.in_flight.update((name, now) for name in pod_names)
 
 
 @dataclass
@@ -61,6 +77,7 @@ class Controller:
     failures: dict[JobKey, int] = field(default_factory=dict)
     pending_reasons: dict[JobKey, str] = field(default_factory=dict)
     _threads: list[threading.Thread] = field(default_factory=list)
+    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(PARALLEL_CALLS, "ahj-api"))
 
     # -- lifecycle --------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -147,7 +164,7 @@ class Controller:
             job=job, effective=effective, spec_problems=problems, pods=tuple(self.snapshot.job_pods(key)),
             rank_table=memo.rank_table, children_ready=memo.generation == job["metadata"].get("generation"),
             sched_ip=memo.sched_ip, nodes=nodes, now=datetime.now(timezone.utc),
-            node_grace_seconds=self.node_grace_seconds,
+            node_grace_seconds=self.node_grace_seconds, in_flight=memo.recent(),
         )
 
     def execute(self, key: JobKey, job: dict, observed: Observed, decision) -> bool | str:
@@ -156,6 +173,8 @@ class Controller:
         uid = job["metadata"]["uid"]
         again = False
         for action in decision.actions:
+            if action.kind not in ("event",):
+                log.info("%s/%s: %s%s", namespace, name, action.kind, f" ×{len(action.pods)}" if action.pods else "")
             if action.kind == "event":
                 self.kube.post_event(job, action.event_type, action.reason, action.message)
             elif action.kind == "ensure_children":
@@ -165,15 +184,14 @@ class Controller:
                 again = self.place(key, job, observed, decision, action.request)
             elif action.kind == "create_pods":
                 self.promise(key, action.pods, observed)
-                for manifest in action.pods:
-                    self.kube.create_pod(manifest)
-                    metrics.PODS_CREATED.inc()
+                self.each(self.kube.create_pod, action.pods)
+                metrics.PODS_CREATED.inc(len(action.pods))
+                self.memos[key].touched(manifest["metadata"]["name"] for manifest in action.pods)
             elif action.kind == "remove_gates":
-                for pod_name in action.pods:
-                    self.kube.remove_gate(namespace, pod_name)
+                self.each(lambda pod: self.kube.remove_gate(namespace, *pod), action.pods)
+                self.memos[key].touched(pod_name for pod_name, _ in action.pods)
             elif action.kind == "delete_pods":
-                for pod_name in action.pods:
-                    self.kube.delete_pod(namespace, pod_name)
+                self.each(lambda pod_name: self.kube.delete_pod(namespace, pod_name), action.pods)
             elif action.kind == "write_rank_table":
                 self.kube.write_rank_table(namespace, name, uid, action.table)
                 self.memos[key].rank_table = action.table
@@ -182,21 +200,28 @@ class Controller:
                 return "deleted"
         return again
 
+    def each(self, call: Callable, items) -> None:
+        """One API call per item, PARALLEL_CALLS at a time: a 128-pod gang is created and released in a burst.
+        Every call is made (and retried) before the first error, if any, is raised."""
+        results = list(self.pool.map(lambda item: _outcome(call, item), items))
+        for error in results:
+            if error is not None:
+                raise error
+
     def ensure_children(self, key: JobKey, job: dict, observed: Observed) -> None:
         namespace, name = key
         uid = job["metadata"]["uid"]
         memo = self.memos[key]
-        sched = None
-        for manifest in render.services(name, namespace, uid):
-            live = self.kube.apply(manifest)
-            if manifest["metadata"]["name"] == names.sched_service(name):
-                sched = live
+        manifests = render.services(name, namespace, uid)
         if observed.effective is not None:
-            self.kube.apply(render.job_config_map(observed.effective, namespace, uid))
+            manifests.append(render.job_config_map(observed.effective, namespace, uid))
         if memo.rank_table is None:
-            self.kube.write_rank_table(namespace, name, uid, {"status": "initializing"})
+            manifests.append(render.rank_table_config_map(name, namespace, uid))
+        live: dict[str, dict] = {}
+        self.each(lambda manifest: live.__setitem__(manifest["metadata"]["name"], self.kube.apply(manifest)), manifests)
+        if memo.rank_table is None:
             memo.rank_table = {"status": "initializing"}
-        memo.sched_ip = service_ip(sched)
+        memo.sched_ip = service_ip(live[names.sched_service(name)])
         memo.generation = job["metadata"].get("generation")
 
     def place(self, key: JobKey, job: dict, observed: Observed, decision, request) -> bool:
@@ -288,3 +313,11 @@ class Controller:
         metrics.JOBS_PENDING.clear()
         for reason, count in pending.items():
             metrics.JOBS_PENDING.labels(reason=reason).set(count)
+
+
+def _outcome(call: Callable, item) -> BaseException | None:
+    try:
+        call(item)
+        return None
+    except Exception as error:  # noqa: BLE001 - collected, then re-raised by `each`
+        return error

@@ -5,6 +5,7 @@ all reconcile work happens in `controller.Controller`'s worker threads.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -17,6 +18,7 @@ from .kube import plain
 from .topology import RESOURCE
 
 DEVICE_INFO_LABEL = "mx-consumer-cim"
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 CONTROLLER: Controller | None = None
 _indexes: dict[str, Any] = {}
 _indexes_bound = threading.Event()
@@ -67,6 +69,14 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.watching.connect_timeout = 10
     settings.peering.standalone = True
     settings.execution.max_workers = 16
+
+
+@kopf.on.login()
+def login(**kwargs):
+    """An explicit --kubeconfig (exported as KUBECONFIG) wins; in a pod, the ServiceAccount; else ~/.kube/config."""
+    if not os.environ.get("KUBECONFIG") and os.path.exists(SERVICE_ACCOUNT_TOKEN):
+        return kopf.login_with_service_account(**kwargs)
+    return kopf.login_with_kubeconfig(**kwargs)
 
 
 @kopf.on.cleanup()

@@ -24,6 +24,7 @@ T = TypeVar("T")
 
 RETRIED_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 ATTEMPTS = 6
+PARALLEL_CALLS = 16
 FIRST_BACKOFF_SECONDS = 0.2
 APPLY = {"field_manager": names.FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
 
@@ -37,11 +38,16 @@ class Kube:
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None) -> "Kube":
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
+        if kubeconfig:
             config.load_kube_config(config_file=kubeconfig)
-        return cls()
+        else:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+        configuration = client.Configuration.get_default_copy()
+        configuration.connection_pool_maxsize = PARALLEL_CALLS  # one connection per concurrent pod call
+        return cls(client.ApiClient(configuration))
 
     def _call(self, verb: str, resource: str, fn: Callable[..., T], *args, ok: tuple[int, ...] = (), **kwargs) -> T | None:
         """One API call with retries; statuses in `ok` mean "already done" and return None."""
@@ -115,18 +121,15 @@ class Kube:
         self._call("create", "pods", self.core.create_namespaced_pod, manifest["metadata"]["namespace"], manifest,
                    field_manager=names.FIELD_MANAGER, ok=(409,))
 
-    def remove_gate(self, namespace: str, name: str) -> None:
-        """Removes the gang gate: the scheduler may bind the pod to the node its affinity names."""
-        pod = self._call("get", "pods", self.core.read_namespaced_pod, name, namespace, ok=(404,))
-        if pod is None:
-            return
-        gates = [gate.name for gate in (pod.spec.scheduling_gates or [])]
-        if names.GANG_GATE not in gates:
-            return
+    def remove_gate(self, namespace: str, name: str, gates: list[str]) -> None:
+        """Removes the gang gate (one call): the scheduler may then bind the pod to the node its affinity names.
+
+        The JSON patch first tests that the gates are still the ones observed, so a concurrent change makes it
+        fail (422) instead of dropping someone else's gate; the next pass reads the pod again."""
         kept = [{"name": gate} for gate in gates if gate != names.GANG_GATE]
-        patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": pod.metadata.resource_version},
+        patch = [{"op": "test", "path": "/spec/schedulingGates", "value": [{"name": gate} for gate in gates]},
                  {"op": "replace", "path": "/spec/schedulingGates", "value": kept}]
-        self._call("patch", "pods", self.core.patch_namespaced_pod, name, namespace, patch, ok=(404,))
+        self._call("patch", "pods", self.core.patch_namespaced_pod, name, namespace, patch, ok=(404, 422))
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self._call("delete", "pods", self.core.delete_namespaced_pod, name, namespace, ok=(404,))

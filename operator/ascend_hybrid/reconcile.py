@@ -46,6 +46,7 @@ class Observed:
     nodes: dict                     # node name → Node, for NotReady detection
     now: datetime
     node_grace_seconds: float = NODE_NOT_READY_GRACE_SECONDS
+    in_flight: frozenset[str] = frozenset()  # pods this process just created or released; the watch may lag
 
 
 @dataclass
@@ -216,21 +217,27 @@ class _Pass:
             self.act("ensure_children")
             return self.d
         nodes = placement["nodes"]
-        missing = [index for index in range(e.pod_count) if index not in current]
+        job = self.meta["name"]
+        missing = [index for index in range(e.pod_count)
+                   if index not in current and names.pod_name(job, attempt, index) not in o.in_flight]
         pods = list(current.values())
         status["pods"] = pod_counts(pods, e.pod_count)
+        releasable = [(pod["metadata"]["name"], tuple(gate["name"] for gate in pod["spec"]["schedulingGates"]))
+                      for pod in pods if _gated(pod) and not _deleting(pod) and pod["metadata"]["name"] not in o.in_flight]
         if missing:
             manifests = tuple(render.pod(e, self.meta["namespace"], self.meta["uid"], attempt, index, nodes[index],
                                          o.sched_ip) for index in missing)
             self.act("create_pods", pods=manifests)
-            self.phase("Placing", f"creating {len(missing)} of {e.pod_count} pods (gated)")
-            self.requeue(FAST_REQUEUE_SECONDS)
-            return self.d
-        gated = [pod for pod in pods if _gated(pod)]
-        if gated:
-            self.act("remove_gates", pods=_names(gated))
+            # Creation answered means the pod exists: the gang is released in the same pass, not one watch later.
+            releasable += [(manifest["metadata"]["name"], (names.GANG_GATE,)) for manifest in manifests]
+        if releasable:
+            self.act("remove_gates", pods=tuple(releasable))
             self.phase("Starting", f"all {e.pod_count} pods exist; releasing the gang to the scheduler")
             self.d.emit("Normal", "GangReleased", f"all {e.pod_count} pods created; scheduling gates removed")
+            self.requeue(FAST_REQUEUE_SECONDS)
+            return self.d
+        if len(pods) < e.pod_count:
+            self.phase("Starting", f"{e.pod_count - len(pods)} pods created, not yet seen by the watch")
             self.requeue(FAST_REQUEUE_SECONDS)
             return self.d
         unbound = [pod for pod in pods if not (pod.get("spec") or {}).get("nodeName")]
@@ -311,9 +318,11 @@ class _Pass:
                 if waited >= self.o.node_grace_seconds:
                     return ("NodeNotReady", f"node {node} of pod {pod['metadata']['name']} NotReady for {waited:.0f}s", [node])
                 self.requeue(self.o.node_grace_seconds - waited)
-        if self.status.get("phase") in ("Starting", "Running") and len(current) < e.pod_count:
-            lost = sorted(set(range(e.pod_count)) - set(current))
-            name = names.pod_name(self.meta["name"], int(self.status["attempt"]), lost[0])
+        attempt = int(self.status["attempt"])
+        lost = [index for index in range(e.pod_count) if index not in current
+                and names.pod_name(self.meta["name"], attempt, index) not in self.o.in_flight]
+        if self.status.get("phase") in ("Starting", "Running") and lost:
+            name = names.pod_name(self.meta["name"], attempt, lost[0])
             return ("PodDeleted", f"pod {name} (index {lost[0]}) disappeared", [])
         return None
 

@@ -121,19 +121,34 @@ def test_placed_job_applies_children_then_creates_gated_pods():
     assert terms[0]["matchExpressions"][0]["values"] == ["node-a"]
     env = {e["name"]: e.get("value") for e in create.pods[1]["spec"]["containers"][0]["env"]}
     assert env["MS_SCHED_HOST"] == "127.32.0.10" and env["RANK_START"] == "4" and env["MS_NODE_RANK"] == "1"
-    assert decision.status["phase"] == "Placing"
+    # A creation that answered proves the pod exists, so the gang is released right after, in the same pass.
+    assert kinds(decision)[-3:] == ["create_pods", "remove_gates", "event"]
+    assert action(decision, "remove_gates").pods == (("demo-a1-0", (names.GANG_GATE,)), ("demo-a1-1", (names.GANG_GATE,)))
+    assert decision.status["phase"] == "Starting"
 
 
 def test_only_missing_pods_are_created_after_a_crash():
     body = job(status=placed_status())
     decision = decide(observe(body, pods=[pod(0, gated=True)]))
     assert [p["metadata"]["name"] for p in action(decision, "create_pods").pods] == ["demo-a1-1"]
+    assert [name for name, _ in action(decision, "remove_gates").pods] == ["demo-a1-0", "demo-a1-1"]
+
+
+def test_pods_in_flight_are_neither_recreated_nor_lost():
+    body = job(status=placed_status(phase="Starting"))
+    seen_one = observe(body, pods=[pod(0, gated=True)])
+    decision = decide(Observed(**{**seen_one.__dict__, "in_flight": frozenset({"demo-a1-0", "demo-a1-1"})}))
+    assert "create_pods" not in kinds(decision) and "remove_gates" not in kinds(decision)
+    assert decision.status["phase"] == "Starting" and decision.status["restarts"] == 0
+    without = decide(observe(job(status=placed_status(phase="Starting")), pods=[pod(0)]))
+    assert without.status["phase"] == "Restarting"  # the same gap, not explained by a recent creation
 
 
 def test_gates_are_removed_only_when_the_whole_gang_exists():
     body = job(status=placed_status())
     decision = decide(observe(body, pods=[pod(0, gated=True), pod(1, gated=True)]))
-    assert action(decision, "remove_gates").pods == ("demo-a1-0", "demo-a1-1")
+    gate = names.GANG_GATE
+    assert action(decision, "remove_gates").pods == (("demo-a1-0", (gate,)), ("demo-a1-1", (gate,)))
     assert decision.status["phase"] == "Starting"
 
 
