@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-CONDITION_TYPES = ("Created", "Placed", "RankTableReady", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+CONDITION_TYPES = ("Created", "Placed", "RankTableReady", "Running", "Restarting", "Succeeded", "Failed", "Suspended",
+                   "MetricsAvailable")
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 

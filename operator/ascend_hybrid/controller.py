@@ -19,9 +19,11 @@ from . import metrics, names, render
 from .conditions import parse_time
 from .kube import PARALLEL_CALLS, Kube, rank_table_of, service_ip
 from .placement import place
+from .progress import Sample
 from .planning import node_domains
 from .reconcile import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Observed, decide, placement_result
 from .rules import SpecError, parse
+from .telemetry import TelemetrySource
 from .topology import build_inventory
 from .workqueue import WorkQueue
 
@@ -76,12 +78,18 @@ class Controller:
     phases: dict[JobKey, str] = field(default_factory=dict)
     failures: dict[JobKey, int] = field(default_factory=dict)
     pending_reasons: dict[JobKey, str] = field(default_factory=dict)
+    telemetry: TelemetrySource | None = None
+    telemetry_interval: float = 30.0
+    samples: dict[JobKey, Sample] = field(default_factory=dict)
+    attempts: dict[JobKey, int] = field(default_factory=dict)
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(PARALLEL_CALLS, "ahj-api"))
 
     # -- lifecycle --------------------------------------------------------------------------------------------
     def start(self) -> None:
         threading.Thread(target=self._publish_loop, name="ahj-metrics", daemon=True).start()
+        if self.telemetry is not None:
+            threading.Thread(target=self._telemetry_loop, name="ahj-telemetry", daemon=True).start()
         for number in range(self.workers):
             thread = threading.Thread(target=self._work, name=f"ahj-worker-{number}", daemon=True)
             thread.start()
@@ -164,7 +172,7 @@ class Controller:
             job=job, effective=effective, spec_problems=problems, pods=tuple(self.snapshot.job_pods(key)),
             rank_table=memo.rank_table, children_ready=memo.generation == job["metadata"].get("generation"),
             sched_ip=memo.sched_ip, nodes=nodes, now=datetime.now(timezone.utc),
-            node_grace_seconds=self.node_grace_seconds, in_flight=memo.recent(),
+            node_grace_seconds=self.node_grace_seconds, in_flight=memo.recent(), telemetry=self.samples.get(key),
         )
 
     def execute(self, key: JobKey, job: dict, observed: Observed, decision) -> bool | str:
@@ -271,6 +279,9 @@ class Controller:
         """Metrics and bookkeeping on phase transitions."""
         before, after = old.get("phase"), new.get("phase")
         self.phases[key] = after or "Pending"
+        if new.get("attempt") != self.attempts.get(key):
+            self.samples.pop(key, None)  # a reading of the previous attempt's pods says nothing of this one
+        self.attempts[key] = int(new.get("attempt") or 1)
         placed = next((c for c in new.get("conditions", []) if c["type"] == "Placed"), None)
         if after == "Pending":
             self.pending_reasons[key] = placed["reason"] if placed and placed["status"] == "False" else "Waiting"
@@ -291,8 +302,22 @@ class Controller:
             metrics.RESTARTS.labels(namespace=key[0], reason=reason).inc()
 
     def forget(self, key: JobKey) -> None:
-        for table in (self.promised, self.memos, self.phases, self.failures, self.pending_reasons):
+        for table in (self.promised, self.memos, self.phases, self.failures, self.pending_reasons, self.samples,
+                      self.attempts):
             table.pop(key, None)
+
+    def _telemetry_loop(self) -> None:
+        """Reads every running job's progress off the event loop and the workers; the next pass writes it."""
+        while not self.queue.closed:
+            for key, phase in list(self.phases.items()):
+                if phase != "Running" or key not in self.attempts:
+                    continue
+                attempt = self.attempts[key]
+                pods = [pod for pod in self.snapshot.job_pods(key)
+                        if (pod["metadata"].get("labels") or {}).get(names.ATTEMPT_LABEL) == str(attempt)]
+                self.samples[key] = self.telemetry.sample(key[0], key[1], attempt, pods)
+                self.queue.add(key, 0.0)
+            time.sleep(self.telemetry_interval)
 
     def _publish_loop(self) -> None:
         while not self.queue.closed:

@@ -21,6 +21,10 @@ def register(subparsers) -> None:
     parser.add_argument("--workers", type=int, default=4, help="reconcile worker threads")
     parser.add_argument("--node-grace-seconds", type=float, default=30.0,
                         help="how long a node may stay NotReady before its jobs restart elsewhere")
+    parser.add_argument("--prometheus-url", help="read progress and NPU utilization from this Prometheus "
+                        "(npu-exporter and trainer series); default: scrape the trainer pods' :9400 endpoints")
+    parser.add_argument("--telemetry-interval", type=float, default=30.0,
+                        help="seconds between progress/utilization readings of each running job")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.set_defaults(func=run)
 
@@ -54,7 +58,10 @@ def run(args) -> int:
               "`kubectl apply --server-side -f crds/` or `helm install ascend-hybrid charts/ascend-hybrid-operator`",
               file=sys.stderr)
         return EXIT_NOT_READY
-    controller = Controller(kube, handlers.snapshot(), node_grace_seconds=args.node_grace_seconds, workers=args.workers)
+    from .telemetry import TelemetrySource
+
+    controller = Controller(kube, handlers.snapshot(), node_grace_seconds=args.node_grace_seconds, workers=args.workers,
+                            telemetry=TelemetrySource(args.prometheus_url), telemetry_interval=args.telemetry_interval)
     handlers.CONTROLLER = controller
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address)

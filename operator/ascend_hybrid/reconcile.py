@@ -16,6 +16,7 @@ from datetime import datetime
 from . import layout as layouts, names, ranktable, render
 from .conditions import TERMINAL_PHASES, condition, parse_time, set_condition, timestamp
 from .planning import gang_request
+from .progress import Sample, training_status, utilization_status
 from .rules import Effective
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
@@ -47,6 +48,7 @@ class Observed:
     now: datetime
     node_grace_seconds: float = NODE_NOT_READY_GRACE_SECONDS
     in_flight: frozenset[str] = frozenset()  # pods this process just created or released; the watch may lag
+    telemetry: Sample | None = None           # latest progress/utilization reading of the current attempt
 
 
 @dataclass
@@ -258,6 +260,7 @@ class _Pass:
             self.cond("Running", True, "AllPodsRunning", f"attempt {attempt}")
             self.cond("Restarting", False, "Running", f"attempt {attempt} running")
             self.phase("Running", f"attempt {attempt}: {e.pod_count} pods running, rank table completed")
+            self.record_telemetry()
             self.requeue(SLOW_REQUEUE_SECONDS)
         else:
             if o.rank_table is not None and o.rank_table.get("status") == "completed":
@@ -268,6 +271,22 @@ class _Pass:
             self.phase("Starting", f"waiting for {len(waiting)} pods: {waiting[0]}")
             self.requeue(FAST_REQUEUE_SECONDS)
         return self.d
+
+    def record_telemetry(self) -> None:
+        """Progress and utilization from the latest reading; a failed reading leaves the old figures (their
+        sampledAt tells their age) and says why, once, in a condition and an event."""
+        sample = self.o.telemetry
+        if sample is None:
+            return
+        if sample.ok:
+            self.status["training"] = training_status(sample, self.o.effective.spec.training.steps)
+            self.status["utilization"] = utilization_status(sample)
+            self.cond("MetricsAvailable", True, "Sampled", f"read from {sample.source}")
+            return
+        previous = condition(self.status, "MetricsAvailable")
+        if previous is None or previous["status"] == "True":
+            self.d.emit("Warning", "MetricsUnavailable", f"{sample.error}; training and utilization figures go stale")
+        self.cond("MetricsAvailable", False, "SourceUnreachable", sample.error)
 
     def super_pods(self, nodes: list[str]) -> dict[str, str] | None:
         if self.o.effective.chip != "A3":

@@ -289,3 +289,26 @@ def test_pod_template_hash_ignores_training_settings():
     a, b = parse(job()), parse(job({"training": {"steps": 7}}))
     assert reconcile.pod_template_hash(a) == reconcile.pod_template_hash(b)
     assert reconcile.pod_template_hash(a) != reconcile.pod_template_hash(parse(job({"parallelism": {"data": 4}})))
+
+
+def test_running_job_records_progress_and_utilization_and_says_when_they_go_stale():
+    from ascend_hybrid.progress import Sample
+    body = job({"training": {"steps": 200}}, status=placed_status(phase="Running"))
+    table = decide(observe(body, pods=[pod(0), pod(1)])).actions
+    completed = next(a.table for a in table if a.kind == "write_rank_table")
+    good = Sample("trainer", NOW, step=50, loss=2.5, tokens_per_second=1000.0, step_seconds=0.5, npu_percent=87.5)
+    first = decide(Observed(**{**observe(body, pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": good}))
+    assert first.status["training"] == {"step": 50, "loss": 2.5, "tokensPerSecond": 1000.0, "stepSeconds": 0.5,
+                                        "progressPercentage": 25.0, "estimatedRemainingSeconds": 75.0}
+    assert first.status["utilization"] == {"npuPercent": 87.5, "source": "trainer", "sampledAt": "2026-11-29T12:00:00Z"}
+    bad = Sample("trainer", NOW + timedelta(seconds=30), error="trainer metrics unreachable (127.16.0.1:9400: refused)")
+    stale = decide(Observed(**{**observe(job({"training": {"steps": 200}}, status=first.status),
+                                         pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": bad}))
+    assert stale.status["phase"] == "Running"
+    assert stale.status["utilization"]["sampledAt"] == "2026-11-29T12:00:00Z"  # the old figure, with its age
+    metrics = next(c for c in stale.status["conditions"] if c["type"] == "MetricsAvailable")
+    assert metrics["status"] == "False" and "unreachable" in metrics["message"]
+    assert [e for e in events(stale) if e[1] == "MetricsUnavailable"] == [("Warning", "MetricsUnavailable")]
+    again = decide(Observed(**{**observe(job({"training": {"steps": 200}}, status=stale.status),
+                                         pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": bad}))
+    assert not [e for e in events(again) if e[1] == "MetricsUnavailable"]  # one event, not one per reading
