@@ -200,13 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("write", "check", "print"))
     p.set_defaults(func=cmd_crd)
 
-    for module in ("ascend_hybrid.devcluster.cli", "ascend_hybrid.operator_cli"):
-        try:
-            registrar = __import__(module, fromlist=["register"])
-        except ModuleNotFoundError as error:
-            if not module.startswith(error.name or "?"):
-                raise
-            continue
+    from . import demo, operator_cli
+    from .devcluster import cli as devcluster_cli
+
+    for registrar in (operator_cli, devcluster_cli, demo):
         registrar.register(sub)
     return parser
 

@@ -192,6 +192,13 @@ def _expert_divides_group(e: Effective) -> str | None:
     return None
 
 
+def _expert_inside_tensor(e: Effective) -> str | None:
+    if e.expert > 1 and e.expert_placement == "intraNode" and e.tensor % e.expert:
+        return (f"spec.parallelism.expert={e.expert} must divide spec.parallelism.tensor={e.tensor} "
+                "(expertPlacement intraNode carves the expert groups out of the TP group)")
+    return None
+
+
 def _global_batch(e: Effective) -> str | None:
     unit = e.data * e.micro_batches
     if e.global_batch_size % unit:
@@ -244,6 +251,11 @@ RULES: tuple[Rule, ...] = (
          + " : "
          + _fmt("spec.parallelism.expert=%d must divide spec.parallelism.data=%d (expertPlacement dataParallel)",
                 "self.parallelism.expert", "self.parallelism.data")),
+    Rule(_expert_inside_tensor,
+         "self.parallelism.expert == 1 || self.parallelism.expertPlacement != 'intraNode' || "
+         "self.parallelism.tensor % self.parallelism.expert == 0",
+         _fmt("spec.parallelism.expert=%d must divide spec.parallelism.tensor=%d (expertPlacement intraNode carves "
+              "the expert groups out of the TP group)", "self.parallelism.expert", "self.parallelism.tensor")),
     Rule(_global_batch,
          f"!has(self.training.globalBatchSize) || self.training.globalBatchSize % (self.parallelism.data * {_CEL_MICRO}) == 0",
          _fmt("spec.training.globalBatchSize=%d must be a multiple of data×microBatches=%d",

@@ -136,7 +136,7 @@ def _valid_specs(draw) -> dict:
     step = per_pod // gcd(per_pod, tensor * pipeline)
     data = step * draw(st.integers(1, 4))
     placement = draw(st.sampled_from(["dataParallel", "intraNode"]))
-    expert = draw(st.sampled_from(_divisors(per_pod if placement == "intraNode" else data)))
+    expert = draw(st.sampled_from(_divisors(tensor if placement == "intraNode" else data)))  # intraNode: inside TP
     micro = draw(st.one_of(st.none(), st.integers(pipeline, pipeline + 6)))
     parallelism = {"data": data, "tensor": tensor, "pipeline": pipeline}
     if expert > 1 or draw(st.booleans()):

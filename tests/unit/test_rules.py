@@ -114,12 +114,13 @@ RULE_CASES = [
     ("expert-divides-data", spec_with(parallelism={"data": 2, "tensor": 4, "expert": 4}, model={"experts": 8}),
      "spec.parallelism.expert=4 must divide spec.parallelism.data=2 (expertPlacement dataParallel)",
      spec_with(parallelism={"data": 2, "tensor": 4, "expert": 2}, model={"experts": 8})),
-    ("expert-divides-perPod",
-     spec_with(parallelism={"data": 4, "tensor": 2, "expert": 8, "expertPlacement": "intraNode"},
-               npu={"perPod": 4}, model={"experts": 8}),
-     "spec.parallelism.expert=8 must divide spec.npu.perPod=4 (expertPlacement intraNode)",
+    ("expert-inside-tensor",
      spec_with(parallelism={"data": 4, "tensor": 2, "expert": 4, "expertPlacement": "intraNode"},
-               npu={"perPod": 4}, model={"experts": 8})),
+               npu={"perPod": 8}, model={"experts": 8}),
+     "spec.parallelism.expert=4 must divide spec.parallelism.tensor=2 (expertPlacement intraNode carves the expert "
+     "groups out of the TP group)",
+     spec_with(parallelism={"data": 4, "tensor": 4, "expert": 4, "expertPlacement": "intraNode"},
+               npu={"perPod": 8}, model={"experts": 8})),
     ("expertPlacement-enum", spec_with(parallelism={"data": 2, "tensor": 4, "expertPlacement": "rack"}),
      "spec.parallelism.expertPlacement='rack' must be one of 'dataParallel' or 'intraNode'",
      spec_with(parallelism={"data": 2, "tensor": 4, "expertPlacement": "intraNode"})),
@@ -332,6 +333,7 @@ def expected_violations(spec: dict) -> int:
               m["layers"] % p == 0, m["heads"] % t == 0, m["hidden"] % m["heads"] == 0,
               e == 1 or m["experts"] > 0, e == 1 or m["experts"] == 0 or m["experts"] % e == 0,
               e == 1 or placement_group % e == 0,
+              e == 1 or par.get("expertPlacement") != "intraNode" or t % e == 0,
               spec.get("training", {}).get("globalBatchSize", d * mb) % (d * mb) == 0]
     return checks.count(False)
 

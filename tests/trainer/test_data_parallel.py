@@ -1,0 +1,78 @@
+"""A DP=2 job started the way the cluster starts it: the operator renders the pods (design §8 env), the planning
+core writes hccl.json for the two running pods, and one launcher per pod runs with that env (MS_SCHED_HOST
+127.0.0.1). The loss must equal the single-process run's with the same global batch."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from trainer_harness import (
+    GLOBAL_BATCH, LEARNING_RATE, SEED, SEQ_LENGTH, STEPS, TRAINER, ProcessSet, losses_of, metric_value, pod_launch_envs,
+    render_job, scrape)
+
+pytestmark = pytest.mark.trainer
+
+PARITY_TOLERANCE = 1e-5
+DP2_SPEC = {"parallelism": {"data": 2}, "npu": {"chip": "910B", "perPod": 1}, "model": {"preset": "tiny"},
+            "training": {"steps": STEPS, "globalBatchSize": GLOBAL_BATCH, "seqLength": SEQ_LENGTH,
+                         "learningRate": LEARNING_RATE, "seed": SEED}}
+
+
+def poll_metrics(port: int, processes: ProcessSet, scrapes: list[str]) -> None:
+    """Scrape while the pod's worker runs; keep every answer that shows a completed step."""
+    while any(proc.process.poll() is None for proc in processes.procs):
+        text = scrape(port)
+        if text and (metric_value(text, "ascend_trainer_step") or 0) >= 1:
+            scrapes.append(text)
+        threading.Event().wait(0.1)
+
+
+@pytest.fixture(scope="module")
+def dp2_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("dp2")
+    envs = pod_launch_envs(tmp_path, render_job(tmp_path, DP2_SPEC))
+    processes = ProcessSet()
+    pods = [processes.start(TRAINER + ["launch"], env) for env in envs]
+    scrapes: dict[int, list[str]] = {0: [], 1: []}
+    pollers = [threading.Thread(target=poll_metrics, args=(int(env["AHJ_METRICS_PORT"]), processes, scrapes[i]),
+                                daemon=True) for i, env in enumerate(envs)]
+    for poller in pollers:
+        poller.start()
+    wall = processes.wait_all(timeout=180)
+    for poller in pollers:
+        poller.join(timeout=5)
+    return {"pods": pods, "processes": processes, "wall": wall, "scrapes": scrapes}
+
+
+def test_dp2_through_the_launcher_matches_one_process(dp2_run, reference_run):
+    pods, processes = dp2_run["pods"], dp2_run["processes"]
+    assert [pod.process.returncode for pod in pods] == [0, 0], processes.report()
+    assert "started the MindSpore scheduler on 127.0.0.1" in pods[0].text("stderr")
+    assert "training data_parallel on CPU" in pods[1].text("stderr")
+    assert pods[1].text("stdout") == "", "only global rank 0 prints the per-step JSON lines"
+    losses, reference = losses_of(pods[0].text("stdout")), reference_run["losses"]
+    assert sorted(losses) == sorted(reference) == list(range(1, STEPS + 1))
+    differences = [abs(losses[step] - reference[step]) for step in reference]
+    workers = processes.worker_peak_rss_mb()
+    print(f"\nDP=2 through the launcher: wall {dp2_run['wall']:.1f} s (single process {reference_run['wall']:.1f} "
+          f"s), peak RSS of the whole job {processes.peak_total_rss / 2**20:.0f} MB, per worker "
+          f"{', '.join(f'{rss:.0f}' for rss in workers)} MB, loss max |diff| {max(differences):.2e}")
+    assert max(differences) <= PARITY_TOLERANCE, (losses, reference)
+    assert len(workers) == 2
+
+
+def test_metrics_endpoint_serves_the_design_metrics_during_training(dp2_run):
+    for pod, scrapes in dp2_run["scrapes"].items():
+        assert scrapes, f"pod {pod}: no scrape answered with a completed step while the job ran"
+        text = scrapes[-1]
+        for name in ("ascend_trainer_step", "ascend_trainer_loss", "ascend_trainer_tokens_per_second",
+                     "ascend_trainer_step_seconds_count", "ascend_trainer_samples_total"):
+            assert metric_value(text, name) is not None, f"pod {pod}: {name} missing\n{text}"
+        step = metric_value(text, "ascend_trainer_step")
+        assert 1 <= step <= STEPS
+        assert metric_value(text, "ascend_trainer_samples_total") == step * GLOBAL_BATCH
+        assert metric_value(text, "ascend_trainer_step_seconds_count") == step
+        assert metric_value(text, "ascend_trainer_tokens_per_second") > 0
+        assert "ascend_trainer_npu_utilization_percent" not in text  # no npu-smi on this machine

@@ -1,0 +1,235 @@
+"""`ascend-hybrid-trainer launch`: the image entrypoint, one per pod (design §9).
+
+Waits for the rank table to be completed, starts the MindSpore scheduler in pod 0 (dynamic cluster), then the
+pod's MS_LOCAL_WORKER workers; exits 0 only when every local process succeeded. On the first failure it stops
+the other local processes and exits non-zero; its last log line names the failing rank and its exit code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+from .config import ConfigError, load_run_config
+from .device import detect_device_target, logical_device_id, visible_devices
+from .rank_table import RankTableTimeout, local_device_ids, wait_for_completed
+from .strategy import validate_run
+
+DYNAMIC, RANKTABLE = "dynamic", "ranktable"
+CLUSTER_VARIABLES = ("MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_NODE_ID", "MS_WORKER_IP")
+POLL_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class PodLaunch:
+    pod_index: int
+    local_workers: int
+    rank_start: int
+    world_size: int
+    sched_host: str | None
+    sched_port: str | None
+    pod_ip: str | None
+    rank_table_file: str
+    launch_mode: str
+    ranktable_timeout: float
+    stop_grace: float
+
+    @property
+    def ranks(self) -> range:
+        return range(self.rank_start, self.rank_start + self.local_workers)
+
+    @property
+    def runs_scheduler(self) -> bool:
+        return self.launch_mode == DYNAMIC and self.world_size > 1 and self.pod_index == 0
+
+
+def _required_int(env: Mapping[str, str], name: str, fallback: str | None = None) -> int:
+    raw = env.get(name) or (env.get(fallback) if fallback else None)
+    if raw in (None, ""):
+        raise ConfigError(f"{name} is not set; the operator injects it into every pod (design §8)")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: must be an integer") from None
+
+
+def read_pod_launch(env: Mapping[str, str]) -> PodLaunch:
+    world = _required_int(env, "RANK_SIZE", fallback="MS_WORKER_NUM")
+    local_workers = _required_int(env, "MS_LOCAL_WORKER")
+    rank_start = _required_int(env, "RANK_START")
+    mode = env.get("AHJ_LAUNCH_MODE") or DYNAMIC
+    if mode not in (DYNAMIC, RANKTABLE):
+        raise ConfigError(f"AHJ_LAUNCH_MODE={mode!r}: must be {DYNAMIC} (MindSpore scheduler) or {RANKTABLE}")
+    if env.get("MS_WORKER_NUM") and int(env["MS_WORKER_NUM"]) != world:
+        raise ConfigError(f"MS_WORKER_NUM={env['MS_WORKER_NUM']} and RANK_SIZE={world} must be equal")
+    if local_workers < 1 or rank_start < 0 or rank_start + local_workers > world:
+        raise ConfigError(f"RANK_START={rank_start} + MS_LOCAL_WORKER={local_workers} must lie within RANK_SIZE="
+                          f"{world}")
+    if not env.get("RANK_TABLE_FILE"):
+        raise ConfigError("RANK_TABLE_FILE is not set; the operator mounts hccl.json and names it there")
+    launch = PodLaunch(
+        pod_index=int(env.get("MS_NODE_RANK") or rank_start // local_workers), local_workers=local_workers,
+        rank_start=rank_start, world_size=world, sched_host=env.get("MS_SCHED_HOST"),
+        sched_port=env.get("MS_SCHED_PORT"), pod_ip=env.get("POD_IP") or None,
+        rank_table_file=env["RANK_TABLE_FILE"], launch_mode=mode,
+        ranktable_timeout=float(env.get("AHJ_RANKTABLE_TIMEOUT_SECONDS") or 600),
+        stop_grace=float(env.get("AHJ_STOP_GRACE_SECONDS") or 10))
+    if mode == DYNAMIC and world > 1 and not (launch.sched_host and launch.sched_port):
+        raise ConfigError("MS_SCHED_HOST and MS_SCHED_PORT must be set for the dynamic cluster launch")
+    return launch
+
+
+def scheduler_host(launch: PodLaunch) -> str | None:
+    """MindSpore's scheduler listens on exactly MS_SCHED_HOST, and the Service's ClusterIP is no local address
+    inside pod 0: there the scheduler and the local workers use the pod's own IP (design §9)."""
+    return launch.pod_ip if launch.pod_index == 0 and launch.pod_ip else launch.sched_host
+
+
+def worker_env(base: Mapping[str, str], launch: PodLaunch, local_index: int, device_id: int,
+               pod_chips: list[str]) -> dict[str, str]:
+    rank = launch.rank_start + local_index
+    env = {key: value for key, value in base.items() if key not in CLUSTER_VARIABLES}
+    env.update(RANK_ID=str(rank), RANK_SIZE=str(launch.world_size), DEVICE_ID=str(device_id),
+               AHJ_LOCAL_RANK=str(local_index), AHJ_LAUNCH_MODE=launch.launch_mode,
+               AHJ_POD_CHIPS=",".join(pod_chips))
+    env.setdefault("GLOG_v", "3")  # MindSpore's own INFO/WARNING chatter off unless asked for
+    if launch.world_size > 1 and launch.launch_mode == DYNAMIC:
+        env.update(MS_ROLE="MS_WORKER", MS_NODE_ID=str(rank), MS_WORKER_NUM=str(launch.world_size),
+                   MS_SCHED_HOST=scheduler_host(launch), MS_SCHED_PORT=str(launch.sched_port))
+        if launch.pod_ip:
+            env["MS_WORKER_IP"] = launch.pod_ip  # else MindSpore guesses an interface
+    return env
+
+
+def scheduler_env(base: Mapping[str, str], launch: PodLaunch) -> dict[str, str]:
+    env = {key: value for key, value in base.items() if key not in CLUSTER_VARIABLES}
+    env.update(MS_ROLE="MS_SCHED", MS_SCHED_HOST=scheduler_host(launch), MS_SCHED_PORT=str(launch.sched_port),
+               MS_WORKER_NUM=str(launch.world_size), RANK_ID="0")
+    env.setdefault("GLOG_v", "3")
+    return env
+
+
+def exit_code_of(returncode: int) -> int:
+    """A child killed by signal s reports -s; the shell convention 128 + s keeps the launcher's code non-zero."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"code {returncode} (killed by {signal.Signals(-returncode).name})"
+        except ValueError:
+            return f"code {returncode} (killed by signal {-returncode})"
+    return f"code {returncode}"
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen
+
+
+def die_with_parent() -> None:
+    """Run in a child before exec: it gets SIGKILL when its parent dies, so no worker outlives a killed
+    launcher (and no launcher a killed local runner)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def start(name: str, role: str, env: Mapping[str, str]) -> Child:
+    command = [sys.executable, "-m", "ascend_hybrid_trainer", role]
+    return Child(name, subprocess.Popen(command, env=dict(env), preexec_fn=die_with_parent))
+
+
+def stop(children: list[Child], grace: float) -> None:
+    alive = [child for child in children if child.process.poll() is None]
+    for child in alive:
+        child.process.terminate()
+    deadline = time.monotonic() + grace
+    for child in alive:
+        try:
+            child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.process.kill()
+            child.process.wait()
+
+
+class Launcher:
+    def __init__(self, launch: PodLaunch, log):
+        self.launch, self.log = launch, log
+        self.children: list[Child] = []
+        self.stop_signal: int | None = None
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stop_signal = signum
+
+    def supervise(self) -> int:
+        """Wait for every child; on the first failure (or a stop signal) stop the rest and report it last."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        while True:
+            if self.stop_signal is not None:
+                stop(self.children, self.launch.stop_grace)
+                self.log(f"stopped by {signal.Signals(self.stop_signal).name}; stopped every local process")
+                return 128 + self.stop_signal
+            failed = next((child for child in self.children
+                           if child.process.poll() not in (None, 0)), None)
+            if failed is not None:
+                stop(self.children, self.launch.stop_grace)
+                code = failed.process.returncode
+                self.log(f"{failed.name} (pid {failed.process.pid}) exited with {describe_exit(code)}; stopped "
+                         f"the other local processes")
+                return exit_code_of(code)
+            if all(child.process.poll() == 0 for child in self.children):
+                self.log(f"all {len(self.children)} local processes succeeded")
+                return 0
+            time.sleep(POLL_SECONDS)
+
+    def run(self, env: Mapping[str, str]) -> int:
+        launch = self.launch
+        last_report = [0.0]
+
+        def report_wait(status: str) -> None:
+            if time.monotonic() - last_report[0] >= 30:
+                last_report[0] = time.monotonic()
+                self.log(f"waiting for rank table {launch.rank_table_file} (status: {status})")
+
+        table = wait_for_completed(launch.rank_table_file, launch.ranktable_timeout, on_wait=report_wait)
+        chips = local_device_ids(table, launch.ranks, launch.rank_table_file)
+        visible = visible_devices(env)
+        device_ids = [logical_device_id(chip, visible, rank) for chip, rank in zip(chips, launch.ranks)]
+        if launch.runs_scheduler:
+            self.children.append(start("MindSpore scheduler", "scheduler", scheduler_env(env, launch)))
+            self.log(f"started the MindSpore scheduler on {scheduler_host(launch)}:{launch.sched_port} "
+                     f"(pid {self.children[-1].process.pid})")
+        for index, rank in enumerate(launch.ranks):
+            child = start(f"rank {rank}", "worker", worker_env(env, launch, index, device_ids[index], chips))
+            self.children.append(child)
+            self.log(f"started rank {rank} on device {device_ids[index]} (pid {child.process.pid})")
+        return self.supervise()
+
+
+def main(env: Mapping[str, str] = os.environ) -> int:
+    pod = [env.get("MS_NODE_RANK", "?")]  # the index read_pod_launch derives, once it has
+
+    def log(message: str) -> None:
+        print(f"[launcher pod {pod[0]}] {message}", file=sys.stderr, flush=True)
+
+    try:
+        launch = read_pod_launch(env)
+        pod[0] = str(launch.pod_index)
+        config = load_run_config(env)
+        validate_run(config.parallelism, config.model, config.training, launch.world_size,
+                     detect_device_target(env), launch.launch_mode)
+        return Launcher(launch, log).run(env)
+    except (ConfigError, RankTableTimeout) as error:
+        log(f"error: {error}")
+        return 2

@@ -1,0 +1,59 @@
+"""Prometheus metrics of design §9, served by rank 0 of each pod (the operator scrapes them on :9400)."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+STEP_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class NpuUtilizationCollector:
+    """Reads npu-smi at scrape time, so the figure is current and nothing polls when nobody scrapes."""
+
+    def __init__(self, read: Callable[[], dict[str, float]]):
+        self.read = read
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        readings = self.read()
+        if not readings:
+            return []
+        family = GaugeMetricFamily("ascend_trainer_npu_utilization_percent", "AI Core utilization of each NPU "
+                                   "of this pod, from npu-smi.", labels=["device"])
+        for device, value in sorted(readings.items()):
+            family.add_metric([device], value)
+        return [family]
+
+
+class TrainerMetrics:
+    """Job-wide figures as this pod sees them: the loss of the whole global batch and the throughput of the
+    whole job (global batch tokens / step time), so any one pod's endpoint tells the job's progress."""
+
+    def __init__(self, npu_reader: Callable[[], dict[str, float]] | None = None):
+        self.registry = CollectorRegistry()
+        self.step = Gauge("ascend_trainer_step", "Last completed training step.", registry=self.registry)
+        self.loss = Gauge("ascend_trainer_loss", "Loss of the whole global batch at the last step.",
+                          registry=self.registry)
+        self.tokens_per_second = Gauge("ascend_trainer_tokens_per_second", "Tokens of the global batch per "
+                                       "second of step time, last step.", registry=self.registry)
+        self.step_seconds = Histogram("ascend_trainer_step_seconds", "Wall time of a training step.",
+                                      buckets=STEP_SECONDS_BUCKETS, registry=self.registry)
+        self.samples = Counter("ascend_trainer_samples", "Samples of the global batch trained on since this "
+                               "process started.", registry=self.registry)
+        if npu_reader is not None:
+            self.registry.register(NpuUtilizationCollector(npu_reader))
+
+    def serve(self, address: str, port: int) -> int:
+        """Start the endpoint; returns the port it listens on (the kernel's choice when `port` is 0)."""
+        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        return server.server_port
+
+    def record_step(self, step: int, loss: float, seconds: float, samples: int, tokens: int) -> None:
+        self.step.set(step)
+        self.loss.set(loss)
+        self.step_seconds.observe(seconds)
+        self.samples.inc(samples)
+        if seconds > 0:
+            self.tokens_per_second.set(tokens / seconds)

@@ -1,0 +1,190 @@
+"""Degrees → MindSpore parallel context and per-layer shard strategies (design §9's table), as a pure function.
+
+No MindSpore import: the mapping is unit-tested on any machine, and the model only reads the plan.
+Notation of the table: dp = data, mp = tensor, ep = expert; linear layers are `y = x·Wᵀ` (MatMul with
+transpose_b), so a weight [out, in] split by rows of W is a column-parallel layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import ConfigError, ModelConfig, Parallelism, TrainingConfig
+
+Strategy = tuple[tuple[int, ...], ...]
+
+STAND_ALONE = "stand_alone"
+DATA_PARALLEL = "data_parallel"
+SEMI_AUTO_PARALLEL = "semi_auto_parallel"
+
+
+@dataclass(frozen=True)
+class ShardStrategies:
+    """One strategy per sharded primitive, the same in every layer (only the pipeline stage differs per layer)."""
+
+    qkv: Strategy               # column parallel: MatMul(x [tokens, h], W [3h, h])
+    attention_output: Strategy  # row parallel: MatMul(ctx [tokens, h], W [h, h])
+    ffn_in: Strategy            # column parallel
+    ffn_out: Strategy           # row parallel
+    embedding: Strategy         # vocab-parallel Gather(table [vocab, h], ids [batch, seq])
+    lm_head: Strategy           # vocab-parallel MatMul(x, table [vocab, h])
+    expert_ffn_in: Strategy     # BatchMatMul(tokens [E, G·C, h], W1 [E, h, ffn])
+    expert_ffn_out: Strategy    # BatchMatMul(hidden [E, G·C, ffn], W2 [E, ffn, h])
+    router: Strategy            # MatMul(x, Wr [E, h]): tiny, replicated over mp
+    layer_norm: Strategy        # LayerNorm(x, gamma, beta)
+    attention_scores: Strategy  # BatchMatMul(q [b, heads, s, d], kᵀ): heads split like the QKV columns
+    attention_softmax: Strategy
+    attention_context: Strategy
+    activation: Strategy        # GeLU on the column-parallel FFN output
+    residual_add: Strategy
+    cross_entropy: Strategy     # SoftmaxCrossEntropyWithLogits: vocab gathered first (its axis cannot be split)
+
+    @property
+    def expert_weights(self) -> tuple[int, ...]:
+        """The strategy of the expert weight tensor [experts, hidden, ffn] (the table's MoE rows)."""
+        return self.expert_ffn_in[1]
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    mode: str
+    context: dict                      # keyword arguments of mindspore.set_auto_parallel_context
+    shards: ShardStrategies | None     # None unless semi_auto_parallel
+    layer_stages: tuple[int, ...]      # pipeline stage of each transformer layer
+    pipeline_stages: int
+    micro_batches: int
+    recompute: bool
+    # True when every rank feeds the whole global batch (semi-auto, full_batch); False when each DP rank feeds
+    # its own contiguous slice of it (data_parallel).
+    full_batch: bool
+
+    @property
+    def uses_pipeline(self) -> bool:
+        return self.pipeline_stages > 1
+
+
+def layer_stages(layers: int, pipeline: int) -> tuple[int, ...]:
+    """Layer i sits in stage i // (layers / pp): contiguous, equal blocks (layers % pp == 0 is validated)."""
+    if layers % pipeline:
+        raise ConfigError(f"model.layers={layers} must be divisible by parallelism.pipeline={pipeline}")
+    per_stage = layers // pipeline
+    return tuple(index // per_stage for index in range(layers))
+
+
+def expert_weight_strategy(degrees: Parallelism) -> tuple[int, ...]:
+    ep, mp = degrees.expert, degrees.tensor
+    if degrees.expert_placement == "intraNode":
+        # EP is carved out of the TP group: the ep expert shards and mp // ep ffn shards share the mp ranks.
+        if mp % ep:
+            raise ConfigError(
+                f"parallelism.expert={ep} must divide parallelism.tensor={mp} for expertPlacement intraNode: the "
+                f"expert weights are sharded (ep, 1, tensor // ep) inside one tensor-parallel group")
+        return (ep, 1, mp // ep)
+    return (ep, 1, mp)
+
+
+def shard_strategies(degrees: Parallelism) -> ShardStrategies:
+    dp, mp, ep = degrees.data, degrees.tensor, degrees.expert
+    weights = expert_weight_strategy(degrees)
+    # The expert BatchMatMul's token operand: the expert axis takes ep, the rest of the stage's dp·mp ranks
+    # split the tokens, so expert weights and tokens use every rank of the stage exactly once.
+    token_split = dp // ep if degrees.expert_placement == "dataParallel" else dp
+    ffn_split = weights[2]
+    return ShardStrategies(
+        qkv=((dp, 1), (mp, 1)),
+        attention_output=((dp, mp), (1, mp)),
+        ffn_in=((dp, 1), (mp, 1)),
+        ffn_out=((dp, mp), (1, mp)),
+        embedding=((mp, 1), (dp, 1)),
+        lm_head=((dp, 1), (mp, 1)),
+        expert_ffn_in=((ep, token_split, 1), weights),
+        expert_ffn_out=((ep, token_split, ffn_split), (ep, ffn_split, 1)),
+        router=((dp, 1), (1, 1)),
+        layer_norm=((dp, 1), (1,), (1,)),
+        attention_scores=((dp, mp, 1, 1), (dp, mp, 1, 1)),
+        attention_softmax=((dp, mp, 1, 1),),
+        attention_context=((dp, mp, 1, 1), (dp, mp, 1, 1)),
+        activation=((dp, mp),),
+        residual_add=((dp, 1), (dp, 1)),
+        cross_entropy=((dp, 1), (dp, 1)),
+    )
+
+
+def check_shapes_divide(model: ModelConfig, degrees: Parallelism) -> None:
+    """Semi-auto parallel cuts tensors into equal slices: each sharded axis must divide by its degree."""
+    mp, ep = degrees.tensor, degrees.expert
+    rules = [
+        (model.vocab % mp, f"model.vocab={model.vocab} must be divisible by parallelism.tensor={mp} "
+                           f"(vocab-parallel embedding and head)"),
+        (model.ffn_hidden % mp, f"model.ffnHidden={model.ffn_hidden} must be divisible by parallelism.tensor={mp}"),
+        (model.heads % mp, f"model.heads={model.heads} must be divisible by parallelism.tensor={mp}"),
+    ]
+    if model.is_moe:
+        rules.append((model.experts % ep, f"model.experts={model.experts} must be divisible by "
+                                          f"parallelism.expert={ep}"))
+    problems = [message for remainder, message in rules if remainder]
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def plan_parallel(degrees: Parallelism, model: ModelConfig, training: TrainingConfig) -> ParallelPlan:
+    stages = layer_stages(model.layers, degrees.pipeline)
+    if degrees.world_size == 1 and degrees.only_data_parallel:
+        return ParallelPlan(mode=STAND_ALONE, context={"parallel_mode": STAND_ALONE}, shards=None,
+                            layer_stages=stages, pipeline_stages=1, micro_batches=1,
+                            recompute=training.recompute, full_batch=True)
+    if degrees.only_data_parallel:
+        context = {"parallel_mode": DATA_PARALLEL, "device_num": degrees.data, "gradients_mean": True}
+        if training.optimizer_shard:
+            context["enable_parallel_optimizer"] = True
+        return ParallelPlan(mode=DATA_PARALLEL, context=context, shards=None, layer_stages=stages,
+                            pipeline_stages=1, micro_batches=1, recompute=training.recompute, full_batch=False)
+    check_shapes_divide(model, degrees)
+    context = {
+        "parallel_mode": SEMI_AUTO_PARALLEL,
+        "device_num": degrees.world_size,
+        "pipeline_stages": degrees.pipeline,
+        "full_batch": True,
+        "gradients_mean": True,
+        "enable_parallel_optimizer": training.optimizer_shard,
+    }
+    return ParallelPlan(mode=SEMI_AUTO_PARALLEL, context=context, shards=shard_strategies(degrees),
+                        layer_stages=stages, pipeline_stages=degrees.pipeline,
+                        micro_batches=degrees.micro_batches if degrees.pipeline > 1 else 1,
+                        recompute=training.recompute, full_batch=True)
+
+
+CPU_LIMITS = ("MindSpore refuses semi_auto_parallel and pipeline parallel on the CPU backend (\"Invalid backend: "
+              "CPU\") and has no CPU kernels for AlltoAll, ReduceScatter or Send/Receive")
+
+
+def check_runnable(plan: ParallelPlan, degrees: Parallelism, device_target: str) -> None:
+    """Refuse, never rewrite: a strategy the device cannot run is an error naming the setting, not a fallback."""
+    if device_target != "CPU":
+        return
+    beyond_data = [f"{name}={value}" for name, value in
+                   (("tensor", degrees.tensor), ("pipeline", degrees.pipeline), ("expert", degrees.expert))
+                   if value > 1]
+    if beyond_data:
+        raise ConfigError(
+            f"parallelism {', '.join(beyond_data)}: the CPU backend can run only data parallel ({CPU_LIMITS}). "
+            f"Run this job on Ascend NPUs, or set tensor, pipeline and expert to 1 to try it on CPU; the trainer "
+            f"does not change the strategy by itself.")
+    if plan.context.get("enable_parallel_optimizer"):
+        raise ConfigError(
+            "training.optimizerShard=true: the parallel optimizer needs ReduceScatter, which has no CPU kernel; "
+            "set it to false on CPU")
+
+
+def validate_run(degrees: Parallelism, model: ModelConfig, training: TrainingConfig, world_size: int,
+                 device_target: str, launch_mode: str) -> ParallelPlan:
+    """Everything the launcher checks before starting a process and every worker checks again before training."""
+    if degrees.world_size != world_size:
+        raise ConfigError(f"parallelism data x tensor x pipeline = {degrees.world_size} but RANK_SIZE={world_size}: "
+                          f"the degrees must use every rank")
+    plan = plan_parallel(degrees, model, training)
+    check_runnable(plan, degrees, device_target)
+    if device_target == "CPU" and launch_mode == "ranktable":
+        raise ConfigError("AHJ_LAUNCH_MODE=ranktable: the CPU backend ignores RANK_TABLE_FILE; use the dynamic "
+                          "cluster launch (the default) on CPU")
+    return plan

@@ -1,0 +1,247 @@
+"""One training worker (one rank): the process the launcher starts with MS_ROLE=MS_WORKER or a rank-table env.
+
+Prints one JSON line per step on stdout from global rank 0 (`{"step": n, "loss": x}`, x the loss of the whole
+global batch); everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+from mindspore.communication import GlobalComm, create_group, get_group_size, get_rank, init
+
+from . import checkpoint
+from .config import ConfigError, RunConfig, load_run_config
+from .data import inputs_and_labels, open_token_source, rank_slice
+from .device import detect_device_target, read_npu_utilization
+from .metrics import TrainerMetrics
+from .model import GPTWithLoss
+from .strategy import DATA_PARALLEL, SEMI_AUTO_PARALLEL, ParallelPlan, validate_run
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    rank: int
+    world_size: int
+    local_rank: int
+    device_id: int | None
+    launch_mode: str  # "dynamic" (MindSpore scheduler) or "ranktable" (HCCL rank table, Ascend only)
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "WorkerIdentity":
+        device = env.get("DEVICE_ID")
+        return cls(rank=int(env.get("RANK_ID") or env.get("MS_NODE_ID") or 0),
+                   world_size=int(env.get("RANK_SIZE") or env.get("MS_WORKER_NUM") or 1),
+                   local_rank=int(env.get("AHJ_LOCAL_RANK") or 0),
+                   device_id=int(device) if device not in (None, "") else None,
+                   launch_mode=env.get("AHJ_LAUNCH_MODE") or "dynamic")
+
+
+def log(identity: WorkerIdentity, message: str) -> None:
+    print(f"[rank {identity.rank}] {message}", file=sys.stderr, flush=True)
+
+
+def start_mindspore(identity: WorkerIdentity, device_target: str, plan: ParallelPlan) -> None:
+    ms.set_context(mode=ms.GRAPH_MODE)  # semi-auto and pipeline parallel need graph mode; CPU runs it too
+    ms.set_device(device_target, identity.device_id if device_target == "Ascend" else None)
+    if identity.distributed:
+        # Dynamic cluster: init() reads MS_ROLE/MS_SCHED_HOST/MS_SCHED_PORT/MS_WORKER_NUM/MS_NODE_ID.
+        # Rank table (Ascend only): init("hccl") reads RANK_TABLE_FILE/RANK_ID/DEVICE_ID/RANK_SIZE.
+        if identity.launch_mode == "ranktable":
+            init("hccl")
+        else:
+            init()
+        if (get_rank(), get_group_size()) != (identity.rank, identity.world_size):
+            raise RuntimeError(f"MindSpore formed rank {get_rank()} of {get_group_size()}, the launcher assigned "
+                               f"rank {identity.rank} of {identity.world_size} (MS_NODE_ID/RANK_ID not honoured)")
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(**plan.context)
+
+
+def build_train_step(network, optimizer, plan: ParallelPlan, data_degree: int):
+    """A compiled step: forward, backward, gradient reduction for the mode, optimizer update; returns the loss of
+    the whole global batch on every rank that reports it."""
+    if plan.uses_pipeline:  # Ascend only: micro-batches flow through the stages, gradients accumulate per stage
+        from mindspore.parallel.nn import Pipeline, PipelineGradReducer
+
+        network = Pipeline(network, plan.micro_batches)
+        reduce_gradients = PipelineGradReducer(optimizer.parameters)
+    elif plan.mode == DATA_PARALLEL:
+        reduce_gradients = nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=data_degree,
+                                                     group=GlobalComm.WORLD_COMM_GROUP)
+    else:  # stand-alone, or semi-auto where the framework inserts the gradient all-reduce itself
+        reduce_gradients = ops.identity
+    grad_fn = ms.value_and_grad(network, None, optimizer.parameters)
+
+    if plan.mode == DATA_PARALLEL:
+        sum_over_ranks = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP)
+
+        @ms.jit
+        def step(input_ids, labels):
+            loss, grads = grad_fn(input_ids, labels)
+            optimizer(reduce_gradients(grads))
+            return sum_over_ranks(loss) / data_degree  # each rank's loss is the mean of its equal slice
+    else:
+        @ms.jit
+        def step(input_ids, labels):
+            loss, grads = grad_fn(input_ids, labels)
+            optimizer(reduce_gradients(grads))
+            return loss
+    return step
+
+
+def make_loss_reporter(plan: ParallelPlan, identity: WorkerIdentity):
+    """Under pipeline parallelism only the last stage computes the loss: every rank all-reduces over its pipeline
+    group (the ranks at the same position of each stage), the other stages contributing zero, so rank 0 prints
+    it and each pod's metrics show it. The Pipeline cell sums the micro-batch losses, so their mean is the
+    global-batch loss. Ascend only."""
+    if not plan.uses_pipeline:
+        return lambda loss: float(loss)
+    stage_size = identity.world_size // plan.pipeline_stages
+    position = identity.rank % stage_size
+    group_name = f"ahj_loss_{position}"
+    create_group(group_name, list(range(position, identity.world_size, stage_size)))
+    is_last_stage = identity.rank // stage_size == plan.pipeline_stages - 1
+    all_reduce = ops.AllReduce(group=group_name)
+    micro_batches = plan.micro_batches
+    return lambda loss: float(all_reduce(loss if is_last_stage else ops.zeros_like(loss))) / micro_batches
+
+
+def make_optimizer(parameters, learning_rate: float, plan: ParallelPlan):
+    """Adam with bias correction: its first updates are ±learning_rate, where AdamWeightDecay (no bias
+    correction) moves every weight ~3x that far and makes the first steps spike. MindSpore's parallel optimizer
+    in data_parallel mode accepts only AdamWeightDecay or Lamb (Ascend), so that one combination gets
+    AdamWeightDecay."""
+    if plan.mode == DATA_PARALLEL and plan.context.get("enable_parallel_optimizer"):
+        return nn.AdamWeightDecay(parameters, learning_rate=learning_rate, weight_decay=0.0)
+    return nn.Adam(parameters, learning_rate=learning_rate)
+
+
+class TrainState(nn.Cell):
+    """Network + optimizer as one cell, so a checkpoint holds parameters and optimizer moments together."""
+
+    def __init__(self, network, optimizer):
+        super().__init__(auto_prefix=False)
+        self.network, self.optimizer = network, optimizer
+
+
+def resume(state, root: str, per_rank: bool, identity: WorkerIdentity) -> int:
+    """The step of the newest committed checkpoint, loaded into `state`; 0 for a fresh start."""
+    latest = checkpoint.read_latest(root)
+    if latest is None:
+        return 0
+    path = checkpoint.checkpoint_file(root, identity.rank if per_rank else 0, latest["step"])
+    if not os.path.exists(path):
+        raise RuntimeError(f"{root}/latest.json names step {latest['step']} but {path} is missing (the claim "
+                           f"holds checkpoints of a job with another world size or layout?)")
+    missing, _ = ms.load_param_into_net(state, ms.load_checkpoint(path))
+    if missing:
+        raise RuntimeError(f"checkpoint {path} does not fit this model: {len(missing)} parameters absent, e.g. "
+                           f"{', '.join(missing[:3])} (was the model or parallel layout changed?)")
+    log(identity, f"resumed from {path}: step {latest['step']}, loss {latest.get('loss')}")
+    return latest["step"]
+
+
+def save(state, root: str, step: int, loss: float, identity: WorkerIdentity, plan: ParallelPlan,
+         per_rank: bool, keep: int) -> None:
+    writes = per_rank or identity.rank == 0
+    if writes:
+        directory = checkpoint.rank_directory(root, identity.rank)
+        os.makedirs(directory, exist_ok=True)
+        temporary = os.path.join(directory, f".partial_step_{step}.ckpt")
+        ms.save_checkpoint(state, temporary, integrated_save=not per_rank)
+        os.replace(temporary, checkpoint.checkpoint_file(root, identity.rank, step))
+    if per_rank and identity.distributed:
+        from mindspore.communication.comm_func import barrier
+
+        barrier()  # every rank's slice of this step is on disk before rank 0 commits it
+    if identity.rank == 0:
+        checkpoint.commit(root, step, loss, identity.world_size, plan.mode)
+    if writes:
+        for old in checkpoint.steps_to_prune(checkpoint.steps_on_disk(directory), step, keep):
+            os.remove(checkpoint.checkpoint_file(root, identity.rank, old))
+
+
+def start_metrics(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str]):
+    if identity.local_rank != 0:
+        return None
+    chips = [int(chip) for chip in (env.get("AHJ_POD_CHIPS") or "").split(",") if chip.strip()]
+    metrics = TrainerMetrics(npu_reader=(lambda: read_npu_utilization(chips)) if chips else None)
+    address = env.get("POD_IP") or "127.0.0.1"
+    try:
+        port = metrics.serve(address, config.metrics_port)
+    except OSError as error:
+        # Metrics are for watching the job; a taken port must not stop the training, but it must be visible.
+        log(identity, f"metrics endpoint {address}:{config.metrics_port} not served ({error}); set "
+                      f"AHJ_METRICS_PORT to a free port")
+        return None
+    log(identity, f"metrics on http://{address}:{port}/metrics")
+    return metrics
+
+
+def train(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str]) -> int:
+    degrees, model_config, training = config.parallelism, config.model, config.training
+    device_target = detect_device_target(env)
+    plan = validate_run(degrees, model_config, training, identity.world_size, device_target, identity.launch_mode)
+    source = open_token_source(config.dataset_path, model_config.vocab, training.seq_length, training.seed)
+    start_mindspore(identity, device_target, plan)
+    ms.set_seed(training.seed)  # identical initial weights on every rank and at every DP degree
+    if plan.mode == SEMI_AUTO_PARALLEL:
+        micro_batch, routing_groups = training.global_batch_size // plan.micro_batches, degrees.data
+    else:
+        micro_batch, routing_groups = training.global_batch_size // degrees.data, 1
+    network = GPTWithLoss(model_config, plan, training.seq_length, micro_batch, routing_groups)
+    optimizer = make_optimizer(network.trainable_params(), training.learning_rate, plan)
+    step_fn = build_train_step(network, optimizer, plan, degrees.data)
+    report_loss = make_loss_reporter(plan, identity)
+    state = TrainState(network, optimizer)
+    per_rank = plan.mode == SEMI_AUTO_PARALLEL or bool(plan.context.get("enable_parallel_optimizer"))
+    keep = int(env.get("AHJ_CHECKPOINT_KEEP") or 2)
+    start_step = resume(state, config.checkpoint_dir, per_rank, identity) if config.checkpoint_dir else 0
+    metrics = start_metrics(config, identity, env)
+    if metrics is not None:
+        metrics.step.set(start_step)
+    if start_step >= training.steps:
+        log(identity, f"checkpoint is at step {start_step} >= training.steps={training.steps}: nothing to train")
+        return 0
+    tokens_per_step = training.global_batch_size * training.seq_length
+    log(identity, f"training {plan.mode} on {device_target}: steps {start_step + 1}..{training.steps}, global "
+                  f"batch {training.global_batch_size}, seq {training.seq_length}")
+    for step in range(start_step + 1, training.steps + 1):
+        batch = source.global_batch(step, training.global_batch_size)
+        if not plan.full_batch:
+            batch = rank_slice(batch, identity.rank, degrees.data)
+        input_ids, labels = inputs_and_labels(batch)
+        started = time.perf_counter()
+        loss = report_loss(step_fn(Tensor(input_ids), Tensor(labels)))
+        seconds = time.perf_counter() - started
+        if identity.rank == 0:
+            print(json.dumps({"step": step, "loss": loss}), flush=True)
+        if metrics is not None:
+            metrics.record_step(step, loss, seconds, training.global_batch_size, tokens_per_step)
+        if step % config.log_every == 0 or step == training.steps:
+            log(identity, f"step {step}/{training.steps} loss {loss:.5f} step {seconds:.3f} s "
+                          f"{tokens_per_step / seconds:.0f} tokens/s")
+        if config.checkpoint_dir and (step % training.checkpoint_every == 0 or step == training.steps):
+            save(state, config.checkpoint_dir, step, loss, identity, plan, per_rank, keep)
+    return 0
+
+
+def main(env: Mapping[str, str] = os.environ) -> int:
+    identity = WorkerIdentity.from_env(env)
+    try:
+        return train(load_run_config(env), identity, env)
+    except ConfigError as error:
+        log(identity, f"error: {error}")
+        return 2
