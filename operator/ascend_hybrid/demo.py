@@ -42,7 +42,8 @@ def _run(args: list[str], what: str) -> str:
 
 
 def operator_pid_file(paths) -> Path:
-    return paths.root / "operator.pid"
+    paths.helpers_dir.mkdir(parents=True, exist_ok=True)
+    return paths.helpers_dir / "operator.pid"
 
 
 def install_chart(kubeconfig: str) -> None:

@@ -7,13 +7,15 @@ compiled from the Go module proxy. Versions are pinned here and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 KUBERNETES_VERSION = "v1.36.3"
@@ -56,10 +58,49 @@ def binary(name: str) -> str:
     return str(path)
 
 
-@dataclass
-class _Step:
-    name: str
-    outputs: tuple[str, ...]
+HEARTBEAT_SECONDS = 30
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+@contextlib.contextmanager
+def _progress(what: str, log):
+    """Announces a build, repeats how long it has been running every HEARTBEAT_SECONDS, and reports its time:
+    the apiserver alone compiles for minutes and a silent terminal looks hung."""
+    started = time.monotonic()
+    done = threading.Event()
+
+    def heartbeat() -> None:
+        while not done.wait(HEARTBEAT_SECONDS):
+            log(f"[toolchain] still building {what} ({_elapsed(time.monotonic() - started)})")
+
+    log(f"[toolchain] building {what}")
+    ticker = threading.Thread(target=heartbeat, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+    log(f"[toolchain] built {what} in {_elapsed(time.monotonic() - started)}")
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path, log):
+    """One build at a time per cache: a second caller waits, then finds the binaries built."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"[toolchain] another build holds {path}; waiting for it")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _go_env() -> dict[str, str]:
@@ -106,6 +147,7 @@ def _build_kubernetes(src: Path, out: Path, log) -> None:
     path = src / "kube"
     _wrapper_module(path, "local/kubebins", log)
     if not (path / ".resolved").exists():
+        log(f"[toolchain] resolving k8s.io/kubernetes {KUBERNETES_VERSION} and its staging modules")
         for module in _kubernetes_staging_replaces(path, log):
             _run(["go", "mod", "edit", f"-replace={module}={module}@{KUBERNETES_STAGING_VERSION}"], path, log)
         for command in KUBE_COMMANDS:
@@ -120,9 +162,9 @@ def _build_kubernetes(src: Path, out: Path, log) -> None:
     for command in KUBE_COMMANDS:
         if (out / command).exists():
             continue
-        log(f"building {command} {KUBERNETES_VERSION}")
-        _run(["go", "build", "-trimpath", "-tags", "selinux,notest", "-ldflags", ldflags,
-              "-o", str(out / f".{command}.tmp"), f"k8s.io/kubernetes/cmd/{command}"], path, log)
+        with _progress(f"{command} {KUBERNETES_VERSION}", log):
+            _run(["go", "build", "-trimpath", "-tags", "selinux,notest", "-ldflags", ldflags,
+                  "-o", str(out / f".{command}.tmp"), f"k8s.io/kubernetes/cmd/{command}"], path, log)
         (out / f".{command}.tmp").rename(out / command)
 
 
@@ -155,37 +197,50 @@ def _build_prometheus(src: Path, out: Path, log) -> None:
 
 
 def ensure(with_prometheus: bool = False, log=None) -> Path:
-    """Builds every binary that is missing; returns the bin directory. Idempotent and resumable."""
+    """Builds every binary that is missing; returns the bin directory. Idempotent, resumable, and safe to call
+    from several processes at once (they wait on a lock)."""
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     out = bin_dir()
     wanted = REQUIRED + (OPTIONAL if with_prometheus else ())
-    todo = missing(wanted)
-    if not todo:
+    if not missing(wanted):
         return out
     if os.environ.get(BINARIES_ENV):
-        raise FileNotFoundError(f"{BINARIES_ENV}={out} lacks {', '.join(todo)}")
+        raise FileNotFoundError(f"{BINARIES_ENV}={out} lacks {', '.join(missing(wanted))}")
     if shutil.which("go") is None:
         raise FileNotFoundError("Go is needed to build the simulated cluster's binaries (go1.26 or newer)")
+    with _build_lock(cache_root() / ".build.lock", log):
+        todo = missing(wanted)  # a build we waited for may have made them
+        if todo:
+            _build(todo, out, log)
+    return out
+
+
+def _build(todo: list[str], out: Path, log) -> None:
     out.mkdir(parents=True, exist_ok=True)
     src = cache_root() / "src"
     steps = [
-        ("etcd", lambda: _build_etcd(src, out, log)),
-        ("kwok", lambda: _go_install([f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}", f"sigs.k8s.io/kwok/cmd/kwokctl@{KWOK_VERSION}"], out, log)),
-        ("helm", lambda: _go_install([f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], out, log)),
-        ("kube", lambda: _build_kubernetes(src, out, log)),
-        ("prometheus", lambda: _build_prometheus(src, out, log)),
+        ("etcd", f"etcd {ETCD_VERSION}", lambda: _build_etcd(src, out, log)),
+        ("kwok", f"kwok + kwokctl {KWOK_VERSION}",
+         lambda: _go_install([f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
+                              f"sigs.k8s.io/kwok/cmd/kwokctl@{KWOK_VERSION}"], out, log)),
+        ("helm", f"helm {HELM_VERSION}", lambda: _go_install([f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], out, log)),
+        ("kube", None, lambda: _build_kubernetes(src, out, log)),  # announces each of its four binaries
+        ("prometheus", f"prometheus {PROMETHEUS_MODULE_VERSION}", lambda: _build_prometheus(src, out, log)),
     ]
     owners = {"etcd": "etcd", "kwok": "kwok", "kwokctl": "kwok", "helm": "helm", "prometheus": "prometheus",
               **{name: "kube" for name in KUBE_COMMANDS}}
     started = time.monotonic()
-    for step, action in steps:
+    log(f"[toolchain] building {', '.join(todo)} into {out} (first time only: ~15 min cold on 2 cores, "
+        "~6 GB of Go caches)")
+    for step, what, action in steps:
         if not any(owners[name] == step for name in todo):
             continue
-        step_started = time.monotonic()
-        log(f"[toolchain] building {step} (first time only; the whole toolchain takes ~15 min cold on 2 cores)")
-        action()
-        log(f"[toolchain] {step} done in {time.monotonic() - step_started:.0f}s (total {time.monotonic() - started:.0f}s)")
-    return out
+        if what is None:
+            action()
+        else:
+            with _progress(what, log):
+                action()
+    log(f"[toolchain] done in {_elapsed(time.monotonic() - started)}: {out}")
 
 
 def main(argv: list[str] | None = None) -> int:

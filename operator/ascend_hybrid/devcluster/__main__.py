@@ -1,0 +1,8 @@
+"""`python -m ascend_hybrid.devcluster up|down|…` — the dev-cluster CLI without the top-level `ascend-hybrid`."""
+
+import sys
+
+from .cli import main
+
+arguments = sys.argv[1:]
+sys.exit(main(arguments if arguments[:1] == ["dev-cluster"] else ["dev-cluster", *arguments]))

@@ -1,0 +1,148 @@
+"""`ascend-hybrid dev-cluster …`: the simulated Ascend cluster from the command line.
+
+    dev-cluster build                    build the pinned binaries that are missing (etcd, kube-*, kwok, helm)
+    dev-cluster up [--nodes 4] [--chip 910B|910A|A3] [--racks 2]
+    dev-cluster down | status | kubeconfig
+    dev-cluster add-nodes N [--chip …]
+    dev-cluster fault NODE --not-ready | --ready | --chip-unhealthy ID | --chip-healthy ID
+Each takes --name (default ahj), so several clusters can run side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from .. import toolchain
+from . import cluster, fleet
+from .nodes import PROFILES
+from .waiting import WaitTimeout
+
+EXPECTED_ERRORS = (RuntimeError, ValueError, FileNotFoundError, WaitTimeout, subprocess.TimeoutExpired)
+
+
+def _fail(error: BaseException) -> int:
+    print(f"error: {error}", file=sys.stderr)
+    return 1
+
+
+def handle_build(args) -> int:
+    try:
+        print(toolchain.ensure(with_prometheus=args.with_prometheus))
+        return 0
+    except EXPECTED_ERRORS as error:
+        return _fail(error)
+
+
+def handle_up(args) -> int:
+    try:
+        cluster.up(args.name, nodes=args.nodes, chip=args.chip, racks=args.racks)
+        return 0
+    except EXPECTED_ERRORS as error:
+        return _fail(error)
+
+
+def handle_down(args) -> int:
+    try:
+        return 0 if cluster.down(args.name) else 1
+    except EXPECTED_ERRORS as error:
+        return _fail(error)
+
+
+def handle_status(args) -> int:
+    try:
+        healthy, lines = cluster.status(args.name)
+    except EXPECTED_ERRORS as error:
+        return _fail(error)
+    print("\n".join(lines))
+    return 0 if healthy else 1
+
+
+def handle_kubeconfig(args) -> int:
+    try:
+        paths = cluster.cluster_paths(args.name)
+    except ValueError as error:
+        return _fail(error)
+    if not paths.kubeconfig.exists():
+        return _fail(RuntimeError(f"cluster {args.name} does not exist (run `ascend-hybrid dev-cluster up`)"))
+    print(paths.kubeconfig)
+    return 0
+
+
+def handle_add_nodes(args) -> int:
+    try:
+        cluster.add_nodes(args.name, args.count, chip=args.chip)
+        return 0
+    except EXPECTED_ERRORS as error:
+        return _fail(error)
+
+
+def handle_fault(args) -> int:
+    try:
+        core = cluster.core_api(cluster.require_running(args.name))
+        if args.not_ready or args.ready:
+            fleet.set_node_ready(core, args.node, ready=args.ready)
+            print(f"{args.node}: Ready={'True' if args.ready else 'False'}")
+        else:
+            chip_id = args.chip_unhealthy if args.chip_unhealthy is not None else args.chip_healthy
+            unhealthy = fleet.set_chip_health(core, args.node, chip_id, healthy=args.chip_unhealthy is None)
+            listed = ",".join(map(str, sorted(unhealthy))) or "none"
+            print(f"{args.node}: unhealthy chips {listed}")
+        return 0
+    except EXPECTED_ERRORS as error:
+        return _fail(error)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not ≥ 1")
+    return value
+
+
+def register(subparsers) -> None:
+    """Adds `dev-cluster` and its subcommands to the `ascend-hybrid` parser; each sets func=handler(args) → exit."""
+    parser = subparsers.add_parser("dev-cluster", help="simulated Ascend cluster (real control plane, kwok nodes)",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="dev_cluster_command", metavar="COMMAND", required=True)
+    chips = sorted(PROFILES)
+
+    def command(name: str, handler, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(func=handler)
+        if name != "build":
+            sub.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name (default %(default)s)")
+        return sub
+
+    build = command("build", handle_build, "build the missing pinned binaries into the cache "
+                    f"(or check ${toolchain.BINARIES_ENV})")
+    build.add_argument("--with-prometheus", action="store_true", help="also build prometheus")
+
+    up = command("up", handle_up, "create or resume the cluster; returns once it accepts pods")
+    up.add_argument("--nodes", type=_positive, default=4, help="nodes 1..N must exist (default %(default)s)")
+    up.add_argument("--chip", choices=chips, help="chip of the nodes (default: the cluster's, else 910B)")
+    up.add_argument("--racks", type=_positive, default=2, help="racks the nodes are spread over (default %(default)s)")
+
+    command("down", handle_down, "stop everything `up` started and remove the cluster's files")
+    command("status", handle_status, "processes, nodes and kubeconfig of the cluster (exit 1 unless healthy)")
+    command("kubeconfig", handle_kubeconfig, "print the kubeconfig path (last line)")
+
+    add = command("add-nodes", handle_add_nodes, "add N nodes to the running cluster")
+    add.add_argument("count", type=_positive, metavar="N")
+    add.add_argument("--chip", choices=chips, help="chip of the new nodes (default: the cluster's)")
+
+    fault = command("fault", handle_fault, "simulate a node or chip fault, or clear it")
+    fault.add_argument("node", metavar="NODE")
+    kinds = fault.add_mutually_exclusive_group(required=True)
+    kinds.add_argument("--not-ready", action="store_true", help="hold the node NotReady")
+    kinds.add_argument("--ready", action="store_true", help="let the node turn Ready again")
+    kinds.add_argument("--chip-unhealthy", type=int, metavar="ID", help="list chip ID as Unhealthy in deviceinfo")
+    kinds.add_argument("--chip-healthy", type=int, metavar="ID", help="take chip ID off the Unhealthy list")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ascend-hybrid")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)

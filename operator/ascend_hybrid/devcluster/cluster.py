@@ -1,0 +1,277 @@
+"""Lifecycle of a named simulated Ascend cluster: kwokctl (binary runtime) + Ascend nodes + the device plugin.
+
+Everything a cluster owns lives under its directory (see `paths`); `down` stops exactly the processes recorded
+there, by pid, and removes the directory.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from kubernetes import client
+
+from .. import toolchain
+from . import fleet, kwokctl, processes
+from .kubeapi import api_client
+from .nodes import nodes_per_rack, plan_nodes, profile
+from .paths import DEFAULT_NAME, ClusterPaths, Settings, cluster_paths, load_settings, save_settings
+from .waiting import wait_until
+
+DEVICE_PLUGIN_MODULE = "ascend_hybrid.devcluster.deviceplugin"
+
+
+def core_api(paths: ClusterPaths) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client(str(paths.kubeconfig)))
+
+
+def api_is_up(paths: ClusterPaths) -> bool:
+    if not paths.kubeconfig.exists():
+        return False
+    try:
+        core_api(paths).list_namespace(limit=1, _request_timeout=3)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not serving"
+        return False
+
+
+class Progress:
+    """One line per step, with the time since `up` started."""
+
+    def __init__(self, name: str, log=print):
+        self.name, self.log, self.started = name, log, time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        self.log(f"[dev-cluster {self.name}] {message} ({time.monotonic() - self.started:.1f}s)")
+
+
+def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks: int = 2,
+       log=print) -> ClusterPaths:
+    """Creates (or resumes) the cluster with nodes 1..`nodes` and returns once it accepts pods. Idempotent: what
+    exists is kept (faults too); `chip` defaults to the existing cluster's, else 910B."""
+    progress = Progress(name, log)
+    paths = cluster_paths(name)
+    settings = load_settings(paths)
+    chip = chip or (settings.chip if settings else "910B")
+    profile(chip)
+    bin_dir = toolchain.ensure(log=lambda line: progress(line.strip()))
+    paths.root.mkdir(parents=True, exist_ok=True)
+    if settings is None:
+        settings = Settings(chip=chip, racks=racks, nodes_per_rack=nodes_per_rack(nodes, racks))
+        save_settings(paths, settings)
+    elif settings.chip != chip:
+        raise RuntimeError(f"cluster {name} exists with {settings.chip} nodes; add {chip} nodes with "
+                           f"`dev-cluster add-nodes N --chip {chip}` or run `dev-cluster down --name {name}` first")
+    _ensure_control_plane(paths, bin_dir, progress)
+    core = core_api(paths)
+    wait_until(lambda: core.read_namespaced_service_account("default", "default", _request_timeout=3),
+               60, "the default ServiceAccount (pods are refused until it exists)")
+    progress("control plane serving")
+    wanted = plan_nodes(1, nodes, settings.chip, settings.nodes_per_rack)
+    existing = fleet.existing_sim_nodes(core)
+    created = fleet.create_nodes(core, [n for n in wanted if n.index not in existing])
+    progress(f"{created} nodes created, {len(existing)} already there")
+    ensure_device_plugin(paths)
+    fleet.wait_nodes_ready(core, {n.name for n in wanted}, timeout=120)
+    wait_until(paths.plugin_ready.exists, 60, "the simulated device plugin to list the cluster",
+               describe=lambda: log_tail(paths.plugin_log, 5))
+    _check_pods_admitted(core)
+    progress(f"ready: {len(wanted)} {settings.chip} nodes; kubeconfig {paths.kubeconfig}")
+    return paths
+
+
+def _ensure_control_plane(paths: ClusterPaths, bin_dir: Path, progress) -> None:
+    if paths.kwok_config.exists():
+        if api_is_up(paths) and all(processes.is_alive(p) for p in paths.component_pids().values()):
+            progress("control plane already running")
+            return
+        # The plugin's client holds the old apiserver's address and certificates: start it afresh later.
+        stop_device_plugin(paths)
+        if _restart_control_plane(paths, bin_dir, progress):
+            return
+        progress("its ports are taken by other processes now: creating the control plane afresh (state lost)")
+        _delete_control_plane(paths, bin_dir)
+    progress("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok-controller")
+    paths.kwokctl_config.write_text(kwokctl.config_text(kwokctl.pick_ports(), kwokctl.stages_file().read_text()))
+    try:
+        kwokctl.run(paths, kwokctl.create_args(paths, bin_dir), "kwokctl create cluster")
+    except RuntimeError:
+        _delete_control_plane(paths, bin_dir)
+        raise
+
+
+def _restart_control_plane(paths: ClusterPaths, bin_dir: Path, progress) -> bool:
+    """Part of it died (a reboot, or a killed apiserver, which takes the scheduler and controller-manager with
+    it as they lose their leases): stop what is left and start it all again. False when its ports are taken."""
+    progress("restarting the control plane (some of it was stopped)")
+    command = str(bin_dir / "kwokctl")
+    kwokctl.run(paths, [command, "stop", "cluster", "--name", paths.name], "kwokctl stop cluster", timeout=120)
+    ports = kwokctl.recorded_ports(paths)
+    try:
+        wait_until(lambda: all(kwokctl.port_is_free(p) for p in ports.values()), 5, "the cluster's ports to free")
+    except AssertionError:
+        return False
+    kwokctl.run(paths, [command, "start", "cluster", "--name", paths.name, "--wait", "60s"],
+                "kwokctl start cluster", timeout=180)
+    wait_until(lambda: api_is_up(paths), 60, "the restarted apiserver to answer")
+    return True
+
+
+def _check_pods_admitted(core: client.CoreV1Api) -> None:
+    """A server-side dry-run pod create: passes only once admission (ServiceAccount, quota…) accepts pods."""
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "admission-probe-"},
+             "spec": {"containers": [{"name": "probe", "image": "busybox"}]}}
+    wait_until(lambda: core.create_namespaced_pod("default", probe, dry_run="All", _request_timeout=5) or True,
+               60, "the apiserver to admit pods")
+
+
+def ensure_device_plugin(paths: ClusterPaths) -> int:
+    pid = processes.read_pid(paths.plugin_pid)
+    if pid and processes.is_ours(pid, str(paths.root)):
+        return pid
+    paths.plugin_ready.unlink(missing_ok=True)
+    command = processes.python_module_command(
+        DEVICE_PLUGIN_MODULE, "--kubeconfig", str(paths.kubeconfig), "--ready-file", str(paths.plugin_ready),
+        "--cluster-dir", str(paths.root))
+    return processes.start_detached(command, paths.plugin_log, paths.plugin_pid)
+
+
+def stop_device_plugin(paths: ClusterPaths) -> bool:
+    pid = processes.read_pid(paths.plugin_pid)
+    stopped = processes.stop(pid, marker=str(paths.root)) if pid else True
+    paths.plugin_ready.unlink(missing_ok=True)
+    return stopped
+
+
+def _delete_control_plane(paths: ClusterPaths, bin_dir: Path | None) -> None:
+    if bin_dir is None or not paths.kwok_config.exists():
+        return
+    try:
+        kwokctl.run(paths, [str(bin_dir / "kwokctl"), "delete", "cluster", "--name", paths.name],
+                    "kwokctl delete cluster", timeout=120)
+    except RuntimeError as error:
+        print(f"warning: {error}")
+
+
+def owned_processes(paths: ClusterPaths) -> dict[str, int]:
+    """Every process `up` started for this cluster that is still alive: kwok's components and the plugin."""
+    alive = {name: pid for name, pid in paths.component_pids().items()
+             if processes.is_ours(pid, str(paths.kwok_cluster))}
+    plugin = processes.read_pid(paths.plugin_pid)
+    if plugin and processes.is_ours(plugin, str(paths.root)):
+        alive["device-plugin"] = plugin
+    return alive
+
+
+def down(name: str = DEFAULT_NAME, log=print) -> bool:
+    """Stops everything `up` started (the plugin and kwok's components, by pid) and removes the cluster's
+    directory. True when nothing of it is left running."""
+    paths = cluster_paths(name)
+    if not paths.root.exists():
+        log(f"[dev-cluster {name}] no such cluster (nothing under {paths.root})")
+        return True
+    recorded = paths.component_pids()
+    helpers = stop_helpers(paths, log)
+    if helpers is None:
+        return False
+    plugin = processes.read_pid(paths.plugin_pid)
+    if not stop_device_plugin(paths):
+        log(f"[dev-cluster {name}] could not stop the device plugin (pid {plugin})")
+        return False
+    bin_dir = toolchain.bin_dir() if not toolchain.missing(("kwokctl",)) else None
+    _delete_control_plane(paths, bin_dir)
+    # kwokctl stops its components; anything it missed is stopped here, by the pid it recorded.
+    survivors = [f"{n} ({p})" for n, p in recorded.items()
+                 if not processes.stop(p, marker=str(paths.kwok_cluster))]
+    if survivors:
+        log(f"[dev-cluster {name}] could not stop: {', '.join(survivors)}; left {paths.root} in place")
+        return False
+    shutil.rmtree(paths.root, ignore_errors=True)
+    log(f"[dev-cluster {name}] down: stopped {len(recorded) + (1 if plugin else 0) + helpers} processes, "
+        f"removed {paths.root}")
+    return True
+
+
+def stop_helpers(paths: ClusterPaths, log=print) -> int | None:
+    """Stops the cluster's helper processes (by the pids in helpers/*.pid); their count, or None if one survived."""
+    stopped = 0
+    for pid_file in paths.helper_pid_files():
+        pid = processes.read_pid(pid_file)
+        if pid and processes.is_alive(pid):
+            if not processes.stop(pid, marker=str(paths.root)):
+                log(f"[dev-cluster {paths.name}] could not stop {pid_file.stem} (pid {pid})")
+                return None
+            stopped += 1
+        pid_file.unlink(missing_ok=True)
+    return stopped
+
+
+def status(name: str = DEFAULT_NAME) -> tuple[bool, list[str]]:
+    """(healthy, report lines) for `dev-cluster status`."""
+    paths = cluster_paths(name)
+    if not paths.root.exists():
+        return False, [f"cluster {name}: absent (run `ascend-hybrid dev-cluster up --name {name}`)"]
+    lines = [f"cluster {name}: {paths.root}"]
+    recorded = paths.component_pids()
+    alive = owned_processes(paths)
+    for component, pid in sorted(recorded.items()):
+        lines.append(f"  {component:<24} pid {pid:<8} {'running' if component in alive else 'STOPPED'}")
+    plugin = processes.read_pid(paths.plugin_pid)
+    lines.append(f"  {'device-plugin':<24} pid {plugin or '-':<8} "
+                 f"{'running' if 'device-plugin' in alive else 'STOPPED'}")
+    for pid_file in paths.helper_pid_files():
+        pid = processes.read_pid(pid_file)
+        running = bool(pid) and processes.is_ours(pid, str(paths.root))
+        lines.append(f"  {pid_file.stem:<24} pid {pid or '-':<8} {'running' if running else 'STOPPED'}")
+    healthy = bool(recorded) and len(alive) == len(recorded) + 1
+    if api_is_up(paths):
+        core = core_api(paths)
+        try:
+            nodes = fleet.simulated_nodes(core)
+            ready = sum(fleet.ready_status(n) == "True" for n in nodes)
+            chips: dict[str, int] = {}
+            for node in nodes:
+                chip = (node["metadata"].get("labels") or {}).get("accelerator-type", "?")
+                chips[chip] = chips.get(chip, 0) + 1
+            kinds = ", ".join(f"{count}× {kind}" for kind, count in sorted(chips.items()))
+            lines.append(f"  nodes: {len(nodes)} ({kinds}), {ready} Ready")
+        except RuntimeError as error:
+            lines.append(f"  nodes: unknown ({error})")
+            healthy = False
+    else:
+        lines.append("  apiserver: not answering")
+        healthy = False
+    lines.append(f"  kubeconfig: {paths.kubeconfig}")
+    return healthy, lines
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return f"({path} does not exist)"
+
+
+def add_nodes(name: str, count: int, chip: str | None = None, log=print) -> list[str]:
+    """Adds `count` nodes after the highest existing index, continuing the rack layout."""
+    paths = cluster_paths(name)
+    settings = load_settings(paths)
+    if settings is None or not api_is_up(paths):
+        raise RuntimeError(f"cluster {name} is not running (run `ascend-hybrid dev-cluster up --name {name}`)")
+    core = core_api(paths)
+    existing = fleet.existing_sim_nodes(core)
+    first = max(existing, default=0) + 1
+    new = plan_nodes(first, count, chip or settings.chip, settings.nodes_per_rack)
+    fleet.create_nodes(core, new)
+    fleet.wait_nodes_ready(core, {n.name for n in new}, timeout=120)
+    log(f"[dev-cluster {name}] added {', '.join(n.name for n in new)} ({chip or settings.chip})")
+    return [n.name for n in new]
+
+
+def require_running(name: str) -> ClusterPaths:
+    paths = cluster_paths(name)
+    if not api_is_up(paths):
+        raise RuntimeError(f"cluster {name} is not running (run `ascend-hybrid dev-cluster up --name {name}`)")
+    return paths
+

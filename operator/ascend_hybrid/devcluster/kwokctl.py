@@ -1,0 +1,104 @@
+"""Driving kwokctl's binary runtime: the arguments, the config (ports + stages), and running it.
+
+Ports are chosen here, not by kwokctl: it hands out the first free ports below 32767 at create time, so a
+cluster stopped and restarted later finds them taken by a cluster created meanwhile. Random free ports in a
+range below the kernel's ephemeral range make that unlikely, and `up` checks them before a restart.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from .paths import ClusterPaths
+
+EXTRA_ARGS = (
+    # Every address the simulation hands out is loopback: pods, nodes (set per Node) and services.
+    "kwok-controller=cidr=127.16.0.0/16",
+    "kwok-controller=node-ip=127.15.0.1",
+    "kube-apiserver=service-cluster-ip-range=127.32.0.0/16",
+    # kwokctl's 25 s leaves a recovered node tainted not-ready:NoExecute for up to 25 s (and a failed one
+    # untainted as long); faults are the point of this cluster, so the node lifecycle controller looks often.
+    "kube-controller-manager=node-monitor-period=2s",
+)
+KWOK_BINARIES = {"etcd": "etcd", "kube-apiserver": "kube-apiserver",
+                 "kube-controller-manager": "kube-controller-manager", "kube-scheduler": "kube-scheduler",
+                 "kwok-controller": "kwok"}
+PORT_OPTIONS = ("etcdPort", "etcdPeerPort", "kubeApiserverPort", "kubeControllerManagerPort", "kubeSchedulerPort",
+                "kwokControllerPort")
+PORT_RANGE = (20000, 32000)
+
+
+def stages_file() -> Path:
+    return Path(str(resources.files("ascend_hybrid") / "sim" / "kwok-stages.yaml"))
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As Go's listeners do: connections lingering in TIME_WAIT must not count as "taken".
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+            return True
+        except OSError:
+            return False
+
+
+def pick_ports(rng: random.Random | None = None) -> dict[str, int]:
+    rng = rng or random.Random()
+    chosen: dict[str, int] = {}
+    while len(chosen) < len(PORT_OPTIONS):
+        port = rng.randrange(*PORT_RANGE)
+        if port not in chosen.values() and port_is_free(port):
+            chosen[PORT_OPTIONS[len(chosen)]] = port
+    return chosen
+
+
+def recorded_ports(paths: ClusterPaths) -> dict[str, int]:
+    """The ports kwokctl recorded for an existing cluster."""
+    for document in yaml.safe_load_all(paths.kwok_config.read_text()):
+        if isinstance(document, dict) and document.get("kind") == "KwokctlConfiguration":
+            options = document.get("options") or {}
+            return {key: int(options[key]) for key in PORT_OPTIONS if options.get(key)}
+    return {}
+
+
+def config_text(ports: dict[str, int], stages: str) -> str:
+    """kwokctl --config: a KwokctlConfiguration with the ports, then the Stage documents."""
+    options = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": ports}
+    return yaml.safe_dump(options, sort_keys=False) + "---\n" + stages
+
+
+def create_args(paths: ClusterPaths, bin_dir: Path, wait_seconds: int = 60) -> list[str]:
+    args = [str(bin_dir / "kwokctl"), "create", "cluster", "--name", paths.name, "--runtime", "binary",
+            "--kubeconfig", str(paths.kubeconfig), "--config", str(paths.kwokctl_config), "--enable-crds", "Logs",
+            "--disable-qps-limits", "--wait", f"{wait_seconds}s"]
+    for flag, binary in KWOK_BINARIES.items():
+        args += [f"--{flag}-binary", str(bin_dir / binary)]
+    for extra in EXTRA_ARGS:
+        args += ["--extra-args", extra]
+    return args
+
+
+def run(paths: ClusterPaths, args: list[str], what: str, timeout: float = 180) -> None:
+    """Runs kwokctl against the cluster's own workdir, its output appended to kwokctl.log."""
+    bin_dir = str(Path(args[0]).parent)
+    # kwokctl runs `kubectl` from PATH (else downloads one): give it ours, of the cluster's version.
+    env = dict(os.environ, KWOK_WORKDIR=str(paths.kwok_workdir), KWOK_KUBECTL_BINARY=f"{bin_dir}/kubectl",
+               PATH=os.pathsep.join([bin_dir, os.environ.get("PATH", "")]))
+    with open(paths.kwokctl_log, "ab") as log:
+        log.write(f"\n$ {' '.join(args)}\n".encode())
+        log.flush()
+        try:
+            result = subprocess.run(args, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{what} did not finish in {timeout:.0f}s; see {paths.kwokctl_log}") from None
+    if result.returncode != 0:
+        tail = paths.kwokctl_log.read_text(errors="replace").splitlines()[-15:]
+        raise RuntimeError(f"{what} failed (exit {result.returncode}); kwokctl said:\n  " + "\n  ".join(tail))

@@ -1,0 +1,118 @@
+"""Where a named dev cluster keeps its files: ~/.cache/ascend-hybrid/clusters/<name>/ (or $AHJ_CLUSTERS_DIR/<name>)
+holds kwok's workdir, the kubeconfig, the device plugin's pid, ready marker and log, and cluster.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import processes
+
+DEFAULT_NAME = "ahj"
+CLUSTERS_ENV = "AHJ_CLUSTERS_DIR"
+NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class ClusterPaths:
+    name: str
+    root: Path
+
+    @property
+    def kwok_workdir(self) -> Path:
+        return self.root / "kwok"
+
+    @property
+    def kwok_cluster(self) -> Path:
+        return self.kwok_workdir / "clusters" / self.name
+
+    @property
+    def kwok_config(self) -> Path:
+        """What kwokctl keeps of the cluster (components, ports, stages); present once it was created."""
+        return self.kwok_cluster / "kwok.yaml"
+
+    @property
+    def kwokctl_config(self) -> Path:
+        """What we hand to kwokctl --config: the chosen ports and the stage set."""
+        return self.root / "kwokctl-config.yaml"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def settings(self) -> Path:
+        return self.root / "cluster.json"
+
+    @property
+    def helpers_dir(self) -> Path:
+        """Pid files of other processes that belong to the cluster (the demo's operator, the process runtime):
+        `down` stops each of them, by pid, before the control plane."""
+        return self.root / "helpers"
+
+    def helper_pid_files(self) -> list[Path]:
+        return sorted(self.helpers_dir.glob("*.pid")) if self.helpers_dir.exists() else []
+
+    @property
+    def plugin_pid(self) -> Path:
+        return self.root / "deviceplugin.pid"
+
+    @property
+    def plugin_log(self) -> Path:
+        return self.root / "deviceplugin.log"
+
+    @property
+    def plugin_ready(self) -> Path:
+        return self.root / "deviceplugin.ready"
+
+    @property
+    def kwokctl_log(self) -> Path:
+        return self.root / "kwokctl.log"
+
+    def component_pids(self) -> dict[str, int]:
+        found = {}
+        for pid_file in sorted((self.kwok_cluster / "pids").glob("*.pid")):
+            pid = processes.read_pid(pid_file)
+            if pid:
+                found[pid_file.stem] = pid
+        return found
+
+    def log_files(self) -> list[Path]:
+        return sorted((self.kwok_cluster / "logs").glob("*.log")) + [self.plugin_log, self.kwokctl_log]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Fixed when the cluster is created; add-nodes continues with them."""
+
+    chip: str
+    racks: int
+    nodes_per_rack: int
+
+
+def clusters_dir() -> Path:
+    override = os.environ.get(CLUSTERS_ENV)
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ascend-hybrid" / "clusters"
+
+
+def cluster_paths(name: str = DEFAULT_NAME) -> ClusterPaths:
+    if not NAME_PATTERN.match(name):
+        raise ValueError(f"cluster name {name!r} must be 1-40 lowercase letters, digits or '-'")
+    return ClusterPaths(name=name, root=clusters_dir() / name)
+
+
+def load_settings(paths: ClusterPaths) -> Settings | None:
+    try:
+        return Settings(**json.loads(paths.settings.read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+
+
+def save_settings(paths: ClusterPaths, settings: Settings) -> None:
+    paths.settings.write_text(json.dumps(asdict(settings)) + "\n")

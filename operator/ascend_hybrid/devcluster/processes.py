@@ -1,0 +1,86 @@
+"""Processes the dev cluster owns, tracked by pid files and stopped by pid only (never by name).
+
+A pid is trusted only while /proc/<pid>/cmdline still contains the marker the process was started with (the
+cluster's directory), so a recycled pid is never signalled. A zombie counts as gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]  # the field after "(comm)"
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return ""
+
+
+def is_alive(pid: int) -> bool:
+    state = _proc_state(pid)
+    return state is not None and state not in ("Z", "X")
+
+
+def is_ours(pid: int, marker: str) -> bool:
+    return is_alive(pid) and marker in cmdline(pid)
+
+
+def read_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _reap(pid: int) -> None:
+    """Collects the exit status when the process is our child, so it does not linger as a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def stop(pid: int, marker: str | None = None, grace: float = 10.0) -> bool:
+    """SIGTERM, then SIGKILL after `grace` seconds. True when the process is gone (or never was ours)."""
+    if not is_alive(pid) or (marker is not None and not is_ours(pid, marker)):
+        _reap(pid)
+        return True
+    for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            _reap(pid)
+            if not is_alive(pid):
+                return True
+            time.sleep(0.05)
+    return not is_alive(pid)
+
+
+def start_detached(args: list[str], log_file: Path, pid_file: Path, env: dict | None = None) -> int:
+    """Starts a helper in its own session (it outlives the CLI), stdout and stderr appended to log_file."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True, close_fds=True, env=env)
+    pid_file.write_text(f"{process.pid}\n")
+    return process.pid
+
+
+def python_module_command(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
