@@ -28,8 +28,8 @@ def pod_index(pod: dict) -> int | None:
     return int(value) if value is not None and str(value).isdigit() else None
 
 
-def missing_for_completion(pods: list[dict], per_pod: int, pod_count: int | None = None) -> list[str]:
-    """Why the table cannot be completed yet, one entry per pod that is not ready for it (empty: ready)."""
+def _readiness(pods: list[dict], per_pod: int, pod_count: int | None) -> tuple[list[str], dict[int, tuple[dict, list]]]:
+    """(problems, index → (pod, its devices)): one pass, each annotation parsed once."""
     expected = len(pods) if pod_count is None else pod_count
     by_index: dict[int, dict] = {}
     problems = []
@@ -39,6 +39,7 @@ def missing_for_completion(pods: list[dict], per_pod: int, pod_count: int | None
             problems.append(f"pod {pod['metadata'].get('name')}: bad or duplicate pod index {index}")
             continue
         by_index[index] = pod
+    ready: dict[int, tuple[dict, list]] = {}
     for index in range(expected):
         pod = by_index.get(index)
         if pod is None:
@@ -55,7 +56,14 @@ def missing_for_completion(pods: list[dict], per_pod: int, pod_count: int | None
                 problems.append(f"{name}: no device annotation yet")
             elif len(devices) != per_pod:
                 problems.append(f"{name}: {len(devices)} devices annotated, needs {per_pod}")
-    return problems
+            else:
+                ready[index] = (pod, devices)
+    return problems, ready
+
+
+def missing_for_completion(pods: list[dict], per_pod: int, pod_count: int | None = None) -> list[str]:
+    """Why the table cannot be completed yet, one entry per pod that is not ready for it (empty: ready)."""
+    return _readiness(pods, per_pod, pod_count)[0]
 
 
 def build_rank_table(pods: list[dict], per_pod: int, node_super_pods: Mapping[str, str] | None = None,
@@ -65,16 +73,17 @@ def build_rank_table(pods: list[dict], per_pod: int, node_super_pods: Mapping[st
     With `node_super_pods` (node name → super-pod id, A3) the table is v1.2 with super_device_id and
     super_pod_list; otherwise v1.0.
     """
-    if missing_for_completion(pods, per_pod, pod_count):
+    problems, ready = _readiness(pods, per_pod, pod_count)
+    if problems:
         return dict(INITIALIZING)
     super_pods = node_super_pods is not None
     servers = []
     super_pod_members: dict[str, list[str]] = {}
-    for pod in sorted(pods, key=pod_index):
-        index = pod_index(pod)
+    for index in sorted(ready):
+        pod, annotated = ready[index]
         status = pod["status"]
         devices = []
-        for local, device in enumerate(pod_devices(pod)):
+        for local, device in enumerate(annotated):
             entry = {"device_id": str(device["device_id"]), "device_ip": str(device.get("device_ip", ""))}
             if super_pods:
                 entry["super_device_id"] = str(device.get("super_device_id", ""))
