@@ -10,6 +10,7 @@ demo: setup toolchain
 
 test: setup toolchain
 	$(BIN)/ascend-hybrid crd check
+	$(BIN)/ascend-hybrid chart check
 	$(BIN)/pytest; status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi; \
 	  exit $$status
@@ -30,6 +31,7 @@ toolchain: setup
 
 crd: setup
 	$(BIN)/ascend-hybrid crd write
+	$(BIN)/ascend-hybrid chart write
 
 bench: setup toolchain
 	for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done

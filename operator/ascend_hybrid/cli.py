@@ -200,10 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("write", "check", "print"))
     p.set_defaults(func=cmd_crd)
 
-    from . import demo, operator_cli
+    from . import chartgen, demo, operator_cli
     from .devcluster import cli as devcluster_cli
 
-    for registrar in (operator_cli, devcluster_cli, demo):
+    for registrar in (operator_cli, chartgen, devcluster_cli, demo):
         registrar.register(sub)
     return parser
 
