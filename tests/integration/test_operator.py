@@ -9,7 +9,7 @@ import time
 import pytest
 from kubernetes import client
 
-from ascend_hybrid import names, toolchain
+from ascend_hybrid import crd, names, toolchain
 from ascend_hybrid.devcluster import fleet
 from ascend_hybrid.devcluster.nodes import plan_nodes
 from ascend_hybrid.devcluster.paths import load_settings
@@ -35,9 +35,28 @@ def add_910b_nodes(dev_cluster, count: int) -> list[str]:
     return [node.name for node in nodes]
 
 
+def install_crd(dev_cluster) -> None:
+    """The generated CRD, server-side applied as `kubectl apply --server-side -f crds/` would."""
+    definition = crd.build()
+    client.ApiextensionsV1Api(dev_cluster.api).patch_custom_resource_definition(
+        definition["metadata"]["name"], definition, field_manager="ascend-hybrid-tests", force=True,
+        _content_type="application/apply-patch+yaml")
+    custom = client.CustomObjectsApi(dev_cluster.api)
+    wait_for(lambda: _served(custom), 30, "the AscendHybridJob CRD to be served")
+
+
+def _served(custom) -> bool:
+    try:
+        custom.list_cluster_custom_object("hybrid.ascend.dev", "v1alpha1", "ascendhybridjobs")
+        return True
+    except client.ApiException:
+        return False
+
+
 @pytest.fixture(scope="module")
 def ascend_cluster(dev_cluster):
-    """The session cluster with at least the 16 × 8 910B NPUs the seed example needs."""
+    """The session cluster with the CRD and at least the 16 × 8 910B NPUs the seed example needs."""
+    install_crd(dev_cluster)
     missing = SEED_NODES - len(dev_cluster.nodes("910B"))
     if missing > 0:
         add_910b_nodes(dev_cluster, missing)
