@@ -184,6 +184,7 @@ class PodCounts(ApiModel):
 class PlacementStatus(ApiModel):
     attempt: int | None = Field(None, description="Attempt this placement was made for.")
     nodes: list[str] = Field(default_factory=list, description="Node of each pod, by pod index.")
+    summary: str | None = Field(None, description="Nodes and racks the gang spans, e.g. 16 nodes in 2 racks.")
     tensor_groups_node_local: str | None = Field(None, description="TP groups inside one node, e.g. 16/16.")
     racks: int | None = Field(None, description="Tier domains (racks) the job spans.")
     reason: str | None = Field(None, description="Why the job cannot be placed, when it cannot.")

@@ -26,7 +26,7 @@ PRINTER_COLUMNS = [
     {"name": "Step", "type": "integer", "jsonPath": ".status.training.step"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    {"name": "Nodes", "type": "string", "jsonPath": ".status.placement.nodes", "priority": 1},
+    {"name": "Placement", "type": "string", "jsonPath": ".status.placement.summary", "priority": 1},
     {"name": "TP-Local", "type": "string", "jsonPath": ".status.placement.tensorGroupsNodeLocal", "priority": 1,
      "description": "TP groups that sit inside one node"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.training.loss", "priority": 1},

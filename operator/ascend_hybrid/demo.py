@@ -116,8 +116,8 @@ def placement_report(body: dict, racks: dict[str, str]) -> list[str]:
     layout = layouts.from_effective(effective)
     placement = body["status"]["placement"]
     lines = [f"{effective.name}: world {effective.world_size} (DP {effective.data} × TP {effective.tensor} × "
-             f"PP {effective.pipeline}, EP {effective.expert}) on {len(set(placement['nodes']))} nodes in "
-             f"{placement.get('racks')} racks, TP groups node-local {placement['tensorGroupsNodeLocal']}"]
+             f"PP {effective.pipeline}, EP {effective.expert}) on {placement.get('summary')}, "
+             f"TP groups node-local {placement['tensorGroupsNodeLocal']}"]
     for pod in layout.pods:
         node = placement["nodes"][pod.index]
         stage = layout.coordinates(pod.first).stage
@@ -152,19 +152,19 @@ def run_demo(args) -> int:
     for body in states.values():
         print("\n".join(placement_report(body, racks)))
         print()
-    small = EXAMPLES[-1].removesuffix(".yaml")
     small_name = jobs[-1]["metadata"]["name"]
     table = json.loads(core.read_namespaced_config_map(names.rank_table_config_map(small_name), "default").data["hccl.json"])
     print(f"rank table of {small_name} (ConfigMap {names.rank_table_config_map(small_name)}, head):")
     print("\n".join(json.dumps(table, indent=2).splitlines()[:18]) + "\n  ...")
     print(f"""
 ready in {time.monotonic() - started:.0f}s. Look further:
-  export KUBECONFIG={kubeconfig}
-  {toolchain.binary('kubectl')} describe ahj {small_name}
-  {toolchain.binary('kubectl')} get pods -l {names.JOB_LABEL}={small_name} -o wide
+  export KUBECONFIG={kubeconfig} PATH={toolchain.bin_dir()}:$PATH
+  kubectl get ahj -o wide
+  kubectl describe ahj {small_name}
+  kubectl get pods -l {names.JOB_LABEL}={small_name} -o wide
+  kubectl delete pod {names.pod_name(small_name, 1, 0)}   # then watch: a whole-gang restart as attempt 2
   curl -s 127.0.0.1:{OPERATOR_METRICS_PORT}/metrics | grep ascend_hybrid_
-  {toolchain.binary('kubectl')} delete pod {names.pod_name(small_name, 1, 0)}   # watch a whole-gang restart
-Stop everything: ascend-hybrid dev-cluster down --name {args.name}   (example {small})""")
+Stop everything: ascend-hybrid dev-cluster down --name {args.name}""")
     return 0
 
 

@@ -432,6 +432,10 @@ class _Pass:
         return self.d
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def decide(observed: Observed) -> Decision:
     return _Pass(observed).run()
 
@@ -444,12 +448,13 @@ def placement_result(status: dict, effective: Effective, placement, now: datetim
     if placement.ok:
         layout = layouts.from_effective(effective)
         racks = {inventory_domains.get(node) for node in placement.nodes}
+        spread = f"{_count(len(set(placement.nodes)), 'node')} in {_count(len(racks), 'rack')}"
         status["placement"] = {
-            "attempt": attempt, "nodes": list(placement.nodes),
+            "attempt": attempt, "nodes": list(placement.nodes), "summary": spread,
             "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layout, placement.nodes),
             "racks": len(racks),
         }
-        message = f"attempt {attempt}: {effective.pod_count} pods on {len(set(placement.nodes))} nodes in {len(racks)} racks"
+        message = f"attempt {attempt}: {_count(effective.pod_count, 'pod')} on {spread}"
         set_condition(status, "Placed", True, "Placed", message, now, generation)
         status["phase"], status["message"] = "Placing", message
         events.append(Action("event", event_type="Normal", reason="Placed", message=message))
