@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 toolchain: setup
-	$(BIN)/ascend-hybrid dev-cluster build
+	$(BIN)/ascend-hybrid dev-cluster build --with-prometheus
 
 crd: setup
 	$(BIN)/ascend-hybrid crd write

@@ -25,6 +25,7 @@ class Sample:
     npu_percent: float | None = None
     hbm_percent: float | None = None
     error: str | None = None         # why nothing could be read (the figures are then None)
+    no_data_yet: bool = False        # the source answered but has nothing for this job yet: not a fault
 
     @property
     def ok(self) -> bool:

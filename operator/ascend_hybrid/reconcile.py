@@ -283,8 +283,11 @@ class _Pass:
             self.status["utilization"] = utilization_status(sample)
             self.cond("MetricsAvailable", True, "Sampled", f"read from {sample.source}")
             return
+        if sample.no_data_yet and "training" not in self.status:
+            self.cond("MetricsAvailable", False, "NoDataYet", sample.error)  # the first scrape has not happened
+            return
         previous = condition(self.status, "MetricsAvailable")
-        if previous is None or previous["status"] == "True":
+        if previous is None or previous["status"] == "True" or previous["reason"] == "NoDataYet":
             self.d.emit("Warning", "MetricsUnavailable", f"{sample.error}; training and utilization figures go stale")
         self.cond("MetricsAvailable", False, "SourceUnreachable", sample.error)
 

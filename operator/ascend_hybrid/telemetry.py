@@ -51,7 +51,7 @@ class TelemetrySource:
         except (OSError, ValueError, KeyError, urllib.error.URLError) as error:
             return Sample("prometheus", now, error=f"Prometheus at {self.prometheus_url} unreachable: {error}")
         if all(value is None for value in values.values()):
-            return Sample("prometheus", now, error="Prometheus has no series for this job yet")
+            return Sample("prometheus", now, error="Prometheus has no series for this job yet", no_data_yet=True)
         return from_prometheus(values, now)
 
     def _from_trainers(self, pods: list[dict], now: datetime) -> Sample:

@@ -32,8 +32,9 @@ def free_port() -> int:
 class OperatorProcess:
     """`ascend-hybrid run` against the simulated cluster, bound to loopback only."""
 
-    def __init__(self, kubeconfig: str, log_path: Path, node_grace_seconds: float = 3.0):
+    def __init__(self, kubeconfig: str, log_path: Path, node_grace_seconds: float = 3.0, extra_args: tuple = ()):
         self.kubeconfig, self.log_path, self.grace = kubeconfig, log_path, node_grace_seconds
+        self.extra_args = [str(arg) for arg in extra_args]  # more `ascend-hybrid run` flags, e.g. --prometheus-url
         self.process: subprocess.Popen | None = None
         self.metrics_port = free_port()
         self.starts = 0
@@ -46,7 +47,7 @@ class OperatorProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", self.kubeconfig,
              "--metrics-port", str(self.metrics_port), "--health-port", str(free_port()),
-             "--bind-address", "127.0.0.1", "--node-grace-seconds", str(self.grace)],
+             "--bind-address", "127.0.0.1", "--node-grace-seconds", str(self.grace), *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
         log.close()
         return self

@@ -312,3 +312,17 @@ def test_running_job_records_progress_and_utilization_and_says_when_they_go_stal
     again = decide(Observed(**{**observe(job({"training": {"steps": 200}}, status=stale.status),
                                          pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": bad}))
     assert not [e for e in events(again) if e[1] == "MetricsUnavailable"]  # one event, not one per reading
+
+
+def test_no_series_yet_is_not_an_outage():
+    from ascend_hybrid.progress import Sample
+    body = job(status=placed_status(phase="Running"))
+    completed = next(a.table for a in decide(observe(body, pods=[pod(0), pod(1)])).actions if a.kind == "write_rank_table")
+    empty = Sample("prometheus", NOW, error="Prometheus has no series for this job yet", no_data_yet=True)
+    first = decide(Observed(**{**observe(body, pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": empty}))
+    assert not [e for e in events(first) if e[1] == "MetricsUnavailable"]
+    assert next(c for c in first.status["conditions"] if c["type"] == "MetricsAvailable")["reason"] == "NoDataYet"
+    down = Sample("prometheus", NOW, error="Prometheus at http://127.0.0.1:9 unreachable: refused")
+    later = decide(Observed(**{**observe(job(status=first.status), pods=[pod(0), pod(1)], rank_table=completed).__dict__,
+                               "telemetry": down}))
+    assert [e for e in events(later) if e[1] == "MetricsUnavailable"] == [("Warning", "MetricsUnavailable")]
