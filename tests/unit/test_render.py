@@ -304,3 +304,15 @@ def test_every_pod_of_random_valid_jobs_validates(valid_specs):
             kubernetes_validate.validate(copy.deepcopy(obj), K8S, strict=True)
 
     check()
+
+
+@given(st.text(st.characters(codec="utf-8", exclude_categories=("Cs",))))
+def test_template_json_reads_back_unchanged_with_libyaml(text):
+    """What the templates embed must survive the fast YAML loader: line breaks escaped, astral characters literal,
+    a literal backslash before `ud83d` left alone."""
+    import yaml
+
+    from ascend_hybrid.render import _json_for_yaml
+
+    assert yaml.load(_json_for_yaml(text), Loader=yaml.CSafeLoader) == text
+    assert yaml.load(_json_for_yaml("\\" + text), Loader=yaml.CSafeLoader) == "\\" + text
