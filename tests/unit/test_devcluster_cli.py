@@ -68,8 +68,9 @@ def test_cluster_names_are_checked(name):
 
 def test_kwokctl_gets_the_built_binaries_the_stages_and_only_loopback_ranges(tmp_path):
     paths = cluster.ClusterPaths(name="ahj", root=tmp_path / "ahj")
-    args = kwokctl.create_args(paths, Path("/bin-dir"))
+    args = kwokctl.create_args(paths, Path("/bin-dir"), "127.16.32.0/20")
     joined = " ".join(args)
+    assert "--extra-args kwok-controller=cidr=127.16.32.0/20" in joined
     assert f"--config {paths.kwokctl_config}" in joined
     for flag, binary in [("--etcd-binary", "etcd"), ("--kube-apiserver-binary", "kube-apiserver"),
                          ("--kwok-controller-binary", "kwok"), ("--kube-scheduler-binary", "kube-scheduler")]:
@@ -100,7 +101,8 @@ def test_the_stage_set_covers_the_whole_node_and_pod_lifecycle():
     for stage in stages:
         by_kind.setdefault(stage["spec"]["resourceRef"]["kind"], set()).add(stage["metadata"]["name"])
     assert by_kind["Node"] == {"ahj-node-initialize", "ahj-node-heartbeat-with-lease", "ahj-node-not-ready"}
-    assert by_kind["Pod"] == {"ahj-pod-running", "ahj-pod-succeed", "ahj-pod-fail", "ahj-pod-delete"}
+    assert by_kind["Pod"] == {"ahj-pod-running", "ahj-pod-succeed", "ahj-pod-fail", "ahj-pod-delete",
+                              "ahj-pod-process-address"}
 
 
 def test_pods_requesting_npus_wait_for_the_device_annotation_and_outcomes_read_the_sim_annotations():
@@ -114,3 +116,18 @@ def test_pods_requesting_npus_wait_for_the_device_annotation_and_outcomes_read_t
         assert "sim.hybrid.ascend.dev/after-seconds" in spec["delay"]["durationFrom"]["expressionFrom"]
     assert "sim.hybrid.ascend.dev/exit-code" in stages["ahj-pod-fail"]["spec"]["next"]["statusTemplate"]
     assert "phase: Failed" in stages["ahj-pod-fail"]["spec"]["next"]["statusTemplate"]
+
+
+def test_each_cluster_gets_its_own_slice_of_pod_addresses(tmp_path, monkeypatch):
+    from ascend_hybrid.devcluster import paths as paths_module
+
+    monkeypatch.setenv(paths_module.CLUSTERS_ENV, str(tmp_path))
+    assert paths_module.free_pod_cidr([]) == "127.16.0.0/20"
+    for name, cidr in (("one", "127.16.0.0/20"), ("two", "127.16.16.0/20")):
+        place = paths_module.cluster_paths(name)
+        place.root.mkdir(parents=True)
+        paths_module.save_settings(place, paths_module.Settings("910B", 2, 2, cidr))
+    assert paths_module.other_pod_cidrs("three") == ["127.16.0.0/20", "127.16.16.0/20"]
+    assert paths_module.free_pod_cidr(paths_module.other_pod_cidrs("three")) == "127.16.32.0/20"
+    with pytest.raises(RuntimeError):
+        paths_module.free_pod_cidr(["127.16.0.0/16"])  # a cluster of the old layout holds the whole range

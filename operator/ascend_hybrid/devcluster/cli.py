@@ -1,8 +1,10 @@
 """`ascend-hybrid dev-cluster …`: the simulated Ascend cluster from the command line.
 
     dev-cluster build                    build the pinned binaries that are missing (etcd, kube-*, kwok, helm)
-    dev-cluster up [--nodes 4] [--chip 910B|910A|A3] [--racks 2]
-    dev-cluster down | status | kubeconfig
+    dev-cluster build --with-prometheus  … and prometheus (for `up --prometheus`)
+    dev-cluster up [--nodes 4] [--chip 910B|910A|A3] [--racks 2] [--telemetry] [--prometheus]
+                   [--process-runtime | --no-process-runtime]   real local processes for pods by default, or not
+    dev-cluster down | status | kubeconfig | prometheus-url
     dev-cluster add-nodes N [--chip …]
     dev-cluster fault NODE --not-ready | --ready | --chip-unhealthy ID | --chip-healthy ID
 Each takes --name (default ahj), so several clusters can run side by side.
@@ -15,7 +17,7 @@ import subprocess
 import sys
 
 from .. import toolchain
-from . import cluster, fleet
+from . import cluster, fleet, prometheus
 from .nodes import PROFILES
 from .waiting import WaitTimeout
 
@@ -37,7 +39,8 @@ def handle_build(args) -> int:
 
 def handle_up(args) -> int:
     try:
-        cluster.up(args.name, nodes=args.nodes, chip=args.chip, racks=args.racks)
+        cluster.up(args.name, nodes=args.nodes, chip=args.chip, racks=args.racks, telemetry=args.telemetry,
+                   with_prometheus=args.prometheus, process_runtime=args.process_runtime)
         return 0
     except EXPECTED_ERRORS as error:
         return _fail(error)
@@ -67,6 +70,18 @@ def handle_kubeconfig(args) -> int:
     if not paths.kubeconfig.exists():
         return _fail(RuntimeError(f"cluster {args.name} does not exist (run `ascend-hybrid dev-cluster up`)"))
     print(paths.kubeconfig)
+    return 0
+
+
+def handle_prometheus_url(args) -> int:
+    try:
+        url = prometheus.url(cluster.cluster_paths(args.name))
+    except ValueError as error:
+        return _fail(error)
+    if url is None:
+        return _fail(RuntimeError(f"cluster {args.name} runs no Prometheus "
+                                  f"(run `ascend-hybrid dev-cluster up --name {args.name} --prometheus`)"))
+    print(url)
     return 0
 
 
@@ -123,10 +138,19 @@ def register(subparsers) -> None:
     up.add_argument("--nodes", type=_positive, default=4, help="nodes 1..N must exist (default %(default)s)")
     up.add_argument("--chip", choices=chips, help="chip of the nodes (default: the cluster's, else 910B)")
     up.add_argument("--racks", type=_positive, default=2, help="racks the nodes are spread over (default %(default)s)")
+    up.add_argument("--telemetry", action="store_true",
+                    help="serve simulated trainer metrics on <podIP>:9400 and a simulated npu-exporter")
+    up.add_argument("--prometheus", action="store_true",
+                    help="also run a Prometheus scraping them (implies --telemetry; builds it if missing)")
+    up.add_argument("--process-runtime", action=argparse.BooleanOptionalAction, default=None,
+                    help="run every new pod's container as a real local process (a pod opts in by itself with "
+                         "the annotation sim.hybrid.ascend.dev/runtime: process); --no-process-runtime undoes it "
+                         "(default: leave the cluster's choice as it is)")
 
     command("down", handle_down, "stop everything `up` started and remove the cluster's files")
     command("status", handle_status, "processes, nodes and kubeconfig of the cluster (exit 1 unless healthy)")
     command("kubeconfig", handle_kubeconfig, "print the kubeconfig path (last line)")
+    command("prometheus-url", handle_prometheus_url, "print the URL of the cluster's Prometheus (exit 1 if none)")
 
     add = command("add-nodes", handle_add_nodes, "add N nodes to the running cluster")
     add.add_argument("count", type=_positive, metavar="N")

@@ -13,10 +13,11 @@ from pathlib import Path
 from kubernetes import client
 
 from .. import toolchain
-from . import fleet, kwokctl, processes
+from . import fleet, kwokctl, processes, prometheus, runtime_default, runtime_helper, telemetrysim
 from .kubeapi import api_client
 from .nodes import nodes_per_rack, plan_nodes, profile
-from .paths import DEFAULT_NAME, ClusterPaths, Settings, cluster_paths, load_settings, save_settings
+from .paths import (POD_NETWORK, DEFAULT_NAME, ClusterPaths, Settings, cluster_paths, free_pod_cidr, load_settings,
+                    other_pod_cidrs, save_settings)
 from .waiting import wait_until
 
 DEVICE_PLUGIN_MODULE = "ascend_hybrid.devcluster.deviceplugin"
@@ -47,18 +48,23 @@ class Progress:
 
 
 def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks: int = 2,
-       log=print) -> ClusterPaths:
+       log=print, telemetry: bool = False, with_prometheus: bool = False,
+       process_runtime: bool | None = None) -> ClusterPaths:
     """Creates (or resumes) the cluster with nodes 1..`nodes` and returns once it accepts pods. Idempotent: what
-    exists is kept (faults too); `chip` defaults to the existing cluster's, else 910B."""
+    exists is kept (faults too); `chip` defaults to the existing cluster's, else 910B. `telemetry` adds the
+    simulated trainer endpoints and npu-exporter (telemetrysim); `with_prometheus` also a Prometheus scraping them.
+    `process_runtime` True makes real local processes the default for new pods, False takes that back, None
+    leaves it as it is (devcluster/runtime.py; a pod always opts in by annotation)."""
     progress = Progress(name, log)
     paths = cluster_paths(name)
     settings = load_settings(paths)
     chip = chip or (settings.chip if settings else "910B")
     profile(chip)
-    bin_dir = toolchain.ensure(log=lambda line: progress(line.strip()))
+    bin_dir = toolchain.ensure(with_prometheus=with_prometheus, log=lambda line: progress(line.strip()))
     paths.root.mkdir(parents=True, exist_ok=True)
     if settings is None:
-        settings = Settings(chip=chip, racks=racks, nodes_per_rack=nodes_per_rack(nodes, racks))
+        settings = Settings(chip=chip, racks=racks, nodes_per_rack=nodes_per_rack(nodes, racks),
+                            pod_cidr=free_pod_cidr(other_pod_cidrs(name)))
         save_settings(paths, settings)
     elif settings.chip != chip:
         raise RuntimeError(f"cluster {name} exists with {settings.chip} nodes; add {chip} nodes with "
@@ -77,6 +83,12 @@ def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks:
     wait_until(paths.plugin_ready.exists, 60, "the simulated device plugin to list the cluster",
                describe=lambda: log_tail(paths.plugin_log, 5))
     _check_pods_admitted(core)
+    _ensure_process_runtime(paths, core, process_runtime, progress)
+    if telemetry or with_prometheus:
+        telemetrysim.ensure_running(paths)
+        progress(f"telemetry simulation serving; npu-exporter at {telemetrysim.exporter_address(paths)}")
+    if with_prometheus:
+        progress(f"prometheus at {prometheus.ensure_running(paths, log=lambda line: progress(line.strip()))}")
     progress(f"ready: {len(wanted)} {settings.chip} nodes; kubeconfig {paths.kubeconfig}")
     return paths
 
@@ -88,6 +100,7 @@ def _ensure_control_plane(paths: ClusterPaths, bin_dir: Path, progress) -> None:
             return
         # The plugin's client holds the old apiserver's address and certificates: start it afresh later.
         stop_device_plugin(paths)
+        runtime_helper.stop_running(paths)  # the same for the process runtime
         if _restart_control_plane(paths, bin_dir, progress):
             return
         progress("its ports are taken by other processes now: creating the control plane afresh (state lost)")
@@ -95,7 +108,8 @@ def _ensure_control_plane(paths: ClusterPaths, bin_dir: Path, progress) -> None:
     progress("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok-controller")
     paths.kwokctl_config.write_text(kwokctl.config_text(kwokctl.pick_ports(), kwokctl.stages_file().read_text()))
     try:
-        kwokctl.run(paths, kwokctl.create_args(paths, bin_dir), "kwokctl create cluster")
+        kwokctl.run(paths, kwokctl.create_args(paths, bin_dir, load_settings(paths).pod_cidr or POD_NETWORK),
+                    "kwokctl create cluster")
     except RuntimeError:
         _delete_control_plane(paths, bin_dir)
         raise
@@ -124,6 +138,20 @@ def _check_pods_admitted(core: client.CoreV1Api) -> None:
              "spec": {"containers": [{"name": "probe", "image": "busybox"}]}}
     wait_until(lambda: core.create_namespaced_pod("default", probe, dry_run="All", _request_timeout=5) or True,
                60, "the apiserver to admit pods")
+
+
+def _ensure_process_runtime(paths: ClusterPaths, core: client.CoreV1Api, default: bool | None, progress) -> None:
+    """The process runtime (devcluster/runtime.py) runs in every cluster: a pod opts in by annotation."""
+    pid = runtime_helper.ensure_running(paths)
+    if pid is None:
+        progress("no process runtime: this cluster's kwok stages predate it (`down`, then `up`, to get it)")
+        if default:
+            raise RuntimeError(f"cluster {paths.name} cannot run pods as processes: recreate it (down, then up)")
+        return
+    if default is not None:
+        runtime_default.set_cluster_default(core.api_client, default)
+    chosen = "default for new pods" if runtime_default.is_cluster_default(core) else "opt-in per pod"
+    progress(f"process runtime running (pid {pid}); real processes: {chosen}")
 
 
 def ensure_device_plugin(paths: ClusterPaths) -> int:
@@ -242,6 +270,9 @@ def status(name: str = DEFAULT_NAME) -> tuple[bool, list[str]]:
     else:
         lines.append("  apiserver: not answering")
         healthy = False
+    prometheus_url = prometheus.url(paths)
+    if prometheus_url:
+        lines.append(f"  prometheus: {prometheus_url}")
     lines.append(f"  kubeconfig: {paths.kubeconfig}")
     return healthy, lines
 

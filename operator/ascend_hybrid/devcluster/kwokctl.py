@@ -20,12 +20,16 @@ from .paths import ClusterPaths
 
 EXTRA_ARGS = (
     # Every address the simulation hands out is loopback: pods, nodes (set per Node) and services.
-    "kwok-controller=cidr=127.16.0.0/16",
-    "kwok-controller=node-ip=127.15.0.1",
+    # kwokctl 0.8 files an extra arg under the component whose first arg sat at the same index in this list, so
+    # every component's first arg comes first, in order, and the rest after.
+    "kwok-controller=cidr={pod_cidr}",
     "kube-apiserver=service-cluster-ip-range=127.32.0.0/16",
     # kwokctl's 25 s leaves a recovered node tainted not-ready:NoExecute for up to 25 s (and a failed one
     # untainted as long); faults are the point of this cluster, so the node lifecycle controller looks often.
     "kube-controller-manager=node-monitor-period=2s",
+    "kwok-controller=node-ip=127.15.0.1",
+    # `kubectl logs` reaches kwok's kubelet endpoint at the node's InternalIP (the Hostname resolves nowhere).
+    "kube-apiserver=kubelet-preferred-address-types=InternalIP",
 )
 KWOK_BINARIES = {"etcd": "etcd", "kube-apiserver": "kube-apiserver",
                  "kube-controller-manager": "kube-controller-manager", "kube-scheduler": "kube-scheduler",
@@ -75,14 +79,14 @@ def config_text(ports: dict[str, int], stages: str) -> str:
     return yaml.safe_dump(options, sort_keys=False) + "---\n" + stages
 
 
-def create_args(paths: ClusterPaths, bin_dir: Path, wait_seconds: int = 60) -> list[str]:
+def create_args(paths: ClusterPaths, bin_dir: Path, pod_cidr: str, wait_seconds: int = 60) -> list[str]:
     args = [str(bin_dir / "kwokctl"), "create", "cluster", "--name", paths.name, "--runtime", "binary",
             "--kubeconfig", str(paths.kubeconfig), "--config", str(paths.kwokctl_config), "--enable-crds", "Logs",
             "--disable-qps-limits", "--wait", f"{wait_seconds}s"]
     for flag, binary in KWOK_BINARIES.items():
         args += [f"--{flag}-binary", str(bin_dir / binary)]
     for extra in EXTRA_ARGS:
-        args += ["--extra-args", extra]
+        args += ["--extra-args", extra.format(pod_cidr=pod_cidr)]
     return args
 
 

@@ -91,6 +91,37 @@ class Settings:
     chip: str
     racks: int
     nodes_per_rack: int
+    # Pod addresses of this cluster: a slice of 127.16.0.0/16 no other cluster on the machine uses, so fixed
+    # ports on pod IPs (trainer metrics :9400, MindSpore's scheduler) never collide between clusters.
+    # None: a cluster made before slices existed, using all of 127.16.0.0/16; it reserves nothing.
+    pod_cidr: str | None = None
+
+
+POD_NETWORK = "127.16.0.0/16"
+POD_SLICE_PREFIX = 20  # 16 clusters side by side, 4 094 pod addresses each
+
+
+def free_pod_cidr(others: list[str]) -> str:
+    """The first /20 of 127.16.0.0/16 that overlaps none of the other clusters' pod ranges."""
+    import ipaddress
+
+    taken = [ipaddress.ip_network(cidr) for cidr in others]
+    for candidate in ipaddress.ip_network(POD_NETWORK).subnets(new_prefix=POD_SLICE_PREFIX):
+        if not any(candidate.overlaps(network) for network in taken):
+            return str(candidate)
+    raise RuntimeError(f"every slice of {POD_NETWORK} is in use by another dev cluster: bring one down first")
+
+
+def other_pod_cidrs(name: str) -> list[str]:
+    root = clusters_dir()
+    if not root.exists():
+        return []
+    cidrs = []
+    for directory in sorted(root.iterdir()):
+        settings = load_settings(ClusterPaths(name=directory.name, root=directory)) if directory.name != name else None
+        if settings is not None and settings.pod_cidr:
+            cidrs.append(settings.pod_cidr)
+    return cidrs
 
 
 def clusters_dir() -> Path:

@@ -1,0 +1,366 @@
+"""The process runtime end to end: AscendHybridJob pods annotated `sim.hybrid.ascend.dev/runtime: process` run
+the real trainer (MindSpore on CPU) as local process groups, driven by the operator on the simulated cluster.
+
+Run against a dev cluster (the runtime is one of its helpers), e.g.
+    ascend-hybrid dev-cluster up --name proc --nodes 4
+    AHJ_KUBECONFIG=$HOME/.cache/ascend-hybrid/clusters/proc/kubeconfig pytest tests/integration/test_process_runtime.py
+Two MindSpore jobs never run at once here (the tests run one after the other); the DP 2 test prints its wall time
+and the peak memory of the job's processes (pytest -s shows it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from ascend_hybrid import names, toolchain
+from ascend_hybrid.devcluster import processes, procnet, prometheus, runtime_default, runtime_helper, telemetrysim
+from ascend_hybrid.devcluster.podfiles import RUNTIME_ANNOTATION, claim_directory
+from ascend_hybrid.devcluster.pods import pod_manifest
+
+from operator_harness import REPO, Jobs, OperatorProcess, job_manifest, wait_for
+
+pytestmark = pytest.mark.integration
+
+PROCESS = {RUNTIME_ANNOTATION: "process"}
+TELEMETRY_INTERVAL = 2
+SEED, STEPS, SEQ_LENGTH = 7, 20, 32
+
+
+def kubectl(cluster, *args: str, check: bool = True) -> str:
+    result = subprocess.run([toolchain.binary("kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
+                            capture_output=True, text=True, timeout=60)
+    if check and result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def cluster(dev_cluster):
+    """The dev cluster with its process runtime running and the CRD installed."""
+    if dev_cluster.paths is None:
+        pytest.fail("the process runtime is a helper of a dev cluster: point AHJ_KUBECONFIG at a dev cluster's "
+                    "kubeconfig (its directory holds cluster.json)", pytrace=False)
+    if runtime_helper.ensure_running(dev_cluster.paths) is None:
+        pytest.fail(f"cluster {dev_cluster.paths.name} predates the process runtime: down and up it", pytrace=False)
+    kubectl(dev_cluster, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    kubectl(dev_cluster, "wait", "--for=condition=Established", "--timeout=30s",
+            "customresourcedefinition/ascendhybridjobs.hybrid.ascend.dev")
+    return dev_cluster
+
+
+@pytest.fixture(scope="module")
+def prometheus_url(cluster):
+    """The cluster's Prometheus (it scrapes every pod's :9400, process pods included); what this module
+    started is stopped afterwards."""
+    paths = cluster.paths
+    had_telemetry, had_prometheus = telemetrysim.is_running(paths), prometheus.is_running(paths)
+    yield prometheus.ensure_running(paths, log=lambda line: None)
+    if not had_prometheus:
+        prometheus.stop(paths)
+    if not had_telemetry:
+        telemetrysim.stop(paths)
+
+
+def prometheus_progress(url: str, namespace: str, pod: str) -> dict[str, float]:
+    """ascend_trainer_step and _loss of one pod, from one instant query (so both come from the same scrape)."""
+    query = f'{{__name__=~"ascend_trainer_step|ascend_trainer_loss",namespace="{namespace}",pod="{pod}"}}'
+    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}", timeout=5) as reply:
+        result = json.loads(reply.read())["data"]["result"]
+    return {series["metric"]["__name__"].removeprefix("ascend_trainer_"): float(series["value"][1])
+            for series in result}
+
+
+@pytest.fixture
+def jobs(cluster, namespace, tmp_path):
+    operator = OperatorProcess(str(cluster.kubeconfig), tmp_path / "operator.log",
+                               extra_args=("--telemetry-interval", TELEMETRY_INTERVAL)).start()
+    handle = Jobs(cluster.api, namespace, operator)
+    yield handle
+    for job in handle.custom.list_namespaced_custom_object("hybrid.ascend.dev", "v1alpha1", namespace,
+                                                           "ascendhybridjobs")["items"]:
+        handle.delete(job["metadata"]["name"])
+    wait_for(lambda: not handle.core.list_namespaced_pod(namespace).items, 90, "the test's pods to go")
+    operator.stop()
+
+
+def real_job(name: str, steps: int, **training) -> dict:
+    return job_manifest(name, data=2, tensor=1, per_pod=1, annotations=PROCESS,
+                        training={"steps": steps, "seed": SEED, "seqLength": SEQ_LENGTH, "globalBatchSize": 2,
+                                  **training})
+
+
+def process_group(pod: dict) -> int | None:
+    """The runtime names the process group in the container's ID: process://<pgid>."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if (status.get("containerID") or "").startswith("process://"):
+            return int(status["containerID"].removeprefix("process://"))
+    return None
+
+
+def group_pids(pods: list[dict]) -> list[int]:
+    return sorted(pid for pod in pods if process_group(pod) for pid in procnet.group_members(process_group(pod)))
+
+
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/statm").read_text().split()
+            total += int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            pass
+    return total
+
+
+def step_records(text: str) -> list[dict]:
+    """The trainer's per-step JSON lines ({"step": n, "loss": x}) out of a log."""
+    records = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if "step" in record and "loss" in record:
+                records.append(record)
+    return records
+
+
+def describe(cluster, jobs: Jobs, name: str) -> str:
+    runtime_log = runtime_helper.log_file(cluster.paths)
+    tail = "\n".join(runtime_log.read_text(errors="replace").splitlines()[-20:]) if runtime_log.exists() else ""
+    return f"{jobs.describe(name)}\nprocess runtime log:\n{tail}"
+
+
+def local_losses(steps: int) -> list[float]:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "ascend-hybrid-trainer"), "local", "--data", "2", "--steps", str(steps),
+         "--global-batch", "2", "--seq-length", str(SEQ_LENGTH), "--seed", str(SEED), "--metrics-port", "0"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [record["loss"] for record in step_records(result.stdout)]
+
+
+def test_a_dp2_job_trains_for_real_and_matches_the_local_runner(cluster, prometheus_url, jobs, namespace):
+    pod_zero = names.pod_name("real-dp2", 1, 0)
+    started = time.monotonic()
+    jobs.create(real_job("real-dp2", STEPS))
+    phases, training_seen, scraped, pids_seen, sockets, peak_rss = [], [], [], set(), [], 0
+    deadline = time.monotonic() + 300
+    while True:
+        status = jobs.status("real-dp2")
+        phase = status.get("phase")
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+        if phase == "Running" and (status.get("training") or {}).get("step"):
+            training_seen.append(status["training"])
+        if phase == "Running":
+            progress = prometheus_progress(prometheus_url, namespace, pod_zero)
+            if progress.get("step", 0) >= 1 and "loss" in progress:
+                scraped.append(progress)
+        pods = jobs.pods("real-dp2")
+        pids = group_pids(pods)
+        pids_seen.update(pids)
+        peak_rss = max(peak_rss, rss_bytes(pids))
+        sockets += procnet.sockets_of(pids)
+        if phase in ("Succeeded", "Failed") or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    wall = time.monotonic() - started
+    print(f"\nDP 2 job (2 pods x 1 chip, tiny, {STEPS} steps): created -> {phase} in {wall:.1f} s; peak memory of "
+          f"its {len(pids_seen)} processes {peak_rss / 2**20:.0f} MiB (sum of RSS); progress read while Running: "
+          f"{len(training_seen)} times from status.training, {len(scraped)} from Prometheus")
+    assert phase == "Succeeded", describe(cluster, jobs, "real-dp2")
+    assert "Running" in phases and phases.index("Running") < phases.index("Succeeded"), phases
+
+    pods = jobs.pods("real-dp2")
+    assert sorted(p["status"]["phase"] for p in pods) == ["Succeeded", "Succeeded"]
+    assert all(p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0 for p in pods)
+    records = step_records(kubectl(cluster, "logs", "-n", namespace, pod_zero))
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+
+    # nothing the runtime started listened or connected outside 127.0.0.0/8 (its own forwarder included)
+    helper = processes.read_pid(runtime_helper.pid_file(cluster.paths))
+    sockets += procnet.sockets_of([helper]) if helper else []
+    outside = [s for s in sockets if not all(procnet.is_loopback_v4(a) for a in s.addresses())]
+    assert sockets and not outside, outside
+    pod_zero_ip = next(p["status"]["podIP"] for p in pods if p["metadata"]["name"] == pod_zero)
+    assert any(s.listening and s.local == (pod_zero_ip, 9400) for s in sockets), (
+        f"pod 0's trainer did not serve {pod_zero_ip}:9400 (another dev cluster's pod on the same IP?)")
+
+    # status.training came from the real trainer while it ran: a step of the log, with that step's loss
+    assert training_seen, "status.training never showed a step while the job was Running"
+    logged = {r["step"]: r["loss"] for r in records}
+    for sample in training_seen:
+        assert sample["loss"] == pytest.approx(logged[sample["step"]], abs=1e-5), (sample, logged)
+    # and so did the cluster's Prometheus, scraping the trainer's own endpoint on the pod's IP
+    assert scraped, "Prometheus never had a step of the running job"
+    for sample in scraped:
+        assert sample["loss"] == pytest.approx(logged[int(sample["step"])], abs=1e-5), (sample, logged)
+
+
+    # the same seed and global batch on the local runner give the same losses (after the job: one MindSpore
+    # job at a time on this machine)
+    expected = local_losses(STEPS)
+    assert [r["loss"] for r in records] == pytest.approx(expected, abs=1e-5)
+
+
+def bare_pod(name: str, command: list[str], workers: int | None = None, annotations: dict | None = PROCESS) -> dict:
+    """A pod of the simulation's own (not a job's), running `command`."""
+    manifest = pod_manifest(name, node="node-001", chips=1, annotations=annotations)
+    container = manifest["spec"]["containers"][0]
+    container["command"] = command
+    if workers is not None:
+        container["env"] = [{"name": "MS_LOCAL_WORKER", "value": str(workers)}]
+    return manifest
+
+
+def waiting_reason(pod: dict) -> str | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        return ((status.get("state") or {}).get("waiting") or {}).get("reason")
+    return None
+
+
+def test_the_guard_keeps_a_pod_that_needs_too_many_workers_pending_and_says_why(cluster, namespace):
+    core = cluster.core
+    core.create_namespaced_pod(namespace, bare_pod("too-big", ["sleep", "60"], workers=10_000))
+    pod = cluster.wait_pod(namespace, "too-big", lambda p: waiting_reason(p) == "ProcessRuntimeFull",
+                           "to wait with reason ProcessRuntimeFull", timeout=60)
+    assert pod["status"]["phase"] == "Pending" and process_group(pod) is None
+    message = pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+    assert "10000 trainer workers" in message
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=too-big").items
+    assert any(e.type == "Warning" and e.reason == "ProcessRuntimeFull" for e in events)
+
+    # a pod that can never fit holds nobody back: a small one behind it runs, and says so in `kubectl logs`
+    core.create_namespaced_pod(namespace, bare_pod("small", ["sh", "-c", "echo out; echo err >&2; exit 3"]))
+    pod = cluster.wait_phase(namespace, "small", "Failed", timeout=60)
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+    # (stdout and stderr are two pipes: their relative order is not kept, as with a kubelet)
+    assert sorted(kubectl(cluster, "logs", "-n", namespace, "small").split()) == ["err", "out"]
+
+    core.delete_namespaced_pod("too-big", namespace)  # never started: the runtime removes it at once
+    wait_for(lambda: not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "too-big"],
+             30, "the waiting pod to go")
+
+
+def test_deleting_a_pod_sends_sigterm_then_sigkill_after_its_grace_period(cluster, namespace):
+    core = cluster.core
+    stubborn = bare_pod("stubborn", ["sh", "-c", "trap '' TERM; echo ready; sleep 60 & wait"])
+    stubborn["spec"]["terminationGracePeriodSeconds"] = 3
+    core.create_namespaced_pod(namespace, stubborn)
+    pod = cluster.wait_phase(namespace, "stubborn", "Running", timeout=60)
+    group = process_group(pod)
+    wait_for(lambda: "ready" in kubectl(cluster, "logs", "-n", namespace, "stubborn"), 30, "the shell to trap TERM")
+    assert len(procnet.group_members(group)) == 2  # the shell and its sleep
+    deleted = time.monotonic()
+    core.delete_namespaced_pod("stubborn", namespace)
+    wait_for(lambda: not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "stubborn"],
+             30, "the pod to go once its processes are gone")
+    took = time.monotonic() - deleted
+    assert not procnet.group_members(group)
+    assert 3 <= took < 15, f"the pod went {took:.1f}s after its deletion (grace period 3s, TERM ignored)"
+
+
+def test_the_cluster_default_makes_unannotated_pods_processes(cluster, namespace):
+    core = cluster.core
+    runtime_default.set_cluster_default(cluster.api, True)
+    try:
+        core.create_namespaced_pod(namespace, bare_pod("plain", ["sh", "-c", "echo $HOSTNAME"], annotations=None))
+        opted_out = bare_pod("kwok-one", ["false"], annotations={RUNTIME_ANNOTATION: "kwok"})
+        core.create_namespaced_pod(namespace, opted_out)
+    finally:
+        runtime_default.set_cluster_default(cluster.api, False)
+    pod = cluster.wait_phase(namespace, "plain", "Succeeded", timeout=60)
+    assert pod["metadata"]["annotations"][RUNTIME_ANNOTATION] == "process"
+    assert kubectl(cluster, "logs", "-n", namespace, "plain").strip() == "plain"
+    simulated = cluster.wait_phase(namespace, "kwok-one", "Running", timeout=60)  # kwok's stages: no process
+    assert process_group(simulated) is None
+
+
+@pytest.fixture
+def checkpoint_claim(cluster, namespace):
+    """Claim `ckpt`, bound; yields the local directory the runtime maps it to. Both go afterwards: the claim's
+    directory outlives pods by design, so a test cleans up its own."""
+    volume = bound_claim(cluster.core, namespace, "ckpt")
+    directory = claim_directory(runtime_helper.runtime_root(cluster.paths), namespace, "ckpt")
+    yield directory
+    cluster.core.delete_persistent_volume(volume)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def bound_claim(core: client.CoreV1Api, namespace: str, claim: str) -> str:
+    """A PersistentVolumeClaim bound to a PersistentVolume made for it (the scheduler places pods only with bound
+    claims); the volume's name. Its path is never used: the runtime maps a claim to a per-claim directory."""
+    volume = f"{claim}-{namespace}"[:63]
+    core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/nonexistent/ahj-sim"},
+                 "claimRef": {"namespace": namespace, "name": claim}}})
+    core.create_namespaced_persistent_volume_claim(namespace, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume,
+                 "resources": {"requests": {"storage": "1Gi"}}}})
+    wait_for(lambda: core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound", 60,
+             f"claim {claim} to be bound")
+    return volume
+
+
+def trainer_worker(pod: dict) -> int:
+    pids = procnet.group_members(process_group(pod))
+    workers = [pid for pid in pids if "ascend_hybrid_trainer worker" in processes.cmdline(pid)]
+    assert len(workers) == 1, [(pid, processes.cmdline(pid)) for pid in pids]
+    return workers[0]
+
+
+def test_a_killed_worker_restarts_the_gang_from_the_checkpoint_and_deleting_the_job_ends_every_process(
+        cluster, namespace, checkpoint_claim, jobs):
+    core = cluster.core
+    latest = checkpoint_claim / "latest.json"
+    jobs.create(real_job("real-ckpt", 200, checkpoint={"claimName": "ckpt", "everySteps": 5}))
+    wait_for(lambda: latest.exists() and json.loads(latest.read_text())["step"] >= 10, 240,
+             "attempt 1 to checkpoint step 10", lambda: describe(cluster, jobs, "real-ckpt"))
+
+    first = {p["metadata"]["labels"][names.POD_INDEX_LABEL]: p for p in jobs.pods("real-ckpt", attempt=1)}
+    os.kill(trainer_worker(first["1"]), signal.SIGKILL)
+    failed = names.pod_name("real-ckpt", 1, 1)
+
+    def failed_with_137() -> bool:  # the pod itself may be gone already: its events stay
+        events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={failed}").items
+        return any(e.reason == "Failed" and e.message == "Container exited with code 137" for e in events)
+    wait_for(failed_with_137, 60, f"{failed} to fail with exit code 137 (launcher: 128 + SIGKILL)",
+             lambda: describe(cluster, jobs, "real-ckpt"))
+    wait_for(lambda: any(reason == "PodFailed" for _, reason, _ in jobs.events("real-ckpt")), 60,
+             "the operator to restart the gang for it", lambda: describe(cluster, jobs, "real-ckpt"))
+
+    wait_for(lambda: not jobs.pods("real-ckpt", attempt=1), 90, "attempt 1's pods to go (their processes ended)",
+             lambda: describe(cluster, jobs, "real-ckpt"))
+    resumed_from = json.loads(latest.read_text())["step"]
+    jobs.wait_running("real-ckpt", timeout=120, attempt=2)
+    second_zero = names.pod_name("real-ckpt", 2, 0)
+    records = wait_for(lambda: step_records(kubectl(cluster, "logs", "-n", namespace, second_zero, check=False)),
+                       180, "attempt 2 to train a step", lambda: describe(cluster, jobs, "real-ckpt"))
+    assert records[0]["step"] == resumed_from + 1, (resumed_from, records[:3])
+
+    # deleting the job ends every process of the gang: none is left, checked by pid
+    pids = group_pids(jobs.pods("real-ckpt", attempt=2))
+    assert len(pids) >= 5, pids  # two launchers, the scheduler, two workers
+    jobs.delete("real-ckpt")
+    wait_for(lambda: not jobs.pods("real-ckpt"), 90, "the job's pods to go",
+             lambda: describe(cluster, jobs, "real-ckpt"))
+    survivors = [pid for pid in pids if processes.is_alive(pid) and "ascend_hybrid_trainer" in processes.cmdline(pid)]
+    assert not survivors, [(pid, processes.cmdline(pid)) for pid in survivors]
+    assert latest.exists(), "the claim's directory outlives the pods"
