@@ -13,8 +13,9 @@ from pathlib import Path
 from kubernetes import client
 
 from . import layout as layouts, names, toolchain
-from .devcluster import cluster as devcluster, processes
+from .devcluster import cluster as devcluster, processes, prometheus
 from .devcluster.kubeapi import api_client
+from .devcluster.runtime_example import process_runtime_example, progress_columns, prometheus_queries
 from .rules import parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,7 +55,7 @@ def install_chart(kubeconfig: str) -> None:
          "helm install of the chart")
 
 
-def start_operator(paths) -> int:
+def start_operator(paths, prometheus_url: str) -> int:
     pid_file = operator_pid_file(paths)
     pid = processes.read_pid(pid_file)
     if pid and processes.is_ours(pid, str(paths.root)):
@@ -63,7 +64,7 @@ def start_operator(paths) -> int:
     process = subprocess.Popen(
         [sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", str(paths.kubeconfig),
          "--metrics-port", str(OPERATOR_METRICS_PORT), "--health-port", str(OPERATOR_HEALTH_PORT),
-         "--bind-address", "127.0.0.1", "--telemetry-interval", "10"],
+         "--bind-address", "127.0.0.1", "--telemetry-interval", "10", "--prometheus-url", prometheus_url],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
     pid_file.write_text(f"{process.pid}\n")
     return process.pid
@@ -80,27 +81,89 @@ def apply_examples(kubeconfig: str) -> list[dict]:
     return jobs
 
 
+def start_real_job(custom) -> dict:
+    """The small job whose pods run the real trainer as local processes; a finished one is started again."""
+    body = process_runtime_example()
+    name = body["metadata"]["name"]
+    try:
+        existing = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+        existing = None
+    if existing and (existing.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        custom.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+        _wait_gone(custom, name)
+        existing = None
+    if existing is None:
+        custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, body)
+    return body
+
+
+def _wait_gone(custom, name: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+        except client.ApiException as error:
+            if error.status == 404:
+                return
+            raise
+        time.sleep(1)
+    raise DemoError(f"{name} still exists after {timeout:.0f}s")
+
+
+def show_real_training(custom, kubectl: list[str], prometheus_url: str, name: str) -> None:
+    """Waits for the real job's first step, then shows step and loss moving, in the CR and in Prometheus."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        status = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name).get("status") or {}
+        if ((status.get("training") or {}).get("step") or 0) >= 1:
+            break
+        time.sleep(2)
+    else:
+        say(f"{name}: no training step reported yet; see `kubectl logs {names.pod_name(name, 1, 0)}`")
+        return
+    for round_ in range(2):
+        print(_run([*kubectl, "get", "ahj", name, "-o", f"custom-columns={progress_columns()}"], "kubectl get ahj"))
+        for figure, query in prometheus_queries(name).items():
+            print(f"  prometheus {figure:<5} {query} = {_prometheus_value(prometheus_url, query)}")
+        if round_ == 0:
+            time.sleep(12)
+
+
+def _prometheus_value(base: str, query: str) -> str:
+    import urllib.parse
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}", timeout=5) as r:
+            result = json.loads(r.read())["data"]["result"]
+        return result[0]["value"][1] if result else "(no sample yet)"
+    except (OSError, ValueError, KeyError) as error:
+        return f"(unavailable: {error})"
+
+
 def watch_until_running(custom, core, jobs: list[dict], timeout: float = 300) -> dict[str, dict]:
+    """Prints each job's phase, pods bound and rank table whenever one changes, until all run (or one fails)."""
     deadline, last_line = time.monotonic() + timeout, ""
     while True:
-        states, done = {}, True
+        states, parts, done = {}, [], True
         for job in jobs:
             name = job["metadata"]["name"]
             body = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
             status = body.get("status") or {}
-            pods = core.list_namespaced_pod("default", label_selector=f"{names.JOB_LABEL}={name},"
-                                            f"{names.ATTEMPT_LABEL}={status.get('attempt', 1)}").items
-            bound = sum(1 for pod in pods if pod.spec.node_name)
-            total = parse(body).pod_count
+            selector = f"{names.JOB_LABEL}={name},{names.ATTEMPT_LABEL}={status.get('attempt', 1)}"
+            bound = sum(1 for pod in core.list_namespaced_pod("default", label_selector=selector).items
+                        if pod.spec.node_name)
             table = (status.get("rankTable") or {}).get("status", "-")
-            states[name] = body
-            done &= status.get("phase") == "Running" and table == "completed"
             if status.get("phase") == "Failed":
                 raise DemoError(f"{name} failed: {status.get('message')}")
-        line = "  ".join(f"{n}: {(b.get('status') or {}).get('phase', 'Pending')} "
-                         f"{sum(1 for p in core.list_namespaced_pod('default', label_selector=f'{names.JOB_LABEL}={n}').items if p.spec.node_name)}"
-                         f"/{parse(b).pod_count} pods bound, rank table {((b.get('status') or {}).get('rankTable') or {}).get('status', '-')}"
-                         for n, b in states.items())
+            states[name] = body
+            done &= status.get("phase") == "Running" and table == "completed"
+            parts.append(f"{name}: {status.get('phase', 'Pending')} {bound}/{parse(body).pod_count} pods bound, "
+                         f"rank table {table}")
+        line = "  ".join(parts)
         if line != last_line:
             say(line)
             last_line = line
@@ -131,15 +194,18 @@ def run_demo(args) -> int:
     try:
         say("building the simulated cluster's toolchain if missing (first time ≈ 8-15 min on 2 cores)")
         toolchain.ensure(log=lambda line: say(line.strip()))
-        paths = devcluster.up(args.name, nodes=DEMO_NODES, racks=DEMO_RACKS, log=lambda line: say(line))
+        paths = devcluster.up(args.name, nodes=DEMO_NODES, racks=DEMO_RACKS, log=lambda line: say(line),
+                              with_prometheus=True)
         kubeconfig = str(paths.kubeconfig)
+        prometheus_url = prometheus.url(paths)
         install_chart(kubeconfig)
         say(f"chart {RELEASE} installed in {RELEASE_NAMESPACE} (CRD, RBAC)")
-        pid = start_operator(paths)
+        pid = start_operator(paths, prometheus_url)
         say(f"operator running as pid {pid}; log {paths.root / 'operator.log'}")
         jobs = apply_examples(kubeconfig)
         api = api_client(kubeconfig)
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        jobs.append(start_real_job(custom))
         states = watch_until_running(custom, core, jobs)
     except (DemoError, RuntimeError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -152,10 +218,13 @@ def run_demo(args) -> int:
     for body in states.values():
         print("\n".join(placement_report(body, racks)))
         print()
-    small_name = jobs[-1]["metadata"]["name"]
+    small_name = jobs[1]["metadata"]["name"]
     table = json.loads(core.read_namespaced_config_map(names.rank_table_config_map(small_name), "default").data["hccl.json"])
     print(f"rank table of {small_name} (ConfigMap {names.rank_table_config_map(small_name)}, head):")
     print("\n".join(json.dumps(table, indent=2).splitlines()[:18]) + "\n  ...")
+    real = jobs[-1]["metadata"]["name"]
+    print(f"{real}: real MindSpore data-parallel training (2 pods × 1 NPU, trainer processes on this machine):")
+    show_real_training(custom, kubectl, prometheus_url, real)
     print(f"""
 ready in {time.monotonic() - started:.0f}s. Look further:
   export KUBECONFIG={kubeconfig} PATH={toolchain.bin_dir()}:$PATH
@@ -163,7 +232,9 @@ ready in {time.monotonic() - started:.0f}s. Look further:
   kubectl describe ahj {small_name}
   kubectl get pods -l {names.JOB_LABEL}={small_name} -o wide
   kubectl delete pod {names.pod_name(small_name, 1, 0)}   # then watch: a whole-gang restart as attempt 2
+  kubectl logs -f {names.pod_name(real, 1, 0)}          # the real trainer's per-step loss
   curl -s 127.0.0.1:{OPERATOR_METRICS_PORT}/metrics | grep ascend_hybrid_
+  Prometheus at {prometheus_url}, e.g. {prometheus_url}/api/v1/query?query=ascend_trainer_loss
 Stop everything: ascend-hybrid dev-cluster down --name {args.name}""")
     return 0
 
