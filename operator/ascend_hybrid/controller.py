@@ -24,7 +24,7 @@ from .planning import node_domains
 from .reconcile import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Observed, decide, placement_result
 from .rules import SpecError, parse
 from .telemetry import TelemetrySource
-from .topology import build_inventory
+from .topology import RESOURCE, build_inventory
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,7 @@ ERROR_BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60)
 JobKey = tuple[str, str]
 
 
+DEVICE_INFO_NAMESPACE, DEVICE_INFO_LABEL = "kube-system", "mx-consumer-cim"  # where MindCluster publishes health
 IN_FLIGHT_SECONDS = 15.0  # how long a just-created or just-released pod may stay unseen by the watch
 
 
@@ -78,6 +79,9 @@ class Controller:
     phases: dict[JobKey, str] = field(default_factory=dict)
     failures: dict[JobKey, int] = field(default_factory=dict)
     pending_reasons: dict[JobKey, str] = field(default_factory=dict)
+    # False when kopf watches only some namespaces: its pod and ConfigMap indexes then miss the NPUs held
+    # elsewhere and the kube-system health ConfigMaps, so placement lists those cluster-wide instead.
+    indexes_see_cluster: bool = True
     telemetry: TelemetrySource | None = None
     telemetry_interval: float = 30.0
     samples: dict[JobKey, Sample] = field(default_factory=dict)
@@ -236,8 +240,9 @@ class Controller:
         effective = observed.effective
         with self.placement_lock:
             started = time.perf_counter()
-            inventory = build_inventory(self.snapshot.nodes(), self.snapshot.npu_pods(), self.snapshot.device_infos(),
-                                        reserved=self.reserved(exclude=key))
+            npu_pods, device_infos = self.cluster_holdings()
+            inventory = build_inventory(self.snapshot.nodes(), npu_pods, device_infos,
+                                        reserved=self.reserved(npu_pods, exclude=key))
             placement = place(request, inventory)
             metrics.PLACEMENT_SECONDS.observe(time.perf_counter() - started)
             tier = request.tier_labels[0] if request.tier_labels else ""
@@ -262,8 +267,15 @@ class Controller:
                 "nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0]
             promised[manifest["metadata"]["name"]] = (node, observed.effective.per_pod)
 
-    def reserved(self, exclude: JobKey) -> dict[str, int]:
-        visible = {(pod["metadata"].get("namespace"), pod["metadata"]["name"]) for pod in self.snapshot.npu_pods()}
+    def cluster_holdings(self) -> tuple[list[dict], list[dict]]:
+        """(NPU pods, device health ConfigMaps) of the whole cluster."""
+        if self.indexes_see_cluster:
+            return self.snapshot.npu_pods(), self.snapshot.device_infos()
+        return (self.kube.list_npu_pods(RESOURCE),
+                self.kube.list_device_infos(DEVICE_INFO_NAMESPACE, f"{DEVICE_INFO_LABEL}=true"))
+
+    def reserved(self, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
+        visible = {(pod["metadata"].get("namespace"), pod["metadata"]["name"]) for pod in npu_pods}
         totals: dict[str, int] = {}
         for key, pods in list(self.promised.items()):
             if key == exclude:

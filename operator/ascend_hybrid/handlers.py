@@ -13,11 +13,10 @@ import kopf
 
 from . import names
 from .api import GROUP, PLURAL, VERSION
-from .controller import Controller, JobKey, Snapshot
+from .controller import DEVICE_INFO_LABEL, Controller, JobKey, Snapshot
 from .kube import plain
 from .topology import RESOURCE
 
-DEVICE_INFO_LABEL = "mx-consumer-cim"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 CONTROLLER: Controller | None = None
 _indexes: dict[str, Any] = {}

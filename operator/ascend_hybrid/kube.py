@@ -134,6 +134,22 @@ class Kube:
     def delete_pod(self, namespace: str, name: str) -> None:
         self._call("delete", "pods", self.core.delete_namespaced_pod, name, namespace, ok=(404,))
 
+    # -- cluster-wide reads for placement when kopf watches only some namespaces -------------------------------
+    def list_npu_pods(self, resource: str) -> list[dict]:
+        """Every non-terminal pod of the cluster that asks for NPUs (one list per placement, not per pass)."""
+        answer = self._call("list", "pods", self.core.list_pod_for_all_namespaces,
+                            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False)
+        pods = json.loads(answer.data)["items"]
+        return [pod for pod in pods if any(
+            resource in ((container.get("resources") or {}).get("limits") or {})
+            or resource in ((container.get("resources") or {}).get("requests") or {})
+            for container in pod["spec"].get("containers") or [])]
+
+    def list_device_infos(self, namespace: str, label_selector: str) -> list[dict]:
+        answer = self._call("list", "configmaps", self.core.list_namespaced_config_map, namespace,
+                            label_selector=label_selector, _preload_content=False)
+        return json.loads(answer.data)["items"]
+
     # -- events ----------------------------------------------------------------------------------------------
     def post_event(self, job: dict, event_type: str, reason: str, message: str) -> None:
         meta = job["metadata"]

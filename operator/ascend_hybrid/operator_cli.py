@@ -61,7 +61,8 @@ def run(args) -> int:
     from .telemetry import TelemetrySource
 
     controller = Controller(kube, handlers.snapshot(), node_grace_seconds=args.node_grace_seconds, workers=args.workers,
-                            telemetry=TelemetrySource(args.prometheus_url), telemetry_interval=args.telemetry_interval)
+                            indexes_see_cluster=not args.namespace, telemetry=TelemetrySource(args.prometheus_url),
+                            telemetry_interval=args.telemetry_interval)
     handlers.CONTROLLER = controller
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address)

@@ -301,7 +301,7 @@ class _Pass:
         return ids
 
     def waiting_for_binding(self, pods: list[dict], unbound: list[dict]) -> Decision:
-        e, status = self.o.effective, self.status
+        e = self.o.effective
         created = min(parse_time(pod["metadata"].get("creationTimestamp")) or self.o.now for pod in pods)
         waited = (self.o.now - created).total_seconds()
         limit = e.spec.run_policy.scheduling_timeout_seconds

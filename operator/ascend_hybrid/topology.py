@@ -170,8 +170,8 @@ def pinned_node(pod: Mapping, hostname_to_node: Mapping[str, str]) -> str | None
     targets = set()
     for term in terms:
         target = None
-        for field, key in (("matchExpressions", HOSTNAME_LABEL), ("matchFields", "metadata.name")):
-            for expr in term.get(field) or ():
+        for selector_kind, key in (("matchExpressions", HOSTNAME_LABEL), ("matchFields", "metadata.name")):
+            for expr in term.get(selector_kind) or ():
                 values = expr.get("values") or ()
                 if expr.get("key") == key and expr.get("operator") == "In" and len(values) == 1:
                     value = values[0]

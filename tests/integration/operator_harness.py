@@ -23,6 +23,24 @@ REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "hybrid.ascend.dev", "v1alpha1", "ascendhybridjobs"
 
 
+def kubectl(cluster, *args: str, check: bool = True) -> str:
+    """The toolchain's kubectl against a dev cluster; a failure names the command and kubectl's complaint."""
+    from ascend_hybrid import toolchain
+
+    result = subprocess.run([toolchain.binary("kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
+                            capture_output=True, text=True, timeout=60)
+    if check and result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def install_crd(cluster) -> None:
+    """As a user would: `kubectl apply --server-side -f crds/`, then wait until the API serves it."""
+    kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    kubectl(cluster, "wait", "--for=condition=Established", "--timeout=30s",
+            "customresourcedefinition/ascendhybridjobs.hybrid.ascend.dev")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -126,6 +144,12 @@ class Jobs:
 
     def patch_spec(self, name: str, spec_patch: dict) -> None:
         self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec_patch})
+
+    def delete_all(self, timeout: float = 60) -> None:
+        """Deletes every job of the namespace and waits until their pods are gone (chips free for the next test)."""
+        for job in self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)["items"]:
+            self.delete(job["metadata"]["name"])
+        wait_for(lambda: not self.core.list_namespaced_pod(self.namespace).items, timeout, "the test's pods to go")
 
     def delete(self, name: str) -> None:
         self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)

@@ -24,6 +24,7 @@ from kubernetes import client, config
 from ascend_hybrid import chartgen, toolchain
 from ascend_hybrid.api import GROUP, PLURAL, VERSION
 
+from ascend_hybrid.devcluster.pods import pod_manifest
 from operator_harness import REPO, Jobs, OperatorProcess, example, free_port, wait_for
 
 CHART = REPO / "charts" / "ascend-hybrid-operator"
@@ -165,9 +166,13 @@ def test_namespaced_release_runs_the_example_with_roles_only_in_its_namespace(de
     release = install_chart({"watchNamespaces": [namespace]})
     api = run_example_job_as_the_service_account(dev_cluster, release, namespace, tmp_path, watched=[namespace])
     assert_refused_what_the_operator_never_does(api, namespace, dev_cluster.nodes("910B")[0])
-    # Outside the watched namespaces the token may not touch pods or jobs.
+    # Outside the watched namespaces the token may only list pods (placement counts every NPU in use); it may not
+    # create or delete them, nor touch jobs.
     outside = release["namespace"]
-    assert_forbidden(lambda: client.CoreV1Api(api).list_namespaced_pod(outside), "list pods outside")
+    client.CoreV1Api(api).list_namespaced_pod(outside)
+    assert_forbidden(lambda: client.CoreV1Api(api).create_namespaced_pod(outside, pod_manifest("intruder")),
+                     "create pods outside")
+    assert_forbidden(lambda: client.CoreV1Api(api).delete_collection_namespaced_pod(outside), "delete pods outside")
     assert_forbidden(lambda: client.CustomObjectsApi(api).list_namespaced_custom_object(
         GROUP, VERSION, outside, PLURAL), "list jobs outside")
 

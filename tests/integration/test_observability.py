@@ -22,7 +22,7 @@ from ascend_hybrid import toolchain
 from ascend_hybrid.devcluster import metricsim, processes, prometheus, telemetrysim
 from ascend_hybrid.devcluster.paths import CLUSTERS_ENV
 
-from operator_harness import REPO, Jobs, OperatorProcess, job_manifest, wait_for
+from operator_harness import REPO, Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -30,9 +30,6 @@ INTERVAL = 2  # the operator's --telemetry-interval, seconds
 DASHBOARD = REPO / "charts" / "ascend-hybrid-operator" / "dashboards" / "ascend-hybrid.json"
 
 
-def kubectl(cluster, *args: str) -> str:
-    return subprocess.run([toolchain.binary("kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
-                          capture_output=True, text=True, check=True, timeout=60).stdout
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +43,7 @@ def observed(dev_cluster):
         pytest.fail(f"prometheus is not built in {toolchain.bin_dir()}: run "
                     "`ascend-hybrid dev-cluster build --with-prometheus` first", pytrace=False)
     paths = dev_cluster.paths
-    kubectl(dev_cluster, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl(dev_cluster, "wait", "--for=condition=Established", "--timeout=30s",
-            "customresourcedefinition/ascendhybridjobs.hybrid.ascend.dev")
+    install_crd(dev_cluster)
     had_telemetry, had_prometheus = telemetrysim.is_running(paths), prometheus.is_running(paths)
     url = prometheus.ensure_running(paths, log=lambda line: None)
     yield dev_cluster, url

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 
 import pytest
 from kubernetes import client
 
-from ascend_hybrid import crd, names, toolchain
+from ascend_hybrid import names
 from ascend_hybrid.devcluster import fleet
 from ascend_hybrid.devcluster.nodes import plan_nodes
 from ascend_hybrid.devcluster.paths import load_settings
+from ascend_hybrid.devcluster.pods import pod_manifest
 
-from operator_harness import Jobs, OperatorProcess, example, job_manifest, wait_for
+from operator_harness import Jobs, OperatorProcess, example, install_crd, job_manifest, kubectl, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -33,24 +33,6 @@ def add_910b_nodes(dev_cluster, count: int) -> list[str]:
     fleet.create_nodes(dev_cluster.core, nodes)
     fleet.wait_nodes_ready(dev_cluster.core, {node.name for node in nodes}, timeout=60)
     return [node.name for node in nodes]
-
-
-def install_crd(dev_cluster) -> None:
-    """The generated CRD, server-side applied as `kubectl apply --server-side -f crds/` would."""
-    definition = crd.build()
-    client.ApiextensionsV1Api(dev_cluster.api).patch_custom_resource_definition(
-        definition["metadata"]["name"], definition, field_manager="ascend-hybrid-tests", force=True,
-        _content_type="application/apply-patch+yaml")
-    custom = client.CustomObjectsApi(dev_cluster.api)
-    wait_for(lambda: _served(custom), 30, "the AscendHybridJob CRD to be served")
-
-
-def _served(custom) -> bool:
-    try:
-        custom.list_cluster_custom_object("hybrid.ascend.dev", "v1alpha1", "ascendhybridjobs")
-        return True
-    except client.ApiException:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +56,7 @@ def operator(ascend_cluster, tmp_path):
 def jobs(ascend_cluster, namespace, operator):
     handle = Jobs(ascend_cluster.api, namespace, operator)
     yield handle
-    for job in handle.custom.list_namespaced_custom_object("hybrid.ascend.dev", "v1alpha1", namespace,
-                                                           "ascendhybridjobs")["items"]:
-        handle.delete(job["metadata"]["name"])
-    wait_for(lambda: not handle.core.list_namespaced_pod(namespace).items, 60, "the test's pods to go")
+    handle.delete_all()
 
 
 def schedulable_910b_nodes(core: client.CoreV1Api) -> list[str]:
@@ -114,9 +93,7 @@ def test_example_job_runs_with_a_completed_rank_table(jobs, ascend_cluster):
     sched = jobs.core.read_namespaced_service(names.sched_service("tiny-tp4-dp2"), jobs.namespace)
     assert env["MS_SCHED_HOST"] == sched.spec.cluster_ip and sched.spec.cluster_ip.startswith("127.")
     assert pod["metadata"]["annotations"][names.RANK_INDEX_ANNOTATION] == "0"
-    printed = subprocess.run([toolchain.binary("kubectl"), "--kubeconfig", str(ascend_cluster.kubeconfig), "get",
-                              "ahj", "-n", jobs.namespace, "-o", "wide"], capture_output=True, text=True, check=True)
-    header, row = printed.stdout.splitlines()[:2]
+    header, row = kubectl(ascend_cluster, "get", "ahj", "-n", jobs.namespace, "-o", "wide").splitlines()[:2]
     assert header.split()[:10] == ["NAME", "WORLD", "TP", "PP", "DP", "EP", "PHASE", "UTIL", "STEP", "RESTARTS"]
     assert row.split()[:7] == ["tiny-tp4-dp2", "8", "4", "1", "2", "1", "Running"]
     assert "2/2" in row
@@ -261,3 +238,30 @@ def test_invalid_spec_is_refused_at_admission_with_the_operators_message(jobs):
     with pytest.raises(client.ApiException) as refused:
         jobs.create(bad)
     assert "spec.parallelism.tensor=3 must divide spec.npu.perPod=4" in refused.value.body
+
+
+def test_namespaced_operator_counts_npus_that_other_namespaces_hold(ascend_cluster, namespace, tmp_path):
+    """With --namespace, kopf sees pods of the watched namespace only; placement must still see every NPU taken."""
+    core = ascend_cluster.core
+    busy = f"{namespace}-busy"
+    core.create_namespace({"metadata": {"name": busy}})
+    wait_for(lambda: core.list_namespaced_service_account(busy).items, 30, "the busy namespace's ServiceAccount")
+    nodes = schedulable_910b_nodes(core)
+    keep_free = nodes[-1]
+    operator = OperatorProcess(str(ascend_cluster.kubeconfig), tmp_path / "operator.log",
+                               extra_args=("--namespace", namespace)).start()
+    try:
+        for index, node in enumerate(nodes[:-1]):
+            core.create_namespaced_pod(busy, pod_manifest(f"holder-{index}", node=node, chips=8),
+                                       _preload_content=False)
+        wait_for(lambda: sum(1 for p in core.list_namespaced_pod(busy).items if p.status.phase == "Running")
+                 == len(nodes) - 1, 60, "the holder pods to run")
+        jobs = Jobs(ascend_cluster.api, namespace, operator)
+        jobs.create(job_manifest("squeezed", data=1, tensor=8, per_pod=8))
+        status = jobs.wait_running("squeezed", timeout=60)
+        assert status["placement"]["nodes"] == [keep_free]
+        jobs.delete_all()
+    finally:
+        operator.stop()
+        core.delete_namespace(busy)
+        wait_for(lambda: not core.list_namespaced_pod(busy).items, 60, "the holder pods to go")

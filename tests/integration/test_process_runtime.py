@@ -24,26 +24,18 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from ascend_hybrid import names, toolchain
+from ascend_hybrid import names
 from ascend_hybrid.devcluster import processes, procnet, prometheus, runtime_default, runtime_helper, telemetrysim
 from ascend_hybrid.devcluster.podfiles import RUNTIME_ANNOTATION, claim_directory
 from ascend_hybrid.devcluster.pods import pod_manifest
 
-from operator_harness import REPO, Jobs, OperatorProcess, job_manifest, wait_for
+from operator_harness import Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
 
 pytestmark = pytest.mark.integration
 
 PROCESS = {RUNTIME_ANNOTATION: "process"}
 TELEMETRY_INTERVAL = 2
 SEED, STEPS, SEQ_LENGTH = 7, 20, 32
-
-
-def kubectl(cluster, *args: str, check: bool = True) -> str:
-    result = subprocess.run([toolchain.binary("kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
-                            capture_output=True, text=True, timeout=60)
-    if check and result.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
-    return result.stdout
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +46,7 @@ def cluster(dev_cluster):
                     "kubeconfig (its directory holds cluster.json)", pytrace=False)
     if runtime_helper.ensure_running(dev_cluster.paths) is None:
         pytest.fail(f"cluster {dev_cluster.paths.name} predates the process runtime: down and up it", pytrace=False)
-    kubectl(dev_cluster, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl(dev_cluster, "wait", "--for=condition=Established", "--timeout=30s",
-            "customresourcedefinition/ascendhybridjobs.hybrid.ascend.dev")
+    install_crd(dev_cluster)
     return dev_cluster
 
 
@@ -88,10 +78,7 @@ def jobs(cluster, namespace, tmp_path):
                                extra_args=("--telemetry-interval", TELEMETRY_INTERVAL)).start()
     handle = Jobs(cluster.api, namespace, operator)
     yield handle
-    for job in handle.custom.list_namespaced_custom_object("hybrid.ascend.dev", "v1alpha1", namespace,
-                                                           "ascendhybridjobs")["items"]:
-        handle.delete(job["metadata"]["name"])
-    wait_for(lambda: not handle.core.list_namespaced_pod(namespace).items, 90, "the test's pods to go")
+    handle.delete_all(timeout=90)
     operator.stop()
 
 

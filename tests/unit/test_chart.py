@@ -44,6 +44,9 @@ KUBE_PY_CALLS = {
     "patch_namespaced_pod": {("", "pods", "patch")},
     "delete_namespaced_pod": {("", "pods", "delete")},
     "create_namespaced_event": {("", "events", "create")},
+    # Placement's cluster-wide reads when only some namespaces are watched.
+    "list_pod_for_all_namespaces": {("", "pods", "list")},
+    "list_namespaced_config_map": {("", "configmaps", "list")},
 }
 # kopf itself: the CRD observer, and events it posts for handler warnings and errors.
 KOPF_OWN_NEEDS = {("apiextensions.k8s.io", "customresourcedefinitions", "list"),
@@ -301,7 +304,8 @@ def test_namespaced_mode_uses_roles_per_namespace(rendered):
     values = yaml.safe_load(VARIANTS["chart-namespaced-monitoring"][0].read_text())
     objects = objects_of(rendered["chart-namespaced-monitoring"])
     cluster_wide = granted([o for o in objects if o["kind"] == "ClusterRole"])
-    assert {resource for _, resource, _ in cluster_wide} == {"nodes", "customresourcedefinitions", "namespaces"}
+    assert {resource for _, resource, _ in cluster_wide} == {"nodes", "customresourcedefinitions", "namespaces", "pods"}
+    assert {verb for _, resource, verb in cluster_wide if resource == "pods"} == {"list"}
     assert {verb for _, _, verb in cluster_wide} == {"get", "list", "watch"}
     job_roles = {o["metadata"]["namespace"] for o in objects
                  if o["kind"] == "Role" and ("", "pods", "create") in granted([o])}

@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ascend_hybrid import rules
-from ascend_hybrid.api import AscendHybridJobSpec
 
 BASE = {"parallelism": {"data": 2, "tensor": 4}, "npu": {"perPod": 8}}  # world 8, one 8-NPU 910B pod
 
