@@ -195,6 +195,8 @@ class _Pass:
         if current and status.get("podTemplateHash") not in (None, template_hash):
             return self.restart_for_spec_change(list(current.values()))
         placement = status.get("placement") or {}
+        if placement.get("attempt") == attempt and len(placement.get("nodes") or ()) != e.pod_count:
+            placement = {}  # made for another spec (its parallelism changed before any pod existed): place anew
         if current and placement.get("attempt") == attempt:
             failure = self.failure(current, placement)
             if failure:

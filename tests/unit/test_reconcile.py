@@ -326,3 +326,10 @@ def test_no_series_yet_is_not_an_outage():
     later = decide(Observed(**{**observe(job(status=first.status), pods=[pod(0), pod(1)], rank_table=completed).__dict__,
                                "telemetry": down}))
     assert [e for e in events(later) if e[1] == "MetricsUnavailable"] == [("Warning", "MetricsUnavailable")]
+
+
+def test_a_placement_made_for_other_degrees_is_made_again():
+    status = placed_status()  # 2 pods placed
+    decision = decide(observe(job({"parallelism": {"data": 4}}, status=status)))  # now 4 pods, none created yet
+    assert "create_pods" not in kinds(decision)
+    assert action(decision, "place").request.pod_count == 4
