@@ -16,6 +16,8 @@ from datetime import datetime
 from . import layout as layouts, names, ranktable, render
 from .conditions import TERMINAL_PHASES, condition, parse_time, set_condition, timestamp
 from .planning import gang_request
+from .podview import (attempt_of, exit_code, is_deleting, is_gated, live_names, node_not_ready_since, phase_of,
+                      pod_counts)
 from .progress import Sample, training_status, utilization_status
 from .rules import Effective
 
@@ -68,54 +70,6 @@ def pod_template_hash(effective: Effective) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _labels(pod: dict) -> dict:
-    return pod.get("metadata", {}).get("labels") or {}
-
-
-def _attempt_of(pod: dict) -> int:
-    value = _labels(pod).get(names.ATTEMPT_LABEL, "0")
-    return int(value) if value.isdigit() else 0
-
-
-def _phase(pod: dict) -> str:
-    return (pod.get("status") or {}).get("phase") or "Pending"
-
-
-def _exit_code(pod: dict) -> int | None:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        terminated = (status.get("state") or {}).get("terminated")
-        if terminated is not None:
-            return terminated.get("exitCode")
-    return None
-
-
-def _node_not_ready_since(node: dict | None) -> datetime | None:
-    if node is None:
-        return None
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready" and cond.get("status") != "True":
-            return parse_time(cond.get("lastTransitionTime"))
-    return None
-
-
-def _gated(pod: dict) -> bool:
-    return any(gate.get("name") == names.GANG_GATE for gate in (pod.get("spec") or {}).get("schedulingGates") or [])
-
-
-def _deleting(pod: dict) -> bool:
-    return bool(pod.get("metadata", {}).get("deletionTimestamp"))
-
-
-def _names(pods) -> tuple[str, ...]:
-    return tuple(pod["metadata"]["name"] for pod in pods if not _deleting(pod))
-
-
-def pod_counts(pods: list[dict], total: int) -> dict:
-    phases = [_phase(pod) for pod in pods]
-    return {"total": total, "pending": total - sum(p in ("Running", "Succeeded", "Failed") for p in phases),
-            "running": phases.count("Running"), "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")}
-
-
 class _Pass:
     """One reconcile pass; methods read `observed`, write `decision`."""
 
@@ -149,7 +103,7 @@ class _Pass:
         self.cond("RankTableReady", False, "Initializing", "waiting for every pod to run with its devices")
 
     def delete(self, pods) -> None:
-        doomed = _names(pods)
+        doomed = live_names(pods)
         if doomed:
             self.act("delete_pods", pods=doomed)
 
@@ -187,10 +141,10 @@ class _Pass:
             self.phase("Pending", "resumed: placing anew")
             self.d.emit("Normal", "Resumed", "job resumed; placing a new attempt")
         attempt = int(status["attempt"])
-        stale = [pod for pod in o.pods if _attempt_of(pod) != attempt]
+        stale = [pod for pod in o.pods if attempt_of(pod) != attempt]
         if stale:
             self.delete(stale)
-        current = {ranktable.pod_index(pod): pod for pod in o.pods if _attempt_of(pod) == attempt}
+        current = {ranktable.pod_index(pod): pod for pod in o.pods if attempt_of(pod) == attempt}
         template_hash = pod_template_hash(e)
         if current and status.get("podTemplateHash") not in (None, template_hash):
             return self.restart_for_spec_change(list(current.values()))
@@ -201,7 +155,7 @@ class _Pass:
             failure = self.failure(current, placement)
             if failure:
                 return self.restart(*failure, current=list(current.values()))
-            if len(current) == e.pod_count and all(_phase(p) == "Succeeded" for p in current.values()):
+            if len(current) == e.pod_count and all(phase_of(p) == "Succeeded" for p in current.values()):
                 return self.succeeded(list(current.values()))
         if placement.get("attempt") != attempt:
             if stale:
@@ -227,7 +181,7 @@ class _Pass:
         pods = list(current.values())
         status["pods"] = pod_counts(pods, e.pod_count)
         releasable = [(pod["metadata"]["name"], tuple(gate["name"] for gate in pod["spec"]["schedulingGates"]))
-                      for pod in pods if _gated(pod) and not _deleting(pod) and pod["metadata"]["name"] not in o.in_flight]
+                      for pod in pods if is_gated(pod) and not is_deleting(pod) and pod["metadata"]["name"] not in o.in_flight]
         if missing:
             manifests = tuple(render.pod(e, self.meta["namespace"], self.meta["uid"], attempt, index, nodes[index],
                                          o.sched_ip) for index in missing)
@@ -328,15 +282,15 @@ class _Pass:
         for index in sorted(current):
             pod = current[index]
             node = (pod.get("spec") or {}).get("nodeName") or placement["nodes"][index]
-            if _phase(pod) == "Failed":
-                code = _exit_code(pod)
+            if phase_of(pod) == "Failed":
+                code = exit_code(pod)
                 reason = (pod.get("status") or {}).get("reason") or "Error"
                 return ("PodFailed", f"pod {pod['metadata']['name']} on node {node} failed: exit code {code} ({reason})",
                         [node])
         for index in sorted(current):
             pod = current[index]
             node = (pod.get("spec") or {}).get("nodeName")
-            since = _node_not_ready_since(self.o.nodes.get(node)) if node else None
+            since = node_not_ready_since(self.o.nodes.get(node)) if node else None
             if since is not None:
                 waited = (self.o.now - since).total_seconds()
                 if waited >= self.o.node_grace_seconds:
@@ -410,7 +364,7 @@ class _Pass:
         if policy == "All":
             self.delete(self.o.pods)
         elif policy == "Running":
-            self.delete([pod for pod in self.o.pods if _phase(pod) not in ("Succeeded", "Failed")])
+            self.delete([pod for pod in self.o.pods if phase_of(pod) not in ("Succeeded", "Failed")])
         ttl = e.spec.run_policy.ttl_seconds_after_finished if e else None
         finished = parse_time(self.status.get("completionTime"))
         if ttl is not None and finished is not None:
