@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,14 +22,11 @@ from kubernetes.client.rest import ApiException
 
 from .allocation import ChipLedger, device_annotations, held_chips, is_finished, requested_chips
 from .informer import run_informer
+from .processes import log, run_until_signalled
 from .kubeapi import api_client, with_retries
 from .nodes import DEVICEINFO_NAMESPACE, DEVICEINFO_PREFIX, SIMULATED_LABEL, sim_node_from_manifest, unusable_chips
 
 RETRY_WAITING_SECONDS = 2.0
-
-
-def log(message: str) -> None:
-    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}", flush=True)
 
 
 class SimulatedDevicePlugin:
@@ -208,16 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-file", type=Path, help="written (with the pid) once the first lists are in")
     parser.add_argument("--cluster-dir", help="marks the process as this cluster's (down checks it by pid)")
     args = parser.parse_args(argv)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    if args.ready_file:
-        args.ready_file.unlink(missing_ok=True)
-    try:
-        run(args.kubeconfig, args.ready_file, stop)
-    finally:
-        if args.ready_file:
-            args.ready_file.unlink(missing_ok=True)
+    run_until_signalled(lambda stop: run(args.kubeconfig, args.ready_file, stop), args.ready_file)
     log("device plugin stopped")
     return 0
 

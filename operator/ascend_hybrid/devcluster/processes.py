@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -84,3 +85,23 @@ def start_detached(args: list[str], log_file: Path, pid_file: Path, env: dict | 
 
 def python_module_command(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
+
+
+def log(message: str) -> None:
+    """One timestamped line on stdout, which the helper processes' log files capture."""
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}", flush=True)
+
+
+def run_until_signalled(body, ready_file: Path | None) -> None:
+    """Runs a helper's `body(stop)` until SIGTERM or SIGINT sets `stop`; its ready file (written by the body once
+    it serves) is gone before and after, so `up` never trusts a stale one."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    if ready_file:
+        ready_file.unlink(missing_ok=True)
+    try:
+        body(stop)
+    finally:
+        if ready_file:
+            ready_file.unlink(missing_ok=True)

@@ -31,6 +31,7 @@ from kubernetes.client.rest import ApiException
 from . import podstatus
 from .forwarder import Forwarder, service_routes
 from .informer import run_informer
+from .processes import log, run_until_signalled
 from .kubeapi import api_client, describe, with_retries
 from .podfiles import NotRunnable, PodLayout, configmap_files, is_process_pod, launch_spec, runtime_container
 from .podprocess import PodProcess
@@ -43,10 +44,6 @@ ROUTES_EVERY_SECONDS = 0.5
 RETRY_REMOVE_SECONDS = 5.0
 SHUTDOWN_GRACE_SECONDS = 5.0
 RUNTIME_DIR = "runtime"  # under the cluster's directory: pods/<ns>_<name>_<uid>/, claims/<ns>/<claim>/
-
-
-def log(message: str) -> None:
-    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}", flush=True)
 
 
 def _uid(item: dict) -> str:
@@ -378,15 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity", type=int, default=0,
                         help="trainer workers allowed at once (default 0: 2 per core)")
     args = parser.parse_args(argv)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
     capacity = args.capacity or default_capacity()
-    try:
-        serve(args.kubeconfig, args.cluster_dir / RUNTIME_DIR, capacity, args.ready_file, stop)
-    finally:
-        if args.ready_file:
-            args.ready_file.unlink(missing_ok=True)
+    run_until_signalled(lambda stop: serve(args.kubeconfig, args.cluster_dir / RUNTIME_DIR, capacity,
+                                           args.ready_file, stop), args.ready_file)
     log("process runtime stopped")
     return 0
 

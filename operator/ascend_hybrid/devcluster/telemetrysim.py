@@ -28,6 +28,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from . import processes
 from .informer import run_informer
+from .processes import log
 from .kubeapi import api_client
 from .metricsim import TRAINER_PORT, SimPod, exporter_text, sim_pod, trainer_text
 from .nodes import SIMULATED_LABEL, profile_of_node
@@ -41,10 +42,6 @@ RETRY_SECONDS = 5.0            # binds that failed (an address still in use) are
 REQUEST_TIMEOUT_SECONDS = 5.0
 # The classic text format: what every Prometheus (and the operator's own parser) reads, whatever it negotiates.
 METRICS_CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
-
-
-def log(message: str) -> None:
-    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}", flush=True)
 
 
 # Where the helper keeps its files ------------------------------------------------------------------------------
