@@ -11,7 +11,6 @@ import argparse
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,16 +20,10 @@ from pathlib import Path
 from kubernetes import client, config
 
 from ascend_hybrid import crd
-from ascend_hybrid.devcluster import cluster
+from ascend_hybrid.devcluster import cluster, ports
 
 GROUP, VERSION, PLURAL = "hybrid.ascend.dev", "v1alpha1", "ascendhybridjobs"
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait(predicate, timeout: float, what: str, interval: float = 0.1):
@@ -103,10 +96,10 @@ def main() -> int:
         definition["metadata"]["name"], definition, field_manager="ascend-hybrid-bench", force=True,
         _content_type="application/apply-patch+yaml")
     wait(lambda: _served(custom), 30, "the CRD to be served")
-    port = free_port()
+    port = ports.free_server_port("127.0.0.1")
     log = open(paths.root / "bench-operator.log", "w")
     operator = subprocess.Popen([sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", str(paths.kubeconfig),
-                                 "--metrics-port", str(port), "--health-port", str(free_port()),
+                                 "--metrics-port", str(port), "--health-port", str(ports.free_server_port("127.0.0.1")),
                                  "--bind-address", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=REPO)
     try:

@@ -18,6 +18,7 @@ import yaml
 from kubernetes import client
 
 from ascend_hybrid import names
+from ascend_hybrid.devcluster import ports
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "hybrid.ascend.dev", "v1alpha1", "ascendhybridjobs"
@@ -42,33 +43,51 @@ def install_crd(cluster) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return ports.free_server_port("127.0.0.1")
 
 
 class OperatorProcess:
     """`ascend-hybrid run` against the simulated cluster, bound to loopback only."""
 
+    START_ATTEMPTS = 3
+
     def __init__(self, kubeconfig: str, log_path: Path, node_grace_seconds: float = 3.0, extra_args: tuple = ()):
         self.kubeconfig, self.log_path, self.grace = kubeconfig, log_path, node_grace_seconds
         self.extra_args = [str(arg) for arg in extra_args]  # more `ascend-hybrid run` flags, e.g. --prometheus-url
         self.process: subprocess.Popen | None = None
-        self.metrics_port = free_port()
+        self.metrics_port, self.health_port = free_port(), free_port()
         self.starts = 0
 
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", self.kubeconfig,
+                "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
+                "--bind-address", "127.0.0.1", "--node-grace-seconds", str(self.grace), *self.extra_args]
+
     def start(self) -> "OperatorProcess":
-        self.starts += 1
-        log = open(self.log_path, "a")
-        log.write(f"--- start {self.starts} ---\n")
-        log.flush()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", self.kubeconfig,
-             "--metrics-port", str(self.metrics_port), "--health-port", str(free_port()),
-             "--bind-address", "127.0.0.1", "--node-grace-seconds", str(self.grace), *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
-        log.close()
-        return self
+        """Start it and wait until its health endpoint listens. A port taken between choosing and binding it
+        (another process can always win that race) means new ports and another try, not a failed test."""
+        for _ in range(self.START_ATTEMPTS):
+            self.starts += 1
+            with open(self.log_path, "a") as log:
+                log.write(f"--- start {self.starts} ---\n")
+                log.flush()
+                log_offset = log.tell()
+                self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True, cwd=REPO)
+            wait_for(lambda: self.process.poll() is not None or self._health_listens(), 60,
+                     "the operator's health endpoint to listen", self.log_tail)
+            if self.process.poll() is None:
+                return self
+            with open(self.log_path) as log:
+                log.seek(log_offset)
+                if "address already in use" not in log.read():
+                    raise AssertionError(f"the operator exited with {self.process.returncode}:\n{self.log_tail()}")
+            self.metrics_port, self.health_port = free_port(), free_port()
+        raise AssertionError(f"the operator found its ports taken {self.START_ATTEMPTS} times:\n{self.log_tail()}")
+
+    def _health_listens(self) -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", self.health_port)) == 0
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, as when the node running the operator dies."""

@@ -25,7 +25,7 @@ from ascend_hybrid import chartgen, toolchain
 from ascend_hybrid.api import GROUP, PLURAL, VERSION
 
 from ascend_hybrid.devcluster.pods import pod_manifest
-from operator_harness import REPO, Jobs, OperatorProcess, example, free_port, wait_for
+from operator_harness import REPO, Jobs, OperatorProcess, example, wait_for
 
 CHART = REPO / "charts" / "ascend-hybrid-operator"
 TOKEN_SECONDS = 3600
@@ -38,22 +38,16 @@ class ChartOperator(OperatorProcess):
     def __init__(self, kubeconfig: str, log_path: Path, namespaces: list[str]):
         super().__init__(kubeconfig, log_path)
         self.namespaces = namespaces
-        self.health_port = free_port()
 
     def healthz(self) -> int:
         """What the chart's liveness and readiness probes ask."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5) as response:
             return response.status
 
-    def start(self) -> "ChartOperator":
-        self.starts += 1
-        command = [str(Path(sys.executable).parent / "ascend-hybrid"), "run", "--kubeconfig", self.kubeconfig,
-                   "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
-                   "--bind-address", "127.0.0.1", *[f"--namespace={namespace}" for namespace in self.namespaces]]
-        with open(self.log_path, "a") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                            cwd=REPO)
-        return self
+    def command(self) -> list[str]:
+        return [str(Path(sys.executable).parent / "ascend-hybrid"), "run", "--kubeconfig", self.kubeconfig,
+                "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
+                "--bind-address", "127.0.0.1", *[f"--namespace={namespace}" for namespace in self.namespaces]]
 
 
 def run_tool(command: list[str], kubeconfig: str, helm_home: Path | None = None, timeout: float = 60) -> str:

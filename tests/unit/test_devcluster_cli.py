@@ -4,12 +4,13 @@ import argparse
 import ipaddress
 import random
 import re
+import socket
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ascend_hybrid.devcluster import cli, cluster, kwokctl, paths as cluster_files
+from ascend_hybrid.devcluster import cli, cluster, kwokctl, paths as cluster_files, ports as devports
 
 
 def parse(*argv):
@@ -131,3 +132,20 @@ def test_each_cluster_gets_its_own_slice_of_pod_addresses(tmp_path, monkeypatch)
     assert paths_module.free_pod_cidr(paths_module.other_pod_cidrs("three")) == "127.16.32.0/20"
     with pytest.raises(RuntimeError):
         paths_module.free_pod_cidr(["127.16.0.0/16"])  # a cluster of the old layout holds the whole range
+
+
+def test_server_ports_come_from_below_the_ephemeral_range_and_skip_a_taken_one():
+    low, high = (int(n) for n in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    assert devports.SERVER_RANGE[1] <= low and devports.CONTROL_PLANE_RANGE[1] <= low
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        assert not devports.port_is_free(taken, "127.0.0.1") and not devports.port_is_free(taken)
+        with pytest.raises(RuntimeError, match=f"no 1 free ports in {taken}-{taken}"):
+            devports.pick_free_ports(1, (taken, taken + 1), "127.0.0.1")
+
+
+def test_picking_more_ports_than_a_range_holds_is_an_error_not_a_hang():
+    with pytest.raises(RuntimeError, match="no 3 free ports in 15000-15001"):
+        devports.pick_free_ports(3, (15000, 15002), "127.0.0.1")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -26,10 +27,21 @@ from .strategy import validate_run
 LOCAL_HOST = "127.0.0.1"
 
 
+# Below the kernel's ephemeral range (32768+): a port the kernel hands out for bind(0) can be taken as the local
+# port of any outbound connection before the scheduler binds it; a random one from here only races other pickers.
+LISTEN_PORTS = range(10000, 20000)
+
+
 def free_port(host: str = LOCAL_HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+    for port in random.sample(LISTEN_PORTS, 200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError(f"no free port in {LISTEN_PORTS.start}-{LISTEN_PORTS.stop - 1} on {host}")
 
 
 def job_document(args) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 from kubernetes import client
 
 from .. import toolchain
-from . import fleet, kwokctl, processes, prometheus, runtime_default, runtime_helper, telemetrysim
+from . import fleet, kwokctl, ports, processes, prometheus, runtime_default, runtime_helper, telemetrysim
 from .kubeapi import api_client
 from .nodes import nodes_per_rack, plan_nodes, profile
 from .paths import (POD_NETWORK, DEFAULT_NAME, ClusterPaths, Settings, cluster_paths, free_pod_cidr, load_settings,
@@ -121,9 +121,9 @@ def _restart_control_plane(paths: ClusterPaths, bin_dir: Path, progress) -> bool
     progress("restarting the control plane (some of it was stopped)")
     command = str(bin_dir / "kwokctl")
     kwokctl.run(paths, [command, "stop", "cluster", "--name", paths.name], "kwokctl stop cluster", timeout=120)
-    ports = kwokctl.recorded_ports(paths)
+    recorded = kwokctl.recorded_ports(paths)
     try:
-        wait_until(lambda: all(kwokctl.port_is_free(p) for p in ports.values()), 5, "the cluster's ports to free")
+        wait_until(lambda: all(ports.port_is_free(p) for p in recorded.values()), 5, "the cluster's ports to free")
     except AssertionError:
         return False
     kwokctl.run(paths, [command, "start", "cluster", "--name", paths.name, "--wait", "60s"],

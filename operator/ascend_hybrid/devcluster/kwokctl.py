@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import subprocess
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
+from . import ports
 from .paths import ClusterPaths
 
 EXTRA_ARGS = (
@@ -36,32 +36,15 @@ KWOK_BINARIES = {"etcd": "etcd", "kube-apiserver": "kube-apiserver",
                  "kwok-controller": "kwok"}
 PORT_OPTIONS = ("etcdPort", "etcdPeerPort", "kubeApiserverPort", "kubeControllerManagerPort", "kubeSchedulerPort",
                 "kwokControllerPort")
-PORT_RANGE = (20000, 32000)
+PORT_RANGE = ports.CONTROL_PLANE_RANGE
 
 
 def stages_file() -> Path:
     return Path(str(resources.files("ascend_hybrid") / "sim" / "kwok-stages.yaml"))
 
 
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        # As Go's listeners do: connections lingering in TIME_WAIT must not count as "taken".
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("", port))
-            return True
-        except OSError:
-            return False
-
-
 def pick_ports(rng: random.Random | None = None) -> dict[str, int]:
-    rng = rng or random.Random()
-    chosen: dict[str, int] = {}
-    while len(chosen) < len(PORT_OPTIONS):
-        port = rng.randrange(*PORT_RANGE)
-        if port not in chosen.values() and port_is_free(port):
-            chosen[PORT_OPTIONS[len(chosen)]] = port
-    return chosen
+    return dict(zip(PORT_OPTIONS, ports.pick_free_ports(len(PORT_OPTIONS), PORT_RANGE, rng=rng)))
 
 
 def recorded_ports(paths: ClusterPaths) -> dict[str, int]:

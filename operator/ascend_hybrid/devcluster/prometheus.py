@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from .. import toolchain
-from . import processes, telemetrysim
+from . import ports, processes, telemetrysim
 from .paths import ClusterPaths
 from .scrapeconfig import prometheus_config_text
 from .waiting import wait_until
@@ -51,22 +50,6 @@ def recorded_port(paths: ClusterPaths) -> int | None:
         return int(json.loads(_port_file(paths).read_text())["port"])
     except (FileNotFoundError, ValueError, KeyError):
         return None
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((HOST, port))
-            return True
-        except OSError:
-            return False
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return probe.getsockname()[1]
 
 
 def url_for(port: int) -> str:
@@ -115,8 +98,8 @@ def ensure_running(paths: ClusterPaths, log=print) -> str:
         if changed:
             os.kill(pid, signal.SIGHUP)  # Prometheus re-reads its config on SIGHUP
     else:
-        if port is None or not _port_is_free(port):
-            port = _free_port()
+        if port is None or not ports.port_is_free(port, HOST):
+            port = ports.free_server_port(HOST)
             _port_file(paths).write_text(json.dumps({"port": port}) + "\n")
         command = [str(binary), f"--config.file={config_file(paths)}", f"--storage.tsdb.path={home(paths) / 'data'}",
                    f"--storage.tsdb.retention.time={RETENTION}", f"--web.listen-address={HOST}:{port}",
