@@ -86,6 +86,7 @@ class Controller:
     telemetry_interval: float = 30.0
     samples: dict[JobKey, Sample] = field(default_factory=dict)
     attempts: dict[JobKey, int] = field(default_factory=dict)
+    last_written: dict[JobKey, str | None] = field(default_factory=dict)  # resourceVersion of our last status patch
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(PARALLEL_CALLS, "ahj-api"))
 
@@ -106,6 +107,10 @@ class Controller:
 
     def enqueue(self, key: JobKey, delay: float = 0.2) -> None:
         self.queue.add(key, delay)
+
+    def wrote_last(self, key: JobKey, resource_version: str | None) -> bool:
+        """Whether this version of the job is the one this process's last status patch produced."""
+        return resource_version is not None and self.last_written.get(key) == resource_version
 
     def wake_pending(self) -> None:
         """Capacity may have changed: let every job that waits for placement try again."""
@@ -153,6 +158,7 @@ class Controller:
             self.record(key, job, old_status, decision.status)
             if patched is not None:
                 job = patched
+                self.last_written[key] = patched["metadata"].get("resourceVersion")
             else:
                 job = {**job, "status": decision.status}
             if carry_on == "deleted":
@@ -315,7 +321,7 @@ class Controller:
 
     def forget(self, key: JobKey) -> None:
         for table in (self.promised, self.memos, self.phases, self.failures, self.pending_reasons, self.samples,
-                      self.attempts):
+                      self.attempts, self.last_written):
             table.pop(key, None)
 
     def _telemetry_loop(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Mapping
 
@@ -16,9 +17,16 @@ def pod_devices(pod: dict) -> list[dict] | None:
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DEVICE_ANNOTATION)
     if not raw:
         return None
+    devices = _parsed_devices(raw)
+    return None if devices is None else [dict(device) for device in devices]
+
+
+@functools.lru_cache(maxsize=65536)
+def _parsed_devices(raw: str) -> tuple[dict, ...] | None:
+    """Every reconcile pass of a starting gang reads every pod's annotation; each distinct one is parsed once."""
     try:
         devices = json.loads(raw).get("devices") or []
-        return sorted(devices, key=lambda device: int(device["device_id"]))
+        return tuple(sorted(devices, key=lambda device: int(device["device_id"])))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 

@@ -268,7 +268,8 @@ def test_every_api_call_of_kube_py_is_known():
 
 def test_kopf_writes_nothing_to_the_job():
     """No change handlers, daemons or timers: kopf keeps no progress or finalizer on the job, so the chart grants
-    no patch on ascendhybridjobs. Adding one needs that verb (and this test updated)."""
+    no patch on ascendhybridjobs, and handlers.EventHandlersOnlyDiffBase may leave kopf's diff base empty.
+    Adding one needs that verb, kopf's own diff base storage back (and this test updated)."""
     registry = kopf.get_default_registry()
     assert registry._watching.get_all_handlers(), "the kopf handlers are not registered"
     assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
