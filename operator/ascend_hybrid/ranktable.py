@@ -21,7 +21,7 @@ def pod_devices(pod: dict) -> list[dict] | None:
     return None if devices is None else [dict(device) for device in devices]
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=8192)  # ~4 KB each for 8 chips: a bounded ~32 MB at most
 def _parsed_devices(raw: str) -> tuple[dict, ...] | None:
     """Every reconcile pass of a starting gang reads every pod's annotation; each distinct one is parsed once."""
     try:
