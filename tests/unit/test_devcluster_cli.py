@@ -69,7 +69,7 @@ def test_cluster_names_are_checked(name):
 
 def test_kwokctl_gets_the_built_binaries_the_stages_and_only_loopback_ranges(tmp_path):
     paths = cluster.ClusterPaths(name="ahj", root=tmp_path / "ahj")
-    args = kwokctl.create_args(paths, Path("/bin-dir"), "127.16.32.0/20")
+    args = kwokctl.create_args(paths, Path("/bin-dir"), "127.16.32.0/20", kwok_port=21502)
     joined = " ".join(args)
     assert "--extra-args kwok-controller=cidr=127.16.32.0/20" in joined
     assert f"--config {paths.kwokctl_config}" in joined
@@ -78,7 +78,9 @@ def test_kwokctl_gets_the_built_binaries_the_stages_and_only_loopback_ranges(tmp
         assert f"{flag} /bin-dir/{binary}" in joined
     assert "--runtime binary" in joined and "--enable-crds Logs" in joined
     assert f"--kubeconfig {paths.kubeconfig}" in joined
-    for network in re.findall(r"\d+\.\d+\.\d+\.\d+(?:/\d+)?", joined):
+    # The one wildcard: kwok listens for the kubelet endpoints of every node's own 127.15.x.y address.
+    assert "--extra-args kwok-controller=server-address=0.0.0.0:21502" in joined
+    for network in re.findall(r"\d+\.\d+\.\d+\.\d+(?:/\d+)?", joined.replace("server-address=0.0.0.0:", "")):
         assert ipaddress.ip_network(network, strict=False).subnet_of(ipaddress.ip_network("127.0.0.0/8"))
 
 
@@ -87,7 +89,8 @@ def test_kwokctl_config_pins_distinct_free_ports_and_carries_the_stages():
     assert set(ports) == set(kwokctl.PORT_OPTIONS) and len(set(ports.values())) == len(ports)
     assert all(kwokctl.PORT_RANGE[0] <= p < kwokctl.PORT_RANGE[1] for p in ports.values())
     documents = list(yaml.safe_load_all(kwokctl.config_text(ports, kwokctl.stages_file().read_text())))
-    assert documents[0]["kind"] == "KwokctlConfiguration" and documents[0]["options"] == ports
+    assert documents[0]["kind"] == "KwokctlConfiguration"
+    assert documents[0]["options"] == {**ports, "bindAddress": "127.0.0.1"}
     assert [d["kind"] for d in documents[1:]] == ["Stage"] * len(load_stages())
 
 

@@ -106,9 +106,11 @@ def _ensure_control_plane(paths: ClusterPaths, bin_dir: Path, progress) -> None:
         progress("its ports are taken by other processes now: creating the control plane afresh (state lost)")
         _delete_control_plane(paths, bin_dir)
     progress("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok-controller")
-    paths.kwokctl_config.write_text(kwokctl.config_text(kwokctl.pick_ports(), kwokctl.stages_file().read_text()))
+    chosen = kwokctl.pick_ports()
+    paths.kwokctl_config.write_text(kwokctl.config_text(chosen, kwokctl.stages_file().read_text()))
     try:
-        kwokctl.run(paths, kwokctl.create_args(paths, bin_dir, load_settings(paths).pod_cidr or POD_NETWORK),
+        kwokctl.run(paths, kwokctl.create_args(paths, bin_dir, load_settings(paths).pod_cidr or POD_NETWORK,
+                                               chosen["kwokControllerPort"]),
                     "kwokctl create cluster")
     except RuntimeError:
         _delete_control_plane(paths, bin_dir)

@@ -30,7 +30,12 @@ EXTRA_ARGS = (
     "kwok-controller=node-ip=127.15.0.1",
     # `kubectl logs` reaches kwok's kubelet endpoint at the node's InternalIP (the Hostname resolves nowhere).
     "kube-apiserver=kubelet-preferred-address-types=InternalIP",
+    # Every other component listens on 127.0.0.1 only (bindAddress in the config). kwok serves each node's
+    # kubelet endpoint at that node's own InternalIP in 127.15.0.0/16, and a socket bound to 127.0.0.1 takes no
+    # connection to 127.15.x.y, so kwok alone keeps the wildcard (its flag given last wins).
+    "kwok-controller=server-address=0.0.0.0:{kwok_port}",
 )
+BIND_ADDRESS = "127.0.0.1"  # etcd (no TLS), apiserver, controller-manager, scheduler: unreachable from the LAN
 KWOK_BINARIES = {"etcd": "etcd", "kube-apiserver": "kube-apiserver",
                  "kube-controller-manager": "kube-controller-manager", "kube-scheduler": "kube-scheduler",
                  "kwok-controller": "kwok"}
@@ -57,19 +62,21 @@ def recorded_ports(paths: ClusterPaths) -> dict[str, int]:
 
 
 def config_text(ports: dict[str, int], stages: str) -> str:
-    """kwokctl --config: a KwokctlConfiguration with the ports, then the Stage documents."""
-    options = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": ports}
+    """kwokctl --config: a KwokctlConfiguration with the ports and the bind address, then the Stage documents."""
+    options = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
+               "options": {**ports, "bindAddress": BIND_ADDRESS}}
     return yaml.safe_dump(options, sort_keys=False) + "---\n" + stages
 
 
-def create_args(paths: ClusterPaths, bin_dir: Path, pod_cidr: str, wait_seconds: int = 60) -> list[str]:
+def create_args(paths: ClusterPaths, bin_dir: Path, pod_cidr: str, kwok_port: int,
+                wait_seconds: int = 60) -> list[str]:
     args = [str(bin_dir / "kwokctl"), "create", "cluster", "--name", paths.name, "--runtime", "binary",
             "--kubeconfig", str(paths.kubeconfig), "--config", str(paths.kwokctl_config), "--enable-crds", "Logs",
             "--disable-qps-limits", "--wait", f"{wait_seconds}s"]
     for flag, binary in KWOK_BINARIES.items():
         args += [f"--{flag}-binary", str(bin_dir / binary)]
     for extra in EXTRA_ARGS:
-        args += ["--extra-args", extra.format(pod_cidr=pod_cidr)]
+        args += ["--extra-args", extra.format(pod_cidr=pod_cidr, kwok_port=kwok_port)]
     return args
 
 
