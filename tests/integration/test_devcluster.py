@@ -192,5 +192,7 @@ def test_down_stops_every_process_of_a_second_cluster_side_by_side(dev_cluster):
         assert cluster.api_is_up(paths) and paths.kubeconfig != dev_cluster.kubeconfig
     finally:
         assert cluster.down(name, log=lambda line: None)
-    assert not [pid for pid in started.values() if processes.is_alive(pid)]
+    survivors = {name: (pid, processes._proc_state(pid), processes.cmdline(pid)[:200])
+                 for name, pid in started.items() if processes.is_alive(pid)}
+    assert not survivors, f"alive after down (pid, state, command line): {survivors}"
     assert not paths.root.exists()

@@ -53,3 +53,20 @@ def test_a_helper_is_stopped_by_pid_only_when_its_marker_matches(tmp_path):
 def test_a_dead_pid_counts_as_stopped():
     assert processes.stop(2 ** 22 + 12345)
     assert not processes.is_alive(2 ** 22 + 12345)
+
+
+def test_an_exiting_process_is_waited_for_not_taken_for_someone_elses(monkeypatch):
+    """Between releasing its memory (empty command line) and turning zombie, a process is still alive: stop()
+    must wait for it to go, or `down` reports a cluster gone while its apiserver still exits."""
+    states = iter(["S"] * 5)
+    monkeypatch.setattr(processes, "_proc_state", lambda pid: next(states, None))
+    monkeypatch.setattr(processes, "cmdline", lambda pid: "")
+    monkeypatch.setattr(processes.os, "kill", lambda pid, signum: pytest.fail("an unproven pid was signalled"))
+    assert processes.stop(4242, marker="/clusters/ahj", grace=5)
+    assert next(states, None) is None  # it polled until the process was gone
+
+
+def test_an_exiting_process_that_never_goes_is_reported(monkeypatch):
+    monkeypatch.setattr(processes, "_proc_state", lambda pid: "D")
+    monkeypatch.setattr(processes, "cmdline", lambda pid: "")
+    assert not processes.stop(4242, marker="/clusters/ahj", grace=0.2)

@@ -54,22 +54,34 @@ def _reap(pid: int) -> None:
         pass
 
 
+def _wait_gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not is_alive(pid):
+            return True
+        time.sleep(0.05)
+    return not is_alive(pid)
+
+
 def stop(pid: int, marker: str | None = None, grace: float = 10.0) -> bool:
     """SIGTERM, then SIGKILL after `grace` seconds. True when the process is gone (or never was ours)."""
-    if not is_alive(pid) or (marker is not None and not is_ours(pid, marker)):
+    if not is_alive(pid):
         _reap(pid)
         return True
+    if marker is not None and not is_ours(pid, marker):
+        if cmdline(pid):
+            return True  # someone else's process on a recycled pid
+        # Alive with an empty command line: it is exiting (its memory is released before it turns zombie), e.g.
+        # after kwokctl's own SIGTERM on a loaded machine. Gone soon; not signalled, since the pid is unproven.
+        return _wait_gone(pid, grace)
     for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         try:
             os.kill(pid, signum)
         except ProcessLookupError:
             return True
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            _reap(pid)
-            if not is_alive(pid):
-                return True
-            time.sleep(0.05)
+        if _wait_gone(pid, wait):
+            return True
     return not is_alive(pid)
 
 
