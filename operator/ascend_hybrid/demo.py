@@ -8,12 +8,14 @@ import json
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from kubernetes import client
 
 from . import layout as layouts, names, toolchain
-from .devcluster import cluster as devcluster, processes, prometheus
+from .devcluster import cluster as devcluster, ports, processes, prometheus
 from .devcluster.kubeapi import api_client
 from .devcluster.runtime_example import process_runtime_example, progress_columns, prometheus_queries
 from .rules import parse
@@ -55,19 +57,52 @@ def install_chart(kubeconfig: str) -> None:
          "helm install of the chart")
 
 
-def start_operator(paths, prometheus_url: str) -> int:
+def _operator_ports(paths) -> Path:
+    return paths.helpers_dir / "operator-ports.json"
+
+
+def _listen_ports() -> tuple[int, int]:
+    """18080/18081 when free, else other free ones: a busy port must not kill the demo's operator."""
+    chosen: list[int] = []
+    for preferred in (OPERATOR_METRICS_PORT, OPERATOR_HEALTH_PORT):
+        port = preferred
+        while port in chosen or not ports.port_is_free(port, "127.0.0.1"):
+            port = ports.free_server_port("127.0.0.1")
+        chosen.append(port)
+    return chosen[0], chosen[1]
+
+
+def start_operator(paths, prometheus_url: str) -> tuple[int, int]:
+    """The operator as a local process (pid, metrics port); one already running for this cluster is reused."""
     pid_file = operator_pid_file(paths)
     pid = processes.read_pid(pid_file)
     if pid and processes.is_ours(pid, str(paths.root)):
-        return pid
-    log = open(paths.root / "operator.log", "a")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", str(paths.kubeconfig),
-         "--metrics-port", str(OPERATOR_METRICS_PORT), "--health-port", str(OPERATOR_HEALTH_PORT),
-         "--bind-address", "127.0.0.1", "--telemetry-interval", "10", "--prometheus-url", prometheus_url],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
+        return pid, json.loads(_operator_ports(paths).read_text())["metrics"]
+    metrics_port, health_port = _listen_ports()
+    log_path = paths.root / "operator.log"
+    with open(log_path, "a") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", str(paths.kubeconfig),
+             "--metrics-port", str(metrics_port), "--health-port", str(health_port),
+             "--bind-address", "127.0.0.1", "--telemetry-interval", "10", "--prometheus-url", prometheus_url],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
     pid_file.write_text(f"{process.pid}\n")
-    return process.pid
+    _operator_ports(paths).write_text(json.dumps({"metrics": metrics_port, "health": health_port}) + "\n")
+    deadline = time.monotonic() + 60
+    while not _answers(f"http://127.0.0.1:{health_port}/healthz"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            tail = log_path.read_text(errors="replace").splitlines()[-3:]
+            raise DemoError(f"the operator did not come up (see {log_path}): {' / '.join(tail)}")
+        time.sleep(0.2)
+    return process.pid, metrics_port
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 def apply_examples(kubeconfig: str) -> list[dict]:
@@ -133,8 +168,6 @@ def show_real_training(custom, kubectl: list[str], prometheus_url: str, name: st
 
 
 def _prometheus_value(base: str, query: str) -> str:
-    import urllib.parse
-    import urllib.request
 
     try:
         with urllib.request.urlopen(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}", timeout=5) as r:
@@ -200,7 +233,7 @@ def run_demo(args) -> int:
         prometheus_url = prometheus.url(paths)
         install_chart(kubeconfig)
         say(f"chart {RELEASE} installed in {RELEASE_NAMESPACE} (CRD, RBAC)")
-        pid = start_operator(paths, prometheus_url)
+        pid, metrics_port = start_operator(paths, prometheus_url)
         say(f"operator running as pid {pid}; log {paths.root / 'operator.log'}")
         jobs = apply_examples(kubeconfig)
         api = api_client(kubeconfig)
@@ -233,7 +266,7 @@ ready in {time.monotonic() - started:.0f}s. Look further:
   kubectl get pods -l {names.JOB_LABEL}={small_name} -o wide
   kubectl delete pod {names.pod_name(small_name, 1, 0)}   # then watch: a whole-gang restart as attempt 2
   kubectl logs -f {names.pod_name(real, 1, 0)}          # the real trainer's per-step loss
-  curl -s 127.0.0.1:{OPERATOR_METRICS_PORT}/metrics | grep ascend_hybrid_
+  curl -s 127.0.0.1:{metrics_port}/metrics | grep ascend_hybrid_
   Prometheus at {prometheus_url}, e.g. {prometheus_url}/api/v1/query?query=ascend_trainer_loss
 Stop everything: ascend-hybrid dev-cluster down --name {args.name}""")
     return 0
