@@ -77,7 +77,10 @@ def start_operator(paths, prometheus_url: str) -> tuple[int, int]:
     pid_file = operator_pid_file(paths)
     pid = processes.read_pid(pid_file)
     if pid and processes.is_ours(pid, str(paths.root)):
-        return pid, json.loads(_operator_ports(paths).read_text())["metrics"]
+        try:
+            return pid, json.loads(_operator_ports(paths).read_text())["metrics"]
+        except (FileNotFoundError, ValueError, KeyError):  # started by a demo that did not record its ports
+            return pid, OPERATOR_METRICS_PORT
     metrics_port, health_port = _listen_ports()
     log_path = paths.root / "operator.log"
     with open(log_path, "a") as log:
@@ -168,7 +171,6 @@ def show_real_training(custom, kubectl: list[str], prometheus_url: str, name: st
 
 
 def _prometheus_value(base: str, query: str) -> str:
-
     try:
         with urllib.request.urlopen(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}", timeout=5) as r:
             result = json.loads(r.read())["data"]["result"]
