@@ -18,6 +18,7 @@ from . import layout as layouts, names, toolchain
 from .devcluster import cluster as devcluster, ports, processes, prometheus
 from .devcluster.kubeapi import api_client
 from .devcluster.runtime_example import process_runtime_example, progress_columns, prometheus_queries
+from .devcluster.waiting import WaitTimeout, wait_until
 from .rules import parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,12 +92,14 @@ def start_operator(paths, prometheus_url: str) -> tuple[int, int]:
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
     pid_file.write_text(f"{process.pid}\n")
     _operator_ports(paths).write_text(json.dumps({"metrics": metrics_port, "health": health_port}) + "\n")
-    deadline = time.monotonic() + 60
-    while not _answers(f"http://127.0.0.1:{health_port}/healthz"):
-        if process.poll() is not None or time.monotonic() > deadline:
-            tail = log_path.read_text(errors="replace").splitlines()[-3:]
-            raise DemoError(f"the operator did not come up (see {log_path}): {' / '.join(tail)}")
-        time.sleep(0.2)
+    healthz = f"http://127.0.0.1:{health_port}/healthz"
+    try:
+        wait_until(lambda: process.poll() is not None or _answers(healthz), 60, f"the operator at {healthz}")
+    except WaitTimeout as error:
+        raise DemoError(f"{error}; see {log_path}") from None
+    if process.poll() is not None:
+        tail = log_path.read_text(errors="replace").splitlines()[-3:]
+        raise DemoError(f"the operator exited with {process.returncode} (see {log_path}): {' / '.join(tail)}")
     return process.pid, metrics_port
 
 
