@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 demo: setup toolchain
 	$(BIN)/ascend-hybrid demo
 
-test: setup toolchain
+test: setup toolchain lint
 	$(BIN)/ascend-hybrid crd check
 	$(BIN)/ascend-hybrid chart check
 	$(BIN)/pytest; status=$$?; \
@@ -20,14 +20,20 @@ unit: setup
 
 setup: $(VENV)/.installed
 
+# tests/ goes on the venv's path (a .pth file, as an editable install does) so that bench/ imports tests/support.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,trainer]'
+	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "ascend-hybrid-tests.pth").write_text(str(pathlib.Path("tests").resolve()) + "\n")'
 	touch $@
 
 toolchain: setup
 	$(BIN)/ascend-hybrid dev-cluster build --with-prometheus
+
+lint: setup
+	$(BIN)/ruff check operator trainer tests bench
+	$(BIN)/pytest -q -p no:cacheprovider tests/contract/test_layering.py
 
 crd: setup
 	$(BIN)/ascend-hybrid crd write

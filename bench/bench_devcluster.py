@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
 
-from ascend_hybrid import toolchain
 from ascend_hybrid.devcluster import cluster
-from ascend_hybrid.devcluster.informer import run_informer
-from ascend_hybrid.devcluster.pods import pod_manifest
+from ascend_hybrid.devcluster.controlplane import toolchain
+from ascend_hybrid.devcluster.kube.informer import run_informer
+from ascend_hybrid.devcluster.testing.pods import pod_manifest
 
 
 def timed_up(name: str, nodes: int) -> float:

@@ -24,7 +24,8 @@ import psutil
 from kubernetes import client, config
 
 from ascend_hybrid import crd
-from ascend_hybrid.devcluster import cluster, ports
+from ascend_hybrid.devcluster import cluster
+from ascend_hybrid.devcluster.controlplane import ports
 
 GROUP, VERSION, PLURAL = "hybrid.ascend.dev", "v1alpha1", "ascendhybridjobs"
 REPO = Path(__file__).resolve().parents[1]

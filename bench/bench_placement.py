@@ -10,16 +10,12 @@ which is what a straightforward implementation does; the ratio shows what bucket
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
-
-from fixtures_nodes import cluster, pod  # noqa: E402
-
-from ascend_hybrid.placement import GangRequest, place  # noqa: E402
-from ascend_hybrid.topology import build_inventory  # noqa: E402
+from ascend_hybrid.inventory import build_inventory
+from ascend_hybrid.placement import GangRequest, place
+from support.builders import cluster
+from support.builders import npu_pod as pod
 
 NODES, RACKS, PODS, CHIPS, GROUP = 4096, 16, 2048, 8, 2
 BUSY_NODES, SMALL_PODS = 2000, 8000  # 8 000 one-chip pods leave 2 000 nodes half used
@@ -66,12 +62,12 @@ def main() -> None:
     print(f"place: {PODS * CHIPS} ranks = {PODS} pods × {CHIPS} chips, groups of {GROUP}, "
           f"{NODES} nodes in {RACKS} racks (goal < 200 ms)")
     for label, inventory in (("empty cluster", empty), (f"{BUSY_NODES} nodes half used", busy)):
-        t_place, placement = best_of(args.repeat, lambda: place(request, inventory))
-        t_naive, naive = best_of(args.repeat, lambda: naive_first_fit(request, inventory))
+        t_place, placement = best_of(args.repeat, lambda inventory=inventory: place(request, inventory))
+        t_naive, naive = best_of(args.repeat, lambda inventory=inventory: naive_first_fit(request, inventory))
         assert placement.ok and naive is not None, placement.reason
         racks = max(placement.racks_per_group())
         print(f"  {label:<24} place {t_place * 1000:7.1f} ms   naive first-fit {t_naive * 1000:7.1f} ms   "
-              f"ratio place/naive {t_place / t_naive:5.2f}   nodes {len(placement.nodes_used())}, "
+              f"ratio place/naive {t_place / t_naive:5.2f}   nodes {len(set(placement.nodes))}, "
               f"max racks per group {racks}")
 
 

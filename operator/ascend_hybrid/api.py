@@ -12,6 +12,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from .ascend import RESOURCE
+from .chips import CHIP_NAMES, CHIPS, MAX_CHIPS_PER_POD
+
 GROUP = "hybrid.ascend.dev"
 VERSION = "v1alpha1"
 KIND = "AscendHybridJob"
@@ -30,7 +33,7 @@ RAW_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 class ApiModel(BaseModel):
     # validate_default: defaults go through validation too, so use_enum_values turns them into plain strings
-    # (an Enum default would print as `Chip.ascend_910b` in messages and output).
+    # (an Enum default would print as `Chip.chip_910b` in messages and output).
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
                               use_enum_values=True, validate_default=True)
 
@@ -40,13 +43,8 @@ class ExpertPlacement(str, Enum):
     intra_node = "intraNode"
 
 
-class Chip(str, Enum):
-    ascend_910a = "910A"
-    ascend_910b = "910B"
-    a3 = "A3"
-
-
-CHIPS_PER_NODE = {"910A": 8, "910B": 8, "A3": 16}
+Chip = Enum("Chip", {f"chip_{name.lower()}": name for name in CHIP_NAMES}, type=str)
+_CHIPS_PER_NODE_TEXT = ", ".join(f"{name} {spec.chips_per_node}" for name, spec in CHIPS.items())
 
 
 class Preset(str, Enum):
@@ -72,9 +70,9 @@ class Parallelism(ApiModel):
 
 
 class Npu(ApiModel):
-    resource: str = Field("huawei.com/Ascend910", description="Extended resource name the Ascend device plugin advertises.")
-    per_pod: int | None = Field(None, ge=1, le=16, description="NPUs (ranks) per pod; defaults to the chips per node of the chip type (910A/910B 8, A3 16).")
-    chip: Chip = Field(Chip.ascend_910b, description="Chip type the job needs: 910A (HCCS rings of 4), 910B, or A3 (super-pods).")
+    resource: str = Field(RESOURCE, description="Extended resource name the Ascend device plugin advertises.")
+    per_pod: int | None = Field(None, ge=1, le=MAX_CHIPS_PER_POD, description=f"NPUs (ranks) per pod; defaults to the chips per node of the chip type ({_CHIPS_PER_NODE_TEXT}).")
+    chip: Chip = Field("910B", description="Chip type the job needs: 910A (HCCS rings), 910B, or A3 (super-pods).")
 
 
 class Model(ApiModel):

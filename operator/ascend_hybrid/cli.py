@@ -1,4 +1,5 @@
-"""`ascend-hybrid`: validate, layout, render, ranktable, crd, and the commands of the operator and dev cluster.
+"""`ascend-hybrid`: validate, layout, render, ranktable, and the commands of the operator (`run`), the dev tools
+(`crd`, `chart`, `demo`) and the dev cluster, registered lazily so that `validate` never loads kopf.
 
 Bad input is one clear line per problem on stderr and exit code 2, never a traceback.
 """
@@ -12,7 +13,14 @@ from pathlib import Path
 
 import yaml
 
-from . import api, crd, layout as layouts, planning, ranktable, render, rules
+from . import api, ranktable, render, rules, summary
+from . import layout as layouts
+from .ascend import device_infos_by_node
+from .chips import CHIPS
+from .inventory import build_inventory
+from .names import JOB_LABEL
+from .placement import GangRequest, place
+from .podview import attempt_of, labels_of
 
 EXIT_BAD_INPUT = 2
 
@@ -45,7 +53,7 @@ def load_objects(path: str) -> list[dict]:
     return objects
 
 
-def load_job(path: str) -> tuple[dict, rules.Effective]:
+def load_job(path: str) -> tuple[dict, rules.ResolvedJob]:
     jobs = [o for o in load_objects(path) if o.get("kind") == api.KIND]
     if not jobs:
         raise InputError(f"{path}: no {api.KIND} object found")
@@ -79,7 +87,7 @@ def cmd_layout(args) -> int:
     print(f"world {layout.world_size}: DP {layout.data} × TP {layout.tensor} × PP {layout.pipeline} "
           f"(stage size {layout.stage_size}), EP {layout.expert} {layout.expert_placement}, "
           f"{layout.pod_count} pods × {layout.per_pod} ranks")
-    for kind, info in layouts.summary(layout).items():
+    for kind, info in summary.group_tiers(layout).items():
         tiers = ", ".join(f"{count} {tier}" for tier, count in sorted(info["tiers"].items()))
         example = layout.groups()[kind][0]
         shown = example if len(example) <= 16 else [*example[:8], "…", *example[-4:]]
@@ -93,16 +101,13 @@ def cmd_layout(args) -> int:
 
 
 def cmd_render(args) -> int:
-    from . import topology
-    from .placement import place
-
     body, effective = load_job(args.file)
     nodes = _of_kind(load_objects(args.nodes), "Node")
     if not nodes:
         raise InputError(f"{args.nodes}: no Node objects found")
     others = load_objects(args.pods) if args.pods else []
-    inventory = topology.build_inventory(nodes, _of_kind(others, "Pod"), _of_kind(others, "ConfigMap"))
-    placement = place(planning.gang_request(effective), inventory)
+    inventory = build_inventory(nodes, _of_kind(others, "Pod"), _of_kind(others, "ConfigMap"))
+    placement = place(GangRequest.for_job(effective), inventory)
     if not placement.ok:
         print(f"error: cannot place {effective.name}: {placement.reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -115,7 +120,7 @@ def cmd_render(args) -> int:
         for manifest in manifests:
             manifest["metadata"].pop("ownerReferences", None)
     yaml.safe_dump_all(manifests, sys.stdout, sort_keys=False, width=120)
-    print(planning.format_summary(planning.placement_summary(effective, placement, inventory)), file=sys.stderr)
+    print(summary.format_placement_report(summary.placement_report(effective, placement, inventory)), file=sys.stderr)
     if not uid:
         print("note: the job has no metadata.uid, so no owner references were rendered", file=sys.stderr)
     if not args.sched_ip:
@@ -127,46 +132,22 @@ def cmd_render(args) -> int:
 def cmd_ranktable(args) -> int:
     _, effective = load_job(args.file)
     objects = load_objects(args.pods)
-    from .names import ATTEMPT_LABEL, JOB_LABEL
-
-    def labels(obj: dict) -> dict:
-        metadata = obj.get("metadata")
-        return (metadata.get("labels") if isinstance(metadata, dict) else None) or {}
-
-    def attempt(pod: dict) -> int:
-        value = str(labels(pod).get(ATTEMPT_LABEL, "1"))
-        return int(value) if value.isdecimal() else 0
-
-    pods = [p for p in _of_kind(objects, "Pod") if labels(p).get(JOB_LABEL) == effective.name]
+    pods = [p for p in _of_kind(objects, "Pod") if labels_of(p).get(JOB_LABEL) == effective.name]
     if not pods:
         raise InputError(f"{args.pods}: no pods labelled {JOB_LABEL}={effective.name}")
-    latest = max(attempt(p) for p in pods)
-    pods = [p for p in pods if attempt(p) == latest]
+    latest = max(attempt_of(p) for p in pods)
+    pods = [p for p in pods if attempt_of(p) == latest]
     super_pods = None
-    if effective.chip == "A3":
-        nodes = _of_kind(objects, "Node")
-        super_pods = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get("huawei.com/topotree.superpodid", "0")
-                      for n in nodes}
+    if CHIPS[effective.chip].super_pods:
+        nodes = {node["metadata"]["name"]: node for node in _of_kind(objects, "Node")}
+        infos = device_infos_by_node(_of_kind(objects, "ConfigMap"))
+        super_pods = ranktable.node_super_pods([p["spec"].get("nodeName") for p in pods], nodes, infos)
     table = ranktable.build_rank_table(pods, effective.per_pod, super_pods, pod_count=effective.pod_count)
     print(ranktable.dumps(table))
     if table["status"] != "completed":
         for problem in ranktable.missing_for_completion(pods, effective.per_pod, effective.pod_count):
             print(f"waiting: {problem}", file=sys.stderr)
     return 0
-
-
-def cmd_crd(args) -> int:
-    if args.action == "write":
-        for path in crd.write():
-            print(f"wrote {path}")
-        return 0
-    stale = crd.drifted()
-    for path in stale:
-        print(f"error: {path} differs from the CRD generated from api.py: run `ascend-hybrid crd write`", file=sys.stderr)
-    if args.action == "print":
-        sys.stdout.write(crd.render())
-        return 0
-    return 1 if stale else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,25 +174,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ranktable", help="hccl.json of a job's running pods")
     p.add_argument("-f", "--file", required=True)
-    p.add_argument("--pods", required=True, help="`kubectl get pods -o yaml` output (plus Nodes for A3)")
+    p.add_argument("--pods", required=True,
+                   help="`kubectl get pods -o yaml` output (plus Nodes and deviceinfo ConfigMaps for super-pods)")
     p.set_defaults(func=cmd_ranktable)
 
-    p = sub.add_parser("crd", help="write, check or print the generated CRD")
-    p.add_argument("action", choices=("write", "check", "print"))
-    p.set_defaults(func=cmd_crd)
-
-    from . import chartgen, demo, operator_cli
+    from .controller import main as operator_main
     from .devcluster import cli as devcluster_cli
+    from .devtools import demo, generate
 
-    for registrar in (operator_cli, chartgen, devcluster_cli, demo):
+    for registrar in (operator_main, generate, devcluster_cli, demo):
         registrar.register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .devtools.repo import NotACheckout
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except NotACheckout as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except rules.SpecError as error:
         for problem in error.problems:
             print(f"error: {problem}", file=sys.stderr)

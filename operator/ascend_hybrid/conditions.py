@@ -1,22 +1,23 @@
-"""metav1.Condition bookkeeping and small status helpers (pure)."""
+"""metav1.Condition bookkeeping, job phases and RFC 3339 helpers (pure)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 CONDITION_TYPES = ("Created", "Placed", "RankTableReady", "Running", "Restarting", "Succeeded", "Failed", "Suspended",
                    "MetricsAvailable")
-TERMINAL_PHASES = ("Succeeded", "Failed")
+JOB_PHASES = ("Pending", "Placing", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+TERMINAL_JOB_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 def timestamp(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return datetime.fromisoformat(value)  # Python 3.11 reads RFC 3339's "Z" itself
 
 
 def set_condition(status: dict, kind: str, value: bool, reason: str, message: str, now: datetime,
@@ -38,8 +39,3 @@ def set_condition(status: dict, kind: str, value: bool, reason: str, message: st
 
 def condition(status: dict, kind: str) -> dict | None:
     return next((c for c in status.get("conditions", []) if c["type"] == kind), None)
-
-
-def is_true(status: dict, kind: str) -> bool:
-    found = condition(status, kind)
-    return bool(found and found["status"] == "True")

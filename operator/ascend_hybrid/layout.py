@@ -148,18 +148,6 @@ def from_effective(effective) -> Layout:
                   per_pod=effective.per_pod, expert=effective.expert, expert_placement=effective.expert_placement)
 
 
-def summary(layout: Layout, pod_nodes=None, node_domains=None) -> dict:
-    """Groups with their sizes and tiers, as `ascend-hybrid layout` prints them."""
-    result = {}
-    for kind, groups in layout.groups().items():
-        tiers: dict[str, int] = {}
-        for group in groups:
-            tier = layout.tier_of(group, pod_nodes, node_domains)
-            tiers[tier] = tiers.get(tier, 0) + 1
-        result[kind] = {"count": len(groups), "size": len(groups[0]) if groups else 0, "tiers": tiers}
-    return result
-
-
 def tensor_groups_node_local(layout: Layout, pod_nodes: tuple[str, ...]) -> str:
     groups = layout.tensor_groups()
     local = sum(1 for group in groups if len({pod_nodes[rank // layout.per_pod] for rank in group}) == 1)

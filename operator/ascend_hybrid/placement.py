@@ -5,7 +5,7 @@ fewest racks (domains of the first tier label), (3) partly used nodes before emp
 nodes stay free for big jobs), (4) ties broken by name. Groups are placed greedily one after the other, so an
 earlier group (a pipeline stage) gets first pick; pods in no group come last, one by one, best fit.
 
-Speed: nodes are bucketed per rack by their state (pod slots left, free chips, free per 910A ring), so one
+Speed: nodes are bucketed per rack by their state (pod slots left, free chips, free per HCCS ring), so one
 group costs O(racks × states), not O(nodes); a rack's answer for a group size is cached until it changes.
 """
 
@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .topology import RACK_LABEL, RESOURCE, RING_SIZE, Inventory, NodeInventory, blocking_taints, taint_text
+from . import layout as layouts
+from .ascend import RACK_LABEL, RESOURCE
+from .chips import CHIP_NAMES, CHIPS, ChipSpec
+from .inventory import Inventory, NodeInventory, blocking_taints, taint_text
+from .rules import ResolvedJob
 
-ALLOWED_CHIPS_PER_POD: Mapping[str, frozenset[int]] = MappingProxyType(
-    {"910A": frozenset({1, 2, 4, 8}), "910B": frozenset(range(1, 9)), "A3": frozenset(range(2, 17, 2))}
-)
 # order in which a reason lists why nodes could not take a pod; each node is counted under its first cause
 CAUSES = (
     "no Ascend chips", "chip type", "excluded by job", "node selector", "NotReady", "cordoned", "tainted",
@@ -52,6 +53,16 @@ class GangRequest:
                 if not 0 <= index < self.pod_count:
                     raise ValueError(f"group {group} names pod {index}, outside 0..{self.pod_count - 1}")
 
+    @classmethod
+    def for_job(cls, job: ResolvedJob, excluded_nodes: Iterable[str] = ()) -> GangRequest:
+        """The gang of one attempt of a resolved job: its pods, their chips, the groups to keep close."""
+        layout = layouts.from_effective(job)
+        template = job.spec.template
+        return cls(pod_count=layout.pod_count, chips_per_pod=job.per_pod, chip=job.chip,
+                   groups=layout.placement_groups(), tolerations=tuple(template.tolerations),
+                   node_selector=dict(template.node_selector), excluded_nodes=frozenset(excluded_nodes),
+                   tier_labels=tuple(job.spec.scheduling.topology_tiers))
+
     def describe(self) -> str:
         pods = "pod" if self.pod_count == 1 else "pods"
         return f"{self.pod_count} {pods} × {self.chips_per_pod} {RESOURCE} ({self.chip})"
@@ -63,12 +74,9 @@ class Placement:
     nodes: tuple[str, ...] = ()  # node per pod index; empty when not ok
     reason: str = ""  # empty when ok
     chips: tuple[tuple[int, ...] | None, ...] = ()  # chip ids per pod when they are determined, else None
-    rings: tuple[int | None, ...] = ()  # 910A ring (0: chips 0-3, 1: chips 4-7) per pod of ≤ 4 chips
+    rings: tuple[int | None, ...] = ()  # HCCS ring (910A) per pod that must sit inside one
     racks: tuple[str | None, ...] = ()  # first-tier domain per pod (None: node without the label)
     groups: tuple[tuple[int, ...], ...] = ()  # the request's groups, for the summaries
-
-    def nodes_used(self) -> tuple[str, ...]:
-        return tuple(sorted(set(self.nodes)))
 
     def nodes_per_group(self) -> tuple[int, ...]:
         return tuple(len({self.nodes[p] for p in g}) for g in self.groups) if self.ok else ()
@@ -76,22 +84,13 @@ class Placement:
     def racks_per_group(self) -> tuple[int, ...]:
         return tuple(len({self.racks[p] for p in g}) for g in self.groups) if self.ok else ()
 
-    def summary(self) -> dict:
-        return {
-            "ok": self.ok,
-            "nodes": len(self.nodes_used()),
-            "nodes_per_group": list(self.nodes_per_group()),
-            "racks_per_group": list(self.racks_per_group()),
-            "reason": self.reason,
-        }
-
 
 def place(request: GangRequest, inventory: Inventory) -> Placement:
     k = request.chips_per_pod
-    if request.chip not in ALLOWED_CHIPS_PER_POD:
-        return Placement(False, reason=f"unknown chip type {request.chip!r}: expected 910A, 910B or A3")
-    if k not in ALLOWED_CHIPS_PER_POD[request.chip]:
-        allowed = ", ".join(map(str, sorted(ALLOWED_CHIPS_PER_POD[request.chip])))
+    if request.chip not in CHIPS:
+        return Placement(False, reason=f"unknown chip type {request.chip!r}: expected {', '.join(CHIP_NAMES)}")
+    if k not in CHIPS[request.chip].allowed_per_pod:
+        allowed = ", ".join(map(str, CHIPS[request.chip].allowed_per_pod))
         return Placement(False, reason=f"{k} chips per pod is not allowed on {request.chip} (allowed: {allowed})")
     if request.pod_count <= 0:
         return Placement(True, groups=request.groups)
@@ -101,9 +100,9 @@ def place(request: GangRequest, inventory: Inventory) -> Placement:
     return gang.run()
 
 
-def _slot_count(chip: str, k: int, free: int, rings: tuple[int, ...]) -> int:
-    """How many more k-chip pods fit; on 910A a pod of ≤ 4 chips must sit inside one ring."""
-    if chip == "910A" and k <= RING_SIZE:
+def _slot_count(chip: ChipSpec, k: int, free: int, rings: tuple[int, ...]) -> int:
+    """How many more k-chip pods fit; with HCCS rings (910A) a pod no bigger than a ring must sit inside one."""
+    if chip.ring_bound(k):
         return min(free // k, sum(r // k for r in rings))
     return free // k
 
@@ -111,9 +110,9 @@ def _slot_count(chip: str, k: int, free: int, rings: tuple[int, ...]) -> int:
 class _Node:
     __slots__ = ("name", "inv", "rack", "free", "rings", "slots")
 
-    def __init__(self, inv: NodeInventory, rack: _Rack, chip: str, k: int) -> None:
+    def __init__(self, inv: NodeInventory, rack: _Rack, chip: ChipSpec, k: int) -> None:
         self.name, self.inv, self.rack, self.free = inv.name, inv, rack, inv.free
-        self.rings = tuple(inv.ring_free(r) for r in range(2)) if chip == "910A" else ()
+        self.rings = tuple(inv.ring_free(r) for r in range(chip.ring_count))
         self.slots = _slot_count(chip, k, self.free, self.rings)
 
     @property
@@ -203,7 +202,7 @@ def _top_sum(hist: list[int], budget: int) -> int:
 
 class _Gang:
     def __init__(self, request: GangRequest, inventory: Inventory) -> None:
-        self.request, self.k, self.chip = request, request.chips_per_pod, request.chip
+        self.request, self.k, self.chip = request, request.chips_per_pod, CHIPS[request.chip]
         self.tier = request.tier_labels[0] if request.tier_labels else None
         max_slots = max((n.free // self.k for n in inventory), default=0)
         self.hist = [0] * (max_slots + 1)
@@ -252,7 +251,7 @@ class _Gang:
         inv = node.inv
         if inv.lost_to_health and (inv.free + inv.lost_to_health) // self.k > 0:
             return ("unhealthy chips", "")
-        if self.chip == "910A" and self.k <= RING_SIZE and node.free >= self.k:
+        if self.chip.ring_bound(self.k) and node.free >= self.k:
             return ("no free ring", "")
         return ("too few free chips", "")
 
@@ -329,7 +328,7 @@ class _Gang:
         # no single rack hosts the group on the fewest nodes: add racks, roomiest first, until they do
         chosen, hist, left = [], [0] * len(self.hist), list(self.rack_order)
         while _top_sum(hist, fewest) < g:
-            def gain(rack: _Rack) -> tuple:
+            def gain(rack: _Rack, hist=hist) -> tuple:
                 merged = [a + b for a, b in zip(hist, rack.hist)]
                 return (-_top_sum(merged, fewest), rack.domain not in own_racks, rack.sort_key)
 
@@ -348,7 +347,7 @@ class _Gang:
         self.hist[node.slots] -= 1
         for pod in pods[:take]:
             self.assigned[pod] = node
-            if node.rings and self.k <= RING_SIZE:
+            if node.rings and self.chip.ring_bound(self.k):
                 # best fit inside the node too: the fullest ring that still fits keeps the other ring whole
                 ring = min((r for r in range(len(node.rings)) if node.rings[r] >= self.k),
                            key=lambda r: (node.rings[r], r))
@@ -372,7 +371,7 @@ class _Gang:
             free_ids = self.nodes[name].inv.free_ids
             if free_ids is None or len(members) != 1:
                 continue
-            ids = sorted(c for c in free_ids if ring is None or c // RING_SIZE == ring)
+            ids = sorted(c for c in free_ids if ring is None or self.chip.rings((c,))[c] == ring)
             if len(ids) == self.k:
                 chips[members[0]] = tuple(ids)
         return Placement(

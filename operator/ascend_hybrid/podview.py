@@ -1,27 +1,49 @@
-"""What the operator reads off observed Pods and Nodes (pure helpers of the reconcile pass)."""
+"""What the operator reads off observed Pods and Nodes, each accessor written once (pure).
+
+Pods and Nodes are dicts as the API returns them. Pod phases (`Pending` … `Failed`, Kubernetes' own) are not job
+phases (`conditions.JOB_PHASES`); the names below keep the two apart.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from . import names
+from .ascend import RESOURCE
 from .conditions import parse_time
 
-
-def labels_of(pod: dict) -> dict:
-    return pod.get("metadata", {}).get("labels") or {}
+TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-def attempt_of(pod: dict) -> int:
-    value = labels_of(pod).get(names.ATTEMPT_LABEL, "0")
-    return int(value) if value.isdigit() else 0
+def labels_of(obj: Mapping) -> Mapping:
+    metadata = obj.get("metadata")
+    return (metadata.get("labels") if isinstance(metadata, Mapping) else None) or {}
 
 
-def phase_of(pod: dict) -> str:
+def _label_number(pod: Mapping, label: str) -> int | None:
+    value = labels_of(pod).get(label)
+    return int(value) if value is not None and str(value).isdecimal() else None
+
+
+def attempt_of(pod: Mapping) -> int:
+    """The attempt a pod belongs to; 0 for a pod without a readable attempt label (it belongs to none)."""
+    return _label_number(pod, names.ATTEMPT_LABEL) or 0
+
+
+def pod_index(pod: Mapping) -> int | None:
+    return _label_number(pod, names.POD_INDEX_LABEL)
+
+
+def phase_of(pod: Mapping) -> str:
     return (pod.get("status") or {}).get("phase") or "Pending"
 
 
-def exit_code(pod: dict) -> int | None:
+def is_finished(pod: Mapping) -> bool:
+    return phase_of(pod) in TERMINAL_POD_PHASES
+
+
+def exit_code(pod: Mapping) -> int | None:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         terminated = (status.get("state") or {}).get("terminated")
         if terminated is not None:
@@ -29,21 +51,16 @@ def exit_code(pod: dict) -> int | None:
     return None
 
 
-def node_not_ready_since(node: dict | None) -> datetime | None:
-    if node is None:
-        return None
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready" and cond.get("status") != "True":
-            return parse_time(cond.get("lastTransitionTime"))
-    return None
-
-
-def is_gated(pod: dict) -> bool:
+def is_gated(pod: Mapping) -> bool:
     return any(gate.get("name") == names.GANG_GATE for gate in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
-def is_deleting(pod: dict) -> bool:
-    return bool(pod.get("metadata", {}).get("deletionTimestamp"))
+def is_deleting(pod: Mapping) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def node_of(pod: Mapping) -> str | None:
+    return (pod.get("spec") or {}).get("nodeName")
 
 
 def live_names(pods) -> tuple[str, ...]:
@@ -52,5 +69,63 @@ def live_names(pods) -> tuple[str, ...]:
 
 def pod_counts(pods: list[dict], total: int) -> dict:
     phases = [phase_of(pod) for pod in pods]
-    return {"total": total, "pending": total - sum(p in ("Running", "Succeeded", "Failed") for p in phases),
+    return {"total": total, "pending": total - sum(p in ("Running", *TERMINAL_POD_PHASES) for p in phases),
             "running": phases.count("Running"), "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")}
+
+
+# -- NPU requests ------------------------------------------------------------------------------------------------
+def quantity(value) -> int:
+    """Extended resources are whole numbers; anything unreadable counts as none rather than crashing."""
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        try:
+            return int(float(str(value).strip()))
+        except ValueError:
+            return 0
+
+
+def npu_request(pod: Mapping) -> int:
+    """Chips a pod asks for: requests (or limits, which requests default to), init containers included."""
+    return spec_npu_request(pod.get("spec") or {})
+
+
+def spec_npu_request(spec: Mapping) -> int:
+    def of(container: Mapping) -> int:
+        resources = container.get("resources") or {}
+        for kind in ("requests", "limits"):
+            value = (resources.get(kind) or {}).get(RESOURCE)
+            if value is not None:
+                return quantity(value)
+        return 0
+
+    app = sum(of(c) for c in spec.get("containers") or ())
+    init = max((of(c) for c in spec.get("initContainers") or ()), default=0)
+    return max(app, init)
+
+
+def holds_npus(spec: Mapping) -> bool:
+    """Whether a pod (by its spec) takes NPUs: the one predicate of the indexes, the lists and the inventory."""
+    return spec_npu_request(spec) > 0
+
+
+# -- Nodes -------------------------------------------------------------------------------------------------------
+def ready_condition(node: Mapping | None) -> Mapping | None:
+    for condition in ((node or {}).get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Ready":
+            return condition
+    return None
+
+
+def is_node_ready(node: Mapping | None) -> bool:
+    condition = ready_condition(node)
+    return condition is not None and condition.get("status") == "True"
+
+
+def node_not_ready_since(node: Mapping | None) -> datetime | None:
+    if node is None:
+        return None
+    condition = ready_condition(node)
+    if condition is not None and condition.get("status") != "True":
+        return parse_time(condition.get("lastTransitionTime"))
+    return None

@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from .names import POD_INDEX_LABEL
+from .ascend import DeviceInfo, pod_devices, super_pod_id
+from .podview import pod_index
 
-DEVICE_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
 INITIALIZING = {"status": "initializing"}
-
-
-def pod_devices(pod: dict) -> list[dict] | None:
-    """The devices the device plugin gave a pod, lowest chip first (local rank i gets the i-th), or None."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DEVICE_ANNOTATION)
-    if not raw:
-        return None
-    devices = _parsed_devices(raw)
-    return None if devices is None else [dict(device) for device in devices]
-
-
-@functools.lru_cache(maxsize=8192)  # ~4 KB each for 8 chips: a bounded ~32 MB at most
-def _parsed_devices(raw: str) -> tuple[dict, ...] | None:
-    """Every reconcile pass of a starting gang reads every pod's annotation; each distinct one is parsed once."""
-    try:
-        devices = json.loads(raw).get("devices") or []
-        return tuple(sorted(devices, key=lambda device: int(device["device_id"])))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def pod_index(pod: dict) -> int | None:
-    value = ((pod.get("metadata") or {}).get("labels") or {}).get(POD_INDEX_LABEL)
-    return int(value) if value is not None and str(value).isdigit() else None
 
 
 def _readiness(pods: list[dict], per_pod: int, pod_count: int | None) -> tuple[list[str], dict[int, tuple[dict, list]]]:
@@ -78,8 +54,8 @@ def build_rank_table(pods: list[dict], per_pod: int, node_super_pods: Mapping[st
                      pod_count: int | None = None) -> dict[str, Any]:
     """hccl.json from the attempt's pods; `{"status": "initializing"}` until every pod is ready for it.
 
-    With `node_super_pods` (node name → super-pod id, A3) the table is v1.2 with super_device_id and
-    super_pod_list; otherwise v1.0.
+    With `node_super_pods` (node name → super-pod id, for chips with super-pods: A3) the table is v1.2 with
+    super_device_id and super_pod_list; otherwise v1.0. A node missing from the map counts as super-pod "0".
     """
     problems, ready = _readiness(pods, per_pod, pod_count)
     if problems:
@@ -111,6 +87,12 @@ def build_rank_table(pods: list[dict], per_pod: int, node_super_pods: Mapping[st
             for super_pod, members in sorted(super_pod_members.items(), key=lambda item: item[0])
         ]
     return table
+
+
+def node_super_pods(node_names, nodes: Mapping[str, Mapping], device_infos: Mapping[str, DeviceInfo]) -> dict[str, str]:
+    """Node name → super-pod id for the v1.2 table: the node's label, else its deviceinfo's SuperPodID, else "0"
+    (the same id the inventory places by, so the table and the placement agree)."""
+    return {node: super_pod_id(nodes.get(node), device_infos.get(node)) or "0" for node in set(node_names)}
 
 
 def dumps(table: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """Pure reconcile: observed job + children + nodes → actions and the new status.
 
-Nothing here talks to the API. The shell (`controller.py`) executes the actions in order, then patches the
+Nothing here talks to the API. The shell (`controller/reconciler.py`) executes the actions in order, then patches the
 status, then asks again; every decision is recomputed from what is observed, so a crash at any point is
 recovered by the next pass.
 """
@@ -10,16 +10,43 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from . import layout as layouts, names, ranktable, render
-from .conditions import TERMINAL_PHASES, condition, parse_time, set_condition, timestamp
-from .planning import gang_request
-from .podview import (attempt_of, exit_code, is_deleting, is_gated, live_names, node_not_ready_since, phase_of,
-                      pod_counts)
+from . import layout as layouts
+from . import names, ranktable, render
+from .actions import (
+    Action,
+    CreatePods,
+    DeleteJob,
+    DeletePods,
+    EnsureChildren,
+    Place,
+    PodToCreate,
+    PostEvent,
+    RemoveGates,
+    WriteRankTable,
+)
+from .ascend import DeviceInfo
+from .chips import CHIPS
+from .conditions import TERMINAL_JOB_PHASES, condition, parse_time, set_condition, timestamp
+from .placement import GangRequest, Placement
+from .podview import (
+    TERMINAL_POD_PHASES,
+    attempt_of,
+    exit_code,
+    is_deleting,
+    is_gated,
+    live_names,
+    node_not_ready_since,
+    node_of,
+    phase_of,
+    pod_counts,
+    pod_index,
+)
 from .progress import Sample, training_status, utilization_status
-from .rules import Effective
+from .rules import ResolvedJob
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
 SLOW_REQUEUE_SECONDS = 30.0
@@ -27,30 +54,20 @@ FAST_REQUEUE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
-class Action:
-    kind: str  # ensure_children | place | create_pods | remove_gates | delete_pods | write_rank_table | delete_job | event
-    pods: tuple = ()
-    table: dict | None = None
-    request: object = None
-    event_type: str = "Normal"
-    reason: str = ""
-    message: str = ""
-
-
-@dataclass(frozen=True)
 class Observed:
     job: dict
-    effective: Effective | None
+    effective: ResolvedJob | None
     spec_problems: tuple[str, ...]
     pods: tuple[dict, ...]          # every pod labelled with this job, all attempts
     rank_table: dict | None         # hccl.json now in the ConfigMap; None when the ConfigMap is missing
     children_ready: bool            # Services and ConfigMaps applied for this generation
     sched_ip: str | None
-    nodes: dict                     # node name → Node, for NotReady detection
+    nodes: Mapping[str, dict]       # node name → Node, for NotReady detection and super-pod ids
     now: datetime
     node_grace_seconds: float = NODE_NOT_READY_GRACE_SECONDS
     in_flight: frozenset[str] = frozenset()  # pods this process just created or released; the watch may lag
     telemetry: Sample | None = None           # latest progress/utilization reading of the current attempt
+    device_infos: Mapping[str, DeviceInfo] = field(default_factory=dict)  # node → MindCluster deviceinfo
 
 
 @dataclass
@@ -60,10 +77,13 @@ class Decision:
     requeue_after: float | None = None
 
     def emit(self, event_type: str, reason: str, message: str) -> None:
-        self.actions.append(Action("event", event_type=event_type, reason=reason, message=message))
+        self.actions.append(PostEvent(event_type, reason, message))
+
+    def act(self, action: Action) -> None:
+        self.actions.append(action)
 
 
-def pod_template_hash(effective: Effective) -> str:
+def pod_template_hash(effective: ResolvedJob) -> str:
     spec = effective.spec
     relevant = {"parallelism": spec.parallelism.model_dump(by_alias=True), "npu": spec.npu.model_dump(by_alias=True),
                 "template": spec.template.model_dump(by_alias=True)}
@@ -92,12 +112,9 @@ class _Pass:
         current = self.d.requeue_after
         self.d.requeue_after = seconds if current is None else min(current, seconds)
 
-    def act(self, kind: str, **values) -> None:
-        self.d.actions.append(Action(kind, **values))
-
     def reset_rank_table(self) -> None:
         if self.o.rank_table is not None and self.o.rank_table.get("status") != "initializing":
-            self.act("write_rank_table", table=dict(ranktable.INITIALIZING))
+            self.d.act(WriteRankTable(dict(ranktable.INITIALIZING)))
         rank = self.status.setdefault("rankTable", {})
         rank.update(configMap=names.rank_table_config_map(self.meta["name"]), status="initializing")
         self.cond("RankTableReady", False, "Initializing", "waiting for every pod to run with its devices")
@@ -105,7 +122,7 @@ class _Pass:
     def delete(self, pods) -> None:
         doomed = live_names(pods)
         if doomed:
-            self.act("delete_pods", pods=doomed)
+            self.d.act(DeletePods(doomed))
 
     def new_attempt(self) -> None:
         self.status["attempt"] = int(self.status.get("attempt") or 0) + 1
@@ -119,7 +136,7 @@ class _Pass:
         e = o.effective
         status["worldSize"], status["observedGeneration"] = e.world_size, self.generation
         status.setdefault("restarts", 0)
-        if status.get("phase") in TERMINAL_PHASES:
+        if status.get("phase") in TERMINAL_JOB_PHASES:
             return self.finished()
         if not status.get("attempt"):
             status["attempt"] = 1
@@ -144,7 +161,7 @@ class _Pass:
         stale = [pod for pod in o.pods if attempt_of(pod) != attempt]
         if stale:
             self.delete(stale)
-        current = {ranktable.pod_index(pod): pod for pod in o.pods if attempt_of(pod) == attempt}
+        current = {pod_index(pod): pod for pod in o.pods if attempt_of(pod) == attempt}
         template_hash = pod_template_hash(e)
         if current and status.get("podTemplateHash") not in (None, template_hash):
             return self.restart_for_spec_change(list(current.values()))
@@ -162,7 +179,7 @@ class _Pass:
                 self.phase(status.get("phase") or "Pending", "waiting for the previous attempt's pods to go")
                 self.requeue(FAST_REQUEUE_SECONDS)
                 return self.d
-            self.act("place", request=gang_request(e, status.get("avoidedNodes") or ()))
+            self.d.act(Place(GangRequest.for_job(e, status.get("avoidedNodes") or ())))
             return self.d
         return self.start(current, placement, template_hash)
 
@@ -172,7 +189,7 @@ class _Pass:
         status["podTemplateHash"] = template_hash
         status.setdefault("startTime", timestamp(o.now))
         if not o.children_ready or not o.sched_ip:
-            self.act("ensure_children")
+            self.d.act(EnsureChildren())
             return self.d
         nodes = placement["nodes"]
         job = self.meta["name"]
@@ -183,13 +200,14 @@ class _Pass:
         releasable = [(pod["metadata"]["name"], tuple(gate["name"] for gate in pod["spec"]["schedulingGates"]))
                       for pod in pods if is_gated(pod) and not is_deleting(pod) and pod["metadata"]["name"] not in o.in_flight]
         if missing:
-            manifests = tuple(render.pod(e, self.meta["namespace"], self.meta["uid"], attempt, index, nodes[index],
-                                         o.sched_ip) for index in missing)
-            self.act("create_pods", pods=manifests)
+            created = tuple(PodToCreate(render.pod(e, self.meta["namespace"], self.meta["uid"], attempt, index,
+                                                   nodes[index], o.sched_ip), nodes[index], e.per_pod)
+                            for index in missing)
+            self.d.act(CreatePods(created))
             # Creation answered means the pod exists: the gang is released in the same pass, not one watch later.
-            releasable += [(manifest["metadata"]["name"], (names.GANG_GATE,)) for manifest in manifests]
+            releasable += [(pod.manifest["metadata"]["name"], (names.GANG_GATE,)) for pod in created]
         if releasable:
-            self.act("remove_gates", pods=tuple(releasable))
+            self.d.act(RemoveGates(tuple(releasable)))
             self.phase("Starting", f"all {e.pod_count} pods exist; releasing the gang to the scheduler")
             self.d.emit("Normal", "GangReleased", f"all {e.pod_count} pods created; scheduling gates removed")
             self.requeue(FAST_REQUEUE_SECONDS)
@@ -198,7 +216,7 @@ class _Pass:
             self.phase("Starting", f"{e.pod_count - len(pods)} pods created, not yet seen by the watch")
             self.requeue(FAST_REQUEUE_SECONDS)
             return self.d
-        unbound = [pod for pod in pods if not (pod.get("spec") or {}).get("nodeName")]
+        unbound = [pod for pod in pods if not node_of(pod)]
         if unbound:
             return self.waiting_for_binding(pods, unbound)
         table = ranktable.build_rank_table(pods, e.per_pod, self.super_pods(nodes), pod_count=e.pod_count)
@@ -206,7 +224,7 @@ class _Pass:
         rank["configMap"] = names.rank_table_config_map(self.meta["name"])
         if table["status"] == "completed":
             if o.rank_table != table:
-                self.act("write_rank_table", table=table)
+                self.d.act(WriteRankTable(table))
             rank.update(status="completed", version=table["version"])
             if not condition(status, "RankTableReady") or condition(status, "RankTableReady")["status"] != "True":
                 self.d.emit("Normal", "RankTableReady", f"hccl.json completed for {e.world_size} ranks")
@@ -248,13 +266,9 @@ class _Pass:
         self.cond("MetricsAvailable", False, "SourceUnreachable", sample.error)
 
     def super_pods(self, nodes: list[str]) -> dict[str, str] | None:
-        if self.o.effective.chip != "A3":
+        if not CHIPS[self.o.effective.chip].super_pods:
             return None
-        ids = {}
-        for node in set(nodes):
-            labels = ((self.o.nodes.get(node) or {}).get("metadata") or {}).get("labels") or {}
-            ids[node] = labels.get("huawei.com/topotree.superpodid", "0")
-        return ids
+        return ranktable.node_super_pods(nodes, self.o.nodes, self.o.device_infos)
 
     def waiting_for_binding(self, pods: list[dict], unbound: list[dict]) -> Decision:
         e = self.o.effective
@@ -281,7 +295,7 @@ class _Pass:
         e = self.o.effective
         for index in sorted(current):
             pod = current[index]
-            node = (pod.get("spec") or {}).get("nodeName") or placement["nodes"][index]
+            node = node_of(pod) or placement["nodes"][index]
             if phase_of(pod) == "Failed":
                 code = exit_code(pod)
                 reason = (pod.get("status") or {}).get("reason") or "Error"
@@ -289,7 +303,7 @@ class _Pass:
                         [node])
         for index in sorted(current):
             pod = current[index]
-            node = (pod.get("spec") or {}).get("nodeName")
+            node = node_of(pod)
             since = node_not_ready_since(self.o.nodes.get(node)) if node else None
             if since is not None:
                 waited = (self.o.now - since).total_seconds()
@@ -364,13 +378,13 @@ class _Pass:
         if policy == "All":
             self.delete(self.o.pods)
         elif policy == "Running":
-            self.delete([pod for pod in self.o.pods if phase_of(pod) not in ("Succeeded", "Failed")])
+            self.delete([pod for pod in self.o.pods if phase_of(pod) not in TERMINAL_POD_PHASES])
         ttl = e.spec.run_policy.ttl_seconds_after_finished if e else None
         finished = parse_time(self.status.get("completionTime"))
         if ttl is not None and finished is not None:
             left = ttl - (self.o.now - finished).total_seconds()
             if left <= 0 and not first:
-                self.act("delete_job")
+                self.d.act(DeleteJob())
             else:
                 self.requeue(max(left, 0.5))
         return self.d
@@ -399,28 +413,33 @@ def decide(observed: Observed) -> Decision:
     return _Pass(observed).run()
 
 
-def placement_result(status: dict, effective: Effective, placement, now: datetime, generation, inventory_domains) -> list[Action]:
-    """Records a placement outcome in `status`; returns the events to post."""
-    events: list[Action] = []
+def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: datetime, generation,
+                     node_domains: Mapping[str, str | None]) -> Decision:
+    """The status and events after the shell placed the gang (or found it cannot): a Decision of its own, so
+    the shell only executes what the core decided."""
+    outcome = Decision(status=copy.deepcopy(status))
+    status = outcome.status
     attempt = int(status.get("attempt") or 1)
     previous_reason = (status.get("placement") or {}).get("reason")
     if placement.ok:
-        layout = layouts.from_effective(effective)
-        racks = {inventory_domains.get(node) for node in placement.nodes}
+        layout = layouts.from_effective(job)
+        racks = {node_domains.get(node) for node in placement.nodes}
         spread = f"{_count(len(set(placement.nodes)), 'node')} in {_count(len(racks), 'rack')}"
         status["placement"] = {
             "attempt": attempt, "nodes": list(placement.nodes), "summary": spread,
             "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layout, placement.nodes),
             "racks": len(racks),
         }
-        message = f"attempt {attempt}: {_count(effective.pod_count, 'pod')} on {spread}"
+        message = f"attempt {attempt}: {_count(job.pod_count, 'pod')} on {spread}"
         set_condition(status, "Placed", True, "Placed", message, now, generation)
         status["phase"], status["message"] = "Placing", message
-        events.append(Action("event", event_type="Normal", reason="Placed", message=message))
+        outcome.emit("Normal", "Placed", message)
+        outcome.requeue_after = FAST_REQUEUE_SECONDS
     else:
         status["placement"] = {"attempt": None, "nodes": [], "reason": placement.reason}
         set_condition(status, "Placed", False, "Unschedulable", placement.reason, now, generation)
         status["phase"], status["message"] = "Pending", placement.reason
         if placement.reason != previous_reason:
-            events.append(Action("event", event_type="Warning", reason="Unschedulable", message=placement.reason))
-    return events
+            outcome.emit("Warning", "Unschedulable", placement.reason)
+        outcome.requeue_after = SLOW_REQUEUE_SECONDS
+    return outcome

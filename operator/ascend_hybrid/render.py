@@ -17,7 +17,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from . import names
 from .api import GROUP, KIND, VERSION
 from .ranktable import INITIALIZING, dumps
-from .rules import Effective
+from .rules import ResolvedJob
 
 RANK_VARIABLES = frozenset({"MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_LOCAL_WORKER",
                             "MS_NODE_RANK", "RANK_TABLE_FILE", "RANK_SIZE", "RANK_START"})
@@ -69,7 +69,7 @@ def services(job: str, namespace: str, uid: str) -> list[dict]:
     ]
 
 
-def job_config(effective: Effective) -> dict:
+def job_config(effective: ResolvedJob) -> dict:
     """What the trainer needs to build the model and the loop (job.json)."""
     training = effective.spec.training.model_dump(by_alias=True, exclude_none=True)
     training["globalBatchSize"] = effective.global_batch_size
@@ -85,7 +85,7 @@ def rank_table_config_map(job: str, namespace: str, uid: str, table: dict | None
                    labels=names.job_labels(job), owner_references=owner_references(job, uid), data=data)
 
 
-def job_config_map(effective: Effective, namespace: str, uid: str) -> dict:
+def job_config_map(effective: ResolvedJob, namespace: str, uid: str) -> dict:
     data = {"job.json": json.dumps(job_config(effective), indent=2, sort_keys=True)}
     return _render("configmap.yaml.j2", name=names.job_config_map(effective.name), namespace=namespace,
                    labels=names.job_labels(effective.name), owner_references=owner_references(effective.name, uid),
@@ -96,7 +96,7 @@ def _field_env(name: str, path: str) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def pod_env(effective: Effective, index: int, sched_ip: str) -> list[dict]:
+def pod_env(effective: ResolvedJob, index: int, sched_ip: str) -> list[dict]:
     """Design §8. User env wins over defaults, except the rank variables, which only the operator may set."""
     spec, k = effective.spec, effective.per_pod
     hccl = spec.hccl
@@ -133,14 +133,14 @@ def pod_env(effective: Effective, index: int, sched_ip: str) -> list[dict]:
     return env
 
 
-def _resources(effective: Effective) -> dict:
+def _resources(effective: ResolvedJob) -> dict:
     spec = effective.spec
     chips = str(effective.per_pod)
     return {"requests": {**spec.template.resources.requests, spec.npu.resource: chips},
             "limits": {**spec.template.resources.limits, spec.npu.resource: chips}}
 
 
-def _volumes(effective: Effective) -> tuple[list[dict], list[dict]]:
+def _volumes(effective: ResolvedJob) -> tuple[list[dict], list[dict]]:
     job, spec = effective.name, effective.spec
     volumes = [
         {"name": "ascend-ranktable", "configMap": {"name": names.rank_table_config_map(job)}},
@@ -157,7 +157,7 @@ def _volumes(effective: Effective) -> tuple[list[dict], list[dict]]:
     return volumes + list(spec.template.volumes), mounts + list(spec.template.volume_mounts)
 
 
-def pod(effective: Effective, namespace: str, uid: str, attempt: int, index: int, node: str, sched_ip: str) -> dict:
+def pod(effective: ResolvedJob, namespace: str, uid: str, attempt: int, index: int, node: str, sched_ip: str) -> dict:
     """One pod of the gang: gated, pinned to its placed node, owned by the job."""
     job, spec = effective.name, effective.spec
     template = spec.template
@@ -179,11 +179,11 @@ def pod(effective: Effective, namespace: str, uid: str, attempt: int, index: int
     )
 
 
-def pods(effective: Effective, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str) -> list[dict]:
+def pods(effective: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str) -> list[dict]:
     return [pod(effective, namespace, uid, attempt, index, node, sched_ip) for index, node in enumerate(nodes)]
 
 
-def children(effective: Effective, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,
+def children(effective: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,
              table: dict | None = None) -> list[dict]:
     """Every child in creation order: Services, ConfigMaps, then the gated Pods."""
     return [*services(effective.name, namespace, uid),

@@ -1,4 +1,4 @@
-"""Effective values and cross-field rules of an AscendHybridJob, in Python and in CEL.
+"""Resolved values (every default applied) and cross-field rules of an AscendHybridJob, in Python and in CEL.
 
 Each rule is written once here with both forms, so the apiserver (CEL, at admission) and the operator
 (Python, for everything CEL cannot see) report the very same message naming the field and the rule.
@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
-from .api import CHIPS_PER_NODE, MAX_JOB_NAME, MAX_WORLD_SIZE, AscendHybridJobSpec
+from .api import MAX_JOB_NAME, MAX_WORLD_SIZE, AscendHybridJobSpec
+from .chips import CHIPS, cel_allowed_per_pod, cel_allowed_text, cel_chips_per_node
 
 MODEL_PRESETS: dict[str, dict[str, int | None]] = {
     "tiny": {"layers": 24, "hidden": 128, "heads": 8, "ffnHidden": 512, "vocab": 512, "experts": 0, "topK": None},
@@ -21,8 +23,6 @@ MODEL_PRESETS: dict[str, dict[str, int | None]] = {
     "moe-100b": {"layers": 64, "hidden": 5120, "heads": 40, "ffnHidden": 20480, "vocab": 64000, "experts": 8, "topK": 2},
 }
 CUSTOM_REQUIRED = ("layers", "hidden", "heads", "vocab")
-ALLOWED_PER_POD = {"910A": (1, 2, 4, 8), "910B": tuple(range(1, 9)), "A3": tuple(range(2, 17, 2))}
-HCCS_RING_SIZE_910A = 4
 
 
 class SpecError(ValueError):
@@ -34,7 +34,7 @@ class SpecError(ValueError):
 
 
 @dataclass(frozen=True)
-class Effective:
+class ResolvedJob:
     """The spec with every default resolved: what layout, placement, render and the trainer use."""
 
     name: str
@@ -75,26 +75,26 @@ def effective_model(model) -> dict[str, Any]:
     return {"preset": model.preset, **base, **explicit}
 
 
-def resolve(name: str, spec: AscendHybridJobSpec) -> Effective:
+def resolve(name: str, spec: AscendHybridJobSpec) -> ResolvedJob:
     par = spec.parallelism
     micro_batches = par.micro_batches or par.pipeline
-    return Effective(
+    return ResolvedJob(
         name=name, spec=spec, data=par.data, tensor=par.tensor, pipeline=par.pipeline, expert=par.expert,
         expert_placement=par.expert_placement, micro_batches=micro_batches, chip=spec.npu.chip,
-        per_pod=spec.npu.per_pod or CHIPS_PER_NODE[spec.npu.chip], model=effective_model(spec.model),
+        per_pod=spec.npu.per_pod or CHIPS[spec.npu.chip].chips_per_node, model=effective_model(spec.model),
         global_batch_size=spec.training.global_batch_size or par.data * micro_batches,
     )
 
 
 @dataclass(frozen=True)
 class Rule:
-    check: Callable[[Effective], str | None]
+    check: Callable[[ResolvedJob], str | None]
     cel: str | None = None  # evaluated on `spec`; None where CEL cannot express it
     cel_message: str | None = None
 
 
 # CEL views of effective values; the CRD defaults every object, so only optional scalars need has().
-_CEL_PER_POD = "(has(self.npu.perPod) ? self.npu.perPod : (self.npu.chip == 'A3' ? 16 : 8))"
+_CEL_PER_POD = f"(has(self.npu.perPod) ? self.npu.perPod : {cel_chips_per_node('self.npu.chip')})"
 _CEL_MICRO = "(has(self.parallelism.microBatches) ? self.parallelism.microBatches : self.parallelism.pipeline)"
 _CEL_WORLD = "(self.parallelism.data * self.parallelism.tensor * self.parallelism.pipeline)"
 
@@ -120,39 +120,39 @@ def _fmt(template: str, *arguments: str) -> str:
     return f"'{template}'.format([{', '.join(arguments)}])"
 
 
-def _world(e: Effective) -> str | None:
+def _world(e: ResolvedJob) -> str | None:
     if e.world_size > MAX_WORLD_SIZE:
         return f"spec.parallelism: world size data×tensor×pipeline={e.world_size} exceeds {MAX_WORLD_SIZE}"
     return None
 
 
-def _per_pod_divides_world(e: Effective) -> str | None:
+def _per_pod_divides_world(e: ResolvedJob) -> str | None:
     if e.world_size % e.per_pod:
         return f"spec.npu.perPod={e.per_pod} must divide the world size data×tensor×pipeline={e.world_size}"
     return None
 
 
-def _tensor_divides_per_pod(e: Effective) -> str | None:
+def _tensor_divides_per_pod(e: ResolvedJob) -> str | None:
     if e.per_pod % e.tensor:
         return f"spec.parallelism.tensor={e.tensor} must divide spec.npu.perPod={e.per_pod}"
     return None
 
 
-def _per_pod_allowed(e: Effective) -> str | None:
-    allowed = ALLOWED_PER_POD[e.chip]
+def _per_pod_allowed(e: ResolvedJob) -> str | None:
+    allowed = CHIPS[e.chip].allowed_per_pod
     if e.per_pod not in allowed:
         return f"spec.npu.perPod={e.per_pod} is not allowed for chip {e.chip} (allowed: {', '.join(map(str, allowed))})"
     return None
 
 
-def _micro_batches(e: Effective) -> str | None:
+def _micro_batches(e: ResolvedJob) -> str | None:
     if e.pipeline > 1 and e.micro_batches < e.pipeline:
         return f"spec.parallelism.microBatches={e.micro_batches} must be ≥ spec.parallelism.pipeline={e.pipeline}"
     return None
 
 
-def _model_divisible(field: str, by_label: str, by: Callable[[Effective], int]) -> Callable[[Effective], str | None]:
-    def check(e: Effective) -> str | None:
+def _model_divisible(field: str, by_label: str, by: Callable[[ResolvedJob], int]) -> Callable[[ResolvedJob], str | None]:
+    def check(e: ResolvedJob) -> str | None:
         value, divisor = e.model.get(field), by(e)
         if value is None or divisor is None or value % divisor == 0:
             return None
@@ -160,7 +160,7 @@ def _model_divisible(field: str, by_label: str, by: Callable[[Effective], int]) 
     return check
 
 
-def _custom_required(e: Effective) -> str | None:
+def _custom_required(e: ResolvedJob) -> str | None:
     if e.model["preset"] != "custom":
         return None
     absent = [field for field in CUSTOM_REQUIRED if e.model.get(field) is None]
@@ -169,20 +169,20 @@ def _custom_required(e: Effective) -> str | None:
     return None
 
 
-def _expert_needs_experts(e: Effective) -> str | None:
+def _expert_needs_experts(e: ResolvedJob) -> str | None:
     if e.expert > 1 and not e.model.get("experts"):
         return f"spec.parallelism.expert={e.expert} needs spec.model.experts > 0"
     return None
 
 
-def _experts_divisible(e: Effective) -> str | None:
+def _experts_divisible(e: ResolvedJob) -> str | None:
     experts = e.model.get("experts") or 0
     if e.expert > 1 and experts and experts % e.expert:
         return f"spec.model.experts={experts} must be divisible by spec.parallelism.expert={e.expert}"
     return None
 
 
-def _expert_divides_group(e: Effective) -> str | None:
+def _expert_divides_group(e: ResolvedJob) -> str | None:
     if e.expert == 1:
         return None
     if e.expert_placement == "intraNode" and e.per_pod % e.expert:
@@ -192,14 +192,14 @@ def _expert_divides_group(e: Effective) -> str | None:
     return None
 
 
-def _expert_inside_tensor(e: Effective) -> str | None:
+def _expert_inside_tensor(e: ResolvedJob) -> str | None:
     if e.expert > 1 and e.expert_placement == "intraNode" and e.tensor % e.expert:
         return (f"spec.parallelism.expert={e.expert} must divide spec.parallelism.tensor={e.tensor} "
                 "(expertPlacement intraNode carves the expert groups out of the TP group)")
     return None
 
 
-def _global_batch(e: Effective) -> str | None:
+def _global_batch(e: ResolvedJob) -> str | None:
     unit = e.data * e.micro_batches
     if e.global_batch_size % unit:
         return (f"spec.training.globalBatchSize={e.global_batch_size} must be a multiple of "
@@ -214,12 +214,9 @@ RULES: tuple[Rule, ...] = (
          _fmt("spec.npu.perPod=%d must divide the world size data×tensor×pipeline=%d", _CEL_PER_POD, _CEL_WORLD)),
     Rule(_tensor_divides_per_pod, f"{_CEL_PER_POD} % self.parallelism.tensor == 0",
          _fmt("spec.parallelism.tensor=%d must divide spec.npu.perPod=%d", "self.parallelism.tensor", _CEL_PER_POD)),
-    Rule(_per_pod_allowed,
-         "self.npu.chip == '910A' ? " + _CEL_PER_POD + " in [1, 2, 4, 8] : (self.npu.chip == 'A3' ? "
-         + _CEL_PER_POD + " % 2 == 0 : " + _CEL_PER_POD + " <= 8)",
+    Rule(_per_pod_allowed, f"{_CEL_PER_POD} in {cel_allowed_per_pod('self.npu.chip')}",
          _fmt("spec.npu.perPod=%d is not allowed for chip %s (allowed: %s)", _CEL_PER_POD, "self.npu.chip",
-              "self.npu.chip == '910A' ? '1, 2, 4, 8' : (self.npu.chip == 'A3' ? "
-              "'2, 4, 6, 8, 10, 12, 14, 16' : '1, 2, 3, 4, 5, 6, 7, 8')")),
+              cel_allowed_text("self.npu.chip"))),
     Rule(_micro_batches, f"self.parallelism.pipeline == 1 || {_CEL_MICRO} >= self.parallelism.pipeline",
          _fmt("spec.parallelism.microBatches=%d must be ≥ spec.parallelism.pipeline=%d", _CEL_MICRO,
               "self.parallelism.pipeline")),
@@ -289,7 +286,7 @@ def _json_default(value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) else str(value)  # YAML dates become strings, as with kubectl
 
 
-def parse(body: Mapping) -> Effective:
+def parse(body: Mapping) -> ResolvedJob:
     """Validates a whole AscendHybridJob object (as the API returns it); raises SpecError listing every problem."""
     metadata = body.get("metadata")
     name = metadata.get("name") if isinstance(metadata, Mapping) else None

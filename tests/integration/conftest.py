@@ -42,13 +42,14 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from ascend_hybrid import toolchain
-from ascend_hybrid.devcluster import cluster, fleet
-from ascend_hybrid.devcluster.kubeapi import api_client, read_raw
-from ascend_hybrid.devcluster.nodes import ACCELERATOR_TYPE_LABEL, PROFILES, plan_nodes
+from ascend_hybrid.devcluster import cluster
+from ascend_hybrid.devcluster.controlplane import toolchain
+from ascend_hybrid.devcluster.kube.client import api_client, read_raw
+from ascend_hybrid.devcluster.kube.waiting import wait_until as _wait_until
+from ascend_hybrid.devcluster.nodes import fleet
+from ascend_hybrid.devcluster.nodes.manifests import ACCELERATOR_TYPE_LABEL, PROFILES, plan_nodes
 from ascend_hybrid.devcluster.paths import ClusterPaths, load_settings
-from ascend_hybrid.devcluster.pods import pod_manifest
-from ascend_hybrid.devcluster.waiting import wait_until as _wait_until
+from ascend_hybrid.devcluster.testing.pods import pod_manifest
 
 TEST_CLUSTER = "ahj-test"
 REUSE_ENV = "AHJ_KUBECONFIG"

@@ -21,11 +21,11 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from ascend_hybrid import chartgen, toolchain
 from ascend_hybrid.api import GROUP, PLURAL, VERSION
-
-from ascend_hybrid.devcluster.pods import pod_manifest
-from operator_harness import REPO, Jobs, OperatorProcess, example, wait_for
+from ascend_hybrid.devcluster.controlplane import toolchain
+from ascend_hybrid.devcluster.testing.pods import pod_manifest
+from ascend_hybrid.devtools import generate as chartgen
+from support.operator_harness import REPO, Jobs, OperatorProcess, example, wait_for
 
 CHART = REPO / "charts" / "ascend-hybrid-operator"
 TOKEN_SECONDS = 3600
@@ -175,13 +175,13 @@ def test_kubectl_only_install_applies_on_the_cluster(dev_cluster, tmp_path):
     """`kubectl apply --server-side -f deploy/operator.yaml` creates every object; the restricted Pod Security of
     its namespace admits the operator's pod. Cleaned up afterwards, except the CRD (other tests' jobs use it)."""
     kubectl, kubeconfig = toolchain.binary("kubectl"), dev_cluster.kubeconfig
-    objects = [o for o in yaml.safe_load_all(chartgen.DEPLOY_MANIFEST.read_text()) if o]
+    objects = [o for o in yaml.safe_load_all(chartgen.deploy_manifest_path().read_text()) if o]
     removable = tmp_path / "without-crd.yaml"
     removable.write_text(yaml.safe_dump_all([o for o in objects if o["kind"] != "CustomResourceDefinition"]))
     try:
         # --force-conflicts as docs/install.md says for a CRD another tool (Helm, in this module) created first:
         # a reused cluster may hold an older CRD from it.
-        run_tool([kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(chartgen.DEPLOY_MANIFEST)],
+        run_tool([kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(chartgen.deploy_manifest_path())],
                  kubeconfig)
         run_tool([kubectl, "wait", "--for=condition=Established", "--timeout=30s",
                   f"customresourcedefinition/{PLURAL}.{GROUP}"], kubeconfig)

@@ -9,11 +9,13 @@ import time
 import pytest
 from kubernetes import client
 
-from ascend_hybrid.devcluster import cluster, fleet, processes
-from ascend_hybrid.devcluster.allocation import device_configuration, held_chips
-from ascend_hybrid.devcluster.kubeapi import read_raw
-from ascend_hybrid.devcluster.nodes import RESOURCE, node_ip, unusable_chips
-from ascend_hybrid.devcluster.pods import outcome_annotations
+from ascend_hybrid.devcluster import cluster
+from ascend_hybrid.devcluster.deviceplugin.allocation import device_configuration, held_chips
+from ascend_hybrid.devcluster.kube import processes
+from ascend_hybrid.devcluster.kube.client import read_raw
+from ascend_hybrid.devcluster.nodes import fleet
+from ascend_hybrid.devcluster.nodes.manifests import RESOURCE, node_ip, unusable_chips
+from ascend_hybrid.devcluster.testing.pods import outcome_annotations
 
 POD_NETWORK = ipaddress.ip_network("127.16.0.0/16")
 

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from ascend_hybrid import toolchain
-from ascend_hybrid.devcluster import metricsim, processes, prometheus, telemetrysim
+from ascend_hybrid.devcluster.controlplane import toolchain
+from ascend_hybrid.devcluster.kube import processes
 from ascend_hybrid.devcluster.paths import CLUSTERS_ENV
-
-from operator_harness import REPO, Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
+from ascend_hybrid.devcluster.telemetry import exporter as telemetrysim
+from ascend_hybrid.devcluster.telemetry import figures as metricsim
+from ascend_hybrid.devcluster.telemetry import prometheus
+from support.operator_harness import REPO, Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -184,7 +186,7 @@ def test_without_prometheus_the_operator_reads_the_trainer_endpoints(observed, n
     assert len(pods) == 2, jobs.describe("scraped")
     for pod in pods:  # the operator needs one pod's endpoint; each pod gets one (bound as its events arrive)
         endpoint = f"http://{pod['status']['podIP']}:{metricsim.TRAINER_PORT}/metrics"
-        wait_for(lambda: 'ascend_trainer_npu_utilization_percent{device="' in fetch(endpoint), 10,
+        wait_for(lambda endpoint=endpoint: 'ascend_trainer_npu_utilization_percent{device="' in fetch(endpoint), 10,
                  f"{pod['metadata']['name']}'s trainer endpoint {endpoint}", lambda: helper_logs(cluster))
 
 

@@ -9,12 +9,11 @@ import pytest
 from kubernetes import client
 
 from ascend_hybrid import names
-from ascend_hybrid.devcluster import fleet
-from ascend_hybrid.devcluster.nodes import plan_nodes
+from ascend_hybrid.devcluster.nodes import fleet
+from ascend_hybrid.devcluster.nodes.manifests import plan_nodes
 from ascend_hybrid.devcluster.paths import load_settings
-from ascend_hybrid.devcluster.pods import pod_manifest
-
-from operator_harness import Jobs, OperatorProcess, example, install_crd, job_manifest, kubectl, wait_for
+from ascend_hybrid.devcluster.testing.pods import pod_manifest
+from support.operator_harness import Jobs, OperatorProcess, example, install_crd, job_manifest, kubectl, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -25,11 +25,15 @@ import pytest
 from kubernetes import client
 
 from ascend_hybrid import names
-from ascend_hybrid.devcluster import processes, procnet, prometheus, runtime_default, runtime_helper, telemetrysim
-from ascend_hybrid.devcluster.podfiles import RUNTIME_ANNOTATION, claim_directory
-from ascend_hybrid.devcluster.pods import pod_manifest
-
-from operator_harness import Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
+from ascend_hybrid.devcluster.kube import processes
+from ascend_hybrid.devcluster.runtime import default as runtime_default
+from ascend_hybrid.devcluster.runtime import helper as runtime_helper
+from ascend_hybrid.devcluster.runtime.launch import RUNTIME_ANNOTATION, claim_directory
+from ascend_hybrid.devcluster.telemetry import exporter as telemetrysim
+from ascend_hybrid.devcluster.telemetry import prometheus
+from ascend_hybrid.devcluster.testing import procnet
+from ascend_hybrid.devcluster.testing.pods import pod_manifest
+from support.operator_harness import Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
 
 pytestmark = pytest.mark.integration
 

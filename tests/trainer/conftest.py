@@ -7,8 +7,16 @@ import importlib.util
 
 import pytest
 
-from trainer_harness import (
-    CHECKPOINT_EVERY, GLOBAL_BATCH, LEARNING_RATE, SEED, SEQ_LENGTH, STEPS, losses_of, run_local)
+from support.trainer_harness import (
+    CHECKPOINT_EVERY,
+    GLOBAL_BATCH,
+    LEARNING_RATE,
+    SEED,
+    SEQ_LENGTH,
+    STEPS,
+    losses_of,
+    run_local,
+)
 
 
 @pytest.fixture(autouse=True)

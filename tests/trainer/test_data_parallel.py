@@ -8,9 +8,20 @@ import threading
 
 import pytest
 
-from trainer_harness import (
-    GLOBAL_BATCH, LEARNING_RATE, SEED, SEQ_LENGTH, STEPS, TRAINER, ProcessSet, losses_of, metric_value, pod_launch_envs,
-    render_job, scrape)
+from support.trainer_harness import (
+    GLOBAL_BATCH,
+    LEARNING_RATE,
+    SEED,
+    SEQ_LENGTH,
+    STEPS,
+    TRAINER,
+    ProcessSet,
+    losses_of,
+    metric_value,
+    pod_launch_envs,
+    render_job,
+    scrape,
+)
 
 pytestmark = pytest.mark.trainer
 

@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from trainer_harness import TRAINER, ProcessSet, pod_launch_envs, render_job, run_local
+from support.trainer_harness import TRAINER, ProcessSet, pod_launch_envs, render_job, run_local
 
 pytestmark = pytest.mark.trainer
 

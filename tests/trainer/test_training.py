@@ -8,8 +8,16 @@ import shutil
 
 import pytest
 
-from trainer_harness import (
-    CHECKPOINT_EVERY, GLOBAL_BATCH, LEARNING_RATE, SEED, SEQ_LENGTH, STEPS, losses_of, run_local)
+from support.trainer_harness import (
+    CHECKPOINT_EVERY,
+    GLOBAL_BATCH,
+    LEARNING_RATE,
+    SEED,
+    SEQ_LENGTH,
+    STEPS,
+    losses_of,
+    run_local,
+)
 
 pytestmark = pytest.mark.trainer
 

@@ -15,7 +15,12 @@ from ascend_hybrid_trainer.data import NumpyTokens, SyntheticTokens, open_token_
 from ascend_hybrid_trainer.device import detect_device_target, logical_device_id, parse_aicore_usage
 from ascend_hybrid_trainer.launcher import describe_exit, exit_code_of, read_pod_launch, scheduler_env, worker_env
 from ascend_hybrid_trainer.rank_table import (
-    RankTableTimeout, local_device_ids, local_pods_rank_table, wait_for_completed, write_json_atomically)
+    RankTableTimeout,
+    local_device_ids,
+    local_pods_rank_table,
+    wait_for_completed,
+    write_json_atomically,
+)
 
 POD_ENV = {"MS_ROLE": "MS_WORKER", "MS_SCHED_HOST": "10.96.0.12", "MS_SCHED_PORT": "2222", "MS_WORKER_NUM": "16",
            "MS_LOCAL_WORKER": "8", "MS_NODE_RANK": "1", "RANK_TABLE_FILE": "/user/serverid/devindex/config/hccl.json",

@@ -8,6 +8,8 @@ import importlib.metadata
 import importlib.util
 import sys
 
+from . import defaults
+
 INSTALL_HINT = ("install the trainer extra: pip install 'ascend-hybrid[trainer]' (MindSpore 2.10.0 and numpy "
                 "1.26.4; on Ascend use the MindSpore wheel that matches the image's CANN toolkit)")
 
@@ -35,20 +37,21 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--tensor", type=int, default=1, help="tensor-parallel degree (CPU refuses > 1)")
     local.add_argument("--pipeline", type=int, default=1, help="pipeline degree (CPU refuses > 1)")
     local.add_argument("--expert", type=int, default=1, help="expert-parallel degree (CPU refuses > 1)")
-    local.add_argument("--preset", default="tiny", help="model preset: tiny, gpt-1b, moe-100b (default tiny)")
+    local.add_argument("--preset", default=defaults.MODEL["preset"],
+                       help=f"model preset: tiny, gpt-1b, moe-100b (default {defaults.MODEL['preset']})")
     local.add_argument("--layers", type=int, help="override the preset's layer count")
     local.add_argument("--experts", type=int, help="override the preset's MoE experts (0 = dense)")
     local.add_argument("--top-k", type=int, help="experts per token (MoE)")
-    local.add_argument("--steps", type=int, default=20)
-    local.add_argument("--seed", type=int, default=0)
+    local.add_argument("--steps", type=int, default=defaults.TRAINING["steps"])
+    local.add_argument("--seed", type=int, default=defaults.TRAINING["seed"])
     local.add_argument("--global-batch", type=int, help="samples per step over all ranks (default: data)")
-    local.add_argument("--seq-length", type=int, default=32)
-    local.add_argument("--learning-rate", type=float, default=1e-3)
+    local.add_argument("--seq-length", type=int, default=defaults.TRAINING["seqLength"])
+    local.add_argument("--learning-rate", type=float, default=defaults.TRAINING["learningRate"])
     local.add_argument("--dataset", help="token data: a .npy file (2-D samples or 1-D stream) or a .mindrecord "
                                          "file with an input_ids column; default: synthetic tokens")
     local.add_argument("--checkpoint-dir", help="keep checkpoints here (and resume from them); default: a "
                                                 "temporary directory removed at exit")
-    local.add_argument("--checkpoint-every", type=int, default=100)
+    local.add_argument("--checkpoint-every", type=int, default=defaults.CHECKPOINT["everySteps"])
     local.add_argument("--metrics-port", type=int, help="metrics port of pod 0; pod p uses port + p (default 9400; "
                                                         "0: free ports chosen by the kernel)")
     local.add_argument("--workdir", help="where job.json and hccl.json are written (kept); default: temporary")

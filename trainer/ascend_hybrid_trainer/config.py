@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
+
+from . import defaults
 
 # Same numbers as the operator's presets (design §3); the trainer keeps its own copy because it never imports the
 # operator package (the contract is env + files).
@@ -20,11 +23,11 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "moe-100b": {"layers": 64, "hidden": 5120, "heads": 40, "ffnHidden": 20480, "vocab": 64000, "experts": 8,
                  "topK": 2},
 }
-DEFAULT_TOP_K = 2
+DEFAULT_TOP_K = 2  # custom models' and presets' default, as in the operator's rules.effective_model
 DEFAULT_CAPACITY_FACTOR = 1.25
 DEFAULT_AUX_LOSS_WEIGHT = 0.01
 DEFAULT_CHECKPOINT_DIR = "/checkpoints"
-DEFAULT_CHECKPOINT_EVERY = 100
+DEFAULT_CHECKPOINT_EVERY = defaults.CHECKPOINT["everySteps"]
 DEFAULT_METRICS_PORT = 9400
 DEFAULT_LOG_EVERY = 10
 
@@ -35,12 +38,12 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Parallelism:
-    data: int = 1
-    tensor: int = 1
-    pipeline: int = 1
-    expert: int = 1
-    expert_placement: str = "dataParallel"
-    micro_batches: int = 1
+    data: int = defaults.PARALLELISM["data"]
+    tensor: int = defaults.PARALLELISM["tensor"]
+    pipeline: int = defaults.PARALLELISM["pipeline"]
+    expert: int = defaults.PARALLELISM["expert"]
+    expert_placement: str = defaults.PARALLELISM["expertPlacement"]
+    micro_batches: int = defaults.PARALLELISM["pipeline"]  # = pipeline
 
     @property
     def world_size(self) -> int:
@@ -70,13 +73,13 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    steps: int = 1000
+    steps: int = defaults.TRAINING["steps"]
     global_batch_size: int = 1
-    seq_length: int = 128
-    learning_rate: float = 1e-3
-    seed: int = 0
-    recompute: bool = False
-    optimizer_shard: bool = False
+    seq_length: int = defaults.TRAINING["seqLength"]
+    learning_rate: float = defaults.TRAINING["learningRate"]
+    seed: int = defaults.TRAINING["seed"]
+    recompute: bool = defaults.TRAINING["recompute"]
+    optimizer_shard: bool = defaults.TRAINING["optimizerShard"]
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     checkpoint_claim: str | None = None
 
@@ -93,13 +96,14 @@ class RunConfig:
 
 
 def parse_parallelism(raw: Mapping[str, Any]) -> Parallelism:
-    pipeline = int(raw.get("pipeline") or 1)
-    placement = raw.get("expertPlacement") or "dataParallel"
+    raw = {**defaults.PARALLELISM, **{key: value for key, value in raw.items() if value is not None}}
+    pipeline = int(raw["pipeline"])
+    placement = raw["expertPlacement"]
     if placement not in ("dataParallel", "intraNode"):
         raise ConfigError(f"parallelism.expertPlacement={placement!r}: must be dataParallel or intraNode")
     degrees = Parallelism(
-        data=int(raw.get("data") or 1), tensor=int(raw.get("tensor") or 1), pipeline=pipeline,
-        expert=int(raw.get("expert") or 1), expert_placement=placement,
+        data=int(raw["data"]), tensor=int(raw["tensor"]), pipeline=pipeline,
+        expert=int(raw["expert"]), expert_placement=placement,
         micro_batches=int(raw.get("microBatches") or pipeline),
     )
     for name in ("data", "tensor", "pipeline", "expert", "micro_batches"):
@@ -109,7 +113,7 @@ def parse_parallelism(raw: Mapping[str, Any]) -> Parallelism:
 
 
 def parse_model(raw: Mapping[str, Any]) -> ModelConfig:
-    preset = raw.get("preset") or "tiny"
+    preset = raw.get("preset") or defaults.MODEL["preset"]
     if preset != "custom" and preset not in MODEL_PRESETS:
         raise ConfigError(f"model.preset={preset!r}: must be one of {', '.join(MODEL_PRESETS)} or custom")
     explicit = {key: value for key, value in raw.items() if value is not None and key != "preset"}
@@ -135,17 +139,18 @@ def parse_model(raw: Mapping[str, Any]) -> ModelConfig:
 
 
 def parse_training(raw: Mapping[str, Any], degrees: Parallelism) -> TrainingConfig:
-    checkpoint = raw.get("checkpoint") or {}
+    checkpoint = {**defaults.CHECKPOINT, **(raw.get("checkpoint") or {})}
+    given = {**defaults.TRAINING, **{key: value for key, value in raw.items() if value is not None}}
     training = TrainingConfig(
-        steps=int(raw.get("steps") or 1000),
+        steps=int(given["steps"]),
         # The operator's default global batch: one sample per DP rank and micro-batch (design §3 / api.py).
-        global_batch_size=int(raw.get("globalBatchSize") or degrees.data * degrees.micro_batches),
-        seq_length=int(raw.get("seqLength") or 128),
-        learning_rate=float(raw.get("learningRate") or 1e-3),
-        seed=int(raw.get("seed") or 0),
-        recompute=bool(raw.get("recompute", False)),
-        optimizer_shard=bool(raw.get("optimizerShard", False)),
-        checkpoint_every=int(checkpoint.get("everySteps") or DEFAULT_CHECKPOINT_EVERY),
+        global_batch_size=int(given.get("globalBatchSize") or degrees.data * degrees.micro_batches),
+        seq_length=int(given["seqLength"]),
+        learning_rate=float(given["learningRate"]),
+        seed=int(given["seed"]),
+        recompute=bool(given["recompute"]),
+        optimizer_shard=bool(given["optimizerShard"]),
+        checkpoint_every=int(checkpoint["everySteps"]),
         checkpoint_claim=checkpoint.get("claimName") or None,
     )
     per_step_split = degrees.data * degrees.micro_batches

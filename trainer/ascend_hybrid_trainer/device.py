@@ -8,7 +8,7 @@ import os
 import re
 import shutil
 import subprocess
-from typing import Mapping
+from collections.abc import Mapping
 
 from .config import ConfigError
 

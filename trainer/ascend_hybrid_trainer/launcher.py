@@ -13,8 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .config import ConfigError, load_run_config
 from .device import detect_device_target, logical_device_id, visible_devices

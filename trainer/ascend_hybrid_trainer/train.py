@@ -10,8 +10,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import mindspore as ms
 from mindspore import Tensor, nn, ops
@@ -39,7 +39,7 @@ class WorkerIdentity:
         return self.world_size > 1
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "WorkerIdentity":
+    def from_env(cls, env: Mapping[str, str]) -> WorkerIdentity:
         device = env.get("DEVICE_ID")
         return cls(rank=int(env.get("RANK_ID") or env.get("MS_NODE_ID") or 0),
                    world_size=int(env.get("RANK_SIZE") or env.get("MS_WORKER_NUM") or 1),

@@ -16,10 +16,12 @@ import argparse
 import subprocess
 import sys
 
-from .. import toolchain
-from . import cluster, fleet, prometheus
-from .nodes import PROFILES
-from .waiting import WaitTimeout
+from . import cluster
+from .controlplane import toolchain
+from .kube.waiting import WaitTimeout
+from .nodes import fleet
+from .nodes.manifests import PROFILES
+from .telemetry import prometheus
 
 EXPECTED_ERRORS = (RuntimeError, ValueError, FileNotFoundError, WaitTimeout, subprocess.TimeoutExpired)
 

@@ -12,15 +12,29 @@ from pathlib import Path
 
 from kubernetes import client
 
-from .. import toolchain
-from . import fleet, kwokctl, ports, processes, prometheus, runtime_default, runtime_helper, telemetrysim
-from .kubeapi import api_client
-from .nodes import nodes_per_rack, plan_nodes, profile
-from .paths import (POD_NETWORK, DEFAULT_NAME, ClusterPaths, Settings, cluster_paths, free_pod_cidr, load_settings,
-                    other_pod_cidrs, save_settings)
-from .waiting import wait_until
+from .controlplane import kwokctl, ports, toolchain
+from .kube import processes
+from .kube.client import api_client
+from .kube.waiting import wait_until
+from .nodes import fleet
+from .nodes.manifests import nodes_per_rack, plan_nodes, profile
+from .paths import (
+    DEFAULT_NAME,
+    POD_NETWORK,
+    ClusterPaths,
+    Settings,
+    cluster_paths,
+    free_pod_cidr,
+    load_settings,
+    other_pod_cidrs,
+    save_settings,
+)
+from .runtime import default as runtime_default
+from .runtime import helper as runtime_helper
+from .telemetry import exporter as telemetrysim
+from .telemetry import prometheus
 
-DEVICE_PLUGIN_MODULE = "ascend_hybrid.devcluster.deviceplugin"
+DEVICE_PLUGIN_MODULE = "ascend_hybrid.devcluster.deviceplugin.plugin"
 
 
 def core_api(paths: ClusterPaths) -> client.CoreV1Api:

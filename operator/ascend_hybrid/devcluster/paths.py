@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import processes
+from .kube import processes
 
 DEFAULT_NAME = "ahj"
 CLUSTERS_ENV = "AHJ_CLUSTERS_DIR"

@@ -1,0 +1,65 @@
+"""What a reconcile pass asks the shell to do: one small frozen type per kind of action (pure data).
+
+`reconcile.decide` returns them in order; `controller/reconciler.py` dispatches on the type. Nothing here talks to
+the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .placement import GangRequest
+
+
+@dataclass(frozen=True)
+class EnsureChildren:
+    """Apply the Services and ConfigMaps of the job (server-side apply; idempotent)."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """Place the gang of the current attempt on the cluster's inventory (the shell holds the one inventory)."""
+
+    request: GangRequest
+
+
+@dataclass(frozen=True)
+class PodToCreate:
+    manifest: dict
+    node: str    # the node the placement chose (also in the manifest's required node affinity)
+    chips: int   # NPUs it takes there, promised until the watch shows the pod
+
+
+@dataclass(frozen=True)
+class CreatePods:
+    pods: tuple[PodToCreate, ...]
+
+
+@dataclass(frozen=True)
+class RemoveGates:
+    pods: tuple[tuple[str, tuple[str, ...]], ...]  # (pod name, its gates as observed)
+
+
+@dataclass(frozen=True)
+class DeletePods:
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WriteRankTable:
+    table: dict
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """The TTL after the job finished has run out."""
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+Action = EnsureChildren | Place | CreatePods | RemoveGates | DeletePods | WriteRankTable | DeleteJob | PostEvent

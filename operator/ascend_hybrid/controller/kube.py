@@ -1,0 +1,176 @@
+"""The only module of the operator that talks to the Kubernetes API.
+
+Blocking calls of the official client, made from worker threads (never from the event loop). Transient
+errors (409 on updates, 429, 5xx, connection resets) are retried with exponential backoff; the rest raise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from .. import api, names
+from ..podview import holds_npus
+from .metrics import API_CALLS
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RETRIED_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+APPLY = {"field_manager": names.FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient | None = None, *, attempts: int = 6,
+                 first_backoff_seconds: float = 0.2):
+        self.attempts, self.first_backoff_seconds = attempts, first_backoff_seconds
+        self.client = api_client or client.ApiClient()
+        self.core = client.CoreV1Api(self.client)
+        self.custom = client.CustomObjectsApi(self.client)
+        self.extensions = client.ApiextensionsV1Api(self.client)
+
+    @classmethod
+    def from_environment(cls, kubeconfig: str | None = None, *, parallel_calls: int = 16, **options) -> Kube:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig)
+        else:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+        configuration = client.Configuration.get_default_copy()
+        configuration.connection_pool_maxsize = parallel_calls  # one connection per concurrent pod call
+        return cls(client.ApiClient(configuration), **options)
+
+    def _call(self, verb: str, resource: str, fn: Callable[..., T], *args, ok: tuple[int, ...] = (), **kwargs) -> T | None:
+        """One API call with retries; statuses in `ok` mean "already done" and return None."""
+        delay = self.first_backoff_seconds
+        for attempt in range(1, self.attempts + 1):
+            API_CALLS.labels(verb=verb, resource=resource).inc()
+            try:
+                return fn(*args, **kwargs)
+            except ApiException as error:
+                if error.status in ok:
+                    return None
+                if error.status not in RETRIED_STATUSES or attempt == self.attempts:
+                    raise
+                retry_after = (error.headers or {}).get("Retry-After") if error.headers else None
+                wait = float(retry_after) if retry_after and retry_after.isdigit() else delay
+                log.info("%s %s: %s %s; retry %d in %.1fs", verb, resource, error.status, error.reason, attempt, wait)
+            except (urllib3.exceptions.HTTPError, ConnectionError) as error:
+                if attempt == self.attempts:
+                    raise
+                wait = delay
+                log.info("%s %s: %s; retry %d in %.1fs", verb, resource, error, attempt, wait)
+            time.sleep(wait)
+            delay = min(delay * 2, 5.0)
+        raise AssertionError("unreachable")
+
+    # -- the job ---------------------------------------------------------------------------------------------
+    def crd_installed(self) -> bool:
+        try:
+            self.extensions.read_custom_resource_definition(f"{api.PLURAL}.{api.GROUP}")
+            return True
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+
+    def get_job(self, namespace: str, name: str) -> dict | None:
+        return self._call("get", api.PLURAL, self.custom.get_namespaced_custom_object,
+                          api.GROUP, api.VERSION, namespace, api.PLURAL, name, ok=(404,))
+
+    def patch_job_status(self, namespace: str, name: str, old: dict, new: dict) -> dict | None:
+        """Merge-patches the status; keys the new status dropped are sent as null so they really go."""
+        patch = {key: new.get(key) for key in set(old) | set(new) if old.get(key) != new.get(key)}
+        if not patch:
+            return None
+        return self._call("patch", f"{api.PLURAL}/status", self.custom.patch_namespaced_custom_object_status,
+                          api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": patch}, ok=(404,))
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        self._call("delete", api.PLURAL, self.custom.delete_namespaced_custom_object,
+                   api.GROUP, api.VERSION, namespace, api.PLURAL, name,
+                   body=client.V1DeleteOptions(propagation_policy="Background"), ok=(404,))
+
+    # -- children --------------------------------------------------------------------------------------------
+    def apply(self, manifest: dict) -> dict:
+        """Server-side apply of a Service or ConfigMap with our field manager; returns the live object."""
+        kind, meta = manifest["kind"], manifest["metadata"]
+        patch = {"Service": self.core.patch_namespaced_service,
+                 "ConfigMap": self.core.patch_namespaced_config_map}[kind]
+        result = self._call("apply", kind.lower() + "s", patch, meta["name"], meta["namespace"], manifest, **APPLY)
+        return self.client.sanitize_for_serialization(result)
+
+    def read_config_map(self, namespace: str, name: str) -> dict | None:
+        result = self._call("get", "configmaps", self.core.read_namespaced_config_map, name, namespace, ok=(404,))
+        return None if result is None else self.client.sanitize_for_serialization(result)
+
+    def create_pod(self, manifest: dict) -> None:
+        """Creates a pod; one that already exists (an earlier pass or operator process made it) is fine."""
+        self._call("create", "pods", self.core.create_namespaced_pod, manifest["metadata"]["namespace"], manifest,
+                   field_manager=names.FIELD_MANAGER, ok=(409,))
+
+    def remove_gate(self, namespace: str, name: str, gates: list[str]) -> None:
+        """Removes the gang gate (one call): the scheduler may then bind the pod to the node its affinity names.
+
+        The JSON patch first tests that the gates are still the ones observed, so a concurrent change makes it
+        fail (422) instead of dropping someone else's gate; the next pass reads the pod again."""
+        kept = [{"name": gate} for gate in gates if gate != names.GANG_GATE]
+        patch = [{"op": "test", "path": "/spec/schedulingGates", "value": [{"name": gate} for gate in gates]},
+                 {"op": "replace", "path": "/spec/schedulingGates", "value": kept}]
+        self._call("patch", "pods", self.core.patch_namespaced_pod, name, namespace, patch, ok=(404, 422))
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self._call("delete", "pods", self.core.delete_namespaced_pod, name, namespace, ok=(404,))
+
+    # -- cluster-wide reads for placement when kopf watches only some namespaces -------------------------------
+    def list_npu_pods(self) -> list[dict]:
+        """Every non-terminal pod of the cluster that asks for NPUs (one list per placement, not per pass)."""
+        answer = self._call("list", "pods", self.core.list_pod_for_all_namespaces,
+                            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False)
+        return [pod for pod in json.loads(answer.data)["items"] if holds_npus(pod.get("spec") or {})]
+
+    def list_device_infos(self, namespace: str, label_selector: str) -> list[dict]:
+        answer = self._call("list", "configmaps", self.core.list_namespaced_config_map, namespace,
+                            label_selector=label_selector, _preload_content=False)
+        return json.loads(answer.data)["items"]
+
+    # -- events ----------------------------------------------------------------------------------------------
+    def post_event(self, job: dict, event_type: str, reason: str, message: str) -> None:
+        meta = job["metadata"]
+        now = datetime.now(UTC)
+        body = {
+            "metadata": {"name": f"{meta['name']}.{now.strftime('%Y%m%d%H%M%S%f')}.{reason.lower()}"[:253],
+                         "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": api.KIND, "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta["uid"],
+                               "resourceVersion": meta.get("resourceVersion")},
+            "reason": reason, "message": message[:1024], "type": event_type, "count": 1,
+            "firstTimestamp": now.isoformat(), "lastTimestamp": now.isoformat(),
+            "source": {"component": names.FIELD_MANAGER},
+            "reportingComponent": names.FIELD_MANAGER, "reportingInstance": names.FIELD_MANAGER,
+        }
+        self._call("create", "events", self.core.create_namespaced_event, meta["namespace"], body, ok=(409,))
+
+
+def rank_table_of(config_map: dict | None) -> dict | None:
+    if config_map is None:
+        return None
+    try:
+        return json.loads((config_map.get("data") or {}).get("hccl.json") or "{}")
+    except ValueError:
+        return {}
+
+
+def service_ip(service: dict | None) -> str | None:
+    ip = ((service or {}).get("spec") or {}).get("clusterIP")
+    return ip if ip and ip != "None" else None

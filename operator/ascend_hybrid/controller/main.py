@@ -1,0 +1,86 @@
+"""`ascend-hybrid run`: the composition root of the operator — settings → Kube, Controller, loops, kopf.run."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from .settings import OperatorSettings
+
+EXIT_NOT_READY = 2
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("run", help="run the operator")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", "-n", action="append", default=[], help="watch this namespace (repeatable)")
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (default)")
+    defaults = OperatorSettings()
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    parser.add_argument("--metrics-port", type=int, default=defaults.metrics_port, help="Prometheus /metrics port (0: off)")
+    parser.add_argument("--health-port", type=int, default=defaults.health_port, help="liveness /healthz port (0: off)")
+    parser.add_argument("--bind-address", default=defaults.bind_address, help="address of the metrics and health endpoints")
+    parser.add_argument("--workers", type=int, default=defaults.workers, help="reconcile worker threads")
+    parser.add_argument("--node-grace-seconds", type=float, default=defaults.node_grace_seconds,
+                        help="how long a node may stay NotReady before its jobs restart elsewhere")
+    parser.add_argument("--prometheus-url", help="read progress and NPU utilization from this Prometheus "
+                        "(npu-exporter and trainer series); default: scrape the trainer pods' :9400 endpoints")
+    parser.add_argument("--telemetry-interval", type=float, default=defaults.telemetry_interval,
+                        help="seconds between progress/utilization readings of each running job")
+    parser.add_argument("--log-level", default=defaults.log_level, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    parser.set_defaults(func=run)
+
+
+def settings_from(args) -> OperatorSettings:
+    return OperatorSettings(
+        namespaces=tuple(args.namespace), kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
+        health_port=args.health_port, bind_address=args.bind_address, workers=args.workers,
+        node_grace_seconds=args.node_grace_seconds, prometheus_url=args.prometheus_url,
+        telemetry_interval=args.telemetry_interval, log_level=args.log_level)
+
+
+def run(args) -> int:
+    import kopf
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+    from prometheus_client import start_http_server
+
+    from . import handlers  # noqa: F401 - registers the kopf handlers
+    from .kube import Kube
+    from .metrics import publishing_loop
+    from .reconciler import Controller
+    from .telemetry import TelemetrySource, sampling_loop
+
+    settings = settings_from(args)
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.log_level != "DEBUG":
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled event drowns the rest
+    if settings.kubeconfig:
+        os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's own login reads it too
+    try:
+        kube = Kube.from_environment(settings.kubeconfig, parallel_calls=settings.parallel_calls,
+                                     attempts=settings.api_attempts,
+                                     first_backoff_seconds=settings.first_backoff_seconds)
+        installed = kube.crd_installed()
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+        print(f"error: cannot reach the Kubernetes API: {str(error).splitlines()[0]}", file=sys.stderr)
+        return EXIT_NOT_READY
+    except Exception as error:  # noqa: BLE001 - a broken kubeconfig must be one line, not a traceback
+        print(f"error: cannot load Kubernetes credentials: {error}", file=sys.stderr)
+        return EXIT_NOT_READY
+    if not installed:
+        print("error: the AscendHybridJob CRD is not installed; install it with "
+              "`kubectl apply --server-side -f crds/` or `helm install ascend-hybrid charts/ascend-hybrid-operator`",
+              file=sys.stderr)
+        return EXIT_NOT_READY
+    controller = Controller(kube, settings=settings)
+    source = TelemetrySource(settings.prometheus_url, timeout_seconds=settings.telemetry_http_timeout)
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, addr=settings.bind_address)
+    controller.start(publishing_loop(controller), sampling_loop(controller, source, settings.telemetry_interval))
+    liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
+    memo = kopf.Memo(controller=controller, node_signatures={})
+    kopf.run(standalone=True, clusterwide=settings.watches_cluster, namespaces=list(settings.namespaces),
+             liveness_endpoint=liveness, memo=memo)
+    return 0

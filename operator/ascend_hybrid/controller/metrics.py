@@ -1,0 +1,70 @@
+"""The operator's Prometheus metrics (served on --metrics-port, default :8080/metrics)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from ..conditions import parse_time
+
+SECONDS_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+
+JOBS = Gauge("ascend_hybrid_jobs", "AscendHybridJobs by phase", ["namespace", "phase"])
+JOBS_PENDING = Gauge("ascend_hybrid_jobs_pending", "Jobs waiting for placement, by reason", ["reason"])
+TIME_TO_RUNNING = Histogram("ascend_hybrid_job_time_to_running_seconds",
+                            "From the job's creation (or its attempt's placement) to Running with the rank table completed",
+                            buckets=SECONDS_BUCKETS)
+PLACEMENT_SECONDS = Histogram("ascend_hybrid_placement_seconds", "Time to compute one gang placement",
+                              buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 5))
+RANK_TABLE_SECONDS = Histogram("ascend_hybrid_rank_table_seconds",
+                               "From the gang's release to the rank table completed", buckets=SECONDS_BUCKETS)
+RESTARTS = Counter("ascend_hybrid_job_restarts_total", "Whole-gang restarts", ["namespace", "reason"])
+RECONCILE_ERRORS = Counter("ascend_hybrid_reconcile_errors_total", "Reconcile passes that raised", ["namespace"])
+API_CALLS = Counter("ascend_hybrid_api_calls_total", "Kubernetes API calls made by the operator", ["verb", "resource"])
+PODS_CREATED = Counter("ascend_hybrid_pods_created_total", "Pods the operator created")
+
+
+def record_transition(namespace: str, job: dict, old: dict, new: dict) -> None:
+    """Time to running, rank-table latency and restarts, counted when a job's phase changes."""
+    before, after = old.get("phase"), new.get("phase")
+    if after == before:
+        return
+    conditions = {c["type"]: c for c in new.get("conditions", [])}
+    if after == "Running":
+        now = datetime.now(UTC)
+        created = parse_time(job["metadata"].get("creationTimestamp"))
+        if created and int(new.get("attempt") or 1) == 1:
+            TIME_TO_RUNNING.observe((now - created).total_seconds())
+        placed = conditions.get("Placed")
+        released = parse_time(placed.get("lastTransitionTime")) if placed else None
+        if released:
+            RANK_TABLE_SECONDS.observe((now - released).total_seconds())
+    if after == "Restarting":
+        RESTARTS.labels(namespace=namespace, reason=(conditions.get("Restarting") or {}).get("reason", "Unknown")).inc()
+
+
+def publish_job_gauges(records) -> None:
+    """`ascend_hybrid_jobs{namespace,phase}` and `ascend_hybrid_jobs_pending{reason}` from (key, JobRecord) pairs."""
+    counts: dict[tuple[str, str], int] = {}
+    pending: dict[str, int] = {}
+    for (namespace, _), record in records:
+        counts[(namespace, record.phase)] = counts.get((namespace, record.phase), 0) + 1
+        if record.phase == "Pending":
+            pending[record.pending_reason] = pending.get(record.pending_reason, 0) + 1
+    JOBS.clear()
+    for (namespace, phase), count in counts.items():
+        JOBS.labels(namespace=namespace, phase=phase).set(count)
+    JOBS_PENDING.clear()
+    for reason, count in pending.items():
+        JOBS_PENDING.labels(reason=reason).set(count)
+
+
+def publishing_loop(controller, interval: float = 5.0) -> Callable[[], None]:
+    def metrics() -> None:
+        while not controller.queue.closed:
+            publish_job_gauges(list(controller.jobs.items()))
+            time.sleep(interval)
+    return metrics

@@ -1,0 +1,367 @@
+"""The reconcile shell: observes a job, asks `reconcile.decide`, executes the actions through `kube`.
+
+Worker threads take job keys from a WorkQueue, so the blocking client never runs on kopf's event loop.
+Placement is serialised by one lock over one inventory (kopf indexes plus chips promised to gangs whose pods
+the watch has not shown yet), so two jobs never get the same chips. Everything the process remembers of one
+job lives in its `JobRecord`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from .. import names, render
+from ..actions import (
+    CreatePods,
+    DeleteJob,
+    DeletePods,
+    EnsureChildren,
+    Place,
+    PodToCreate,
+    PostEvent,
+    RemoveGates,
+    WriteRankTable,
+)
+from ..ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE, device_infos_by_node
+from ..inventory import build_inventory
+from ..placement import place
+from ..progress import Sample
+from ..reconcile import FAST_REQUEUE_SECONDS, Decision, Observed, decide, record_placement
+from ..rules import SpecError, parse
+from ..summary import node_domains
+from . import metrics
+from .kube import Kube, rank_table_of, service_ip
+from .settings import OperatorSettings
+from .workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+JobKey = tuple[str, str]
+
+
+class Next(enum.Enum):
+    """What a pass does after executing one decision."""
+
+    DECIDE_AGAIN = "decide again"    # nothing it did needs the watch to show it
+    WAIT = "wait"                    # requeue after the decision's delay (or the next event)
+    FORGET = "forget"                # the job was deleted
+
+
+@dataclass
+class JobRecord:
+    """What this process knows of one job beyond the API objects; dropped when the job goes."""
+
+    phase: str = "Pending"
+    attempt: int = 1
+    pending_reason: str = "Waiting"
+    failures: int = 0                           # consecutive passes that raised
+    last_written: str | None = None             # resourceVersion of our last status patch
+    sample: Sample | None = None                # latest telemetry of the current attempt
+    promised: dict[str, tuple[str, int]] = field(default_factory=dict)  # pod name → (node, chips) not yet seen
+    children_generation: int | None = None      # generation whose Services and ConfigMaps are applied
+    sched_ip: str | None = None
+    rank_table: dict | None = None
+    rank_table_read: bool = False
+    in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
+
+    def recent(self, horizon_seconds: float) -> frozenset[str]:
+        horizon = time.monotonic() - horizon_seconds
+        for name, since in list(self.in_flight.items()):
+            if since < horizon:
+                del self.in_flight[name]
+        return frozenset(self.in_flight)
+
+    def touched(self, pod_names: Iterable[str]) -> None:
+        now = time.monotonic()
+        self.in_flight.update((name, now) for name in pod_names)
+
+
+@dataclass
+class Indexes:
+    """The kopf indexes as plain lists (copied: kopf writes them on its loop thread while workers read)."""
+
+    nodes: Callable[[], list[dict]]
+    npu_pods: Callable[[], list[dict]]
+    job_pods: Callable[[JobKey], list[dict]]
+    device_infos: Callable[[], list[dict]]
+
+
+@dataclass
+class Controller:
+    kube: Kube
+    indexes: Indexes | None = None  # bound by the kopf startup handler before any job is enqueued
+    settings: OperatorSettings = field(default_factory=OperatorSettings)
+    queue: WorkQueue = field(default_factory=WorkQueue)
+    placement_lock: threading.Lock = field(default_factory=threading.Lock)
+    jobs: dict[JobKey, JobRecord] = field(default_factory=dict)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    pool: ThreadPoolExecutor | None = None
+
+    def __post_init__(self) -> None:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.settings.parallel_calls, "ahj-api")
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def start(self, *loops: Callable[[], None]) -> None:
+        """Starts the workers and any background loops (telemetry, metrics) handed in by main."""
+        for loop in loops:
+            threading.Thread(target=loop, name=f"ahj-{loop.__name__.strip('_')}", daemon=True).start()
+        for number in range(self.settings.workers):
+            thread = threading.Thread(target=self._work, name=f"ahj-worker-{number}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self.queue.close()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def record_of(self, key: JobKey) -> JobRecord:
+        record = self.jobs.get(key)
+        if record is None:
+            record = self.jobs.setdefault(key, JobRecord())
+        return record
+
+    def enqueue(self, key: JobKey, delay: float = 0.2) -> None:
+        self.queue.add(key, delay)
+
+    def wrote_last(self, key: JobKey, resource_version: str | None) -> bool:
+        """Whether this version of the job is the one this process's last status patch produced."""
+        record = self.jobs.get(key)
+        return resource_version is not None and record is not None and record.last_written == resource_version
+
+    def wake_pending(self) -> None:
+        """Capacity may have changed: let every job that waits for placement try again."""
+        for key, record in list(self.jobs.items()):
+            if record.phase == "Pending":
+                self.queue.add(key, 0.5)
+
+    def wake_all(self) -> None:
+        """A node went NotReady: every job may have a pod there."""
+        for key in list(self.jobs):
+            self.queue.add(key, 0.5)
+
+    def _work(self) -> None:
+        backoff = self.settings.error_backoff_seconds
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                delay = self.reconcile(key)
+                if key in self.jobs:
+                    self.jobs[key].failures = 0
+            except Exception:
+                record = self.record_of(key)
+                delay = backoff[min(record.failures, len(backoff) - 1)]
+                record.failures += 1
+                metrics.RECONCILE_ERRORS.labels(namespace=key[0]).inc()
+                log.exception("reconcile %s/%s failed; retrying in %ss", key[0], key[1], delay)
+            finally:
+                self.queue.done(key)
+            if delay is not None:
+                self.queue.add(key, delay)
+
+    # -- one pass ---------------------------------------------------------------------------------------------
+    def reconcile(self, key: JobKey) -> float | None:
+        namespace, name = key
+        job = self.kube.get_job(namespace, name)
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            self.forget(key)
+            return None
+        for _ in range(self.settings.max_steps_per_pass):
+            observed = self.observe(key, job)
+            decision = decide(observed)
+            old_status = job.get("status") or {}
+            after = self.execute(key, job, observed, decision)
+            patched = self.kube.patch_job_status(namespace, name, old_status, decision.status)
+            self.record(key, job, old_status, decision.status)
+            if patched is not None:
+                job = patched
+                self.record_of(key).last_written = patched["metadata"].get("resourceVersion")
+            else:
+                job = {**job, "status": decision.status}
+            if after is Next.FORGET:
+                self.forget(key)
+                return None
+            if after is Next.WAIT:
+                return decision.requeue_after
+        return FAST_REQUEUE_SECONDS
+
+    def observe(self, key: JobKey, job: dict) -> Observed:
+        try:
+            effective, problems = parse(job), ()
+        except SpecError as error:
+            effective, problems = None, tuple(error.problems)
+        record = self.record_of(key)
+        if not record.rank_table_read:
+            record.rank_table = rank_table_of(self.kube.read_config_map(key[0], names.rank_table_config_map(key[1])))
+            record.rank_table_read = True
+        nodes = {node["metadata"]["name"]: node for node in self.indexes.nodes()}
+        return Observed(
+            job=job, effective=effective, spec_problems=problems, pods=tuple(self.indexes.job_pods(key)),
+            rank_table=record.rank_table, children_ready=record.children_generation == job["metadata"].get("generation"),
+            sched_ip=record.sched_ip, nodes=nodes, now=datetime.now(UTC),
+            node_grace_seconds=self.settings.node_grace_seconds,
+            in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample,
+            device_infos=device_infos_by_node(self.indexes.device_infos()),
+        )
+
+    def execute(self, key: JobKey, job: dict, observed: Observed, decision: Decision) -> Next:
+        namespace, name = key
+        record = self.record_of(key)
+        after = Next.WAIT
+        for action in decision.actions:
+            if not isinstance(action, PostEvent):
+                log.info("%s/%s: %s", namespace, name, _describe(action))
+            match action:
+                case PostEvent():
+                    self.kube.post_event(job, action.type, action.reason, action.message)
+                case EnsureChildren():
+                    self.ensure_children(key, job, observed)
+                    after = Next.DECIDE_AGAIN
+                case Place():
+                    if self.place(key, job, observed, decision, action):
+                        after = Next.DECIDE_AGAIN
+                case CreatePods():
+                    self.promise(key, action.pods)
+                    self.each(self.kube.create_pod, [pod.manifest for pod in action.pods])
+                    metrics.PODS_CREATED.inc(len(action.pods))
+                    record.touched(pod.manifest["metadata"]["name"] for pod in action.pods)
+                case RemoveGates():
+                    self.each(lambda pod: self.kube.remove_gate(namespace, *pod), action.pods)
+                    record.touched(pod_name for pod_name, _ in action.pods)
+                case DeletePods():
+                    self.each(lambda pod_name: self.kube.delete_pod(namespace, pod_name), action.names)
+                case WriteRankTable():
+                    self.kube.apply(render.rank_table_config_map(name, namespace, job["metadata"]["uid"],
+                                                                 action.table))
+                    record.rank_table = action.table
+                case DeleteJob():
+                    self.kube.delete_job(namespace, name)
+                    return Next.FORGET
+        return after
+
+    def each(self, call: Callable, items) -> None:
+        """One API call per item, `parallel_calls` at a time: a 128-pod gang is created and released in a burst.
+        Every call is made (and retried) before the first error, if any, is raised."""
+        results = list(self.pool.map(lambda item: _outcome(call, item), items))
+        for error in results:
+            if error is not None:
+                raise error
+
+    def ensure_children(self, key: JobKey, job: dict, observed: Observed) -> None:
+        namespace, name = key
+        uid = job["metadata"]["uid"]
+        record = self.record_of(key)
+        manifests = render.services(name, namespace, uid)
+        if observed.effective is not None:
+            manifests.append(render.job_config_map(observed.effective, namespace, uid))
+        if record.rank_table is None:
+            manifests.append(render.rank_table_config_map(name, namespace, uid))
+        live: dict[str, dict] = {}
+        self.each(lambda manifest: live.__setitem__(manifest["metadata"]["name"], self.kube.apply(manifest)), manifests)
+        if record.rank_table is None:
+            record.rank_table = {"status": "initializing"}
+        record.sched_ip = service_ip(live[names.sched_service(name)])
+        record.children_generation = job["metadata"].get("generation")
+
+    def place(self, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
+        """Places the gang under the one lock; the core records the outcome, this executes its events."""
+        effective, request = observed.effective, action.request
+        record = self.record_of(key)
+        with self.placement_lock:
+            started = time.perf_counter()
+            npu_pods, device_infos = self.cluster_holdings()
+            inventory = build_inventory(self.indexes.nodes(), npu_pods, device_infos,
+                                        reserved=self.reserved(npu_pods, exclude=key))
+            placement = place(request, inventory)
+            metrics.PLACEMENT_SECONDS.observe(time.perf_counter() - started)
+            tier = request.tier_labels[0] if request.tier_labels else ""
+            outcome = record_placement(decision.status, effective, placement, observed.now,
+                                       job["metadata"].get("generation"), node_domains(inventory, tier))
+            if placement.ok:
+                attempt = outcome.status["attempt"]
+                record.promised = {names.pod_name(key[1], attempt, index): (node, effective.per_pod)
+                                   for index, node in enumerate(placement.nodes)}
+            else:
+                record.promised = {}
+        decision.status = outcome.status
+        decision.requeue_after = outcome.requeue_after
+        for event in outcome.actions:
+            self.kube.post_event(job, event.type, event.reason, event.message)
+        return placement.ok
+
+    def promise(self, key: JobKey, pods: Iterable[PodToCreate]) -> None:
+        """Keeps the chips of pods about to be created counted until the watch shows them."""
+        promised = self.record_of(key).promised
+        for pod in pods:
+            promised[pod.manifest["metadata"]["name"]] = (pod.node, pod.chips)
+
+    def cluster_holdings(self) -> tuple[list[dict], list[dict]]:
+        """(NPU pods, device health ConfigMaps) of the whole cluster. When kopf watches only some namespaces its
+        indexes miss the NPUs held elsewhere and the kube-system ConfigMaps: those are listed cluster-wide."""
+        if self.settings.watches_cluster:
+            return self.indexes.npu_pods(), self.indexes.device_infos()
+        return (self.kube.list_npu_pods(),
+                self.kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true"))
+
+    def reserved(self, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
+        visible = {(pod["metadata"].get("namespace"), pod["metadata"]["name"]) for pod in npu_pods}
+        totals: dict[str, int] = {}
+        for key, record in list(self.jobs.items()):
+            if key == exclude:
+                continue
+            for pod_name, (node, chips) in list(record.promised.items()):
+                if (key[0], pod_name) in visible:
+                    del record.promised[pod_name]
+                else:
+                    totals[node] = totals.get(node, 0) + chips
+        return totals
+
+    def record(self, key: JobKey, job: dict, old: dict, new: dict) -> None:
+        """Bookkeeping and metrics after a status change."""
+        record = self.record_of(key)
+        record.phase = new.get("phase") or "Pending"
+        attempt = int(new.get("attempt") or 1)
+        if attempt != record.attempt:
+            record.sample = None  # a reading of the previous attempt's pods says nothing of this one
+        record.attempt = attempt
+        placed = next((c for c in new.get("conditions", []) if c["type"] == "Placed"), None)
+        if record.phase == "Pending":
+            record.pending_reason = placed["reason"] if placed and placed["status"] == "False" else "Waiting"
+        if record.phase in ("Succeeded", "Failed", "Suspended", "Restarting"):
+            record.promised = {}
+        metrics.record_transition(key[0], job, old, new)
+
+    def forget(self, key: JobKey) -> None:
+        self.jobs.pop(key, None)
+
+    def running_jobs(self) -> list[tuple[JobKey, int]]:
+        return [(key, record.attempt) for key, record in list(self.jobs.items()) if record.phase == "Running"]
+
+    def offer_sample(self, key: JobKey, attempt: int, sample: Sample) -> None:
+        """A telemetry reading of one attempt; the next pass writes it into the status."""
+        record = self.jobs.get(key)
+        if record is not None and record.attempt == attempt:
+            record.sample = sample
+            self.queue.add(key, 0.0)
+
+
+def _describe(action) -> str:
+    count = len(getattr(action, "pods", None) or getattr(action, "names", None) or ())
+    return type(action).__name__ + (f" ×{count}" if count else "")
+
+
+def _outcome(call: Callable, item) -> BaseException | None:
+    try:
+        call(item)
+        return None
+    except Exception as error:  # noqa: BLE001 - collected, then re-raised by `each`
+        return error

@@ -1,0 +1,143 @@
+"""Pure side of the simulated device plugin: which chips a pod asks for and holds, which free chips it gets,
+and the annotations the Ascend device plugin writes (design §5 and §7).
+
+The annotations on the pods are the source of truth, so a restarted plugin rebuilds its ledger from them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ..nodes.manifests import RESOURCE, ChipProfile, SimNode, chip_name, device_ip, profile
+
+CONFIG_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
+CHIPS_ANNOTATION = RESOURCE  # "Ascend910-2,Ascend910-3"
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def _quantity(value) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _container_chips(container: dict) -> int:
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    return _quantity(limits.get(RESOURCE, requests.get(RESOURCE, 0)))
+
+
+def requested_chips(pod: dict) -> int:
+    """NPUs a pod needs at once: the app containers together, or the largest init container if bigger."""
+    spec = pod.get("spec") or {}
+    running = sum(_container_chips(c) for c in spec.get("containers") or [])
+    init = max((_container_chips(c) for c in spec.get("initContainers") or []), default=0)
+    return max(running, init)
+
+
+def is_finished(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
+
+
+def device_configuration(pod: dict) -> dict | None:
+    """The parsed ascend-910-configuration annotation of a pod, None when absent or unparsable."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CONFIG_ANNOTATION)
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def held_chips(pod: dict) -> tuple[int, ...] | None:
+    """The chip ids a pod's device annotations name, or None when it carries none (or they do not parse)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(CONFIG_ANNOTATION)
+    if raw:
+        try:
+            return tuple(sorted(int(d["device_id"]) for d in json.loads(raw)["devices"]))
+        except (ValueError, KeyError, TypeError):
+            pass
+    names = annotations.get(CHIPS_ANNOTATION)
+    if names:
+        try:
+            return tuple(sorted(int(n.strip().rsplit("-", 1)[1]) for n in names.split(",") if n.strip()))
+        except (ValueError, IndexError):
+            return None
+    return None
+
+
+def choose_chips(chip: ChipProfile, free: set[int] | frozenset[int], count: int) -> tuple[int, ...] | None:
+    """Distinct free chip ids for a pod of `count` chips, or None when they do not fit.
+
+    910A: a pod of ≤ ring-size chips stays inside one HCCS ring, taking the ring with the fewest free chips that
+    still fits (best fit keeps whole rings for bigger pods). Otherwise the lowest free ids, deterministically.
+    """
+    if count < 1 or count > len(free):
+        return None
+    if chip.ring_size and count <= chip.ring_size:
+        rings = []
+        for start in range(0, chip.chips_per_node, chip.ring_size):
+            ring_free = sorted(i for i in free if start <= i < start + chip.ring_size)
+            if len(ring_free) >= count:
+                rings.append((len(ring_free), start, ring_free))
+        if not rings:
+            return None
+        return tuple(min(rings)[2][:count])
+    return tuple(sorted(free)[:count])
+
+
+def device_annotations(pod_name: str, node: SimNode, chips: tuple[int, ...]) -> dict[str, str]:
+    """What the Ascend device plugin writes on a pod once it has allocated its chips."""
+    chip = profile(node.chip)
+    devices = []
+    for chip_id in chips:
+        device = {"device_id": str(chip_id), "device_ip": device_ip(node.index, chip_id)}
+        if chip.super_pod:
+            # Unique inside the super-pod: this server's position in it times its chip count, plus the chip.
+            device["super_device_id"] = str(node.server_index * chip.chips_per_node + chip_id)
+        devices.append(device)
+    configuration = {"pod_name": pod_name, "server_id": node.ip, "devices": devices}
+    return {
+        CONFIG_ANNOTATION: json.dumps(configuration, separators=(",", ":")),
+        CHIPS_ANNOTATION: ",".join(chip_name(i) for i in chips),
+    }
+
+
+@dataclass
+class ChipLedger:
+    """Who holds which chips on which node, and which chips are out of service."""
+
+    nodes: dict[str, SimNode] = field(default_factory=dict)
+    unusable: dict[str, frozenset[int]] = field(default_factory=dict)
+    holders: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # pod uid → (node, chips)
+
+    def taken(self, node_name: str) -> set[int]:
+        return {i for name, chips in self.holders.values() if name == node_name for i in chips}
+
+    def free(self, node_name: str) -> set[int]:
+        node = self.nodes.get(node_name)
+        if node is None:
+            return set()
+        everything = set(range(profile(node.chip).chips_per_node))
+        return everything - self.taken(node_name) - set(self.unusable.get(node_name, frozenset()))
+
+    def hold(self, uid: str, node_name: str, chips: tuple[int, ...]) -> None:
+        self.holders[uid] = (node_name, tuple(chips))
+
+    def release(self, uid: str) -> tuple[str, tuple[int, ...]] | None:
+        return self.holders.pop(uid, None)
+
+    def allocate(self, uid: str, node_name: str, count: int) -> tuple[int, ...] | None:
+        """Picks and holds chips for a pod, or None when the node is unknown or has too few free chips."""
+        if uid in self.holders:
+            return self.holders[uid][1]
+        node = self.nodes.get(node_name)
+        if node is None:
+            return None
+        chips = choose_chips(profile(node.chip), self.free(node_name), count)
+        if chips is not None:
+            self.hold(uid, node_name, chips)
+        return chips

@@ -1,0 +1,119 @@
+"""The simulated nodes as API objects: create them (with their deviceinfo ConfigMaps), wait for them, fault them."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from kubernetes import client
+
+from ..kube.client import create_if_absent, raw_list, read_raw, with_retries
+from ..kube.waiting import wait_until
+from .manifests import (
+    DEVICEINFO_KEY,
+    DEVICEINFO_NAMESPACE,
+    NOT_READY_LABEL,
+    SIMULATED_LABEL,
+    SimNode,
+    chip_name,
+    deviceinfo_configmap,
+    deviceinfo_data,
+    deviceinfo_name,
+    node_manifest,
+    profile,
+    reported_unhealthy,
+    sim_node_from_manifest,
+)
+
+CREATE_WORKERS = 8
+NOT_READY_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+
+
+def simulated_nodes(core: client.CoreV1Api) -> list[dict]:
+    listing = with_retries(lambda: raw_list(core.list_node, label_selector=f"{SIMULATED_LABEL}=true"), "list nodes")
+    return listing["items"]
+
+
+def existing_sim_nodes(core: client.CoreV1Api) -> dict[int, SimNode]:
+    found = (sim_node_from_manifest(n) for n in simulated_nodes(core))
+    return {n.index: n for n in found if n is not None}
+
+
+def ready_status(node: dict) -> str | None:
+    """The Ready condition's status ("True", "False", "Unknown"), None before the node has one."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status")
+    return None
+
+
+def create_nodes(core: client.CoreV1Api, nodes: list[SimNode]) -> int:
+    """Creates the missing Nodes and deviceinfo ConfigMaps; existing ones stay as they are (faults survive
+    `up`). Returns how many Nodes were created."""
+    now = int(time.time())
+
+    def create(node: SimNode) -> bool:
+        created = create_if_absent(lambda: core.create_node(node_manifest(node)), f"node {node.name}")
+        create_if_absent(lambda: core.create_namespaced_config_map(
+            DEVICEINFO_NAMESPACE, deviceinfo_configmap(node, now=now)), f"configmap {deviceinfo_name(node.name)}")
+        return created
+
+    with ThreadPoolExecutor(CREATE_WORKERS) as pool:
+        return sum(pool.map(create, nodes))
+
+
+def wait_nodes_ready(core: client.CoreV1Api, names: set[str], timeout: float) -> None:
+    """Waits until every named node reports Ready=True (nodes held NotReady on purpose are left out)."""
+    def pending() -> list[str]:
+        return sorted(n["metadata"]["name"] for n in simulated_nodes(core)
+                      if n["metadata"]["name"] in names and ready_status(n) != "True"
+                      and (n["metadata"].get("labels") or {}).get(NOT_READY_LABEL) != "true")
+
+    def all_ready() -> bool:
+        missing = names - {n["metadata"]["name"] for n in simulated_nodes(core)}
+        return not missing and not pending()
+
+    wait_until(all_ready, timeout, f"{len(names)} nodes to turn Ready", interval=0.25,
+               describe=lambda: f"not Ready: {', '.join(pending()[:10]) or 'none'}")
+
+
+def set_node_ready(core: client.CoreV1Api, node_name: str, ready: bool, timeout: float = 60.0) -> None:
+    """Holds a node NotReady (a label the kwok stages obey) or lets it recover, then waits for the condition."""
+    label = None if ready else "true"
+    with_retries(lambda: core.patch_node(node_name, {"metadata": {"labels": {NOT_READY_LABEL: label}}}),
+                 f"label node {node_name}")
+    want = "True" if ready else "False"
+
+    def settled() -> bool:
+        node = read_raw(core.read_node, node_name)
+        if ready_status(node) != want:
+            return False
+        # Back to Ready means schedulable again: the node lifecycle controller has lifted its taints too.
+        taints = {t.get("key") for t in (node.get("spec") or {}).get("taints") or []}
+        return not ready or not taints & NOT_READY_TAINTS
+
+    wait_until(settled, timeout, f"node {node_name} to report Ready={want}"
+               + (" and lose its not-ready taints" if ready else ""))
+
+
+def set_chip_health(core: client.CoreV1Api, node_name: str, chip_id: int, healthy: bool) -> frozenset[int]:
+    """Adds or removes one chip in the node's deviceinfo ConfigMap Unhealthy list; returns the new list."""
+    node = sim_node_from_manifest(read_raw(core.read_node, node_name))
+    if node is None:
+        raise ValueError(f"{node_name} is not a simulated Ascend node")
+    chips = profile(node.chip).chips_per_node
+    if not 0 <= chip_id < chips:
+        raise ValueError(f"{node_name} has chips 0..{chips - 1}; there is no {chip_name(chip_id)}")
+    name = deviceinfo_name(node_name)
+    configmap = read_raw(core.read_namespaced_config_map, name, DEVICEINFO_NAMESPACE)
+    unhealthy = set(reported_unhealthy(configmap.get("data")))
+    if healthy:
+        unhealthy.discard(chip_id)
+    else:
+        unhealthy.add(chip_id)
+    data = deviceinfo_data(node, frozenset(unhealthy), int(time.time()))
+    # Keep whatever an operator separated by hand; only DeviceInfoCfg is ours to rewrite.
+    patch = {"data": {DEVICEINFO_KEY: data[DEVICEINFO_KEY]}}
+    with_retries(lambda: core.patch_namespaced_config_map(name, DEVICEINFO_NAMESPACE, patch),
+                 f"patch configmap {name}")
+    return frozenset(unhealthy)

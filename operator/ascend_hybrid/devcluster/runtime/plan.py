@@ -1,0 +1,172 @@
+"""The process runtime's decisions (pure): from the process pods the API shows and the processes it runs, what
+to do now. The shell (runtime.py) calls plan() on every change and every tick, and carries the actions out.
+
+A kubelet's rules, for one container per pod with restartPolicy Never:
+- a bound, Pending pod with its IP (kwok gives it one once the device plugin annotated it) starts, oldest
+  first, while the runtime guard has room; the first one that does not fit holds the later ones back (a gang
+  must not be overtaken forever), except one that can never fit, which only waits itself;
+- a process that ended is reported once (Succeeded or Failed with its exit code);
+- a pod being deleted gets SIGTERM, SIGKILL once its grace period is over, and is removed from the API only
+  once its process group is gone (so kwok cannot hand its IP to a new pod while the old process holds it);
+- a pod that the API shows Running but that has no process here was started by a runtime that stopped: lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .guard import WAITING_REASON, admit, requested_workers
+from .launch import NotRunnable, grace_seconds, runtime_container
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """A process this runtime started for a pod."""
+
+    pid: int
+    workers: int
+    grace: float
+    exit_code: int | None = None    # None while it runs
+    stop_deadline: float | None = None  # when SIGKILL is due, once SIGTERM went out
+    announced: bool = False         # the pod's status says Running
+    reported: bool = False          # its end is in the pod's status
+
+    @property
+    def running(self) -> bool:
+        return self.exit_code is None
+
+    def stopping(self, deadline: float) -> Tracked:
+        return replace(self, stop_deadline=deadline)
+
+
+@dataclass(frozen=True)
+class Start:
+    uid: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    uid: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Announce:
+    """Write Running into the pod's status (again: the first write at the start failed)."""
+    uid: str
+
+
+@dataclass(frozen=True)
+class SyncVolumes:
+    uid: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    uid: str
+    grace: float
+
+
+@dataclass(frozen=True)
+class Kill:
+    uid: str
+
+
+@dataclass(frozen=True)
+class ReportExit:
+    uid: str
+
+
+@dataclass(frozen=True)
+class ReportLost:
+    uid: str
+
+
+@dataclass(frozen=True)
+class Remove:
+    """Delete the pod from the API (grace 0): its process group is gone."""
+    uid: str
+
+
+@dataclass(frozen=True)
+class Forget:
+    """The pod left the API and its process ended: drop the record and the pod's directory."""
+    uid: str
+
+
+Action = Start | Wait | Announce | SyncVolumes | Stop | Kill | ReportExit | ReportLost | Remove | Forget
+
+
+def _deleting(pod: dict) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _phase(pod: dict) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def _ready_to_start(pod: dict) -> bool:
+    return _phase(pod) == "Pending" and bool((pod.get("status") or {}).get("podIP"))
+
+
+def _stop_or_kill(uid: str, process: Tracked, grace: float, now: float) -> list[Action]:
+    if process.stop_deadline is None:
+        return [Stop(uid, grace)]
+    return [Kill(uid)] if now >= process.stop_deadline else []
+
+
+def _workers(pod: dict) -> int:
+    try:
+        return requested_workers(runtime_container(pod))
+    except NotRunnable:
+        return 1  # Start will find out and say why it cannot run
+
+
+def plan(pods: dict[str, dict], tracked: dict[str, Tracked], capacity: int, now: float) -> list[Action]:
+    """pods: uid → the process pods bound to a node, as the API shows them now; tracked: uid → processes."""
+    actions: list[Action] = []
+    for uid, process in tracked.items():
+        if uid not in pods:  # gone from the API (a forced delete, or our Remove went through)
+            actions += _stop_or_kill(uid, process, process.grace, now) if process.running else [Forget(uid)]
+    candidates = []
+    for uid, pod in pods.items():
+        process = tracked.get(uid)
+        if _deleting(pod):
+            if process is not None and process.running:
+                actions += _stop_or_kill(uid, process, grace_seconds(pod), now)
+            else:
+                actions.append(Remove(uid))
+        elif process is not None:
+            if process.running:
+                actions += [SyncVolumes(uid)] if process.announced else [Announce(uid), SyncVolumes(uid)]
+            elif not process.reported:
+                actions.append(ReportExit(uid))
+        elif _phase(pod) == "Running":
+            actions.append(ReportLost(uid))
+        elif _ready_to_start(pod):
+            candidates.append(pod)
+    return actions + _admit_in_order(candidates, tracked, capacity)
+
+
+def _admit_in_order(candidates: list[dict], tracked: dict[str, Tracked], capacity: int) -> list[Action]:
+    in_use = sum(process.workers for process in tracked.values() if process.running)
+    candidates.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp") or "", pod["metadata"]["namespace"],
+                                     pod["metadata"]["name"]))
+    actions: list[Action] = []
+    blocked_by: str | None = None
+    for pod in candidates:
+        uid, needed = pod["metadata"]["uid"], _workers(pod)
+        admission = admit(needed, in_use, capacity)
+        if needed > capacity:
+            actions.append(Wait(uid, WAITING_REASON, admission.message))
+        elif blocked_by is not None:
+            actions.append(Wait(uid, WAITING_REASON, f"waits for its turn behind {blocked_by} ({in_use} of "
+                                                     f"{capacity} trainer workers busy)"))
+        elif admission.admitted:
+            actions.append(Start(uid))
+            in_use += needed
+        else:
+            actions.append(Wait(uid, WAITING_REASON, admission.message))
+            blocked_by = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    return actions

@@ -1,0 +1,387 @@
+"""The process runtime: a helper process of the dev cluster (`up` starts it, `down` stops it by pid) that runs
+the `ascend` container of every pod annotated `sim.hybrid.ascend.dev/runtime: process` as a real local process
+group, and forwards every ClusterIP Service to its ready pods (forwarder.py).
+
+kwok gives such a pod its IPs once the device plugin annotated it and otherwise leaves it alone
+(sim/kwok-stages.yaml); from there this runtime is its kubelet: it writes the ConfigMap volumes into the pod's
+directory (and keeps them in sync), starts the process with the container's env (podfiles.py), turns the pod
+Running, serves its output to `kubectl logs` through a kwok Logs object, reports Succeeded or Failed with the
+exit code, stops the group on deletion (SIGTERM, SIGKILL after the grace period) and then deletes the pod. The
+decisions are runtime_plan.plan(); this module carries them out.
+
+    python -m ascend_hybrid.devcluster.runtime.service --kubeconfig FILE --cluster-dir DIR [--ready-file F] [--capacity N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from ..kube.client import api_client, describe, with_retries
+from ..kube.informer import run_informer
+from ..kube.processes import log, run_until_signalled
+from . import status as podstatus
+from .forwarder import Forwarder, service_routes
+from .guard import default_capacity, requested_workers
+from .launch import NotRunnable, PodLayout, configmap_files, is_process_pod, launch_spec, runtime_container
+from .plan import Announce, Forget, Kill, Remove, ReportExit, ReportLost, Start, Stop, SyncVolumes, Tracked, Wait, plan
+from .process import PodProcess
+
+TICK_SECONDS = 0.2
+ROUTES_EVERY_SECONDS = 0.5
+RETRY_REMOVE_SECONDS = 5.0
+SHUTDOWN_GRACE_SECONDS = 5.0
+RUNTIME_DIR = "runtime"  # under the cluster's directory: pods/<ns>_<name>_<uid>/, claims/<ns>/<claim>/
+
+
+def _uid(item: dict) -> str:
+    return item["metadata"]["uid"]
+
+
+def _namespaced_name(item: dict) -> tuple[str, str]:
+    return item["metadata"]["namespace"], item["metadata"]["name"]
+
+
+@dataclass
+class Handle:
+    process: PodProcess
+    layout: PodLayout
+    started: datetime
+    written: dict[Path, bytes]
+
+
+def _write_atomically(path: Path, content: bytes) -> None:
+    """As the kubelet swaps a ConfigMap volume: a reader sees the old file or the new one, never a half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_bytes(content)
+    os.replace(temporary, path)
+
+
+class ProcessRuntime:
+    def __init__(self, api: client.ApiClient, root: Path, capacity: int, log=log):
+        self.core, self.custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        self.root, self.capacity, self.log = root, capacity, log
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.pods: dict[str, dict] = {}          # uid → every bound pod (the forwarder needs them all)
+        self.process_pods: dict[str, dict] = {}  # uid → the bound pods this runtime runs
+        self.services: dict[str, dict] = {}
+        self.configmaps: dict[tuple[str, str], dict] = {}
+        self.configmap_view: dict[tuple[str, str], dict] = {}  # the loop's copy, taken once per tick
+        self.routes_dirty, self.routes_at = True, 0.0
+        self.tracked: dict[str, Tracked] = {}
+        self.handles: dict[str, Handle] = {}
+        self.told: dict[str, tuple[str, str]] = {}   # uid → (reason, message) of its last waiting status
+        self.removing: dict[str, float] = {}
+        self.forwarder = Forwarder(log)
+        bin_dir = str(Path(sys.executable).parent)  # the trainer's console script lives beside this Python
+        self.base_env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+    # Informer callbacks (their threads). Only what process pods depend on wakes the loop at once: in a
+    # simulation of thousands of kwok pods, their events only mark the forwarder's routes for the next tick.
+    def _store_all(self, store: dict, items: list[dict], key) -> None:
+        with self.lock:
+            store.clear()
+            store.update({key(item): item for item in items})
+            self.routes_dirty = True
+
+    def _store_one(self, store: dict, kind: str, item: dict, key) -> None:
+        with self.lock:
+            if kind == "DELETED":
+                store.pop(key(item), None)
+            else:
+                store[key(item)] = item
+            self.routes_dirty = True
+
+    def sync_pods(self, items: list[dict]) -> None:
+        self._store_all(self.pods, items, _uid)
+        self._store_all(self.process_pods, [pod for pod in items if is_process_pod(pod)], _uid)
+        self.wake.set()
+
+    def pod_event(self, kind: str, item: dict) -> None:
+        self._store_one(self.pods, kind, item, _uid)
+        if is_process_pod(item):
+            self._store_one(self.process_pods, kind, item, _uid)
+            self.wake.set()
+
+    def sync_services(self, items: list[dict]) -> None:
+        self._store_all(self.services, items, _uid)
+
+    def service_event(self, kind: str, item: dict) -> None:
+        self._store_one(self.services, kind, item, _uid)
+
+    def sync_configmaps(self, items: list[dict]) -> None:
+        self._store_all(self.configmaps, items, _namespaced_name)
+        self.wake.set()
+
+    def configmap_event(self, kind: str, item: dict) -> None:
+        self._store_one(self.configmaps, kind, item, _namespaced_name)
+        self.wake.set()  # a rank table turning "completed" must reach the pods' files without delay
+
+    # The loop (one long-lived thread: the processes' PR_SET_PDEATHSIG is tied to it) -----------------------
+    def run(self, stop: threading.Event) -> None:
+        self.forwarder.start()
+        while not stop.is_set():
+            self.wake.wait(TICK_SECONDS)
+            self.wake.clear()
+            try:
+                self.tick()
+            except Exception as error:  # noqa: BLE001 - the kubelet of every process pod must not die
+                self.log(f"error: {describe(error)}")
+        self.shutdown()
+
+    def tick(self) -> None:
+        for uid, handle in self.handles.items():
+            process = self.tracked[uid]
+            if process.running and handle.process.poll() is not None:
+                self.tracked[uid] = replace(process, exit_code=handle.process.exit_code)
+        with self.lock:
+            process_pods, self.configmap_view = dict(self.process_pods), dict(self.configmaps)
+            routes = None
+            if self.routes_dirty and time.monotonic() - self.routes_at >= ROUTES_EVERY_SECONDS:
+                routes = service_routes(list(self.services.values()), list(self.pods.values()))
+                self.routes_dirty, self.routes_at = False, time.monotonic()
+        if routes is not None:
+            self.forwarder.update(routes)
+        handlers = {Start: self.start, Wait: self.tell_waiting, Announce: self.announce, SyncVolumes: self.sync_volumes,
+                    Stop: self.stop, Kill: self.kill, ReportExit: self.report_exit, ReportLost: self.report_lost,
+                    Remove: self.remove, Forget: self.forget}
+        for action in plan(process_pods, dict(self.tracked), self.capacity, time.monotonic()):
+            handlers[type(action)](action, process_pods.get(action.uid))
+        for notes in (self.told, self.removing):  # what was noted about pods that are gone for good
+            for uid in [uid for uid in notes if uid not in process_pods and uid not in self.tracked]:
+                del notes[uid]
+
+    # Actions ---------------------------------------------------------------------------------------------
+    def start(self, action: Start, pod: dict) -> None:
+        layout = PodLayout.of(self.root, pod)
+        try:
+            spec = launch_spec(pod, self.configmap_view, layout, self.base_env)
+        except NotRunnable as error:
+            self.tell_waiting(Wait(action.uid, error.reason, error.message), pod)
+            return
+        for directory in spec.directories:
+            directory.mkdir(parents=True, exist_ok=True)
+        for path, content in spec.files.items():
+            _write_atomically(path, content)
+        process, now = PodProcess(spec.argv, spec.env, spec.cwd, layout.log_file), datetime.now(UTC)
+        workers = requested_workers(runtime_container(pod))
+        try:
+            pid = process.start()
+        except OSError as error:
+            self.tracked[action.uid] = Tracked(pid=0, workers=0, grace=spec.grace_seconds, exit_code=128,
+                                               reported=True)
+            self.handles[action.uid] = Handle(process, layout, now, spec.files)
+            message = f"cannot run {' '.join(spec.argv)}: {error}"
+            self._status(pod, podstatus.terminated_patch(pod, None, 128, now, now, "StartError", message))
+            self._record_event(pod, "Warning", "Failed", message)
+            return
+        self.tracked[action.uid] = Tracked(pid=pid, workers=workers, grace=spec.grace_seconds)
+        self.handles[action.uid] = Handle(process, layout, now, dict(spec.files))
+        self.told.pop(action.uid, None)
+        self._publish_logs(pod, layout)
+        self.announce(Announce(action.uid), pod)
+        self._record_event(pod, "Normal", "Started", f"Started container {spec.container} as process group {pid}: "
+                                                     f"{' '.join(spec.argv)}")
+        self.log(f"started {self._name(pod)}: pid {pid}, {workers} worker(s)")
+
+    def announce(self, action: Announce, pod: dict) -> None:
+        process, handle = self.tracked[action.uid], self.handles[action.uid]
+        if self._status(pod, podstatus.running_patch(pod, process.pid, handle.started)):
+            self.tracked[action.uid] = replace(process, announced=True)
+
+    def tell_waiting(self, action: Wait, pod: dict) -> None:
+        previous = self.told.get(action.uid)
+        if previous == (action.reason, action.message):
+            return
+        self.told[action.uid] = (action.reason, action.message)
+        self._status(pod, podstatus.waiting_patch(pod, action.reason, action.message, datetime.now(UTC)))
+        if previous is None or previous[0] != action.reason:
+            self._record_event(pod, "Warning", action.reason, action.message)
+            self.log(f"waiting: {self._name(pod)}: {action.reason}: {action.message}")
+
+    def sync_volumes(self, action: SyncVolumes, pod: dict) -> None:
+        handle = self.handles[action.uid]
+        try:
+            files = configmap_files(pod, self.configmap_view, handle.layout)
+        except NotRunnable:
+            return  # a ConfigMap went away: the kubelet keeps the last content, so do we
+        for path, content in files.items():
+            if handle.written.get(path) != content:
+                _write_atomically(path, content)
+                handle.written[path] = content
+
+    def stop(self, action: Stop, pod: dict | None) -> None:
+        handle = self.handles[action.uid]
+        handle.process.signal_group(signal.SIGTERM)
+        self.tracked[action.uid] = self.tracked[action.uid].stopping(time.monotonic() + action.grace)
+        if pod is not None:
+            self._record_event(pod, "Normal", "Killing", f"Stopping container (SIGTERM to process group "
+                                                         f"{handle.process.pid}, SIGKILL after {action.grace:g}s)")
+
+    def kill(self, action: Kill, pod: dict | None) -> None:
+        self.handles[action.uid].process.signal_group(signal.SIGKILL)
+        self.tracked[action.uid] = self.tracked[action.uid].stopping(time.monotonic() + SHUTDOWN_GRACE_SECONDS)
+
+    def report_exit(self, action: ReportExit, pod: dict) -> None:
+        process, handle = self.tracked[action.uid], self.handles[action.uid]
+        code, now = process.exit_code, datetime.now(UTC)
+        if self._status(pod, podstatus.terminated_patch(pod, process.pid, code, handle.started, now)):
+            self.tracked[action.uid] = replace(process, reported=True)
+            if code == 0:
+                self._record_event(pod, "Normal", "Completed", "Container exited with code 0")
+            else:
+                self._record_event(pod, "Warning", "Failed", f"Container exited with code {code}")
+            self.log(f"ended {self._name(pod)}: exit code {code}")
+
+    def report_lost(self, action: ReportLost, pod: dict) -> None:
+        patch = podstatus.lost_patch(pod, datetime.now(UTC))
+        if self._status(pod, patch):
+            message = patch["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+            self._record_event(pod, "Warning", "ContainerLost", message)
+
+    def remove(self, action: Remove, pod: dict) -> None:
+        if time.monotonic() - self.removing.get(action.uid, -RETRY_REMOVE_SECONDS) < RETRY_REMOVE_SECONDS:
+            return
+        self.removing[action.uid] = time.monotonic()
+        meta = pod["metadata"]
+        options = client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"]))
+        try:
+            with_retries(lambda: self.core.delete_namespaced_pod(meta["name"], meta["namespace"], body=options,
+                                                                 _preload_content=False), f"delete {self._name(pod)}")
+        except RuntimeError as error:
+            if not isinstance(error.__cause__, ApiException) or error.__cause__.status not in (404, 409):
+                self.log(f"error: {error}")
+
+    def forget(self, action: Forget, pod: dict | None) -> None:
+        self.tracked.pop(action.uid, None)
+        self.told.pop(action.uid, None)
+        self.removing.pop(action.uid, None)
+        handle = self.handles.pop(action.uid, None)
+        if handle is not None:
+            shutil.rmtree(handle.layout.directory, ignore_errors=True)
+
+    # API writes ------------------------------------------------------------------------------------------
+    @staticmethod
+    def _name(pod: dict) -> str:
+        return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+    def _status(self, pod: dict, patch: dict) -> bool:
+        """True when there is nothing left to do: written, or the pod is gone or was re-created (its uid no longer
+        matches); False after a failure worth another try on a later tick."""
+        meta = pod["metadata"]
+        try:
+            with_retries(lambda: self.core.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], patch, _content_type="application/strategic-merge-patch+json",
+                _preload_content=False), f"patch status of {self._name(pod)}", timeout=30)
+            return True
+        except RuntimeError as error:
+            cause = error.__cause__
+            if isinstance(cause, ApiException) and cause.status in (404, 409, 422):
+                return True  # nothing left to tell
+            self.log(f"error: {error}")
+            return False
+
+    def _record_event(self, pod: dict, kind: str, reason: str, message: str) -> None:
+        body = podstatus.event(pod, kind, reason, message, datetime.now(UTC))
+        try:
+            self.core.create_namespaced_event(pod["metadata"]["namespace"], body, _preload_content=False,
+                                              _request_timeout=5)
+        except Exception as error:  # noqa: BLE001 - an event is worth a try, not a failure
+            self.log(f"event {reason} for {self._name(pod)} not recorded: {describe(error)}")
+
+    def _publish_logs(self, pod: dict, layout: PodLayout) -> None:
+        body = podstatus.logs_object(pod, str(layout.log_file))
+        meta = pod["metadata"]
+        args = (podstatus.LOGS_GROUP, podstatus.LOGS_VERSION, meta["namespace"], podstatus.LOGS_PLURAL)
+        try:
+            try:
+                self.custom.create_namespaced_custom_object(*args, body, _request_timeout=5)
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                # one left from an earlier pod of the same name (its owner's GC has not run yet): point it here
+                self.custom.patch_namespaced_custom_object(*args, meta["name"], {
+                    "metadata": {"ownerReferences": body["metadata"]["ownerReferences"]}, "spec": body["spec"]},
+                    _request_timeout=5)
+        except Exception as error:  # noqa: BLE001 - without it only `kubectl logs` is missing, the pod still runs
+            self.log(f"logs of {self._name(pod)} not published: {describe(error)}")
+
+    def shutdown(self) -> None:
+        """The runtime stops: so do its processes (SIGTERM, then SIGKILL), as a node going down."""
+        running = [h for uid, h in self.handles.items() if self.tracked[uid].running]
+        for handle in running:
+            handle.process.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS
+        while time.monotonic() < deadline and any(h.process.poll() is None for h in running):
+            time.sleep(0.1)
+        for handle in running:
+            handle.process.signal_group(signal.SIGKILL)
+            handle.process.poll()
+        try:
+            self.forwarder.stop()
+        except Exception:  # noqa: BLE001 - leaving anyway
+            pass
+
+
+def serve(kubeconfig: str, root: Path, capacity: int, ready_file: Path | None, stop: threading.Event) -> None:
+    api = api_client(kubeconfig)
+    core = client.CoreV1Api(api)
+    runtime = ProcessRuntime(api, root, capacity)
+    sources = (("services", core.list_service_for_all_namespaces, runtime.sync_services, runtime.service_event, {}),
+               ("configmaps", core.list_config_map_for_all_namespaces, runtime.sync_configmaps,
+                runtime.configmap_event, {}),
+               ("pods", core.list_pod_for_all_namespaces, runtime.sync_pods, runtime.pod_event,
+                {"field_selector": "spec.nodeName!="}))
+    synced = []
+    for name, list_call, on_sync, on_event, params in sources:
+        ready = threading.Event()
+        synced.append(ready)
+
+        def first_sync_then(items, on_sync=on_sync, ready=ready):
+            on_sync(items)
+            ready.set()
+        threading.Thread(target=run_informer, name=name, daemon=True, kwargs=dict(
+            list_call=list_call, name=name, on_sync=first_sync_then, on_event=on_event, stop=stop, log=log,
+            **params)).start()
+    # Pods are acted on only once the ConfigMaps and Services they need are known.
+    while not stop.is_set() and not all(event.is_set() for event in synced):
+        stop.wait(0.1)
+    if ready_file and not stop.is_set():
+        ready_file.write_text(f"{os.getpid()}\n")
+    log(f"process runtime ready: up to {capacity} trainer workers at once; pods in {root / 'pods'}")
+    runtime.run(stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ascend-hybrid-sim-process-runtime", description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--cluster-dir", required=True, type=Path,
+                        help="the cluster's directory: pods' files go under it (and `down` finds us by it)")
+    parser.add_argument("--ready-file", type=Path, help="written (with the pid) once the first lists are in")
+    parser.add_argument("--capacity", type=int, default=0,
+                        help="trainer workers allowed at once (default 0: 2 per core)")
+    args = parser.parse_args(argv)
+    capacity = args.capacity or default_capacity()
+    run_until_signalled(lambda stop: serve(args.kubeconfig, args.cluster_dir / RUNTIME_DIR, capacity,
+                                           args.ready_file, stop), args.ready_file)
+    log("process runtime stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)  # informer threads may sit in a watch; nothing they hold needs saving

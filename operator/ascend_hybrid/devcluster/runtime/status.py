@@ -1,0 +1,127 @@
+"""Pure bodies the process runtime writes, as a kubelet would: pod status patches (strategic merge, with the
+pod's uid as a precondition so a re-created pod of the same name is never touched), events, the kwok `Logs`
+object that lets `kubectl logs` read the process's output, and that output's CRI log lines."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from .launch import runtime_container
+
+EVENT_SOURCE = "sim-process-runtime"
+LOGS_GROUP, LOGS_VERSION, LOGS_PLURAL = "kwok.x-k8s.io", "v1alpha1", "logs"
+LOST_EXIT_CODE = 137  # what the kubelet reports for a container it can no longer find
+
+
+def timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _conditions(moment: datetime, ready: bool, reason: str | None = None, message: str | None = None) -> list[dict]:
+    def condition(kind: str, status: bool, with_reason: bool = True) -> dict:
+        entry = {"type": kind, "status": "True" if status else "False", "lastTransitionTime": timestamp(moment)}
+        if with_reason and reason:
+            entry["reason"] = reason
+        if with_reason and message:
+            entry["message"] = message
+        return entry
+    return [condition("PodReadyToStartContainers", True, with_reason=False),
+            condition("Initialized", True, with_reason=False),
+            condition("Ready", ready), condition("ContainersReady", ready)]
+
+
+def _container_status(pod: dict, state: dict, ready: bool, pid: int | None) -> dict:
+    container = runtime_container(pod)
+    status = {"name": container["name"], "image": container.get("image", ""), "imageID": "", "ready": ready,
+              "started": "running" in state, "restartCount": 0,
+              # The other states are nulled: a strategic merge would otherwise keep the old one beside the new.
+              "state": {kind: state.get(kind) for kind in ("waiting", "running", "terminated")}}
+    if pid is not None:
+        status["containerID"] = f"process://{pid}"
+    return status
+
+
+def _patch(pod: dict, status: dict) -> dict:
+    return {"metadata": {"uid": pod["metadata"]["uid"]}, "status": status}
+
+
+def running_patch(pod: dict, pid: int, moment: datetime) -> dict:
+    """The process started: Running and Ready (no probes), containerID process://<pid> (its process group)."""
+    started = timestamp(moment)
+    return _patch(pod, {
+        "phase": "Running", "reason": None, "message": None,
+        "startTime": (pod.get("status") or {}).get("startTime") or started,
+        "conditions": _conditions(moment, ready=True),
+        "containerStatuses": [_container_status(pod, {"running": {"startedAt": started}}, True, pid)]})
+
+
+def terminated_patch(pod: dict, pid: int | None, exit_code: int, started: datetime, finished: datetime,
+                     reason: str | None = None, message: str | None = None) -> dict:
+    """Succeeded on exit code 0, else Failed, with the exit code where `kubectl get pod` and the operator read it."""
+    succeeded = exit_code == 0
+    reason = reason or ("Completed" if succeeded else "Error")
+    terminated = {"exitCode": exit_code, "reason": reason, "startedAt": timestamp(started),
+                  "finishedAt": timestamp(finished)}
+    if message:
+        terminated["message"] = message
+    pod_reason = "PodCompleted" if succeeded else "PodFailed"
+    return _patch(pod, {
+        "phase": "Succeeded" if succeeded else "Failed",
+        "conditions": _conditions(finished, ready=False, reason=pod_reason),
+        "containerStatuses": [_container_status(pod, {"terminated": terminated}, False, pid)]})
+
+
+def lost_patch(pod: dict, now: datetime) -> dict:
+    """Running in the API, but no process of this runtime: it stopped (and took its processes with it)."""
+    started = ((pod.get("status") or {}).get("startTime"))
+    started_at = datetime.fromisoformat(started.replace("Z", "+00:00")) if started else now
+    return terminated_patch(pod, None, LOST_EXIT_CODE, started_at, now, reason="ContainerStatusUnknown",
+                            message="the process runtime restarted; the container's process is gone")
+
+
+def waiting_patch(pod: dict, reason: str, message: str, now: datetime) -> dict:
+    """Still Pending, and why: `kubectl get pod` shows the reason, `describe` the message."""
+    return _patch(pod, {
+        "conditions": [{"type": "ContainersReady", "status": "False", "reason": reason, "message": message,
+                        "lastTransitionTime": timestamp(now)}],
+        "containerStatuses": [_container_status(pod, {"waiting": {"reason": reason, "message": message}}, False,
+                                                None)]})
+
+
+def event(pod: dict, kind: str, reason: str, message: str, now: datetime) -> dict:
+    meta = pod["metadata"]
+    stamp = timestamp(now)
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
+                           "uid": meta["uid"], "fieldPath": f"spec.containers{{{runtime_container(pod)['name']}}}"},
+        "type": kind, "reason": reason, "message": message, "count": 1,
+        "firstTimestamp": stamp, "lastTimestamp": stamp,
+        "source": {"component": EVENT_SOURCE, "host": (pod.get("spec") or {}).get("nodeName", "")},
+        "reportingComponent": EVENT_SOURCE, "reportingInstance": (pod.get("spec") or {}).get("nodeName", ""),
+    }
+
+
+def logs_object(pod: dict, log_file: str) -> dict:
+    """kwok serves `kubectl logs` from this file (CRI format); owned by the pod, so it goes with it."""
+    meta = pod["metadata"]
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    return {
+        "apiVersion": f"{LOGS_GROUP}/{LOGS_VERSION}", "kind": "Logs",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "ownerReferences": [owner]},
+        "spec": {"logs": [{"containers": [runtime_container(pod)["name"]], "logsFile": log_file, "follow": True}]},
+    }
+
+
+def cri_timestamp(epoch_ns: int) -> str:
+    seconds, nanos = divmod(epoch_ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{nanos:09d}Z"
+
+
+def cri_log_line(epoch_ns: int, stream: str, chunk: bytes) -> bytes:
+    """One CRI log record: `<RFC3339Nano> stdout|stderr F|P <text>`; P marks a chunk cut before its newline."""
+    complete = chunk.endswith(b"\n")
+    text = chunk[:-1] if complete else chunk
+    return f"{cri_timestamp(epoch_ns)} {stream} {'F' if complete else 'P'} ".encode() + text + b"\n"

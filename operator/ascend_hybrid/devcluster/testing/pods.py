@@ -1,0 +1,46 @@
+"""Pure manifests of the bare pods that tests and benchmarks run on the simulated cluster."""
+
+from __future__ import annotations
+
+from ..nodes.manifests import RESOURCE
+
+GANG_GATE = "hybrid.ascend.dev/gang"
+OUTCOME_ANNOTATION = "sim.hybrid.ascend.dev/outcome"
+EXIT_CODE_ANNOTATION = "sim.hybrid.ascend.dev/exit-code"
+AFTER_SECONDS_ANNOTATION = "sim.hybrid.ascend.dev/after-seconds"
+
+
+def outcome_annotations(outcome: str, exit_code: int | None = None, after_seconds: float | None = None) -> dict:
+    """The annotations the kwok stages read: outcome run | succeed | fail, exit code, delay."""
+    if outcome not in ("run", "succeed", "fail"):
+        raise ValueError(f"outcome {outcome!r} must be run, succeed or fail")
+    annotations = {OUTCOME_ANNOTATION: outcome}
+    if exit_code is not None:
+        annotations[EXIT_CODE_ANNOTATION] = str(exit_code)
+    if after_seconds is not None:
+        annotations[AFTER_SECONDS_ANNOTATION] = f"{after_seconds:g}"
+    return annotations
+
+
+def pod_manifest(name: str, node: str | None = None, chips: int = 0, annotations: dict | None = None,
+                 gated: bool = False, owner: dict | None = None, labels: dict | None = None) -> dict:
+    """A minimal pod with container `ascend` asking for `chips` NPUs, pinned to `node` by a required node
+    affinity (as the operator pins its pods), held by the gang scheduling gate when `gated`."""
+    container: dict = {"name": "ascend", "image": "ascend-hybrid/sim:latest"}
+    if chips:
+        container["resources"] = {"limits": {RESOURCE: str(chips)}}
+    spec: dict = {"containers": [container], "restartPolicy": "Never", "terminationGracePeriodSeconds": 0}
+    if node:
+        term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [term]}}}
+    if gated:
+        spec["schedulingGates"] = [{"name": GANG_GATE}]
+    metadata: dict = {"name": name}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if labels:
+        metadata["labels"] = dict(labels)
+    if owner:
+        metadata["ownerReferences"] = [owner]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

@@ -1,0 +1,305 @@
+"""`ascend-hybrid demo`: the README's first command. A simulated Ascend cluster on a real control plane, the chart
+installed, the operator running in the background, both example jobs applied and shown Running with their rank
+tables. Idempotent: a second run reuses what is up."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+
+from .. import layout as layouts
+from .. import names
+from ..api import GROUP, PLURAL, VERSION
+from ..ascend import RACK_LABEL
+from ..conditions import TERMINAL_JOB_PHASES
+from ..devcluster import cluster as devcluster
+from ..devcluster.controlplane import ports, toolchain
+from ..devcluster.kube import processes
+from ..devcluster.kube.client import api_client
+from ..devcluster.kube.waiting import WaitTimeout, wait_until
+from ..devcluster.telemetry import prometheus
+from ..rules import parse
+from .repo import chart_dir, repo_root
+
+EXAMPLES = ("seed-moe-128.yaml", "job.yaml")
+REAL_JOB = "tiny-dp2-real.yaml"  # its pods run the real trainer through the process runtime
+RELEASE, RELEASE_NAMESPACE = "ascend-hybrid", "ascend-hybrid-system"
+DEMO_NODES, DEMO_RACKS = 20, 2
+OPERATOR_METRICS_PORT, OPERATOR_HEALTH_PORT = 18080, 18081
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+def say(message: str) -> None:
+    print(f"[demo] {message}", flush=True)
+
+
+def _run(args: list[str], what: str) -> str:
+    result = subprocess.run(args, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise DemoError(f"{what} failed: {(result.stderr or result.stdout).strip().splitlines()[-1:]}")
+    return result.stdout
+
+
+def operator_pid_file(paths) -> Path:
+    paths.helpers_dir.mkdir(parents=True, exist_ok=True)
+    return paths.helpers_dir / "operator.pid"
+
+
+def install_chart(kubeconfig: str) -> None:
+    """helm upgrade --install: the CRD and RBAC from the chart; the Deployment stays at 0 replicas, since here the
+    operator runs as a local process (the simulated nodes run no containers)."""
+    _run([toolchain.binary("helm"), "upgrade", "--install", RELEASE, str(chart_dir()), "--namespace", RELEASE_NAMESPACE,
+          "--create-namespace", "--kubeconfig", kubeconfig, "--set", "replicaCount=0", "--wait=false"],
+         "helm install of the chart")
+
+
+def _operator_ports(paths) -> Path:
+    return paths.helpers_dir / "operator-ports.json"
+
+
+def _listen_ports() -> tuple[int, int]:
+    """18080/18081 when free, else other free ones: a busy port must not kill the demo's operator."""
+    chosen: list[int] = []
+    for preferred in (OPERATOR_METRICS_PORT, OPERATOR_HEALTH_PORT):
+        port = preferred
+        while port in chosen or not ports.port_is_free(port, "127.0.0.1"):
+            port = ports.free_server_port("127.0.0.1")
+        chosen.append(port)
+    return chosen[0], chosen[1]
+
+
+def start_operator(paths, prometheus_url: str) -> tuple[int, int]:
+    """The operator as a local process (pid, metrics port); one already running for this cluster is reused."""
+    pid_file = operator_pid_file(paths)
+    pid = processes.read_pid(pid_file)
+    if pid and processes.is_ours(pid, str(paths.root)):
+        try:
+            return pid, json.loads(_operator_ports(paths).read_text())["metrics"]
+        except (FileNotFoundError, ValueError, KeyError):  # started by a demo that did not record its ports
+            return pid, OPERATOR_METRICS_PORT
+    metrics_port, health_port = _listen_ports()
+    log_path = paths.root / "operator.log"
+    with open(log_path, "a") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", str(paths.kubeconfig),
+             "--metrics-port", str(metrics_port), "--health-port", str(health_port),
+             "--bind-address", "127.0.0.1", "--telemetry-interval", "10", "--prometheus-url", prometheus_url],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=repo_root())
+    pid_file.write_text(f"{process.pid}\n")
+    _operator_ports(paths).write_text(json.dumps({"metrics": metrics_port, "health": health_port}) + "\n")
+    healthz = f"http://127.0.0.1:{health_port}/healthz"
+    try:
+        wait_until(lambda: process.poll() is not None or _answers(healthz), 60, f"the operator at {healthz}")
+    except WaitTimeout as error:
+        raise DemoError(f"{error}; see {log_path}") from None
+    if process.poll() is not None:
+        tail = log_path.read_text(errors="replace").splitlines()[-3:]
+        raise DemoError(f"the operator exited with {process.returncode} (see {log_path}): {' / '.join(tail)}")
+    return process.pid, metrics_port
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def example(name: str) -> Path:
+    return repo_root() / "deploy" / "examples" / name
+
+
+def apply_examples(kubeconfig: str) -> list[dict]:
+    jobs = []
+    for name in EXAMPLES:
+        path = example(name)
+        _run([toolchain.binary("kubectl"), "--kubeconfig", kubeconfig, "apply", "--server-side", "-f", str(path)],
+             f"kubectl apply -f {path}")
+        jobs.append(yaml.safe_load(path.read_text()))
+    return jobs
+
+
+def progress_columns() -> str:
+    """For `kubectl get ahj -o custom-columns=…`: the printer columns have Step but no loss."""
+    return ("NAME:.metadata.name,PHASE:.status.phase,STEP:.status.training.step,LOSS:.status.training.loss,"
+            "PROGRESS%:.status.training.progressPercentage")
+
+
+def prometheus_queries(name: str, namespace: str = "default", attempt: int = 1) -> dict[str, str]:
+    """PromQL for the step and loss that pod 0's trainer serves on its IP:9400 (the operator reads pod 0 too)."""
+    selector = f'namespace="{namespace}",pod="{names.pod_name(name, attempt, 0)}"'
+    return {"step": f"ascend_trainer_step{{{selector}}}", "loss": f"ascend_trainer_loss{{{selector}}}"}
+
+
+def start_real_job(custom) -> dict:
+    """The small job whose pods run the real trainer as local processes; a finished one is started again."""
+    body = yaml.safe_load(example(REAL_JOB).read_text())
+    name = body["metadata"]["name"]
+    try:
+        existing = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+        existing = None
+    if existing and (existing.get("status") or {}).get("phase") in TERMINAL_JOB_PHASES:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+        _wait_gone(custom, name)
+        existing = None
+    if existing is None:
+        custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, body)
+    return body
+
+
+def _wait_gone(custom, name: str, timeout: float = 60) -> None:
+    def gone() -> bool:
+        try:
+            custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+            return False
+        except client.ApiException as error:
+            if error.status == 404:
+                return True
+            raise
+    try:
+        wait_until(gone, timeout, f"{name} to be deleted", interval=1)
+    except WaitTimeout as error:
+        raise DemoError(str(error)) from None
+
+
+def show_real_training(custom, kubectl: list[str], prometheus_url: str, name: str) -> None:
+    """Waits for the real job's first step, then shows step and loss moving, in the CR and in Prometheus."""
+    def stepped() -> bool:
+        status = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name).get("status") or {}
+        return ((status.get("training") or {}).get("step") or 0) >= 1
+    try:
+        wait_until(stepped, 180, f"{name}'s first training step", interval=2)
+    except WaitTimeout:
+        say(f"{name}: no training step reported yet; see `kubectl logs {names.pod_name(name, 1, 0)}`")
+        return
+    for round_ in range(2):
+        print(_run([*kubectl, "get", "ahj", name, "-o", f"custom-columns={progress_columns()}"], "kubectl get ahj"))
+        for figure, query in prometheus_queries(name).items():
+            print(f"  prometheus {figure:<5} {query} = {_prometheus_value(prometheus_url, query)}")
+        if round_ == 0:
+            time.sleep(12)
+
+
+def _prometheus_value(base: str, query: str) -> str:
+    try:
+        with urllib.request.urlopen(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}", timeout=5) as r:
+            result = json.loads(r.read())["data"]["result"]
+        return result[0]["value"][1] if result else "(no sample yet)"
+    except (OSError, ValueError, KeyError) as error:
+        return f"(unavailable: {error})"
+
+
+def watch_until_running(custom, core, jobs: list[dict], timeout: float = 300) -> dict[str, dict]:
+    """Prints each job's phase, pods bound and rank table whenever one changes, until all run (or one fails)."""
+    deadline, last_line = time.monotonic() + timeout, ""
+    while True:
+        states, parts, done = {}, [], True
+        for job in jobs:
+            name = job["metadata"]["name"]
+            body = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+            status = body.get("status") or {}
+            selector = f"{names.JOB_LABEL}={name},{names.ATTEMPT_LABEL}={status.get('attempt', 1)}"
+            bound = sum(1 for pod in core.list_namespaced_pod("default", label_selector=selector).items
+                        if pod.spec.node_name)
+            table = (status.get("rankTable") or {}).get("status", "-")
+            if status.get("phase") == "Failed":
+                raise DemoError(f"{name} failed: {status.get('message')}")
+            states[name] = body
+            done &= status.get("phase") == "Running" and table == "completed"
+            parts.append(f"{name}: {status.get('phase', 'Pending')} {bound}/{parse(body).pod_count} pods bound, "
+                         f"rank table {table}")
+        line = "  ".join(parts)
+        if line != last_line:
+            say(line)
+            last_line = line
+        if done:
+            return states
+        if time.monotonic() > deadline:
+            raise DemoError(f"not Running after {timeout:.0f}s: {line}")
+        time.sleep(1)
+
+
+def placement_report(body: dict, racks: dict[str, str]) -> list[str]:
+    effective = parse(body)
+    layout = layouts.from_effective(effective)
+    placement = body["status"]["placement"]
+    lines = [f"{effective.name}: world {effective.world_size} (DP {effective.data} × TP {effective.tensor} × "
+             f"PP {effective.pipeline}, EP {effective.expert}) on {placement.get('summary')}, "
+             f"TP groups node-local {placement['tensorGroupsNodeLocal']}"]
+    for pod in layout.pods:
+        node = placement["nodes"][pod.index]
+        stage = layout.coordinates(pod.first).stage
+        lines.append(f"  {node:<10} rack {racks.get(node, '?'):<4} pod {pod.index:<3} ranks {pod.first:>4}-{pod.last:<4} "
+                     f"stage {stage}")
+    return lines
+
+
+def run_demo(args) -> int:
+    started = time.monotonic()
+    try:
+        say("building the simulated cluster's toolchain if missing (first time ≈ 8-15 min on 2 cores)")
+        toolchain.ensure(log=lambda line: say(line.strip()))
+        paths = devcluster.up(args.name, nodes=DEMO_NODES, racks=DEMO_RACKS, log=lambda line: say(line),
+                              with_prometheus=True)
+        kubeconfig = str(paths.kubeconfig)
+        prometheus_url = prometheus.url(paths)
+        install_chart(kubeconfig)
+        say(f"chart {RELEASE} installed in {RELEASE_NAMESPACE} (CRD, RBAC)")
+        pid, metrics_port = start_operator(paths, prometheus_url)
+        say(f"operator running as pid {pid}; log {paths.root / 'operator.log'}")
+        jobs = apply_examples(kubeconfig)
+        api = api_client(kubeconfig)
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        jobs.append(start_real_job(custom))
+        states = watch_until_running(custom, core, jobs)
+    except (DemoError, RuntimeError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    kubectl = [toolchain.binary("kubectl"), "--kubeconfig", kubeconfig]
+    print()
+    print(_run([*kubectl, "get", "ahj", "-o", "wide"], "kubectl get ahj"))
+    racks = {node.metadata.name: (node.metadata.labels or {}).get(RACK_LABEL, "?")
+             for node in core.list_node().items}
+    for body in states.values():
+        print("\n".join(placement_report(body, racks)))
+        print()
+    small_name = jobs[1]["metadata"]["name"]
+    table = json.loads(core.read_namespaced_config_map(names.rank_table_config_map(small_name), "default").data["hccl.json"])
+    print(f"rank table of {small_name} (ConfigMap {names.rank_table_config_map(small_name)}, head):")
+    print("\n".join(json.dumps(table, indent=2).splitlines()[:18]) + "\n  ...")
+    real = jobs[-1]["metadata"]["name"]
+    print(f"{real}: real MindSpore data-parallel training (2 pods × 1 NPU, trainer processes on this machine):")
+    show_real_training(custom, kubectl, prometheus_url, real)
+    print(f"""
+ready in {time.monotonic() - started:.0f}s. Look further:
+  export KUBECONFIG={kubeconfig} PATH={toolchain.bin_dir()}:$PATH
+  kubectl get ahj -o wide
+  kubectl describe ahj {small_name}
+  kubectl get pods -l {names.JOB_LABEL}={small_name} -o wide
+  kubectl delete pod {names.pod_name(small_name, 1, 0)}   # then watch: a whole-gang restart as attempt 2
+  kubectl logs -f {names.pod_name(real, 1, 0)}          # the real trainer's per-step loss
+  curl -s 127.0.0.1:{metrics_port}/metrics | grep ascend_hybrid_
+  Prometheus at {prometheus_url}, e.g. {prometheus_url}/api/v1/query?query=ascend_trainer_loss
+Stop everything: ascend-hybrid dev-cluster down --name {args.name}""")
+    return 0
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("demo", help="simulated cluster + operator + the example jobs, shown Running")
+    parser.add_argument("--name", default=devcluster.DEFAULT_NAME)
+    parser.set_defaults(func=run_demo)

@@ -1,0 +1,81 @@
+"""The operator ↔ trainer contract: what the operator renders (job.json, env) is read by the trainer as the job
+says, and every default both state — the CRD's and the trainer's own table — is the same value."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from ascend_hybrid import crd, render, rules
+from ascend_hybrid_trainer import cli as trainer_cli
+from ascend_hybrid_trainer import defaults
+from ascend_hybrid_trainer.config import MODEL_PRESETS, parse_job
+from ascend_hybrid_trainer.strategy import plan_parallel
+from support.paths import EXAMPLES
+
+SPEC = crd.build()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+
+
+def crd_default(*path: str):
+    schema = {"properties": SPEC}
+    for key in path:
+        schema = schema["properties"][key]
+    return schema["default"]
+
+
+@pytest.mark.parametrize("section, table, path", [
+    ("parallelism", defaults.PARALLELISM, ("parallelism",)),
+    ("model", defaults.MODEL, ("model",)),
+    ("training", defaults.TRAINING, ("training",)),
+    ("checkpoint", defaults.CHECKPOINT, ("training", "checkpoint")),
+])
+def test_the_trainers_defaults_are_the_crds(section, table, path):
+    for key, value in table.items():
+        assert crd_default(*path, key) == value, f"{section}.{key}"
+
+
+def test_the_local_runner_takes_the_same_defaults():
+    args = trainer_cli.build_parser().parse_args(["local", "--data", "2"])
+    assert (args.steps, args.seq_length, args.learning_rate, args.seed, args.preset, args.checkpoint_every) == (
+        defaults.TRAINING["steps"], defaults.TRAINING["seqLength"], defaults.TRAINING["learningRate"],
+        defaults.TRAINING["seed"], defaults.MODEL["preset"], defaults.CHECKPOINT["everySteps"])
+
+
+def test_a_job_with_defaults_and_the_local_runner_run_the_same_training():
+    """The user's check of issue 12: `local --data 2 --seed 11 --global-batch 8 --steps 20` must train exactly what
+    a DP 2 job (tiny, seed 11, global batch 8, 20 steps) trains: the same config on both paths."""
+    body = {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "metadata": {"name": "dp2"},
+            "spec": {"parallelism": {"data": 2}, "npu": {"perPod": 1},
+                     "training": {"seed": 11, "globalBatchSize": 8, "steps": 20}}}
+    from_job = parse_job(render.job_config(rules.parse(body)))
+    from ascend_hybrid_trainer.local import job_document
+
+    args = trainer_cli.build_parser().parse_args(["local", "--data", "2", "--seed", "11", "--global-batch", "8",
+                                                  "--steps", "20"])
+    from_local = parse_job(job_document(args))
+    assert from_local.training == from_job.training
+    assert from_local.model == from_job.model and from_local.parallelism == from_job.parallelism
+
+
+def test_presets_match_the_operator():
+    assert MODEL_PRESETS == rules.MODEL_PRESETS
+
+
+@pytest.mark.parametrize("example", ["job.yaml", "seed-moe-128.yaml"])
+def test_the_job_json_the_operator_renders_is_read_as_the_job_says(example):
+    body = yaml.safe_load((EXAMPLES / example).read_text())
+    effective = rules.parse(body)
+    config = parse_job(render.job_config(effective))
+    degrees = config.parallelism
+    assert (degrees.data, degrees.tensor, degrees.pipeline, degrees.expert, degrees.micro_batches) == (
+        effective.data, effective.tensor, effective.pipeline, effective.expert, effective.micro_batches)
+    assert degrees.expert_placement == effective.expert_placement
+    model = effective.model
+    assert (config.model.layers, config.model.hidden, config.model.heads, config.model.ffn_hidden,
+            config.model.vocab, config.model.experts) == (model["layers"], model["hidden"], model["heads"],
+                                                          model["ffnHidden"], model["vocab"], model["experts"])
+    assert config.training.global_batch_size == effective.global_batch_size
+    assert config.training.steps == body["spec"]["training"]["steps"]
+    plan_parallel(config.parallelism, config.model, config.training)  # the trainer accepts what the operator did
+
+

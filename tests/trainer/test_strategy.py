@@ -1,0 +1,172 @@
+"""Degrees → MindSpore parallel context and shard strategies (design §9's table), and the trainer's reading of
+job.json. Pure: nothing here imports MindSpore."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ascend_hybrid_trainer.config import ConfigError, Parallelism, parse_job
+from ascend_hybrid_trainer.strategy import (
+    DATA_PARALLEL,
+    SEMI_AUTO_PARALLEL,
+    STAND_ALONE,
+    check_runnable,
+    layer_stages,
+    plan_parallel,
+    validate_run,
+)
+
+SEED_JOB = {
+    "parallelism": {"data": 2, "tensor": 8, "pipeline": 8, "expert": 4, "expertPlacement": "intraNode",
+                    "microBatches": 32},
+    "model": {"preset": "moe-100b", "layers": 64, "experts": 8, "topK": 2},
+    "training": {"steps": 10000, "globalBatchSize": 512, "seqLength": 4096, "learningRate": 2e-4,
+                 "recompute": True, "optimizerShard": True},
+}
+
+
+def plan_of(job: dict):
+    config = parse_job(job)
+    return config, plan_parallel(config.parallelism, config.model, config.training)
+
+
+def test_seed_layout_tp8_pp8_dp2_ep4_intra_node_maps_to_the_table():
+    config, plan = plan_of(SEED_JOB)
+    assert plan.mode == SEMI_AUTO_PARALLEL
+    assert plan.context == {"parallel_mode": "semi_auto_parallel", "device_num": 128, "pipeline_stages": 8,
+                            "full_batch": True, "gradients_mean": True, "enable_parallel_optimizer": True}
+    shards = plan.shards
+    assert shards.qkv == ((2, 1), (8, 1))
+    assert shards.ffn_in == ((2, 1), (8, 1))
+    assert shards.attention_output == ((2, 8), (1, 8))
+    assert shards.ffn_out == ((2, 8), (1, 8))
+    assert shards.embedding == ((8, 1), (2, 1))
+    assert shards.lm_head == ((2, 1), (8, 1))
+    assert shards.expert_weights == (4, 1, 2)
+    assert plan.layer_stages[17] == 2
+    assert plan.micro_batches == 32 and plan.pipeline_stages == 8 and plan.recompute and plan.full_batch
+
+
+def test_data_parallel_expert_placement_shards_experts_by_ep_and_ffn_by_tp():
+    _, plan = plan_of({"parallelism": {"data": 4, "tensor": 2, "expert": 2}, "model": {"preset": "moe-100b"},
+                       "training": {"globalBatchSize": 8}})
+    assert plan.shards.expert_weights == (2, 1, 2)
+    assert plan.shards.expert_ffn_in == ((2, 2, 1), (2, 1, 2))
+    assert plan.shards.expert_ffn_out == ((2, 2, 2), (2, 2, 1))
+
+
+@pytest.mark.parametrize("placement", ["dataParallel", "intraNode"])
+@pytest.mark.parametrize("data,tensor,expert", [(8, 8, 4), (4, 4, 2), (8, 2, 2), (4, 8, 4), (2, 4, 2)])
+def test_expert_strategies_use_every_rank_of_a_stage_once(placement, data, tensor, expert):
+    job = {"parallelism": {"data": data, "tensor": tensor, "expert": expert, "expertPlacement": placement},
+           "model": {"preset": "moe-100b"}, "training": {"globalBatchSize": data}}
+    _, plan = plan_of(job)
+    tokens, weights = plan.shards.expert_ffn_in
+    assert tokens[0] == weights[0] == expert
+    assert tokens[0] * tokens[1] * weights[2] == data * tensor
+
+
+def test_only_data_parallel_maps_to_data_parallel_mode():
+    config, plan = plan_of({"parallelism": {"data": 4}, "training": {"globalBatchSize": 8}})
+    assert plan.mode == DATA_PARALLEL
+    assert plan.context == {"parallel_mode": "data_parallel", "device_num": 4, "gradients_mean": True}
+    assert plan.shards is None and not plan.full_batch and not plan.uses_pipeline
+
+
+def test_data_parallel_with_optimizer_shard_enables_the_parallel_optimizer():
+    _, plan = plan_of({"parallelism": {"data": 2}, "training": {"optimizerShard": True}})
+    assert plan.context["enable_parallel_optimizer"] is True
+
+
+def test_one_rank_is_stand_alone():
+    _, plan = plan_of({})
+    assert plan.mode == STAND_ALONE and plan.context == {"parallel_mode": "stand_alone"}
+
+
+def test_tensor_only_job_has_no_pipeline_and_one_micro_batch():
+    _, plan = plan_of({"parallelism": {"data": 2, "tensor": 4}, "training": {"globalBatchSize": 16}})
+    assert plan.context["pipeline_stages"] == 1 and plan.micro_batches == 1
+    assert set(plan.layer_stages) == {0}
+
+
+@given(st.integers(1, 16), st.integers(1, 8))
+def test_layer_stages_are_contiguous_equal_blocks(pipeline, per_stage):
+    stages = layer_stages(pipeline * per_stage, pipeline)
+    assert list(stages) == sorted(stages)
+    assert [stages.count(stage) for stage in range(pipeline)] == [per_stage] * pipeline
+    assert all(stages[index] == index // per_stage for index in range(len(stages)))
+
+
+def test_intra_node_expert_must_divide_tensor():
+    job = {"parallelism": {"data": 8, "tensor": 2, "expert": 4, "expertPlacement": "intraNode"},
+           "model": {"preset": "moe-100b"}, "training": {"globalBatchSize": 8}}
+    with pytest.raises(ConfigError, match=r"parallelism.expert=4 must divide parallelism.tensor=2"):
+        plan_of(job)
+
+
+def test_vocab_not_divisible_by_tensor_is_refused():
+    job = {"parallelism": {"tensor": 3}, "model": {"preset": "custom", "layers": 2, "hidden": 48, "heads": 3,
+                                                   "vocab": 100}}
+    with pytest.raises(ConfigError, match=r"model.vocab=100 must be divisible by parallelism.tensor=3"):
+        plan_of(job)
+
+
+@pytest.mark.parametrize("degree", ["tensor", "pipeline", "expert"])
+def test_cpu_refuses_every_degree_but_data_with_a_clear_message(degree):
+    job = {"parallelism": {"data": 2, degree: 2}, "model": {"preset": "tiny", "experts": 4},
+           "training": {"globalBatchSize": 4}}
+    config, plan = plan_of(job)
+    with pytest.raises(ConfigError) as refused:
+        check_runnable(plan, config.parallelism, "CPU")
+    message = str(refused.value)
+    assert f"{degree}=2" in message and "CPU backend can run only data parallel" in message
+    assert "does not change the strategy" in message
+    check_runnable(plan, config.parallelism, "Ascend")  # the same plan is fine on NPUs
+
+
+def test_cpu_runs_data_parallel_but_not_the_parallel_optimizer():
+    config, plan = plan_of({"parallelism": {"data": 2}})
+    check_runnable(plan, config.parallelism, "CPU")
+    config, plan = plan_of({"parallelism": {"data": 2}, "training": {"optimizerShard": True}})
+    with pytest.raises(ConfigError, match="training.optimizerShard=true"):
+        check_runnable(plan, config.parallelism, "CPU")
+
+
+def test_validate_run_checks_world_size_and_cpu_rank_table_launch():
+    config = parse_job({"parallelism": {"data": 2}})
+    with pytest.raises(ConfigError, match=r"data x tensor x pipeline = 2 but RANK_SIZE=4"):
+        validate_run(config.parallelism, config.model, config.training, 4, "CPU", "dynamic")
+    with pytest.raises(ConfigError, match="CPU backend ignores RANK_TABLE_FILE"):
+        validate_run(config.parallelism, config.model, config.training, 2, "CPU", "ranktable")
+
+
+def test_missing_keys_take_the_design_defaults():
+    config = parse_job({})
+    assert config.parallelism == Parallelism()
+    assert (config.model.layers, config.model.hidden, config.model.heads, config.model.vocab) == (24, 128, 8, 512)
+    assert config.training.steps == 1000 and config.training.seq_length == 128
+    assert config.training.learning_rate == 1e-3 and config.training.seed == 0
+    assert config.training.global_batch_size == 1 and config.training.checkpoint_every == 100
+
+
+def test_global_batch_must_split_over_data_and_micro_batches():
+    with pytest.raises(ConfigError, match=r"globalBatchSize=6 must be a multiple of data x microBatches = 2 x 2"):
+        parse_job({"parallelism": {"data": 2, "pipeline": 2}, "model": {"layers": 2},
+                   "training": {"globalBatchSize": 6}})
+
+
+def test_custom_model_needs_its_shape():
+    with pytest.raises(ConfigError, match="preset custom needs layers, hidden"):
+        parse_job({"model": {"preset": "custom", "heads": 4, "vocab": 64}})
+
+
+def test_the_mapping_and_the_launcher_do_not_import_mindspore():
+    probe = ("import sys, ascend_hybrid_trainer.strategy, ascend_hybrid_trainer.launcher, "
+             "ascend_hybrid_trainer.local; print('mindspore' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

@@ -1,0 +1,94 @@
+"""The kopf handlers' own logic: what the indexes keep, the empty diff base, and which job events wake a pass."""
+
+from __future__ import annotations
+
+import copy
+
+import kopf
+import pytest
+
+from ascend_hybrid.controller import handlers
+from ascend_hybrid.controller.reconciler import Controller
+
+
+def pod_with_managed_fields() -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"},
+                         "managedFields": [{"manager": "kube-scheduler", "operation": "Update"}]},
+            "spec": {"nodeName": "node-0"}, "status": {"phase": "Running", "podIP": "127.16.0.5"}}
+
+
+def test_indexes_keep_everything_but_managed_fields_and_leave_the_event_as_it_was():
+    body = pod_with_managed_fields()
+    original = copy.deepcopy(body)
+    indexed = handlers._indexed(body)
+    assert "managedFields" not in indexed["metadata"]
+    assert {**indexed, "metadata": {**indexed["metadata"], "managedFields": original["metadata"]["managedFields"]}} \
+        == original
+    assert body == original
+
+
+def test_an_object_without_managed_fields_is_indexed_as_it_is():
+    body = {"metadata": {"name": "n"}, "status": {}}
+    assert handlers._indexed(body) == body
+
+
+def test_the_diff_base_stays_empty_since_no_changing_handler_reads_it():
+    storage = handlers.EventHandlersOnlyDiffBase(prefix="hybrid.ascend.dev")
+    assert storage.build(body=pod_with_managed_fields()) == {}
+
+
+@pytest.fixture
+def memo():
+    memo = kopf.Memo(controller=Controller(kube=None), node_signatures={})
+    yield memo
+    memo.controller.queue.close()
+
+
+def job_event(memo, event_type: str, resource_version: str) -> bool:
+    """Whether the event queued a pass of the job."""
+    handlers.job_changed(namespace="ns", name="job", type=event_type, meta={"resourceVersion": resource_version},
+                         memo=memo)
+    return memo.controller.queue.get(timeout=0.5) == ("ns", "job")
+
+
+def test_the_echo_of_our_own_status_write_queues_no_pass_but_anything_newer_does(memo):
+    memo.controller.record_of(("ns", "job")).last_written = "41"
+    assert not job_event(memo, "MODIFIED", "41")
+    assert job_event(memo, "MODIFIED", "42")
+
+
+def test_startup_hands_the_live_indexes_to_the_controller(memo):
+    nodes = {"n1": [{"metadata": {"name": "n1"}}]}
+    pods = {("ns", "job"): [{"metadata": {"name": "job-a1-0"}}]}
+    handlers.bind_indexes(memo=memo, ahj_nodes=nodes, ahj_npu_pods={}, ahj_job_pods=pods, ahj_device_infos={})
+    indexes = memo.controller.indexes
+    assert indexes.nodes() == [{"metadata": {"name": "n1"}}] and indexes.npu_pods() == []
+    pods[("ns", "job")].append({"metadata": {"name": "job-a1-1"}})  # kopf keeps filling the same index
+    assert [pod["metadata"]["name"] for pod in indexes.job_pods(("ns", "job"))] == ["job-a1-0", "job-a1-1"]
+    assert indexes.job_pods(("ns", "other")) == []
+
+
+def test_node_heartbeats_wake_nothing_but_a_ready_change_wakes_every_job(memo):
+    controller = memo.controller
+    controller.record_of(("ns", "pending")).phase = "Pending"
+    controller.record_of(("ns", "running")).phase = "Running"
+    ready = {"metadata": {"name": "n1", "labels": {}}, "spec": {},
+             "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {}}}
+    handlers.node_changed(name="n1", type="MODIFIED", body=ready, memo=memo)
+    assert controller.queue.get(timeout=2) == ("ns", "pending")
+    controller.queue.done(("ns", "pending"))
+    handlers.node_changed(name="n1", type="MODIFIED", body=copy.deepcopy(ready), memo=memo)  # a heartbeat
+    assert controller.queue.get(timeout=1) is None
+    not_ready = copy.deepcopy(ready)
+    not_ready["status"]["conditions"][0]["status"] = "False"
+    handlers.node_changed(name="n1", type="MODIFIED", body=not_ready, memo=memo)
+    woken = {controller.queue.get(timeout=2), controller.queue.get(timeout=2)}
+    assert woken == {("ns", "pending"), ("ns", "running")}
+
+
+def test_deletion_always_queues_a_pass(memo):
+    controller = memo.controller
+    controller.record_of(("ns", "job")).last_written = "41"
+    assert job_event(memo, "DELETED", "41")
+    assert not controller.wrote_last(("ns", "job"), None)

@@ -1,0 +1,253 @@
+import json
+import random
+
+import pytest
+
+from ascend_hybrid.inventory import (
+    RACK_LABEL,
+    SUPERPOD_LABEL,
+    blocking_taints,
+    build_inventory,
+    chip_type_of,
+    npu_request,
+    pod_chip_ids,
+    tolerates,
+)
+from support.builders import deviceinfo, node
+from support.builders import npu_pod as pod
+
+
+def labelled(**labels):
+    return {"metadata": {"name": "n", "labels": labels}}
+
+
+@pytest.mark.parametrize(
+    "labels, expected",
+    [
+        ({"accelerator-type": "module"}, "910A"),
+        ({"accelerator-type": "half"}, "910A"),
+        ({"accelerator-type": "module-910b-8"}, "910B"),
+        ({"accelerator-type": "card-910b-2"}, "910B"),
+        ({"accelerator-type": "module-a3-16"}, "A3"),
+        ({"accelerator-type": "module-a3-16-super-pod"}, "A3"),
+        # the accelerator type wins over the chip name
+        ({"accelerator-type": "module", "node.kubernetes.io/npu.chip.name": "910B3"}, "910A"),
+        ({"node.kubernetes.io/npu.chip.name": "910A"}, "910A"),
+        ({"node.kubernetes.io/npu.chip.name": "910ProA"}, "910A"),
+        ({"node.kubernetes.io/npu.chip.name": "910ProB"}, "910A"),
+        ({"node.kubernetes.io/npu.chip.name": "910PremiumA"}, "910A"),
+        ({"node.kubernetes.io/npu.chip.name": "910B"}, "910B"),
+        ({"node.kubernetes.io/npu.chip.name": "910B4"}, "910B"),
+        ({"node.kubernetes.io/npu.chip.name": "910_9391"}, "A3"),
+        ({"node.kubernetes.io/npu.chip.name": "Ascend910_9382"}, "A3"),
+        ({"accelerator-type": "card"}, None),
+        ({"node.kubernetes.io/npu.chip.name": "310P3"}, None),
+        ({}, None),
+    ],
+)
+def test_chip_type_of(labels, expected):
+    assert chip_type_of(labelled(**labels)) == expected
+
+
+def test_chip_type_of_node_without_labels():
+    assert chip_type_of({"metadata": {"name": "bare"}}) is None
+
+
+def one(nodes, pods=(), infos=(), **kw):
+    inventory = build_inventory(nodes, pods, infos, **kw)
+    assert len(inventory) == 1
+    return inventory.nodes[0]
+
+
+def test_node_fields():
+    n = one([node("a", rack="r1", super_pod="7", labels={"zone": "z"})])
+    assert (n.name, n.chip, n.allocatable, n.capacity, n.free) == ("a", "910B", 8, 8, 8)
+    assert n.ready and not n.unschedulable and n.taints == ()
+    assert (n.rack, n.super_pod, n.tier("zone"), n.tier("missing")) == ("r1", "7", "z", None)
+    assert n.free_ids == frozenset(range(8)) and n.used == frozenset() and n.unknown_used == 0
+
+
+def test_not_ready_cordon_taints_and_missing_ready_condition():
+    taint = {"key": "k", "value": "v", "effect": "NoSchedule"}
+    n = one([node("a", ready=False, cordoned=True, taints=[taint])])
+    assert not n.ready and n.unschedulable and dict(n.taints[0]) == taint
+    bare = node("b")
+    bare["status"]["conditions"] = []
+    assert not one([bare]).ready
+
+
+@pytest.mark.parametrize("annotation", ["config", "real", "plain"])
+def test_used_chips_from_annotations(annotation):
+    p = pod("p", node_name="a", chips=2, device_ids=[3, 4], annotation=annotation)
+    n = one([node("a")], [p])
+    assert n.used == {3, 4} and n.free == 6 and n.free_ids == {0, 1, 2, 5, 6, 7}
+
+
+def test_config_annotation_preferred_and_broken_one_falls_back():
+    p = pod("p", node_name="a", chips=1, device_ids=[5], annotation="config")
+    p["metadata"]["annotations"]["huawei.com/AscendReal"] = "Ascend910-6"
+    assert pod_chip_ids(p) == {5}
+    p["metadata"]["annotations"]["ascend.kubectl.kubernetes.io/ascend-910-configuration"] = "{not json"
+    assert pod_chip_ids(p) == {6}
+
+
+def test_pod_without_annotation_holds_unknown_chips():
+    n = one([node("a")], [pod("p", node_name="a", chips=3)])
+    assert n.free == 5 and n.unknown_used == 3 and n.free_ids is None
+    assert n.candidate_ids == frozenset(range(8)) and n.unknown_held == 3
+
+
+@pytest.mark.parametrize("phase, counted", [("Pending", True), ("Running", True), ("Unknown", True),
+                                            ("Succeeded", False), ("Failed", False)])
+def test_terminal_pods_do_not_count(phase, counted):
+    assert one([node("a")], [pod("p", node_name="a", chips=8, phase=phase)]).free == (0 if counted else 8)
+
+
+def test_pod_being_deleted_still_counts():
+    p = pod("p", node_name="a", chips=4)
+    p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert one([node("a")], [p]).free == 4
+
+
+@pytest.mark.parametrize("pin_by", ["hostname", "field"])
+def test_unbound_pod_pinned_by_affinity_counts(pin_by):
+    pinned = pod("p", chips=8, phase="Pending", pinned_to="a", pin_by=pin_by)
+    inventory = build_inventory([node("a"), node("b")], [pinned])
+    assert (inventory["a"].free, inventory["b"].free) == (0, 8)
+
+
+def test_pin_by_hostname_label_that_differs_from_node_name():
+    n = node("node-a", labels={"kubernetes.io/hostname": "host-a"})
+    assert one([n], [pod("p", chips=2, phase="Pending", pinned_to="host-a")]).free == 6
+
+
+def test_unbound_pods_that_are_not_pinned_do_not_count():
+    loose = pod("p", chips=8, phase="Pending")
+    two_values = pod("q", chips=8, phase="Pending", pinned_to="a")
+    expr = two_values["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    expr["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = ["a", "b"]
+    or_terms = pod("r", chips=8, phase="Pending", pinned_to="a")
+    terms = or_terms["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    terms["nodeSelectorTerms"].append({"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z"]}]})
+    elsewhere = pod("s", node_name="not-in-inventory", chips=8)
+    assert one([node("a")], [loose, two_values, or_terms, elsewhere]).free == 8
+
+
+def test_requests_limits_and_init_containers():
+    assert npu_request(pod("p", chips=4, limits_only=True)) == 4
+    p = pod("p", chips=2)
+    p["spec"]["containers"].append({"name": "side", "resources": {"requests": {"huawei.com/Ascend910": "1"}}})
+    p["spec"]["initContainers"] = [{"name": "init", "resources": {"limits": {"huawei.com/Ascend910": "5"}}}]
+    assert npu_request(p) == 5
+    p["spec"]["initContainers"] = [{"name": "init", "resources": {"limits": {"huawei.com/Ascend910": "2"}}}]
+    assert npu_request(p) == 3
+    assert npu_request({"spec": {"containers": [{"name": "cpu"}]}}) == 0
+
+
+def test_ignore_pods_and_reserved():
+    mine = pod("mine", node_name="a", chips=4)
+    mine["metadata"]["labels"] = {"hybrid.ascend.dev/job": "j"}
+    other = pod("other", node_name="a", chips=2, device_ids=[6, 7])
+    n = one([node("a")], [mine, other], reserved={"a": 1, "ghost": 8},
+            ignore_pods=lambda p: (p["metadata"].get("labels") or {}).get("hybrid.ascend.dev/job") == "j")
+    assert (n.free, n.reserved, n.free_ids) == (5, 1, None)  # reserved chips have no ids
+    assert n.candidate_ids == frozenset(range(6))
+
+
+def test_deviceinfo_health():
+    info = deviceinfo("a", unhealthy=[1], network_unhealthy=[2], separated=[6], super_pod=3, rack=9)
+    n = one([node("a")], [], [info])
+    assert n.unhealthy == {1, 2, 6} and n.free == 5 and n.free_ids == {0, 3, 4, 5, 7}
+    assert (n.super_pod, n.rack, n.lost_to_health) == ("3", "9", 3)
+
+
+def test_labels_win_over_deviceinfo_domains():
+    n = one([node("a", rack="label-rack", super_pod="label-sp")], [], [deviceinfo("a", super_pod=3, rack=9)])
+    assert (n.rack, n.super_pod, n.tier(RACK_LABEL), n.tier(SUPERPOD_LABEL)) == ("label-rack", "label-sp") * 2
+
+
+def test_chips_kubelet_already_withheld_are_not_subtracted_twice():
+    # a real kubelet drops the unhealthy device from allocatable: 8 capacity, 7 allocatable
+    n = one([node("a", chips=7, capacity=8)], [], [deviceinfo("a", unhealthy=[3])])
+    assert n.free == 7 and n.free_ids == {0, 1, 2, 4, 5, 6, 7} and n.lost_to_health == 0
+
+
+def test_unhealthy_chip_held_by_a_pod_is_not_lost_twice():
+    n = one([node("a")], [pod("p", node_name="a", chips=1, device_ids=[3])], [deviceinfo("a", unhealthy=[3])])
+    assert n.free == 7 and n.free_ids == {0, 1, 2, 4, 5, 6, 7}
+
+
+@pytest.mark.parametrize("data", [
+    {},
+    {"DeviceInfoCfg": "{broken"},
+    {"DeviceInfoCfg": "[]"},
+    {"DeviceInfoCfg": json.dumps({"DeviceInfo": "nope"})},
+    {"DeviceInfoCfg": json.dumps({"DeviceInfo": {"DeviceList": None}}), "ManuallySeparateNPU": "garbage,,"},
+])
+def test_unreadable_deviceinfo_means_no_extra_information(data):
+    cm = {"metadata": {"name": "mindx-dl-deviceinfo-a", "namespace": "kube-system"}, "data": data}
+    n = one([node("a")], [], [cm])
+    assert n.free == 8 and n.unhealthy == frozenset()
+
+
+def test_deviceinfo_of_other_namespaces_and_names_is_ignored():
+    info = deviceinfo("a", unhealthy=[0])
+    info["metadata"]["namespace"] = "default"
+    other = deviceinfo("a", unhealthy=[1])
+    other["metadata"]["name"] = "something-else"
+    assert one([node("a")], [], [info, other]).free == 8
+
+
+def test_910a_rings_with_unknown_holders():
+    n = one([node("a", chip="910A")], [pod("p", node_name="a", chips=2, device_ids=[0, 1]),
+                                       pod("q", node_name="a", chips=1)])
+    # ids 2..7 are candidates, one of them is held by q: either ring may be the one that lost a chip
+    assert (n.free, n.ring_free(0), n.ring_free(1)) == (5, 1, 3)
+
+
+def test_junk_quantities_and_non_npu_nodes():
+    cpu = node("cpu", chip=None)
+    cpu["status"]["allocatable"].pop("huawei.com/Ascend910")
+    cpu["status"]["capacity"].pop("huawei.com/Ascend910")
+    odd = node("odd")
+    odd["status"]["allocatable"]["huawei.com/Ascend910"] = "lots"
+    inventory = build_inventory([cpu, odd], [])
+    assert (inventory["cpu"].chip, inventory["cpu"].free, inventory["odd"].free) == (None, 0, 0)
+
+
+def test_inventory_sorted_and_independent_of_input_order():
+    nodes = [node(f"n{i}", rack=f"r{i % 3}") for i in range(10)]
+    pods = [pod(f"p{i}", node_name=f"n{i % 10}", chips=1 + i % 3, device_ids=None if i % 2 else [i % 8])
+            for i in range(25)]
+    expected = build_inventory(nodes, pods)
+    assert [n.name for n in expected] == sorted(n["metadata"]["name"] for n in nodes)
+    rng = random.Random(4)
+    for _ in range(5):
+        rng.shuffle(nodes)
+        rng.shuffle(pods)
+        assert build_inventory(nodes, pods) == expected
+    assert expected.get("nope") is None and expected["n3"].name == "n3"
+
+
+@pytest.mark.parametrize(
+    "toleration, taint, expected",
+    [
+        ({"operator": "Exists"}, {"key": "a", "effect": "NoSchedule"}, True),
+        ({"key": "a", "operator": "Exists"}, {"key": "a", "value": "x", "effect": "NoExecute"}, True),
+        ({"key": "a", "operator": "Exists", "effect": "NoExecute"}, {"key": "a", "effect": "NoSchedule"}, False),
+        ({"key": "a", "value": "x"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, True),
+        ({"key": "a", "operator": "Equal", "value": "y"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, False),
+        ({"key": "a", "operator": "Equal"}, {"key": "a", "effect": "NoSchedule"}, True),
+        ({"key": "b", "operator": "Exists"}, {"key": "a", "effect": "NoSchedule"}, False),
+        ({"key": "", "operator": "Equal", "value": ""}, {"key": "a", "effect": "NoSchedule"}, False),
+        ({"key": "a", "operator": "Gt", "value": "1"}, {"key": "a", "value": "2", "effect": "NoSchedule"}, False),
+    ],
+)
+def test_tolerates(toleration, taint, expected):
+    assert tolerates(toleration, taint) is expected
+
+
+def test_blocking_taints_ignore_prefer_no_schedule():
+    taints = [{"key": "soft", "effect": "PreferNoSchedule"}, {"key": "hard", "effect": "NoExecute"}]
+    assert [t["key"] for t in blocking_taints(taints, ())] == ["hard"]
+    assert blocking_taints(taints, [{"key": "hard", "operator": "Exists"}]) == ()

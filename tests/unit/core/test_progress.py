@@ -1,0 +1,64 @@
+"""Progress and utilization parsing (pure): trainer exposition text and Prometheus answers → status fields."""
+
+from datetime import UTC, datetime
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from ascend_hybrid.progress import (
+    from_prometheus,
+    from_trainer_text,
+    prometheus_queries,
+    training_status,
+    utilization_status,
+)
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def exposition(step, loss, tokens, step_times, utilization=None) -> str:
+    """The trainer's metrics as its endpoint serves them (same names and types as design §9)."""
+    registry = CollectorRegistry()
+    Gauge("ascend_trainer_step", "", registry=registry).set(step)
+    Gauge("ascend_trainer_loss", "", registry=registry).set(loss)
+    Gauge("ascend_trainer_tokens_per_second", "", registry=registry).set(tokens)
+    histogram = Histogram("ascend_trainer_step_seconds", "", registry=registry)
+    for seconds in step_times:
+        histogram.observe(seconds)
+    Counter("ascend_trainer_samples", "", registry=registry).inc(step * 16)
+    if utilization:
+        gauge = Gauge("ascend_trainer_npu_utilization_percent", "", ["device"], registry=registry)
+        for device, value in utilization.items():
+            gauge.labels(device=device).set(value)
+    return generate_latest(registry).decode()
+
+
+def test_trainer_text_gives_pod_zero_training_figures_and_mean_utilization():
+    texts = {1: exposition(9, 9.9, 1.0, [9.0], {"0": 50.0, "1": 70.0}),
+             0: exposition(40, 2.25, 4096.0, [0.5, 0.7], {"0": 90.0, "1": 94.0})}
+    sample = from_trainer_text(texts, NOW)
+    assert (sample.step, sample.loss, sample.tokens_per_second) == (40, 2.25, 4096.0)
+    assert abs(sample.step_seconds - 0.6) < 1e-9
+    assert sample.npu_percent == (50 + 70 + 90 + 94) / 4
+    assert sample.ok and sample.source == "trainer"
+
+
+def test_training_status_progress_and_eta():
+    sample = from_trainer_text({0: exposition(150, 1.5, 100.0, [2.0])}, NOW)
+    assert training_status(sample, 200) == {"step": 150, "loss": 1.5, "tokensPerSecond": 100.0, "stepSeconds": 2.0,
+                                            "progressPercentage": 75.0, "estimatedRemainingSeconds": 100.0}
+    done = from_trainer_text({0: exposition(250, 1.0, 100.0, [2.0])}, NOW)
+    assert training_status(done, 200)["progressPercentage"] == 100.0
+    assert training_status(done, 200)["estimatedRemainingSeconds"] == 0.0
+
+
+def test_prometheus_answers_and_missing_series():
+    sample = from_prometheus({"step": 12.0, "loss": 3.0, "npu_percent": 61.24, "hbm_percent": float("nan")}, NOW)
+    assert utilization_status(sample) == {"npuPercent": 61.2, "source": "prometheus", "sampledAt": "2026-11-29T12:00:00Z"}
+    assert training_status(sample, 100) == {"step": 12, "loss": 3.0, "progressPercentage": 12.0}
+
+
+def test_prometheus_queries_select_the_attempts_pods():
+    queries = prometheus_queries("ns", "job-a2-[0-9]+", "job-a2-0")
+    assert 'namespace="ns",pod_name=~"job-a2-[0-9]+"' in queries["npu_percent"]
+    assert 'pod="job-a2-0"' in queries["step"]
+    assert "npu_chip_info_hbm_used_memory" in queries["hbm_percent"]

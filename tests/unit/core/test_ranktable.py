@@ -1,0 +1,179 @@
+"""hccl.json of design §7: initializing until the whole gang is ready, then every rank once, all strings."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ascend_hybrid import ranktable
+from ascend_hybrid.ascend import DEVICE_ANNOTATION, pod_devices
+from ascend_hybrid.podview import pod_index
+from ascend_hybrid.ranktable import INITIALIZING, build_rank_table, missing_for_completion
+from support.builders import pod_object
+
+
+def gang(pod_object, pods: int = 2, per_pod: int = 8, **kwargs) -> list[dict]:
+    return [pod_object("job", index, per_pod, **kwargs) for index in range(pods)]
+
+
+def all_strings(value) -> bool:
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and all_strings(item) for key, item in value.items())
+    if isinstance(value, list):
+        return all(all_strings(item) for item in value)
+    return isinstance(value, str)
+
+
+def test_completed_table_of_two_pods():
+    pods = [pod_object("job", 0, 4, device_ids=[4, 5, 6, 7], host_ip="127.0.0.10", pod_ip="127.1.0.20"),
+            pod_object("job", 1, 4, device_ids=[0, 1, 2, 3], host_ip="127.0.0.11", pod_ip="127.1.0.21")]
+    table = build_rank_table(list(reversed(pods)), 4, pod_count=2)
+    assert table == {
+        "status": "completed", "version": "1.0", "server_count": "2",
+        "server_list": [
+            {"server_id": "127.0.0.10", "container_ip": "127.1.0.20", "device": [
+                {"device_id": str(d), "device_ip": f"127.100.0.{d}", "rank_id": str(r)}
+                for r, d in enumerate([4, 5, 6, 7])]},
+            {"server_id": "127.0.0.11", "container_ip": "127.1.0.21", "device": [
+                {"device_id": str(d), "device_ip": f"127.100.1.{d}", "rank_id": str(4 + r)}
+                for r, d in enumerate([0, 1, 2, 3])]},
+        ]}
+    assert missing_for_completion(pods, 4, 2) == []
+    assert json.loads(ranktable.dumps(table)) == table
+
+
+def test_devices_are_taken_lowest_chip_first():
+    [pod] = [pod_object("job", 0, 4, device_ids=[7, 2, 5, 3])]
+    table = build_rank_table([pod], 4)
+    assert [(d["device_id"], d["rank_id"]) for d in table["server_list"][0]["device"]] == [
+        ("2", "0"), ("3", "1"), ("5", "2"), ("7", "3")]
+    assert table["server_list"][0]["device"][0]["device_ip"] == "127.100.0.2"
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(phase="Pending"), "phase Pending"),
+    (dict(phase="Failed"), "phase Failed"),
+    (dict(pod_ip=None), "no pod IP"),
+    (dict(host_ip=None), "no pod IP"),
+    (dict(annotate=False), "no device annotation"),
+    (dict(annotation="not json"), "no device annotation"),
+    (dict(annotation='["list"]'), "no device annotation"),
+    (dict(annotation='{"devices": [{"device_ip": "127.100.0.1"}]}'), "no device annotation"),
+    (dict(device_ids=[0, 1, 2]), "3 devices annotated, needs 4"),
+    (dict(device_ids=[0, 1, 2, 3, 4]), "5 devices annotated, needs 4"),
+])
+def test_initializing_until_every_pod_is_ready(change, reason):
+    ready = pod_object("job", 0, 4)
+    not_ready = pod_object("job", 1, 4, **change)
+    assert build_rank_table([ready, not_ready], 4, pod_count=2) == INITIALIZING
+    problems = missing_for_completion([ready, not_ready], 4, 2)
+    assert len(problems) == 1 and reason in problems[0] and "job-a1-1" in problems[0]
+    assert build_rank_table([ready, pod_object("job", 1, 4)], 4, pod_count=2)["status"] == "completed"
+
+
+def test_initializing_with_a_missing_pod():
+    pods = [pod_object("job", 0, 2), pod_object("job", 2, 2)]
+    assert build_rank_table(pods, 2, pod_count=3) == INITIALIZING
+    assert missing_for_completion(pods, 2, 3) == ["pod index 1: missing"]
+
+
+@pytest.mark.parametrize("pods_of", [
+    lambda pod_object: [pod_object("job", 0, 2), pod_object("job", 0, 2, pod_ip="127.1.0.9")],  # duplicate index
+    lambda pod_object: [pod_object("job", 0, 2), pod_object("job", 5, 2)],                       # out of range
+    lambda pod_object: [pod_object("job", 0, 2), pod_object("job", 1, 2, index_label=None)],     # no index label
+    lambda pod_object: [pod_object("job", 0, 2), pod_object("job", 1, 2, index_label="x")],      # bad index label
+    lambda pod_object: [pod_object("job", 0, 2), pod_object("job", 1, 2, index_label="-1")],
+])
+def test_bad_or_duplicate_indices_are_initializing(pods_of):
+    pods = pods_of(pod_object)
+    assert build_rank_table(pods, 2, pod_count=2) == INITIALIZING
+    assert build_rank_table(pods, 2) == INITIALIZING
+    assert any("bad or duplicate pod index" in problem for problem in missing_for_completion(pods, 2, 2))
+
+
+def test_status_returned_is_a_copy():
+    table = build_rank_table([pod_object("job", 0, 2, phase="Pending")], 2)
+    table["status"] = "mutated"
+    assert INITIALIZING == {"status": "initializing"}
+
+
+def test_empty_gang_is_initializing():
+    assert build_rank_table([], 8, pod_count=1) == INITIALIZING
+
+
+@settings(max_examples=120, deadline=None)
+@given(pod_count=st.integers(1, 8), per_pod=st.sampled_from([1, 2, 4, 8, 16]), seed=st.integers(0, 2**32 - 1),
+       super_pods=st.booleans())
+def test_completed_table_properties(pod_count, per_pod, seed, super_pods):
+    rng = random.Random(seed)
+    annotated = {}
+    pods = []
+    for index in range(pod_count):
+        ids = rng.sample(range(16), per_pod)
+        annotated[index] = ids
+        pods.append(pod_object("job", index, per_pod, device_ids=ids, node=f"node-{index // 2}",
+                             host_ip=f"127.0.1.{index + 1}", super_device_ids=[1000 * index + i for i in ids]
+                             if super_pods else None))
+    shuffled = pods[:]
+    rng.shuffle(shuffled)
+    node_super_pods = {f"node-{n}": str(n % 3) for n in range(pod_count)} if super_pods else None
+    table = build_rank_table(shuffled, per_pod, node_super_pods, pod_count=pod_count)
+    assert table == build_rank_table(pods, per_pod, node_super_pods, pod_count=pod_count), "order independent"
+    assert all_strings(table)
+    assert table["status"] == "completed"
+    assert table["server_count"] == str(pod_count) == str(len(table["server_list"]))
+    servers = table["server_list"]
+    firsts = [int(server["device"][0]["rank_id"]) for server in servers]
+    assert firsts == sorted(firsts), "server_list sorted by first rank_id"
+    ranks = [int(device["rank_id"]) for server in servers for device in server["device"]]
+    assert sorted(ranks) == list(range(pod_count * per_pod)), "every rank once"
+    for index, server in enumerate(servers):
+        assert server["server_id"] == f"127.0.1.{index + 1}"
+        assert server["container_ip"] == f"127.1.0.{index + 1}"
+        ids = [int(device["device_id"]) for device in server["device"]]
+        assert ids == sorted(annotated[index]), "device ids from the annotation"
+        for local, device in enumerate(server["device"]):
+            assert device["rank_id"] == str(index * per_pod + local)
+            assert device["device_ip"] == f"127.100.{index}.{device['device_id']}"
+            if super_pods:
+                assert device["super_device_id"] == str(1000 * index + int(device["device_id"]))
+            else:
+                assert "super_device_id" not in device
+    if super_pods:
+        assert table["version"] == "1.2"
+        listed = [entry["server_id"] for group in table["super_pod_list"] for entry in group["server_list"]]
+        assert sorted(listed) == sorted(server["server_id"] for server in servers), "each server in one super-pod"
+        for group in table["super_pod_list"]:
+            for entry in group["server_list"]:
+                index = int(entry["server_id"].rsplit(".", 1)[1]) - 1
+                assert group["super_pod_id"] == str((index // 2) % 3)
+        ids = [group["super_pod_id"] for group in table["super_pod_list"]]
+        assert ids == sorted(set(ids))
+    else:
+        assert table["version"] == "1.0"
+        assert "super_pod_list" not in table
+
+
+def test_v12_shape():
+    pods = [pod_object("job", i, 2, device_ids=[0, 1], super_device_ids=[10 + 2 * i, 11 + 2 * i],
+                     node=f"a3-{i}", host_ip=f"127.0.0.{i + 1}") for i in range(3)]
+    table = build_rank_table(pods, 2, {"a3-0": "7", "a3-1": "7", "a3-2": "9"})
+    assert table["version"] == "1.2"
+    assert table["super_pod_list"] == [
+        {"super_pod_id": "7", "server_list": [{"server_id": "127.0.0.1"}, {"server_id": "127.0.0.2"}]},
+        {"super_pod_id": "9", "server_list": [{"server_id": "127.0.0.3"}]},
+    ]
+    assert [d["super_device_id"] for d in table["server_list"][2]["device"]] == ["14", "15"]
+
+
+def test_pod_devices_reads_the_device_plugin_annotation():
+    pod = pod_object("job", 0, 2, device_ids=[3, 1])
+    assert json.loads(pod["metadata"]["annotations"][DEVICE_ANNOTATION])["devices"][0]["device_id"] == "3"
+    assert [d["device_id"] for d in pod_devices(pod)] == ["1", "3"]
+    assert pod_devices({"metadata": {}}) is None
+    assert pod_index(pod) == 0
+    assert pod_index({"metadata": {"labels": {}}}) is None

@@ -1,0 +1,354 @@
+"""The pure reconcile core: every lifecycle transition from observed state, no API server involved."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ascend_hybrid import names, reconcile, rules
+from ascend_hybrid.actions import (
+    CreatePods,
+    DeleteJob,
+    DeletePods,
+    EnsureChildren,
+    Place,
+    PostEvent,
+    RemoveGates,
+    WriteRankTable,
+)
+from ascend_hybrid.ascend import DEVICE_ANNOTATION
+from ascend_hybrid.placement import Placement
+from ascend_hybrid.reconcile import Observed, decide, record_placement
+from ascend_hybrid.rules import parse
+
+KINDS = {PostEvent: "event", Place: "place", EnsureChildren: "ensure_children", CreatePods: "create_pods",
+         RemoveGates: "remove_gates", DeletePods: "delete_pods", WriteRankTable: "write_rank_table",
+         DeleteJob: "delete_job"}
+
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+NODES = ("node-a", "node-b")
+
+
+def job(spec_overrides=None, status=None, name="demo"):
+    spec = {"parallelism": {"data": 2, "tensor": 4}, "npu": {"perPod": 4}, "runPolicy": {"backoffLimit": 2}}
+    for key, value in (spec_overrides or {}).items():
+        spec[key] = {**spec.get(key, {}), **value}
+    return {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob",
+            "metadata": {"name": name, "namespace": "ns", "uid": "uid-1", "generation": 1,
+                         "creationTimestamp": "2026-11-29T11:59:00Z"},
+            "spec": spec, "status": status or {}}
+
+
+def pod(index, attempt=1, phase="Running", node=None, gated=False, devices=True, exit_code=None, created=NOW):
+    node = node or NODES[index]
+    meta = {"name": names.pod_name("demo", attempt, index), "namespace": "ns",
+            "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "labels": {names.JOB_LABEL: "demo", names.ATTEMPT_LABEL: str(attempt), names.POD_INDEX_LABEL: str(index)},
+            "annotations": {}}
+    if devices:
+        meta["annotations"][DEVICE_ANNOTATION] = json.dumps(
+            {"pod_name": meta["name"], "server_id": f"127.15.0.{index + 1}",
+             "devices": [{"device_id": str(i), "device_ip": f"127.64.{index}.{i}"} for i in range(4)]})
+    spec = {"nodeName": None if gated else node}
+    if gated:
+        spec["schedulingGates"] = [{"name": names.GANG_GATE}]
+    status = {"phase": "Pending" if gated else phase}
+    if phase == "Running" and not gated:
+        status.update(podIP=f"127.16.0.{index + 1}", hostIP=f"127.15.0.{index + 1}")
+    if exit_code is not None:
+        status["containerStatuses"] = [{"name": "ascend", "state": {"terminated": {"exitCode": exit_code}}}]
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def node(name, ready=True, since=NOW):
+    return {"metadata": {"name": name, "labels": {}},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                       "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ")}]}}
+
+
+def observe(body, pods=(), rank_table=None, children_ready=True, nodes=None, now=NOW):
+    try:
+        effective, problems = parse(body), ()
+    except rules.SpecError as error:
+        effective, problems = None, tuple(error.problems)
+    return Observed(job=body, effective=effective, spec_problems=problems, pods=tuple(pods),
+                    rank_table=rank_table if rank_table is not None else {"status": "initializing"},
+                    children_ready=children_ready, sched_ip="127.32.0.10",
+                    nodes=nodes if nodes is not None else {n: node(n) for n in NODES}, now=now)
+
+
+def kinds(decision):
+    return [KINDS[type(action)] for action in decision.actions]
+
+
+def action(decision, kind):
+    return next(a for a in decision.actions if KINDS[type(a)] == kind)
+
+
+def events(decision):
+    return [(a.type, a.reason) for a in decision.actions if isinstance(a, PostEvent)]
+
+
+def placed_status(attempt=1, phase="Placing", **extra):
+    body = job()
+    status = decide(observe(body)).status
+    status = record_placement(status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
+                              {n: "rack-0" for n in NODES}).status
+    status.update(attempt=attempt, phase=phase, **extra)
+    status["placement"]["attempt"] = attempt
+    return status
+
+
+def test_new_job_is_created_and_asks_for_placement():
+    decision = decide(observe(job()))
+    assert kinds(decision) == ["event", "place"]
+    assert decision.status["phase"] == "Pending" and decision.status["attempt"] == 1
+    assert decision.status["worldSize"] == 8
+    request = action(decision, "place").request
+    assert (request.pod_count, request.chips_per_pod, request.chip) == (2, 4, "910B")
+    assert [c["type"] for c in decision.status["conditions"]] == ["Created"]
+
+
+def test_failed_placement_is_pending_with_one_warning():
+    body = job()
+    status = decide(observe(body)).status
+    failure = Placement(ok=False, reason="needs 2 pods × 4 huawei.com/Ascend910 (910B); 0 of 0 nodes could host a pod")
+    first = record_placement(status, parse(body), failure, NOW, 1, {})
+    status = first.status
+    assert status["phase"] == "Pending" and status["placement"]["reason"].startswith("needs 2 pods")
+    assert events(first) == [("Warning", "Unschedulable")]
+    assert first.requeue_after == reconcile.SLOW_REQUEUE_SECONDS
+    again = record_placement(status, parse(body), failure, NOW, 1, {})
+    assert again.actions == []  # one warning per reason, not one per retry
+    placed = next(c for c in status["conditions"] if c["type"] == "Placed")
+    assert placed["status"] == "False" and placed["reason"] == "Unschedulable"
+
+
+def test_placed_job_applies_children_then_creates_gated_pods():
+    body = job(status=placed_status())
+    assert kinds(decide(observe(body, children_ready=False))) == ["ensure_children"]
+    decision = decide(observe(body))
+    create = action(decision, "create_pods")
+    assert [p.manifest["metadata"]["name"] for p in create.pods] == ["demo-a1-0", "demo-a1-1"]
+    assert [(p.node, p.chips) for p in create.pods] == [("node-a", 4), ("node-b", 4)]
+    first = create.pods[0].manifest
+    assert first["spec"]["schedulingGates"] == [{"name": names.GANG_GATE}]
+    terms = first["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0]["values"] == ["node-a"]
+    env = {e["name"]: e.get("value") for e in create.pods[1].manifest["spec"]["containers"][0]["env"]}
+    assert env["MS_SCHED_HOST"] == "127.32.0.10" and env["RANK_START"] == "4" and env["MS_NODE_RANK"] == "1"
+    # A creation that answered proves the pod exists, so the gang is released right after, in the same pass.
+    assert kinds(decision)[-3:] == ["create_pods", "remove_gates", "event"]
+    assert action(decision, "remove_gates").pods == (("demo-a1-0", (names.GANG_GATE,)), ("demo-a1-1", (names.GANG_GATE,)))
+    assert decision.status["phase"] == "Starting"
+
+
+def test_only_missing_pods_are_created_after_a_crash():
+    body = job(status=placed_status())
+    decision = decide(observe(body, pods=[pod(0, gated=True)]))
+    assert [p.manifest["metadata"]["name"] for p in action(decision, "create_pods").pods] == ["demo-a1-1"]
+    assert [name for name, _ in action(decision, "remove_gates").pods] == ["demo-a1-0", "demo-a1-1"]
+
+
+def test_pods_in_flight_are_neither_recreated_nor_lost():
+    body = job(status=placed_status(phase="Starting"))
+    seen_one = observe(body, pods=[pod(0, gated=True)])
+    decision = decide(Observed(**{**seen_one.__dict__, "in_flight": frozenset({"demo-a1-0", "demo-a1-1"})}))
+    assert "create_pods" not in kinds(decision) and "remove_gates" not in kinds(decision)
+    assert decision.status["phase"] == "Starting" and decision.status["restarts"] == 0
+    without = decide(observe(job(status=placed_status(phase="Starting")), pods=[pod(0)]))
+    assert without.status["phase"] == "Restarting"  # the same gap, not explained by a recent creation
+
+
+def test_gates_are_removed_only_when_the_whole_gang_exists():
+    body = job(status=placed_status())
+    decision = decide(observe(body, pods=[pod(0, gated=True), pod(1, gated=True)]))
+    gate = names.GANG_GATE
+    assert action(decision, "remove_gates").pods == (("demo-a1-0", (gate,)), ("demo-a1-1", (gate,)))
+    assert decision.status["phase"] == "Starting"
+
+
+def test_rank_table_completes_when_every_pod_runs_with_devices():
+    body = job(status=placed_status(phase="Starting"))
+    waiting = decide(observe(body, pods=[pod(0), pod(1, devices=False)]))
+    assert "write_rank_table" not in kinds(waiting) and waiting.status["phase"] == "Starting"
+    assert waiting.status["rankTable"]["status"] == "initializing"
+    decision = decide(observe(body, pods=[pod(0), pod(1)]))
+    table = action(decision, "write_rank_table").table
+    assert table["status"] == "completed" and table["server_count"] == "2"
+    ranks = [d["rank_id"] for s in table["server_list"] for d in s["device"]]
+    assert ranks == [str(r) for r in range(8)]
+    assert decision.status["phase"] == "Running"
+    assert ("Normal", "RankTableReady") in events(decision)
+    ready = next(c for c in decision.status["conditions"] if c["type"] == "RankTableReady")
+    assert ready["status"] == "True"
+    steady = decide(observe(job(status=decision.status), pods=[pod(0), pod(1)], rank_table=table))
+    assert "write_rank_table" not in kinds(steady) and events(steady) == []
+
+
+def test_failed_pod_restarts_the_whole_gang_avoiding_its_node():
+    body = job(status=placed_status(phase="Running"))
+    decision = decide(observe(body, pods=[pod(0), pod(1, phase="Failed", exit_code=137)],
+                              rank_table={"status": "completed"}))
+    assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
+    assert action(decision, "write_rank_table").table == {"status": "initializing"}
+    status = decision.status
+    assert (status["attempt"], status["restarts"], status["phase"]) == (2, 1, "Restarting")
+    assert status["avoidedNodes"] == ["node-b"]
+    assert "placement" not in status
+    warning = next(a for a in decision.actions if isinstance(a, PostEvent))
+    assert warning.type == "Warning" and "demo-a1-1" in warning.message and "node-b" in warning.message
+    assert "exit code 137" in warning.message
+
+
+def test_next_attempt_waits_for_old_pods_then_places_avoiding_nodes():
+    status = placed_status(phase="Restarting")
+    status.update(attempt=2, restarts=1, avoidedNodes=["node-b"])
+    status.pop("placement")
+    waiting = decide(observe(job(status=status), pods=[pod(0, phase="Running")]))
+    assert kinds(waiting) == ["delete_pods"]
+    decision = decide(observe(job(status=status)))
+    assert action(decision, "place").request.excluded_nodes == frozenset({"node-b"})
+
+
+def test_backoff_exhausted_fails_naming_pod_and_exit_code():
+    status = placed_status(phase="Running", restarts=2)
+    decision = decide(observe(job(status=status), pods=[pod(0), pod(1, phase="Failed", exit_code=3)]))
+    assert decision.status["phase"] == "Failed"
+    failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert "demo-a1-1" in failed["message"] and "exit code 3" in failed["message"]
+    assert decision.status["completionTime"]
+    assert action(decision, "delete_pods").names == ("demo-a1-0",)  # cleanPodPolicy Running keeps the failed pod
+
+
+def test_all_pods_succeeded_and_clean_pod_policy_all():
+    body = job({"runPolicy": {"cleanPodPolicy": "All", "ttlSecondsAfterFinished": 60}},
+               status=placed_status(phase="Running"))
+    decision = decide(observe(body, pods=[pod(0, phase="Succeeded"), pod(1, phase="Succeeded")]))
+    assert decision.status["phase"] == "Succeeded" and decision.status["completionTime"]
+    assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
+    assert decision.requeue_after == pytest.approx(60)
+    later = decide(observe(job({"runPolicy": {"ttlSecondsAfterFinished": 60}}, status=decision.status),
+                           now=NOW + timedelta(seconds=61)))
+    assert kinds(later) == ["delete_job"]
+
+
+def test_node_not_ready_restarts_after_the_grace_period_only():
+    status = placed_status(phase="Running")
+    pods = [pod(0), pod(1)]
+    nodes = {"node-a": node("node-a"), "node-b": node("node-b", ready=False, since=NOW - timedelta(seconds=10))}
+    early = decide(observe(job(status=status), pods=pods, nodes=nodes))
+    assert "delete_pods" not in kinds(early) and early.requeue_after == pytest.approx(20)
+    late = decide(observe(job(status=status), pods=pods, nodes=nodes, now=NOW + timedelta(seconds=25)))
+    assert late.status["avoidedNodes"] == ["node-b"] and late.status["phase"] == "Restarting"
+    assert next(c for c in late.status["conditions"] if c["type"] == "Restarting")["reason"] == "NodeNotReady"
+
+
+def test_pod_deleted_while_running_restarts():
+    decision = decide(observe(job(status=placed_status(phase="Running")), pods=[pod(0)]))
+    assert decision.status["phase"] == "Restarting"
+    assert "demo-a1-1" in decision.status["message"]
+
+
+def test_suspend_deletes_pods_and_resume_places_anew():
+    status = placed_status(phase="Running")
+    suspended = decide(observe(job({"runPolicy": {"suspend": True}}, status=status), pods=[pod(0), pod(1)]))
+    assert action(suspended, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
+    assert suspended.status["phase"] == "Suspended" and "placement" not in suspended.status
+    resumed = decide(observe(job(status=suspended.status)))
+    assert resumed.status["attempt"] == 2 and resumed.status["phase"] == "Pending"
+    assert "place" in kinds(resumed) and resumed.status["restarts"] == 0
+
+
+def test_template_change_restarts_with_the_new_spec_but_training_change_does_not():
+    status = placed_status(phase="Running")
+    running = decide(observe(job(status=status), pods=[pod(0), pod(1)]))
+    changed = job({"template": {"image": "other:1"}}, status=running.status)
+    decision = decide(observe(changed, pods=[pod(0), pod(1)]))
+    assert decision.status["phase"] == "Restarting" and decision.status["restarts"] == 0
+    training = job({"training": {"steps": 5}}, status=running.status)
+    assert decide(observe(training, pods=[pod(0), pod(1)])).status["phase"] == "Running"
+
+
+def test_scheduling_timeout_deletes_the_attempt_and_replans():
+    status = placed_status(phase="Starting")
+    old = NOW - timedelta(seconds=400)
+    pods = [pod(0, created=old), {**pod(1, created=old), "spec": {"nodeName": None}}]
+    decision = decide(observe(job(status=status), pods=pods))
+    assert decision.status["attempt"] == 2 and "placement" not in decision.status
+    assert ("Warning", "SchedulingTimeout") in events(decision)
+    assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
+
+
+def test_invalid_spec_fails_with_every_problem():
+    decision = decide(observe(job({"parallelism": {"tensor": 3}})))
+    assert decision.status["phase"] == "Failed"
+    assert "spec.parallelism.tensor=3 must divide spec.npu.perPod=4" in decision.status["message"]
+
+
+def test_active_deadline_fails_the_job():
+    status = placed_status(phase="Running", startTime="2026-11-29T11:00:00Z")
+    decision = decide(observe(job({"runPolicy": {"activeDeadlineSeconds": 600}}, status=status), pods=[pod(0), pod(1)]))
+    assert decision.status["phase"] == "Failed"
+    assert next(c for c in decision.status["conditions"] if c["type"] == "Failed")["reason"] == "DeadlineExceeded"
+
+
+def test_decide_does_not_mutate_its_input():
+    body = job(status=placed_status(phase="Running"))
+    before = copy.deepcopy(body)
+    decide(observe(body, pods=[pod(0), pod(1, phase="Failed", exit_code=1)]))
+    assert body == before
+
+
+def test_pod_template_hash_ignores_training_settings():
+    a, b = parse(job()), parse(job({"training": {"steps": 7}}))
+    assert reconcile.pod_template_hash(a) == reconcile.pod_template_hash(b)
+    assert reconcile.pod_template_hash(a) != reconcile.pod_template_hash(parse(job({"parallelism": {"data": 4}})))
+
+
+def test_running_job_records_progress_and_utilization_and_says_when_they_go_stale():
+    from ascend_hybrid.progress import Sample
+    body = job({"training": {"steps": 200}}, status=placed_status(phase="Running"))
+    table = decide(observe(body, pods=[pod(0), pod(1)])).actions
+    completed = next(a.table for a in table if isinstance(a, WriteRankTable))
+    good = Sample("trainer", NOW, step=50, loss=2.5, tokens_per_second=1000.0, step_seconds=0.5, npu_percent=87.5)
+    first = decide(Observed(**{**observe(body, pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": good}))
+    assert first.status["training"] == {"step": 50, "loss": 2.5, "tokensPerSecond": 1000.0, "stepSeconds": 0.5,
+                                        "progressPercentage": 25.0, "estimatedRemainingSeconds": 75.0}
+    assert first.status["utilization"] == {"npuPercent": 87.5, "source": "trainer", "sampledAt": "2026-11-29T12:00:00Z"}
+    bad = Sample("trainer", NOW + timedelta(seconds=30), error="trainer metrics unreachable (127.16.0.1:9400: refused)")
+    stale = decide(Observed(**{**observe(job({"training": {"steps": 200}}, status=first.status),
+                                         pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": bad}))
+    assert stale.status["phase"] == "Running"
+    assert stale.status["utilization"]["sampledAt"] == "2026-11-29T12:00:00Z"  # the old figure, with its age
+    metrics = next(c for c in stale.status["conditions"] if c["type"] == "MetricsAvailable")
+    assert metrics["status"] == "False" and "unreachable" in metrics["message"]
+    assert [e for e in events(stale) if e[1] == "MetricsUnavailable"] == [("Warning", "MetricsUnavailable")]
+    again = decide(Observed(**{**observe(job({"training": {"steps": 200}}, status=stale.status),
+                                         pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": bad}))
+    assert not [e for e in events(again) if e[1] == "MetricsUnavailable"]  # one event, not one per reading
+
+
+def test_no_series_yet_is_not_an_outage():
+    from ascend_hybrid.progress import Sample
+    body = job(status=placed_status(phase="Running"))
+    completed = next(a.table for a in decide(observe(body, pods=[pod(0), pod(1)])).actions if isinstance(a, WriteRankTable))
+    empty = Sample("prometheus", NOW, error="Prometheus has no series for this job yet", no_data_yet=True)
+    first = decide(Observed(**{**observe(body, pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": empty}))
+    assert not [e for e in events(first) if e[1] == "MetricsUnavailable"]
+    assert next(c for c in first.status["conditions"] if c["type"] == "MetricsAvailable")["reason"] == "NoDataYet"
+    down = Sample("prometheus", NOW, error="Prometheus at http://127.0.0.1:9 unreachable: refused")
+    later = decide(Observed(**{**observe(job(status=first.status), pods=[pod(0), pod(1)], rank_table=completed).__dict__,
+                               "telemetry": down}))
+    assert [e for e in events(later) if e[1] == "MetricsUnavailable"] == [("Warning", "MetricsUnavailable")]
+
+
+def test_a_placement_made_for_other_degrees_is_made_again():
+    status = placed_status()  # 2 pods placed
+    decision = decide(observe(job({"parallelism": {"data": 4}}, status=status)))  # now 4 pods, none created yet
+    assert "create_pods" not in kinds(decision)
+    assert action(decision, "place").request.pod_count == 4

@@ -1,0 +1,319 @@
+"""Child manifests (design §6, §8): valid Kubernetes 1.36 objects, deterministic, named and wired as specified."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import kubernetes_validate
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ascend_hybrid import render, rules
+from ascend_hybrid.ranktable import INITIALIZING
+from support.strategies import valid_specs
+
+K8S = "1.36.0"
+UID = "2f6a1c3e-0000-4000-8000-000000000001"
+SCHED_IP = "10.96.0.42"
+RANK_VARIABLES = ("MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_LOCAL_WORKER", "MS_NODE_RANK",
+                  "RANK_TABLE_FILE", "RANK_SIZE", "RANK_START")
+
+
+def load(path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def effective_of(spec: dict, name: str = "job") -> rules.ResolvedJob:
+    return rules.parse({"metadata": {"name": name}, "spec": spec})
+
+
+def children_of(effective, attempt: int = 1, table=None) -> list[dict]:
+    nodes = tuple(f"node-{i:02d}" for i in range(effective.pod_count))
+    return render.children(effective, "team-a", UID, attempt, nodes, SCHED_IP, table)
+
+
+def env_of(pod: dict) -> dict[str, dict]:
+    [container] = pod["spec"]["containers"]
+    names = [entry["name"] for entry in container["env"]]
+    assert len(names) == len(set(names)), f"duplicate env names {names}"
+    return {entry["name"]: entry for entry in container["env"]}
+
+
+def values_of(pod: dict) -> dict[str, str]:
+    return {name: entry["value"] for name, entry in env_of(pod).items() if "value" in entry}
+
+
+@pytest.fixture(scope="module")
+def seed(examples):
+    return rules.parse(load(examples / "seed-moe-128.yaml"))
+
+
+@pytest.fixture(scope="module")
+def seed_children(seed):
+    return children_of(seed, attempt=3)
+
+
+def test_every_child_is_a_valid_kubernetes_object(seed_children, examples):
+    small = rules.parse(load(examples / "job.yaml"))
+    objects = seed_children + children_of(small)
+    assert [o["kind"] for o in seed_children] == ["Service", "Service", "ConfigMap", "ConfigMap"] + ["Pod"] * 16
+    for obj in objects:
+        kubernetes_validate.validate(copy.deepcopy(obj), K8S, strict=True)
+
+
+def test_validation_would_catch_a_broken_child(seed_children):
+    broken = copy.deepcopy(seed_children[-1])
+    broken["spec"]["containers"][0]["bogus"] = 1
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, K8S, strict=True)
+
+
+def test_output_is_deterministic(seed):
+    first, second = children_of(seed, 3), children_of(seed, 3)
+    assert first == second
+    assert yaml.safe_dump_all(first, sort_keys=False) == yaml.safe_dump_all(second, sort_keys=False)
+
+
+def test_names_per_design(seed_children):
+    names = [(o["kind"], o["metadata"]["name"]) for o in seed_children]
+    assert names[:4] == [("Service", "seed-moe-128-sched"), ("Service", "seed-moe-128"),
+                         ("ConfigMap", "rings-config-seed-moe-128"), ("ConfigMap", "seed-moe-128-config")]
+    assert [n for _, n in names[4:]] == [f"seed-moe-128-a3-{i}" for i in range(16)]
+    for obj in seed_children:
+        assert obj["metadata"]["namespace"] == "team-a"
+        assert obj["metadata"]["labels"]["hybrid.ascend.dev/job"] == "seed-moe-128"
+        assert obj["metadata"]["ownerReferences"] == [{
+            "apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "name": "seed-moe-128",
+            "uid": UID, "controller": True, "blockOwnerDeletion": True}]
+
+
+def test_services(seed_children):
+    sched, headless = seed_children[:2]
+    assert sched["spec"]["type"] == "ClusterIP" and "clusterIP" not in sched["spec"]
+    assert sched["spec"]["selector"] == {"hybrid.ascend.dev/job": "seed-moe-128", "hybrid.ascend.dev/pod-index": "0"}
+    assert sched["spec"]["ports"] == [{"name": "ms-sched", "protocol": "TCP", "port": 2222, "targetPort": 2222}]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["selector"] == {"hybrid.ascend.dev/job": "seed-moe-128"}
+    pod0 = seed_children[4]
+    assert all(pod0["metadata"]["labels"][k] == v for k, v in sched["spec"]["selector"].items())
+    assert pod0["spec"]["subdomain"] == headless["metadata"]["name"]
+
+
+def test_config_maps(seed, seed_children):
+    table_map, job_map = seed_children[2:4]
+    assert json.loads(table_map["data"]["hccl.json"]) == INITIALIZING
+    job = json.loads(job_map["data"]["job.json"])
+    assert job["parallelism"] == seed.degrees
+    assert job["worldSize"] == 128 and job["npu"] == {"chip": "910B", "perPod": 8}
+    assert job["model"] == seed.model
+    assert job["training"]["globalBatchSize"] == 512 and job["training"]["steps"] == 10000
+    table = {"status": "completed", "version": "1.2", "server_count": "0", "server_list": []}
+    completed = render.rank_table_config_map("seed-moe-128", "team-a", UID, table)
+    assert json.loads(completed["data"]["hccl.json"]) == table and completed["data"]["version"] == "1.2"
+    assert children_of(seed, 3, table)[2] == completed
+
+
+def test_pod_shape(seed, seed_children):
+    pods = seed_children[4:]
+    for index, pod in enumerate(pods):
+        meta, spec = pod["metadata"], pod["spec"]
+        assert meta["labels"] == {"hybrid.ascend.dev/job": "seed-moe-128", "hybrid.ascend.dev/attempt": "3",
+                                  "hybrid.ascend.dev/pod-index": str(index),
+                                  "app.kubernetes.io/managed-by": "ascend-hybrid-operator"}
+        assert meta["annotations"] == {"hccl/rankIndex": str(index)}
+        assert spec["schedulingGates"] == [{"name": "hybrid.ascend.dev/gang"}]
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                                "values": [f"node-{index:02d}"]}]}]
+        assert spec["restartPolicy"] == "Never"
+        [container] = spec["containers"]
+        assert container["name"] == "ascend"
+        assert container["resources"]["limits"] == {"huawei.com/Ascend910": "8"}
+        assert container["resources"]["requests"] == {"huawei.com/Ascend910": "8"}
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes[mounts["/user/serverid/devindex/config"]]["configMap"]["name"] == "rings-config-seed-moe-128"
+        assert volumes[mounts["/etc/ascend-hybrid"]]["configMap"]["name"] == "seed-moe-128-config"
+        assert "/checkpoints" not in mounts
+
+
+def test_env_of_design_section_8(seed, seed_children):
+    for index, pod in enumerate(seed_children[4:]):
+        env = env_of(pod)
+        values = values_of(pod)
+        assert values["MS_ROLE"] == "MS_WORKER"
+        assert values["MS_SCHED_HOST"] == SCHED_IP
+        assert values["MS_SCHED_PORT"] == "2222"
+        assert values["MS_WORKER_NUM"] == values["RANK_SIZE"] == "128"
+        assert values["MS_LOCAL_WORKER"] == "8"
+        assert values["MS_NODE_RANK"] == str(index)
+        assert values["RANK_START"] == str(index * 8)
+        assert values["RANK_TABLE_FILE"] == "/user/serverid/devindex/config/hccl.json"
+        assert values["HCCL_CONNECT_TIMEOUT"] == "600" and values["HCCL_EXEC_TIMEOUT"] == "1800"
+        assert values["HCCL_WHITELIST_DISABLE"] == "1"
+        assert "HCCL_SOCKET_IFNAME" not in env and "HCCL_IF_IP" not in env
+        assert json.loads(values["AHJ_PARALLEL"]) == seed.degrees
+        assert values["AHJ_JOB_CONFIG"] == "/etc/ascend-hybrid/job.json"
+        assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+        assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+        assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        assert "ASCEND_VISIBLE_DEVICES" not in env
+        for entry in env.values():
+            assert set(entry) in ({"name", "value"}, {"name", "valueFrom"}) and isinstance(entry.get("value", ""), str)
+
+
+def full_spec() -> dict:
+    return {
+        "parallelism": {"data": 4, "tensor": 2},
+        "npu": {"perPod": 4},
+        "training": {"checkpoint": {"claimName": "ckpt-pvc", "everySteps": 50}},
+        "hccl": {"socketIfname": "eth1", "whitelistDisable": False,
+                 "env": {"HCCL_EXEC_TIMEOUT": "900", "HCCL_IF_IP": "127.0.0.1", "RANK_START": "99"}},
+        "scheduling": {"schedulerName": "volcano", "queue": "research"},
+        "template": {
+            "metadata": {"labels": {"team": "nlp", "hybrid.ascend.dev/job": "spoofed"},
+                         "annotations": {"owner": "alice", "hccl/rankIndex": "77"}},
+            "image": "registry.example/trainer:1", "imagePullPolicy": "IfNotPresent",
+            "command": ["python", "-m", "train"], "args": ["--fast"],
+            "env": [{"name": "HCCL_CONNECT_TIMEOUT", "value": "30"}, {"name": "EXTRA", "value": "1"},
+                    {"name": "POD_IP", "value": "127.0.0.9"},
+                    {"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+                   + [{"name": name, "value": "hijacked"} for name in RANK_VARIABLES],
+            "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"memory": "32Gi"}},
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            "nodeSelector": {"pool": "npu"},
+            "tolerations": [{"key": "npu", "operator": "Exists", "effect": "NoSchedule"}],
+            "serviceAccountName": "trainer", "priorityClassName": "high",
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def full_pods():
+    effective = effective_of(full_spec())
+    return effective, children_of(effective, attempt=2)[4:]
+
+
+def test_full_template_pods_are_valid(full_pods):
+    for pod in full_pods[1]:
+        kubernetes_validate.validate(copy.deepcopy(pod), K8S, strict=True)
+
+
+def test_user_env_wins_except_rank_variables(full_pods):
+    _, pods = full_pods
+    for index, pod in enumerate(pods):
+        env, values = env_of(pod), values_of(pod)
+        assert values["HCCL_CONNECT_TIMEOUT"] == "30", "user env overrides a default"
+        assert values["POD_IP"] == "127.0.0.9" and "valueFrom" not in env["POD_IP"]
+        assert values["EXTRA"] == "1"
+        assert env["SECRET"]["valueFrom"] == {"secretKeyRef": {"name": "s", "key": "k"}}
+        assert values["RANK_START"] == str(index * 4), "rank variables are the operator's"
+        assert values["MS_NODE_RANK"] == str(index)
+        for name in RANK_VARIABLES:
+            assert values[name] != "hijacked", name
+        assert values["HCCL_EXEC_TIMEOUT"] == "900", "hccl.env overrides a default"
+        assert values["HCCL_IF_IP"] == "127.0.0.1"
+        assert values["HCCL_SOCKET_IFNAME"] == "eth1"
+        assert values["HCCL_WHITELIST_DISABLE"] == "0"
+        assert values["MS_WORKER_NUM"] == "8" and values["MS_LOCAL_WORKER"] == "4"
+
+
+def test_template_is_applied(full_pods):
+    _, pods = full_pods
+    for index, pod in enumerate(pods):
+        meta, spec = pod["metadata"], pod["spec"]
+        assert meta["labels"]["team"] == "nlp"
+        assert meta["labels"]["hybrid.ascend.dev/job"] == "job", "the operator's labels win"
+        assert meta["labels"]["hybrid.ascend.dev/queue"] == "research"
+        assert meta["annotations"] == {"owner": "alice", "hccl/rankIndex": str(index)}
+        assert spec["schedulerName"] == "volcano"
+        assert spec["serviceAccountName"] == "trainer" and spec["priorityClassName"] == "high"
+        assert spec["nodeSelector"] == {"pool": "npu"}
+        assert spec["tolerations"] == [{"key": "npu", "operator": "Exists", "effect": "NoSchedule"}]
+        [container] = spec["containers"]
+        assert container["image"] == "registry.example/trainer:1"
+        assert container["imagePullPolicy"] == "IfNotPresent"
+        assert container["command"] == ["python", "-m", "train"] and container["args"] == ["--fast"]
+        assert container["resources"] == {
+            "requests": {"cpu": "4", "memory": "16Gi", "huawei.com/Ascend910": "4"},
+            "limits": {"memory": "32Gi", "huawei.com/Ascend910": "4"}}
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes[mounts["/checkpoints"]["name"]]["persistentVolumeClaim"] == {"claimName": "ckpt-pvc"}
+        assert mounts["/data"]["name"] == "data" and volumes["data"] == {"name": "data", "emptyDir": {}}
+
+
+def test_defaults_leave_optional_fields_out(examples):
+    pod = children_of(rules.parse(load(examples / "job.yaml")))[4]
+    spec, container = pod["spec"], pod["spec"]["containers"][0]
+    for key in ("schedulerName", "serviceAccountName", "priorityClassName"):
+        assert key not in spec
+    for key in ("command", "args", "imagePullPolicy"):
+        assert key not in container
+    assert container["image"] == "ascend-hybrid/trainer:0.1.0"
+    assert "hybrid.ascend.dev/queue" not in pod["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("name, namespace", [("yes", "null"), ("on", "true"), ("n0", "0123")])
+def test_yaml_ambiguous_names_stay_strings(name, namespace):
+    effective = effective_of({"parallelism": {"data": 8}}, name=name)
+    objects = render.children(effective, namespace, UID, 1, ("off",), SCHED_IP)
+    for obj in objects:
+        assert obj["metadata"]["namespace"] == namespace
+        assert isinstance(obj["metadata"]["name"], str) and obj["metadata"]["name"].startswith(
+            ("rings-config-", name))
+        kubernetes_validate.validate(copy.deepcopy(obj), K8S, strict=True)
+    assert objects[1]["metadata"]["name"] == name
+    assert objects[-1]["spec"]["subdomain"] == name
+    assert objects[-1]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["off"]
+
+
+label_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(annotations=st.dictionaries(st.from_regex(r"[a-z]{1,8}", fullmatch=True), label_text, max_size=3),
+       env_value=label_text, image=label_text.filter(bool))
+def test_arbitrary_text_survives_rendering(annotations, env_value, image):
+    spec = {"parallelism": {"data": 2}, "npu": {"perPod": 2},
+            "template": {"metadata": {"annotations": annotations}, "image": image,
+                         "env": [{"name": "TEXT", "value": env_value}]}}
+    pod = render.pod(effective_of(spec), "ns", UID, 1, 0, "node-0", SCHED_IP)
+    assert pod["metadata"]["annotations"] == {**annotations, "hccl/rankIndex": "0"}
+    assert values_of(pod)["TEXT"] == env_value
+    assert pod["spec"]["containers"][0]["image"] == image
+    json.dumps(pod).encode("utf-8")  # what the API client sends
+
+
+def test_every_pod_of_random_valid_jobs_validates():
+    @settings(max_examples=12, deadline=None)
+    @given(data=st.data())
+    def check(data):
+        effective = effective_of(data.draw(valid_specs()))
+        objects = children_of(effective)
+        assert len(objects) == 4 + effective.pod_count
+        for index, pod in enumerate(objects[4:]):
+            assert values_of(pod)["RANK_START"] == str(index * effective.per_pod)
+            assert pod["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend910"] == str(
+                effective.per_pod)
+        for obj in objects[:5] + objects[-1:]:
+            kubernetes_validate.validate(copy.deepcopy(obj), K8S, strict=True)
+
+    check()
+
+
+@given(st.text(st.characters(codec="utf-8", exclude_categories=("Cs",))))
+def test_template_json_reads_back_unchanged_with_libyaml(text):
+    """What the templates embed must survive the fast YAML loader: line breaks escaped, astral characters literal,
+    a literal backslash before `ud83d` left alone."""
+    import yaml
+
+    from ascend_hybrid.render import _json_for_yaml
+
+    assert yaml.load(_json_for_yaml(text), Loader=yaml.CSafeLoader) == text
+    assert yaml.load(_json_for_yaml("\\" + text), Loader=yaml.CSafeLoader) == "\\" + text

@@ -1,0 +1,143 @@
+"""The process runtime's decisions (runtime_plan.plan) and its guard (runtime_guard), and the cluster default's
+admission policy (runtime_default): pure, no cluster."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ascend_hybrid.devcluster.runtime import default as runtime_default
+from ascend_hybrid.devcluster.runtime.guard import admit, default_capacity, requested_workers
+from ascend_hybrid.devcluster.runtime.plan import (
+    Announce,
+    Forget,
+    Kill,
+    Remove,
+    ReportExit,
+    ReportLost,
+    Start,
+    Stop,
+    SyncVolumes,
+    Tracked,
+    Wait,
+    plan,
+)
+
+NOW = 1000.0
+
+
+def pod(uid: str, phase: str = "Pending", ip: str | None = "127.16.0.1", workers: int | None = 1,
+        created: str = "2026-11-29T17:00:00Z", deleting: bool = False, grace: int | None = None) -> dict:
+    container: dict = {"name": "ascend"}
+    if workers is not None:
+        container["env"] = [{"name": "MS_LOCAL_WORKER", "value": str(workers)}]
+    meta: dict = {"uid": uid, "name": uid, "namespace": "ns", "creationTimestamp": created}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-29T17:05:00Z"
+        meta["deletionGracePeriodSeconds"] = 30 if grace is None else grace
+    status: dict = {"phase": phase}
+    if ip:
+        status["podIP"] = ip
+    return {"metadata": meta, "spec": {"containers": [container]}, "status": status}
+
+
+def running(workers: int = 1, **fields) -> Tracked:
+    return Tracked(**{"pid": 100, "workers": workers, "grace": 30.0, "announced": True, **fields})
+
+
+def test_a_bound_pod_with_its_ip_starts_and_one_without_an_ip_waits_for_kwok():
+    assert plan({"a": pod("a"), "b": pod("b", ip=None)}, {}, capacity=4, now=NOW) == [Start("a")]
+
+
+def test_pods_start_oldest_first_while_the_guard_has_room_and_the_first_that_does_not_fit_holds_the_rest():
+    pods = {"late": pod("late", created="2026-11-29T17:03:00Z", workers=1),
+            "big": pod("big", created="2026-11-29T17:02:00Z", workers=3),
+            "first": pod("first", created="2026-11-29T17:01:00Z", workers=2)}
+    actions = plan(pods, {}, capacity=4, now=NOW)
+    assert actions[0] == Start("first")
+    assert [type(a) for a in actions[1:]] == [Wait, Wait]
+    assert actions[1].uid == "big" and "2 of the 4" in actions[1].message
+    assert actions[2].uid == "late" and "behind ns/big" in actions[2].message
+
+
+def test_a_pod_that_can_never_fit_waits_alone():
+    pods = {"huge": pod("huge", created="2026-11-29T17:01:00Z", workers=99),
+            "small": pod("small", created="2026-11-29T17:02:00Z", workers=1)}
+    actions = plan(pods, {}, capacity=4, now=NOW)
+    assert actions[0].uid == "huge" and isinstance(actions[0], Wait) and "cannot start here" in actions[0].message
+    assert actions[1] == Start("small")
+
+
+def test_running_processes_count_against_the_capacity():
+    pods = {"old": pod("old", phase="Running"), "new": pod("new", workers=2)}
+    assert isinstance(plan(pods, {"old": running(workers=3)}, capacity=4, now=NOW)[-1], Wait)
+    assert plan(pods, {"old": running(workers=2)}, capacity=4, now=NOW)[-1] == Start("new")
+
+
+def test_a_running_process_keeps_its_volumes_in_sync_and_its_running_status_written():
+    pods = {"a": pod("a", phase="Running")}
+    assert plan(pods, {"a": running()}, capacity=4, now=NOW) == [SyncVolumes("a")]
+    assert plan(pods, {"a": running(announced=False)}, capacity=4, now=NOW) == [Announce("a"), SyncVolumes("a")]
+
+
+def test_an_ended_process_is_reported_once():
+    pods = {"a": pod("a", phase="Running")}
+    assert plan(pods, {"a": running(exit_code=137)}, capacity=4, now=NOW) == [ReportExit("a")]
+    assert plan(pods, {"a": running(exit_code=137, reported=True)}, capacity=4, now=NOW) == []
+
+
+def test_deleting_a_pod_stops_its_group_kills_it_after_the_grace_period_and_then_removes_the_pod():
+    deleting = {"a": pod("a", phase="Running", deleting=True, grace=7)}
+    assert plan(deleting, {"a": running()}, capacity=4, now=NOW) == [Stop("a", 7.0)]
+    stopping = running(stop_deadline=NOW + 1)
+    assert plan(deleting, {"a": stopping}, capacity=4, now=NOW) == []
+    assert plan(deleting, {"a": stopping}, capacity=4, now=NOW + 1) == [Kill("a")]
+    assert plan(deleting, {"a": running(exit_code=143, stop_deadline=NOW + 1)}, capacity=4, now=NOW) == [Remove("a")]
+    # never started (e.g. waiting for room): removed at once
+    assert plan({"b": pod("b", deleting=True)}, {}, capacity=4, now=NOW) == [Remove("b")]
+
+
+def test_a_pod_gone_from_the_api_has_its_process_stopped_and_then_forgotten():
+    assert plan({}, {"a": running()}, capacity=4, now=NOW) == [Stop("a", 30.0)]
+    assert plan({}, {"a": running(stop_deadline=NOW - 1)}, capacity=4, now=NOW) == [Kill("a")]
+    assert plan({}, {"a": running(exit_code=0, reported=True)}, capacity=4, now=NOW) == [Forget("a")]
+
+
+def test_a_running_pod_without_a_process_here_was_lost_and_finished_pods_are_left_alone():
+    pods = {"r": pod("r", phase="Running"), "s": pod("s", phase="Succeeded"), "f": pod("f", phase="Failed")}
+    assert plan(pods, {}, capacity=4, now=NOW) == [ReportLost("r")]
+
+
+@given(st.lists(st.tuples(st.integers(1, 6), st.booleans()), max_size=8), st.integers(1, 8))
+def test_what_starts_never_exceeds_the_capacity(pod_specs, capacity):
+    pods, tracked = {}, {}
+    for index, (workers, is_running) in enumerate(pod_specs):
+        uid = f"p{index}"
+        pods[uid] = pod(uid, phase="Running" if is_running else "Pending", workers=workers,
+                        created=f"2026-11-29T17:{index:02d}:00Z")
+        if is_running:
+            tracked[uid] = running(workers=workers)
+    in_use = sum(t.workers for t in tracked.values())
+    started = [a.uid for a in plan(pods, tracked, capacity, NOW) if isinstance(a, Start)]
+    assert in_use > capacity or in_use + sum(requested_workers(pods[u]["spec"]["containers"][0])
+                                             for u in started) <= capacity
+
+
+def test_the_guard():
+    assert default_capacity(cores=2) == 4 and default_capacity(cores=16, per_core=1) == 16
+    assert requested_workers({"env": [{"name": "MS_LOCAL_WORKER", "value": "8"}]}) == 8
+    assert requested_workers({"env": [{"name": "MS_LOCAL_WORKER", "value": "lots"}]}) == 1
+    assert requested_workers({"command": ["sleep", "1"]}) == 1
+    assert admit(2, 2, 4).admitted and not admit(3, 2, 4).admitted
+    assert "starts when others end" in admit(3, 2, 4).message
+    assert "cannot start here" in admit(5, 0, 4).message
+
+
+def test_the_cluster_default_is_an_admission_policy_on_pod_creation_that_keeps_an_explicit_choice():
+    policy, binding = runtime_default.policy(), runtime_default.binding()
+    spec = policy["spec"]
+    assert spec["matchConstraints"]["resourceRules"][0]["resources"] == ["pods"]
+    assert spec["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
+    assert "sim.hybrid.ascend.dev/runtime" in spec["matchConditions"][0]["expression"]
+    assert '"sim.hybrid.ascend.dev/runtime": "process"' in spec["mutations"][0]["applyConfiguration"]["expression"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]

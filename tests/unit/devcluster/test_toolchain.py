@@ -1,0 +1,116 @@
+"""The toolchain builder's bookkeeping (no Go build runs: the build steps are replaced by fakes)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ascend_hybrid.devcluster.controlplane import toolchain
+
+
+def make_executables(directory: Path, names) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        path = directory / name
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(toolchain.BINARIES_ENV, raising=False)
+    monkeypatch.setattr(toolchain.shutil, "which", lambda name: "/usr/bin/go")
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def fake_steps(monkeypatch):
+    built = []
+
+    def fake_kube(src, out, log):
+        for name in toolchain.KUBE_COMMANDS:
+            if not (out / name).exists():
+                built.append(name)
+                make_executables(out, [name])
+
+    def fake_install(packages, out, log):
+        names = [p.split("@")[0].rsplit("/", 1)[1] for p in packages]
+        built.extend(names)
+        make_executables(out, names)
+
+    monkeypatch.setattr(toolchain, "_build_etcd", lambda src, out, log: (built.append("etcd"),
+                                                                        make_executables(out, ["etcd"])))
+    monkeypatch.setattr(toolchain, "_go_install", fake_install)
+    monkeypatch.setattr(toolchain, "_build_kubernetes", fake_kube)
+    return built
+
+
+def test_versions_are_pinned_in_the_cache_path(cache):
+    assert toolchain.bin_dir() == cache / "ascend-hybrid" / "toolchain" / toolchain.versions_tag() / "bin"
+    for version in (toolchain.KUBERNETES_VERSION, toolchain.ETCD_VERSION, toolchain.KWOK_VERSION,
+                    toolchain.HELM_VERSION):
+        assert version in toolchain.versions_tag()
+
+
+def test_builds_only_what_is_missing_and_says_what_and_how_long(cache, fake_steps):
+    make_executables(toolchain.bin_dir(), ["etcd", "helm", "kube-apiserver"])
+    lines = []
+    assert toolchain.ensure(log=lines.append) == toolchain.bin_dir()
+    assert sorted(fake_steps) == sorted(["kwok", "kwokctl", "kube-controller-manager", "kube-scheduler", "kubectl"])
+    text = "\n".join(lines)
+    assert "building kwok + kwokctl" in text and "built kwok + kwokctl" in text and " in " in text
+    assert toolchain.missing() == []
+    fake_steps.clear()
+    assert toolchain.ensure(log=lines.append) == toolchain.bin_dir()
+    assert fake_steps == []
+
+
+def test_a_directory_of_existing_binaries_is_used_as_is(tmp_path, monkeypatch, fake_steps):
+    monkeypatch.setenv(toolchain.BINARIES_ENV, str(tmp_path / "mine"))
+    make_executables(tmp_path / "mine", toolchain.REQUIRED)
+    assert toolchain.ensure(log=lambda line: None) == tmp_path / "mine"
+    assert toolchain.binary("kwokctl") == str(tmp_path / "mine" / "kwokctl")
+    assert fake_steps == []
+
+
+def test_an_incomplete_binaries_directory_is_an_error_naming_what_lacks(tmp_path, monkeypatch, fake_steps):
+    monkeypatch.setenv(toolchain.BINARIES_ENV, str(tmp_path / "mine"))
+    make_executables(tmp_path / "mine", ["etcd"])
+    with pytest.raises(FileNotFoundError, match=f"{toolchain.BINARIES_ENV}=.*kube-apiserver"):
+        toolchain.ensure(log=lambda line: None)
+    assert fake_steps == []
+
+
+def test_missing_binary_error_says_how_to_build(cache):
+    with pytest.raises(FileNotFoundError, match="dev-cluster build"):
+        toolchain.binary("etcd")
+
+
+def test_no_go_is_a_clear_error(cache, monkeypatch):
+    monkeypatch.setattr(toolchain.shutil, "which", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="Go is needed"):
+        toolchain.ensure(log=lambda line: None)
+
+
+def test_long_builds_report_their_elapsed_time(monkeypatch):
+    monkeypatch.setattr(toolchain, "HEARTBEAT_SECONDS", 0.05)
+    lines = []
+    with toolchain._progress("kube-apiserver v1", lines.append):
+        import time
+        time.sleep(0.2)
+    assert lines[0] == "[toolchain] building kube-apiserver v1"
+    assert any(line.startswith("[toolchain] still building kube-apiserver v1 (") for line in lines)
+    assert lines[-1].startswith("[toolchain] built kube-apiserver v1 in ")
+
+
+def test_the_build_lock_is_exclusive(tmp_path):
+    import fcntl
+
+    lock = tmp_path / "lock"
+    with toolchain._build_lock(lock, lambda line: None):
+        with open(lock) as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(lock) as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert os.path.exists(lock)
