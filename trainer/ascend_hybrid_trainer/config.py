@@ -92,7 +92,30 @@ class RunConfig:
     log_every: int = DEFAULT_LOG_EVERY
 
 
+def refuse_unimplemented(section: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    """Settings the operator's API accepts but this trainer cannot run yet: refused by name, never ignored, so a
+    job never trains something other than what its spec says. A setting at its default value is fine."""
+    for key, default in defaults.items():
+        value = raw.get(key)
+        if value is not None and value != default:
+            raise ConfigError(f"{section}.{key}={value!r}: not implemented by this trainer yet (only {default!r}); "
+                              f"remove it or set it to {default!r}")
+
+
+def parse_recompute(raw: Mapping[str, Any]) -> bool:
+    """`recompute`: the old boolean, or none | selective | full. The trainer recomputes whole layers (full) only."""
+    value = raw.get("recompute", False)
+    if isinstance(value, bool):
+        return value
+    if value in ("none", "full"):
+        return value == "full"
+    if value == "selective":
+        raise ConfigError("training.recompute='selective': not implemented by this trainer yet (only none or full)")
+    raise ConfigError(f"training.recompute={value!r}: must be none, selective, full, true or false")
+
+
 def parse_parallelism(raw: Mapping[str, Any]) -> Parallelism:
+    refuse_unimplemented("parallelism", raw, {"virtualPipelineStages": 1})
     pipeline = int(raw.get("pipeline") or 1)
     placement = raw.get("expertPlacement") or "dataParallel"
     if placement not in ("dataParallel", "intraNode"):
@@ -113,6 +136,9 @@ def parse_model(raw: Mapping[str, Any]) -> ModelConfig:
     if preset != "custom" and preset not in MODEL_PRESETS:
         raise ConfigError(f"model.preset={preset!r}: must be one of {', '.join(MODEL_PRESETS)} or custom")
     explicit = {key: value for key, value in raw.items() if value is not None and key != "preset"}
+    heads = explicit.get("heads", MODEL_PRESETS.get(preset, {}).get("heads"))
+    # kvHeads equal to heads is ordinary multi-head attention, which the trainer implements.
+    refuse_unimplemented("model", raw, {"kvHeads": heads, "ffnType": "gelu"})
     if preset == "custom":
         missing = [key for key in ("layers", "hidden", "heads", "vocab") if key not in explicit]
         if missing:
@@ -135,6 +161,7 @@ def parse_model(raw: Mapping[str, Any]) -> ModelConfig:
 
 
 def parse_training(raw: Mapping[str, Any], degrees: Parallelism) -> TrainingConfig:
+    refuse_unimplemented("training", raw, {"sequenceParallel": False, "flashAttention": False})
     checkpoint = raw.get("checkpoint") or {}
     training = TrainingConfig(
         steps=int(raw.get("steps") or 1000),
@@ -143,7 +170,7 @@ def parse_training(raw: Mapping[str, Any], degrees: Parallelism) -> TrainingConf
         seq_length=int(raw.get("seqLength") or 128),
         learning_rate=float(raw.get("learningRate") or 1e-3),
         seed=int(raw.get("seed") or 0),
-        recompute=bool(raw.get("recompute", False)),
+        recompute=parse_recompute(raw),
         optimizer_shard=bool(raw.get("optimizerShard", False)),
         checkpoint_every=int(checkpoint.get("everySteps") or DEFAULT_CHECKPOINT_EVERY),
         checkpoint_claim=checkpoint.get("claimName") or None,
