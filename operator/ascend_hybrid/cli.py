@@ -203,7 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import chartgen, demo, operator_cli
     from .devcluster import cli as devcluster_cli
 
-    for registrar in (operator_cli, chartgen, devcluster_cli, demo):
+    from . import plan_cli
+
+    for registrar in (operator_cli, chartgen, devcluster_cli, demo, plan_cli):
         registrar.register(sub)
     return parser
 
