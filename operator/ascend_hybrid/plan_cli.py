@@ -50,7 +50,8 @@ def _positive(args, name: str) -> None:
         raise InputError(f"--{name}={value}: must be ≥ 1")
 
 
-def _print(document_or_text, as_json: bool, stream=sys.stdout) -> None:
+def _print(document_or_text, as_json: bool) -> None:
+    stream = sys.stdout
     if as_json:
         json.dump(document_or_text, stream, ensure_ascii=False, indent=1)
         stream.write("\n")

@@ -17,6 +17,16 @@ def _gib(value: float) -> float:
     return round(value / GIB, 4)
 
 
+def _exact(gib: float) -> str:
+    """Up to 4 decimals without trailing zeros: Korthikanti's 59.25 and 9.5625 GiB print as the paper prints them."""
+    return f"{gib:.4f}".rstrip("0").rstrip(".")
+
+
+def _significant(value: float) -> float:
+    """Seconds to 6 significant digits: tiny models take microseconds, which fixed decimals would round to 0."""
+    return float(f"{value:.6g}")
+
+
 def _percent(fraction: float) -> str:
     return f"{100 * fraction:.1f} %"
 
@@ -99,9 +109,9 @@ def candidate_document(ev: Evaluation, w: Workload, hw: Hardware) -> dict[str, A
         "memory": {"stage": m.stage, "parametersPerDevice": m.parameters, "statesGiB": _gib(m.states),
                    "activationsGiB": _gib(m.activations), "moeBuffersGiB": _gib(m.moe_buffers),
                    "otherGiB": _gib(m.other), "totalGiB": _gib(m.total), "usableGiB": _gib(ev.usable)},
-        "time": {"stepSeconds": round(t.step, 4), "computeSeconds": round(t.compute, 4),
-                 "bubbleSeconds": round(t.bubble, 4), "bubbleFraction": round(t.bubble_fraction, 3),
-                 "communicationSeconds": {kind: round(value, 4) for kind, value in t.communication().items()}},
+        "time": {"stepSeconds": _significant(t.step), "computeSeconds": _significant(t.compute),
+                 "bubbleSeconds": _significant(t.bubble), "bubbleFraction": round(t.bubble_fraction, 3),
+                 "communicationSeconds": {kind: _significant(value) for kind, value in t.communication().items()}},
         "groups": {kind: {"size": group.size, "nodes": group.nodes, "tier": group.tier}
                    for kind, group in ev.layout.items()},
         "tokensPerSecondPerDevice": round(ev.tokens_per_second_per_device, 2),
@@ -131,19 +141,29 @@ def evaluation_document(ev: Evaluation, w: Workload, hw: Hardware) -> dict[str, 
             "rejected": {"count": 0, "byReason": {}, "examples": []}}
 
 
-HEADER = ("  #  DP  TP  PP  EP              m × b     v  recompute  SP   shard  memory GiB      idle    step s"
-          "  tok/s/dev    MFU")
+COLUMNS = (("#", 3, ">"), ("DP", 4, ">"), ("TP", 3, ">"), ("PP", 3, ">"), ("EP", 14, "<"), ("m × b", 9, ">"),
+           ("v", 3, ">"), ("recompute", 9, "<"), ("SP", 3, "<"), ("shard", 5, "<"), ("GiB used/usable", 15, "<"),
+           ("idle", 7, ">"), ("step s", 9, ">"), ("tok/s/dev", 10, ">"), ("MFU", 7, ">"))
+
+
+def _line(values) -> str:
+    return " ".join(f"{value!s:{align}{width}}" for value, (_, width, align) in zip(values, COLUMNS)).rstrip()
+
+
+HEADER = _line(name for name, _, _ in COLUMNS)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f}" if value >= 0.01 else f"{value:.2e}"
 
 
 def table_row(rank: int | str, ev: Evaluation) -> str:
     s = ev.strategy
-    expert = f"{s.expert} {s.expert_placement}" if s.expert > 1 else "1"
-    memory = f"{ev.memory.total / GIB:.1f}/{ev.usable / GIB:.1f}"
-    return (f"{rank!s:>3}  {s.data:>2}  {s.tensor:>2}  {s.pipeline:>2}  {expert:<14} "
-            f"{f'{s.micro_batches} × {s.micro_batch_size}':>9}  {s.virtual_stages:>2}  {s.recompute:<9}  "
-            f"{'on' if s.sequence_parallel else 'off':<3}  {'on' if s.optimizer_shard else 'off':<5}  {memory:<14}"
-            f"{_percent(ev.time.bubble_fraction):>7}  {ev.time.step:>8.2f}  {ev.tokens_per_second_per_device:>9.0f}"
-            f"  {_percent(ev.mfu):>6}")
+    return _line((rank, s.data, s.tensor, s.pipeline, f"{s.expert} {s.expert_placement}" if s.expert > 1 else "1",
+                  f"{s.micro_batches} × {s.micro_batch_size}", s.virtual_stages, s.recompute,
+                  "on" if s.sequence_parallel else "off", "on" if s.optimizer_shard else "off",
+                  f"{ev.memory.total / GIB:.1f}/{ev.usable / GIB:.1f}", _percent(ev.time.bubble_fraction),
+                  _seconds(ev.time.step), f"{ev.tokens_per_second_per_device:.0f}", _percent(ev.mfu)))
 
 
 def candidate_lines(rank: int | str, ev: Evaluation, hw: Hardware) -> list[str]:
@@ -176,7 +196,7 @@ def evaluation_table(ev: Evaluation, hw: Hardware) -> str:
     lines = [f"evaluate: world {s.world} on {hw.name}: {'fits' if ev.fits else 'does not fit'}", HEADER,
              *candidate_lines("-", ev, hw)]
     m = ev.memory
-    lines.append(f"     memory on stage {m.stage}: states {m.states / GIB:.2f} + activations {m.activations / GIB:.4g}"
+    lines.append(f"     memory on stage {m.stage}: states {m.states / GIB:.2f} + activations {_exact(m.activations / GIB)}"
                  f" + MoE buffers {m.moe_buffers / GIB:.2f} + other {m.other / GIB:.2f} = {m.total / GIB:.2f} GiB "
                  f"({m.parameters / 1e9:.3f} B parameters per device)")
     return "\n".join(lines)

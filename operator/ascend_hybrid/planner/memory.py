@@ -174,10 +174,11 @@ def stage_memory(w: Workload, s: Strategy, stage: int, fmt: StatesFormat = MIXED
 
 
 def _recompute_working_set(w: Workload, s: Strategy) -> float:
-    """While one layer's backward runs, what recompute dropped exists again for that layer and micro-batch."""
+    """While one layer's backward runs, what recompute dropped exists again for that layer and micro-batch (the
+    kept layer input is part of it, so it is not counted twice)."""
     if s.recompute == "full":
         kept = s.with_flags("none", s.sequence_parallel, s.optimizer_shard)
-        return layer_activation_bytes(w, kept) + moe_buffer_bytes(w, s)
+        return layer_activation_bytes(w, kept) - layer_activation_bytes(w, s) + moe_buffer_bytes(w, s)
     if w.flash_attention:
         return 0.0
     return 5 * w.heads * w.seq_length ** 2 * s.micro_batch_size / s.tensor
