@@ -116,6 +116,12 @@ def cmd_render(args) -> int:
             manifest["metadata"].pop("ownerReferences", None)
     yaml.safe_dump_all(manifests, sys.stdout, sort_keys=False, width=120)
     print(planning.format_summary(planning.placement_summary(effective, placement, inventory)), file=sys.stderr)
+    if args.svg:
+        from .plan_cli import write_placement_svg
+
+        tiers = effective.spec.scheduling.topology_tiers
+        write_placement_svg(args.svg, effective, placement.nodes,
+                            planning.node_domains(inventory, tiers[0]) if tiers else {})
     if not uid:
         print("note: the job has no metadata.uid, so no owner references were rendered", file=sys.stderr)
     if not args.sched_ip:
@@ -189,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sched-ip", help="ClusterIP of <job>-sched (MS_SCHED_HOST)")
     p.add_argument("--namespace", default="default")
     p.add_argument("--attempt", type=int, default=1)
+    p.add_argument("--svg", help="also write a picture of the placement (racks, nodes, chips by stage)")
     p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("ranktable", help="hccl.json of a job's running pods")

@@ -16,8 +16,10 @@ from pathlib import Path
 import yaml
 
 from .api import Chip
-from .planner import explain, hardware, search
-from .planner.workload import Workload
+from .layout import Layout
+from .planner import explain, hardware, search, svg
+from .planner.memory import every_stage
+from .planner.workload import Strategy, Workload
 
 EXIT_NOTHING_FITS = 2
 
@@ -59,6 +61,43 @@ def _print(document_or_text, as_json: bool) -> None:
         print(document_or_text, file=stream)
 
 
+def _layout(s: Strategy) -> Layout:
+    return Layout(s.data, s.tensor, s.pipeline, s.per_pod, s.expert, s.expert_placement)
+
+
+def _write_svg(path: str, text: str) -> None:
+    from .cli import InputError
+
+    try:
+        Path(path).write_text(text)
+    except OSError as error:
+        raise InputError(f"--svg {path}: {error.strerror or error}") from None
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def plan_picture(evaluation: search.Evaluation, workload: Workload, hw: hardware.Hardware, title: str) -> str:
+    s = evaluation.strategy
+    layout = _layout(s)
+    figures = svg.PlanFigures(s.micro_batches, s.virtual_stages, evaluation.time.bubble_fraction,
+                              tuple(every_stage(workload, s)), evaluation.usable)
+    return svg.picture(layout, svg.Cluster.packed(layout, hw.chips_per_node), title, figures)
+
+
+def write_placement_svg(path: str, effective, pod_nodes, node_racks) -> None:
+    """`render --svg`: the placed gang on its real nodes and racks."""
+    layout = _layout(Strategy.from_job(effective))
+    title = (f"{effective.name}: DP {effective.data} × TP {effective.tensor} × PP {effective.pipeline}, "
+             f"EP {effective.expert} {effective.expert_placement}, placed on {len(set(pod_nodes))} nodes")
+    _write_svg(path, svg.picture(layout, svg.Cluster(tuple(pod_nodes), dict(node_racks)), title))
+
+
+def _title(effective, evaluation: search.Evaluation, hw: hardware.Hardware, what: str) -> str:
+    s = evaluation.strategy
+    return (f"{effective.name} {what} on {s.world} × {hw.name}: DP {s.data} × TP {s.tensor} × PP {s.pipeline}"
+            f", EP {s.expert}, {s.micro_batches} micro-batches, recompute {s.recompute}; step "
+            f"{evaluation.time.step:.3g} s")
+
+
 def cmd_plan(args) -> int:
     from .cli import InputError, load_job
 
@@ -76,6 +115,9 @@ def cmd_plan(args) -> int:
             workload = Workload.from_job(effective)
             _print(explain.evaluation_document(evaluation, workload, hw) if as_json
                    else explain.evaluation_table(evaluation, hw), as_json)
+            if args.svg:
+                _write_svg(args.svg, plan_picture(evaluation, workload, hw, _title(effective, evaluation, hw,
+                                                                                   "as written")))
             return 0
         world = args.world or (args.nodes * hw.chips_per_node if args.nodes else None)
         chip = args.chip if args.chip in {c.value for c in Chip} else None
@@ -84,6 +126,9 @@ def cmd_plan(args) -> int:
         raise InputError(str(error)) from None
     if result.candidates:
         _print(explain.plan_document(result, args.top) if as_json else explain.plan_table(result, args.top), as_json)
+        if args.svg:
+            best = result.candidates[0]
+            _write_svg(args.svg, plan_picture(best, result.workload, hw, _title(effective, best, hw, "best plan")))
         return 0
     return _nothing_fits(effective.name, result, as_json)
 
@@ -123,4 +168,6 @@ def register(subparsers) -> None:
     p.add_argument("--top", type=int, default=5, help="candidates to show (default 5)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--evaluate", action="store_true", help="score exactly the file's strategy, fitting or not")
+    p.add_argument("--svg", help="also write a picture of the best (or evaluated) plan: nodes and chips by stage, "
+                                 "TP and EP groups, the 1F1B timeline, memory per stage")
     p.set_defaults(func=cmd_plan)
