@@ -164,3 +164,21 @@ def test_nothing_fits_prints_the_closest_candidate_and_by_how_much(capsys, examp
     code, out, _ = run(capsys, "plan", "-f", str(examples / "seed-moe-128.yaml"), "--world", "16", "-o", "json")
     document = json.loads(out)
     assert code == 2 and document["candidates"] == [] and document["closest"]["fits"] is False
+
+
+def test_the_worked_example_in_the_docs_is_real_output(capsys, repo_root, monkeypatch):
+    """Every `$ ascend-hybrid …` block of docs/planner.md, run again, prints what the docs show."""
+    monkeypatch.chdir(repo_root)
+    text = (repo_root / "docs" / "planner.md").read_text()
+    blocks = re.findall(r"```\n\$ ascend-hybrid (.*?)\n(.*?)```", text, re.S)
+    assert len(blocks) >= 4
+    for command, shown in blocks:
+        expected_exit = 0
+        if command.endswith('; echo "exit $?"'):
+            command = command.removesuffix('; echo "exit $?"')
+            shown, exit_line = shown.rstrip("\n").rsplit("\n", 1)
+            expected_exit = int(exit_line.removeprefix("exit "))
+            shown += "\n"
+        code, out, err = run(capsys, *command.split())
+        assert code == expected_exit, command
+        assert out + err == shown, command
