@@ -10,7 +10,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-
 from ascend_hybrid import cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "planner"
@@ -21,7 +20,7 @@ GIB = 2 ** 30
 def plan_schema(repo_root):
     """The JSON Schema the docs publish, between its two markers: the test reads the contract users read."""
     text = (repo_root / "docs" / "planner.md").read_text()
-    block = re.search(r"<!-- plan-json-schema -->\s*```json\n(.*?)```", text, re.S)
+    block = re.search(r"<!-- plan-json-schema -->\s*```json\n(.*?)```", text, re.DOTALL)
     assert block, "docs/planner.md lost its plan-json-schema block"
     schema = json.loads(block.group(1))
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -170,7 +169,7 @@ def test_the_worked_example_in_the_docs_is_real_output(capsys, repo_root, monkey
     """Every `$ ascend-hybrid …` block of docs/planner.md, run again, prints what the docs show."""
     monkeypatch.chdir(repo_root)
     text = (repo_root / "docs" / "planner.md").read_text()
-    blocks = re.findall(r"```\n\$ ascend-hybrid (.*?)\n(.*?)```", text, re.S)
+    blocks = re.findall(r"```\n\$ ascend-hybrid (.*?)\n(.*?)```", text, re.DOTALL)
     assert len(blocks) >= 4
     for command, shown in blocks:
         expected_exit = 0

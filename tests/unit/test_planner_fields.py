@@ -8,12 +8,11 @@ import copy
 
 import celpy
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ascend_hybrid import crd, render, rules
 from ascend_hybrid.api import AscendHybridJobSpec
 from ascend_hybrid_trainer.config import ConfigError, parse_job
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 BASE = {"parallelism": {"data": 2, "tensor": 4}, "npu": {"perPod": 8}}
 
@@ -51,8 +50,8 @@ CASES = [
      "spec.training.recompute='partial' must be one of 'none', 'selective' or 'full'",
      with_(training={"recompute": "selective"})),
     ("virtual-needs-pipeline", with_(parallelism={"virtualPipelineStages": 2}),
-     "spec.parallelism.virtualPipelineStages=2 needs spec.parallelism.pipeline > 1 (interleaving splits each "
-     "pipeline stage into model chunks)", with_(parallelism={"virtualPipelineStages": 2, "pipeline": 2})),
+     ("spec.parallelism.virtualPipelineStages=2 needs spec.parallelism.pipeline > 1 (interleaving splits each "
+      "pipeline stage into model chunks)"), with_(parallelism={"virtualPipelineStages": 2, "pipeline": 2})),
     ("layers-by-chunks", with_(parallelism={"pipeline": 4, "virtualPipelineStages": 4}),
      "spec.model.layers=24 must be divisible by pipeline×virtualPipelineStages=16",
      with_(parallelism={"pipeline": 4, "virtualPipelineStages": 3})),

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from ascend_hybrid import rules
 from ascend_hybrid.planner import hardware, memory, search, timing
 from ascend_hybrid.planner.workload import Strategy, Workload

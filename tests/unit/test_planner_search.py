@@ -7,13 +7,12 @@ from dataclasses import replace
 
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ascend_hybrid import rules
 from ascend_hybrid.api import AscendHybridJobSpec
 from ascend_hybrid.planner import explain, hardware, memory, search, timing
 from ascend_hybrid.planner.workload import Strategy, Workload
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 HW = hardware.builtin("910B")
 
@@ -74,7 +73,7 @@ def test_rejections_name_their_reasons_with_counts_and_examples(seed_plan):
     assert rejected.count == sum(rejected.by_reason.values())
     assert seed_plan.considered == rejected.count + seed_plan.fitting
     assert "spec.parallelism.tensor must divide spec.npu.perPod" in rejected.by_reason
-    examples = dict((reason.split(":")[0], reason) for _, reason in rejected.example_list())
+    examples = {reason.split(":")[0]: reason for _, reason in rejected.example_list()}
     assert examples["out of memory"].startswith("out of memory: ") and " GiB on stage " in examples["out of memory"]
     document = explain.rejected_document(rejected, seed_plan.workload)
     assert list(document["byReason"].values()) == sorted(document["byReason"].values(), reverse=True)

@@ -3,18 +3,18 @@ one that a real browser (headless Chromium, Debian's package) renders to a pictu
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ascend_hybrid import cli
 from ascend_hybrid.layout import Layout
 from ascend_hybrid.planner import svg
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -29,7 +29,7 @@ def test_the_drawn_1f1b_schedule_idles_exactly_the_bubble_formula(pipeline, micr
     for stage in range(pipeline):
         assert sum(end - start for s, _, _, start, end in ops if s == stage) == micro_batches * busy
         intervals = sorted((start, end) for s, _, _, start, end in ops if s == stage)
-        assert all(a[1] <= b[0] for a, b in zip(intervals, intervals[1:]))  # one thing at a time per stage
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(intervals))  # one thing at a time per stage
     if micro_batches >= pipeline:
         idle = 1 - micro_batches * busy / makespan
         assert idle == pytest.approx((pipeline - 1) / (micro_batches + pipeline - 1))

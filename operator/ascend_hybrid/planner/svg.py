@@ -4,8 +4,8 @@ step per stage, bubbles visible, and the memory of each stage against usable HBM
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 from xml.sax.saxutils import escape
 
 from ..layout import Layout
@@ -44,7 +44,7 @@ class Cluster:
     node_racks: Mapping[str, str | None]
 
     @classmethod
-    def packed(cls, layout: Layout, chips_per_node: int) -> "Cluster":
+    def packed(cls, layout: Layout, chips_per_node: int) -> Cluster:
         """A cluster that does not exist yet: pods packed onto nodes in order, racks unknown."""
         pods_per_node = max(chips_per_node // layout.per_pod, 1)
         nodes = tuple(f"node-{pod // pods_per_node}" for pod in range(layout.pod_count))

@@ -33,7 +33,7 @@ class Workload:
     capacity_factor: float = CAPACITY_FACTOR
 
     @classmethod
-    def from_job(cls, effective: Any) -> "Workload":
+    def from_job(cls, effective: Any) -> Workload:
         model, training = effective.model, effective.spec.training
         experts = model.get("experts") or 0
         return cls(layers=model["layers"], hidden=model["hidden"], heads=model["heads"],
@@ -97,7 +97,7 @@ class Strategy:
     per_pod: int = 8
 
     @classmethod
-    def from_job(cls, effective: Any) -> "Strategy":
+    def from_job(cls, effective: Any) -> Strategy:
         training = effective.spec.training
         unit = effective.data * effective.micro_batches
         return cls(effective.data, effective.tensor, effective.pipeline, effective.expert,
@@ -105,7 +105,7 @@ class Strategy:
                    training.recompute, training.sequence_parallel, training.optimizer_shard,
                    max(effective.global_batch_size // unit, 1), effective.per_pod)
 
-    def with_flags(self, recompute: str, sequence_parallel: bool, optimizer_shard: bool) -> "Strategy":
+    def with_flags(self, recompute: str, sequence_parallel: bool, optimizer_shard: bool) -> Strategy:
         """The same degrees with other training flags (positional: dataclasses.replace is slow in the search loop)."""
         return Strategy(self.data, self.tensor, self.pipeline, self.expert, self.expert_placement,
                         self.micro_batches, self.virtual_stages, recompute, sequence_parallel, optimizer_shard,
