@@ -92,8 +92,9 @@ def rule_category(problem: str) -> str:
     return re.sub(r"=[^\s,()]+", "", problem)
 
 
-def evaluate_strategy(w: Workload, s: Strategy, hw: Hardware, fmt: StatesFormat = MIXED_PRECISION_ADAM) -> Evaluation:
-    memory = most_loaded(w, s, fmt)
+def evaluate_strategy(w: Workload, s: Strategy, hw: Hardware, fmt: StatesFormat = MIXED_PRECISION_ADAM,
+                      memory: StageMemory | None = None) -> Evaluation:
+    memory = memory or most_loaded(w, s, fmt)
     time = step_time(w, s, hw, memory.parameters, fmt.gradient_bytes)
     step = time.step
     tokens = w.tokens_per_step / step / s.world
@@ -158,7 +159,7 @@ def plan(effective: Any, hw: Hardware, world: int | None = None, chip: str | Non
     training = base.training.model_copy(update={"global_batch_size": effective.global_batch_size})
     fitting: list[Evaluation] = []
     rejected = Rejections()
-    closest: Evaluation | None = None
+    closest: tuple | None = None  # (GiB over, tie-break, strategy) of the strategy that misses by the least
     considered = 0
     for data, tensor, pipeline, expert, placement, micro_batches, virtual in _structures(w, world):
         parallelism = base.parallelism.model_copy(update={
@@ -175,17 +176,18 @@ def plan(effective: Any, hw: Hardware, world: int | None = None, chip: str | Non
             continue
         for recompute, sequence_parallel, shard in variants:
             strategy = structure.with_flags(recompute, sequence_parallel, shard)
-            result = evaluate_strategy(w, strategy, hw, fmt)
-            if result.fits:
-                fitting.append(result)
+            stage = most_loaded(w, strategy, fmt)
+            over = stage.total - hw.usable_bytes
+            if over <= 0:
+                fitting.append(evaluate_strategy(w, strategy, hw, fmt, stage))
                 continue
-            over = result.memory.total - result.usable
-            rejected.add(strategy, "out of memory", out_of_memory_reason(result), over)
-            if closest is None or (over, result.rank_key) < (closest.memory.total - closest.usable, closest.rank_key):
-                closest = result
+            # What does not fit needs no step time, except the one closest to fitting, timed at the end.
+            rejected.add(strategy, "out of memory", out_of_memory_reason(stage, hw.usable_bytes), over)
+            if closest is None or (over, strategy.sort_key()) < closest:
+                closest = (over, strategy.sort_key(), strategy)
     fitting.sort(key=lambda evaluation: evaluation.rank_key)
-    return Plan(world, hw, w, _without_memory_only_variants(fitting), len(fitting), rejected, considered,
-                None if fitting else closest)
+    nearest = evaluate_strategy(w, closest[2], hw, fmt) if closest and not fitting else None
+    return Plan(world, hw, w, _without_memory_only_variants(fitting), len(fitting), rejected, considered, nearest)
 
 
 def _without_memory_only_variants(ranked: list[Evaluation]) -> list[Evaluation]:
@@ -202,7 +204,6 @@ def _without_memory_only_variants(ranked: list[Evaluation]) -> list[Evaluation]:
     return kept
 
 
-def out_of_memory_reason(result: Evaluation) -> str:
+def out_of_memory_reason(stage: StageMemory, usable: float) -> str:
     gib = 2 ** 30
-    return (f"out of memory: {result.memory.total / gib:.1f} > {result.usable / gib:.1f} GiB on stage "
-            f"{result.memory.stage}")
+    return f"out of memory: {stage.total / gib:.1f} > {usable / gib:.1f} GiB on stage {stage.stage}"
