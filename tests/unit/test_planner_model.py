@@ -199,3 +199,26 @@ def test_a_pod_larger_than_a_node_is_refused():
                                                                "npu": {"chip": "A3"}}})
     with pytest.raises(search.PlanError, match="perPod=16 exceeds chipsPerNode=8"):
         search.evaluate_job(effective, hardware.builtin("910B"))
+
+
+def test_the_planner_package_is_pure(repo_root):
+    """Only the standard library, pydantic and the project's pure core; no I/O, threads or processes."""
+    import ast
+
+    allowed_roots = {"__future__", "collections", "dataclasses", "functools", "math", "re", "typing", "xml",
+                     "pydantic", "yaml", "itertools"}
+    allowed_relative = {"..api", "..rules", "..layout"}
+    forbidden_calls = {"open", "print", "input"}
+    for path in sorted((repo_root / "operator" / "ascend_hybrid" / "planner").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert {alias.name.split(".")[0] for alias in node.names} <= allowed_roots, (path.name, ast.dump(node))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level == 0:
+                    assert node.module.split(".")[0] in allowed_roots, (path.name, node.module)
+                elif node.level == 2:
+                    imported = [f"..{node.module}"] if node.module else [f"..{a.name}" for a in node.names]
+                    assert set(imported) <= allowed_relative, (path.name, imported)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                assert node.func.id not in forbidden_calls, (path.name, node.func.id)
