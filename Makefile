@@ -6,6 +6,8 @@ BIN    := $(VENV)/bin
 .PHONY: demo test unit setup toolchain crd lint bench clean
 
 demo: setup toolchain
+	mkdir -p build
+	$(BIN)/ascend-hybrid plan -f deploy/examples/seed-moe-128.yaml --evaluate --svg build/seed-moe-128.svg
 	$(BIN)/ascend-hybrid demo
 
 test: setup toolchain lint

@@ -7,9 +7,9 @@ Cross-field rules live in `rules.py`, which also emits them as CEL for the CRD.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
 
 from .ascend import RESOURCE
@@ -54,6 +54,24 @@ class Preset(str, Enum):
     custom = "custom"
 
 
+class FfnType(str, Enum):
+    gelu = "gelu"
+    swiglu = "swiglu"
+
+
+class Recompute(str, Enum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+# `recompute` was a boolean before it named a kind; old manifests still say `true`/`false`. A structural schema
+# cannot say "boolean or string" (no `type` may sit under anyOf), but a node without a type is structural when it
+# preserves unknown fields (apiextensions' ValidateStructural exempts it), and its `enum` still refuses anything
+# else at admission. CEL cannot see such a node, so no CEL rule may read it.
+RECOMPUTE_SCHEMA = {"x-kubernetes-preserve-unknown-fields": True, "enum": ["none", "selective", "full", True, False]}
+
+
 class CleanPodPolicy(str, Enum):
     running = "Running"
     all = "All"
@@ -67,6 +85,7 @@ class Parallelism(ApiModel):
     expert: int = Field(1, ge=1, le=MAX_DEGREE, description="Expert-parallel degree (EP) for MoE layers; it does not add ranks, it partitions the experts inside DP or inside a pod.")
     expert_placement: ExpertPlacement = Field(ExpertPlacement.data_parallel, description="Where expert-parallel groups come from: dataParallel (consecutive DP ranks, stride tensor) or intraNode (consecutive ranks inside one pod, carved out of the TP group).")
     micro_batches: int | None = Field(None, ge=1, description="Pipeline micro-batches per step; defaults to the pipeline degree. More micro-batches shrink the pipeline bubble (pipeline-1)/(microBatches+pipeline-1).")
+    virtual_pipeline_stages: int = Field(1, ge=1, le=MAX_DEGREE, description="Model chunks per pipeline stage (interleaved 1F1B): the idle share becomes (pipeline-1)/(virtualPipelineStages x microBatches + pipeline-1) for virtualPipelineStages times the point-to-point traffic. layers must be divisible by pipeline x virtualPipelineStages.")
 
 
 class Npu(ApiModel):
@@ -84,6 +103,8 @@ class Model(ApiModel):
     vocab: int | None = Field(None, ge=1, description="Vocabulary size.")
     experts: int | None = Field(None, ge=0, description="MoE experts per layer (0 = dense); must be divisible by the expert degree.")
     top_k: int | None = Field(None, ge=1, description="Experts each token is routed to (MoE only).")
+    kv_heads: int | None = Field(None, ge=1, description="Key/value heads (grouped-query attention); defaults to heads. Must divide heads and be divisible by the tensor degree (each TP rank holds whole key/value heads).")
+    ffn_type: FfnType | None = Field(None, description="Feed-forward block: gelu (two matrices; the default) or swiglu (three matrices, as in Llama).")
 
 
 class Checkpoint(ApiModel):
@@ -97,9 +118,18 @@ class Training(ApiModel):
     seq_length: int = Field(128, ge=1, description="Tokens per sample.")
     learning_rate: float = Field(1e-3, gt=0, description="Peak learning rate.")
     seed: int = Field(0, ge=0, description="Random seed; the same seed and global batch give the same losses at any DP degree.")
-    recompute: bool = Field(False, description="Recompute activations in the backward pass to save memory.")
+    recompute: Annotated[Recompute, WithJsonSchema(RECOMPUTE_SCHEMA)] = Field(Recompute.none, description="Activation recomputation in the backward pass: none, selective (attention scores only) or full (each layer from its input). The old boolean form is accepted: true means full, false none.")
+    sequence_parallel: bool = Field(False, description="Sequence parallelism: split the layer norms and dropouts along the sequence inside the TP group, dividing the activations TP does not split by the tensor degree.")
+    flash_attention: bool = Field(False, description="Fused (flash) attention: the attention scores are never stored, removing their activation memory.")
     optimizer_shard: bool = Field(False, description="Shard optimizer state across DP ranks (MindSpore parallel optimizer).")
     checkpoint: Checkpoint | None = Field(None, description="Where and how often to checkpoint.")
+
+    @field_validator("recompute", mode="before")
+    @classmethod
+    def _boolean_recompute(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return Recompute.full.value if value else Recompute.none.value
+        return value
 
 
 class TemplateMetadata(ApiModel):

@@ -121,6 +121,12 @@ def cmd_render(args) -> int:
             manifest["metadata"].pop("ownerReferences", None)
     yaml.safe_dump_all(manifests, sys.stdout, sort_keys=False, width=120)
     print(summary.format_placement_report(summary.placement_report(effective, placement, inventory)), file=sys.stderr)
+    if args.svg:
+        from .plan_cli import write_placement_svg
+
+        tiers = effective.spec.scheduling.topology_tiers
+        write_placement_svg(args.svg, effective, placement.nodes,
+                            summary.node_domains(inventory, tiers[0]) if tiers else {})
     if not uid:
         print("note: the job has no metadata.uid, so no owner references were rendered", file=sys.stderr)
     if not args.sched_ip:
@@ -170,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sched-ip", help="ClusterIP of <job>-sched (MS_SCHED_HOST)")
     p.add_argument("--namespace", default="default")
     p.add_argument("--attempt", type=int, default=1)
+    p.add_argument("--svg", help="also write a picture of the placement (racks, nodes, chips by stage)")
     p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("ranktable", help="hccl.json of a job's running pods")
@@ -178,11 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="`kubectl get pods -o yaml` output (plus Nodes and deviceinfo ConfigMaps for super-pods)")
     p.set_defaults(func=cmd_ranktable)
 
+    from . import plan_cli
     from .controller import main as operator_main
     from .devcluster import cli as devcluster_cli
     from .devtools import demo, generate
 
-    for registrar in (operator_main, generate, devcluster_cli, demo):
+    for registrar in (operator_main, generate, devcluster_cli, demo, plan_cli):
         registrar.register(sub)
     return parser
 

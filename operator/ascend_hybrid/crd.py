@@ -65,7 +65,8 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
         # JSON Schema 2020 (pydantic) writes the bound itself; OpenAPI v3.0 (Kubernetes) wants a boolean flag.
         if not isinstance(node.get(exclusive, True), bool):
             node[bound], node[exclusive] = node[exclusive], True
-    if "enum" in node and "type" not in node:
+    if "enum" in node and "type" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+        # An untyped node that preserves unknown fields is how a field takes values of two types (api.RECOMPUTE_SCHEMA).
         node["type"] = "string"
     if "default" in node and node["default"] is None:
         node.pop("default")

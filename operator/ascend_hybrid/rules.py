@@ -49,6 +49,7 @@ class ResolvedJob:
     per_pod: int
     model: dict[str, Any]
     global_batch_size: int
+    virtual_pipeline_stages: int = 1
 
     @property
     def world_size(self) -> int:
@@ -60,8 +61,12 @@ class ResolvedJob:
 
     @property
     def degrees(self) -> dict[str, Any]:
-        return {"data": self.data, "tensor": self.tensor, "pipeline": self.pipeline, "expert": self.expert,
-                "expertPlacement": self.expert_placement, "microBatches": self.micro_batches}
+        degrees = {"data": self.data, "tensor": self.tensor, "pipeline": self.pipeline, "expert": self.expert,
+                   "expertPlacement": self.expert_placement, "microBatches": self.micro_batches}
+        if self.virtual_pipeline_stages != 1:
+            # Only when interleaving: jobs that do not interleave render job.json and AHJ_PARALLEL as before.
+            degrees["virtualPipelineStages"] = self.virtual_pipeline_stages
+        return degrees
 
 
 def effective_model(model) -> dict[str, Any]:
@@ -83,6 +88,7 @@ def resolve(name: str, spec: AscendHybridJobSpec) -> ResolvedJob:
         expert_placement=par.expert_placement, micro_batches=micro_batches, chip=spec.npu.chip,
         per_pod=spec.npu.per_pod or CHIPS[spec.npu.chip].chips_per_node, model=effective_model(spec.model),
         global_batch_size=spec.training.global_batch_size or par.data * micro_batches,
+        virtual_pipeline_stages=par.virtual_pipeline_stages,
     )
 
 
@@ -199,6 +205,27 @@ def _expert_inside_tensor(e: ResolvedJob) -> str | None:
     return None
 
 
+def _kv_heads_divide_heads(e: ResolvedJob) -> str | None:
+    kv_heads, heads = e.model.get("kvHeads"), e.model.get("heads")
+    if kv_heads is None or heads is None or heads % kv_heads == 0:
+        return None
+    return f"spec.model.kvHeads={kv_heads} must divide spec.model.heads={heads}"
+
+
+def _virtual_stages_need_pipeline(e: ResolvedJob) -> str | None:
+    if e.virtual_pipeline_stages > 1 and e.pipeline == 1:
+        return (f"spec.parallelism.virtualPipelineStages={e.virtual_pipeline_stages} needs "
+                "spec.parallelism.pipeline > 1 (interleaving splits each pipeline stage into model chunks)")
+    return None
+
+
+def _layers_divisible_by_chunks(e: ResolvedJob) -> str | None:
+    layers, chunks = e.model.get("layers"), e.pipeline * e.virtual_pipeline_stages
+    if e.virtual_pipeline_stages == 1 or layers is None or layers % chunks == 0:
+        return None
+    return f"spec.model.layers={layers} must be divisible by pipeline×virtualPipelineStages={chunks}"
+
+
 def _global_batch(e: ResolvedJob) -> str | None:
     unit = e.data * e.micro_batches
     if e.global_batch_size % unit:
@@ -257,7 +284,29 @@ RULES: tuple[Rule, ...] = (
          f"!has(self.training.globalBatchSize) || self.training.globalBatchSize % (self.parallelism.data * {_CEL_MICRO}) == 0",
          _fmt("spec.training.globalBatchSize=%d must be a multiple of data×microBatches=%d",
               "self.training.globalBatchSize", f"self.parallelism.data * {_CEL_MICRO}")),
+    Rule(_kv_heads_divide_heads,
+         f"!has(self.model.kvHeads) || !{_cel_known('heads')} || {_cel_model('heads')} % self.model.kvHeads == 0",
+         _fmt("spec.model.kvHeads=%d must divide spec.model.heads=%d", "self.model.kvHeads", _cel_model("heads"))),
+    # Megatron-style attention gives each TP rank whole key/value heads (query groups), so TP must divide them.
+    Rule(_model_divisible("kvHeads", "spec.parallelism.tensor", lambda e: e.tensor),
+         "!has(self.model.kvHeads) || self.model.kvHeads % self.parallelism.tensor == 0",
+         _fmt("spec.model.kvHeads=%d must be divisible by spec.parallelism.tensor=%d", "self.model.kvHeads",
+              "self.parallelism.tensor")),
+    Rule(_virtual_stages_need_pipeline,
+         "self.parallelism.virtualPipelineStages == 1 || self.parallelism.pipeline > 1",
+         _fmt("spec.parallelism.virtualPipelineStages=%d needs spec.parallelism.pipeline > 1 (interleaving splits "
+              "each pipeline stage into model chunks)", "self.parallelism.virtualPipelineStages")),
+    Rule(_layers_divisible_by_chunks,
+         f"self.parallelism.virtualPipelineStages == 1 || !{_cel_known('layers')} || "
+         f"{_cel_model('layers')} % (self.parallelism.pipeline * self.parallelism.virtualPipelineStages) == 0",
+         _fmt("spec.model.layers=%d must be divisible by pipeline×virtualPipelineStages=%d", _cel_model("layers"),
+              "self.parallelism.pipeline * self.parallelism.virtualPipelineStages")),
 )
+
+
+def broken_rules(effective: ResolvedJob) -> list[str]:
+    """Every rule a resolved job breaks, in RULES order: parse() reports them, the planner drops such candidates."""
+    return [problem for rule in RULES if (problem := rule.check(effective))]
 
 NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1035 label: the job's name is also its Services' names
 NAME_RULE_CEL = f"size(self.metadata.name) <= {MAX_JOB_NAME} && self.metadata.name.matches('{NAME_PATTERN}')"
@@ -308,7 +357,7 @@ def parse(body: Mapping) -> ResolvedJob:
     except ValidationError as error:
         raise SpecError([*problems, *(_pydantic_problem(item) for item in error.errors())]) from None
     effective = resolve(name, spec)
-    problems += [problem for rule in RULES if (problem := rule.check(effective))]
+    problems += broken_rules(effective)
     if problems:
         raise SpecError(problems)
     return effective

@@ -78,7 +78,7 @@ class TrainingConfig:
     seq_length: int = defaults.TRAINING["seqLength"]
     learning_rate: float = defaults.TRAINING["learningRate"]
     seed: int = defaults.TRAINING["seed"]
-    recompute: bool = defaults.TRAINING["recompute"]
+    recompute: bool = defaults.TRAINING["recompute"] == "full"
     optimizer_shard: bool = defaults.TRAINING["optimizerShard"]
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     checkpoint_claim: str | None = None
@@ -95,7 +95,30 @@ class RunConfig:
     log_every: int = DEFAULT_LOG_EVERY
 
 
+def refuse_unimplemented(section: str, raw: Mapping[str, Any], only: Mapping[str, Any]) -> None:
+    """Settings the operator's API accepts but this trainer cannot run yet: refused by name, never ignored, so a
+    job never trains something other than what its spec says. A setting at its default value is fine."""
+    for key, default in only.items():
+        value = raw.get(key)
+        if value is not None and value != default:
+            raise ConfigError(f"{section}.{key}={value!r}: not implemented by this trainer yet (only {default!r}); "
+                              f"remove it or set it to {default!r}")
+
+
+def parse_recompute(raw: Mapping[str, Any]) -> bool:
+    """`recompute`: the old boolean, or none | selective | full. The trainer recomputes whole layers (full) only."""
+    value = raw.get("recompute", defaults.TRAINING["recompute"])
+    if isinstance(value, bool):
+        return value
+    if value in ("none", "full"):
+        return value == "full"
+    if value == "selective":
+        raise ConfigError("training.recompute='selective': not implemented by this trainer yet (only none or full)")
+    raise ConfigError(f"training.recompute={value!r}: must be none, selective, full, true or false")
+
+
 def parse_parallelism(raw: Mapping[str, Any]) -> Parallelism:
+    refuse_unimplemented("parallelism", raw, {"virtualPipelineStages": defaults.PARALLELISM["virtualPipelineStages"]})
     raw = {**defaults.PARALLELISM, **{key: value for key, value in raw.items() if value is not None}}
     pipeline = int(raw["pipeline"])
     placement = raw["expertPlacement"]
@@ -117,6 +140,9 @@ def parse_model(raw: Mapping[str, Any]) -> ModelConfig:
     if preset != "custom" and preset not in MODEL_PRESETS:
         raise ConfigError(f"model.preset={preset!r}: must be one of {', '.join(MODEL_PRESETS)} or custom")
     explicit = {key: value for key, value in raw.items() if value is not None and key != "preset"}
+    heads = explicit.get("heads", MODEL_PRESETS.get(preset, {}).get("heads"))
+    # kvHeads equal to heads is ordinary multi-head attention, which the trainer implements.
+    refuse_unimplemented("model", raw, {"kvHeads": heads, "ffnType": "gelu"})
     if preset == "custom":
         missing = [key for key in ("layers", "hidden", "heads", "vocab") if key not in explicit]
         if missing:
@@ -139,6 +165,7 @@ def parse_model(raw: Mapping[str, Any]) -> ModelConfig:
 
 
 def parse_training(raw: Mapping[str, Any], degrees: Parallelism) -> TrainingConfig:
+    refuse_unimplemented("training", raw, {key: defaults.TRAINING[key] for key in ("sequenceParallel", "flashAttention")})
     checkpoint = {**defaults.CHECKPOINT, **(raw.get("checkpoint") or {})}
     given = {**defaults.TRAINING, **{key: value for key, value in raw.items() if value is not None}}
     training = TrainingConfig(
@@ -148,7 +175,7 @@ def parse_training(raw: Mapping[str, Any], degrees: Parallelism) -> TrainingConf
         seq_length=int(given["seqLength"]),
         learning_rate=float(given["learningRate"]),
         seed=int(given["seed"]),
-        recompute=bool(given["recompute"]),
+        recompute=parse_recompute(given),
         optimizer_shard=bool(given["optimizerShard"]),
         checkpoint_every=int(checkpoint["everySteps"]),
         checkpoint_claim=checkpoint.get("claimName") or None,

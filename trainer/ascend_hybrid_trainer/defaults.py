@@ -5,8 +5,9 @@ that the two agree, key by key."""
 
 from __future__ import annotations
 
-PARALLELISM = {"data": 1, "tensor": 1, "pipeline": 1, "expert": 1, "expertPlacement": "dataParallel"}
+PARALLELISM = {"data": 1, "tensor": 1, "pipeline": 1, "expert": 1, "expertPlacement": "dataParallel",
+               "virtualPipelineStages": 1}
 MODEL = {"preset": "tiny"}
-TRAINING = {"steps": 1000, "seqLength": 128, "learningRate": 1e-3, "seed": 0, "recompute": False,
-            "optimizerShard": False}
+TRAINING = {"steps": 1000, "seqLength": 128, "learningRate": 1e-3, "seed": 0, "recompute": "none",
+            "optimizerShard": False, "sequenceParallel": False, "flashAttention": False}
 CHECKPOINT = {"everySteps": 100}

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from ascend_hybrid.devcluster.kube import processes
+from ascend_hybrid.devcluster.kube.waiting import wait_until
 from ascend_hybrid.devcluster.testing.pods import GANG_GATE, outcome_annotations, pod_manifest
 
 
@@ -40,7 +41,8 @@ def test_a_helper_is_stopped_by_pid_only_when_its_marker_matches(tmp_path):
     pid = processes.start_detached(command, tmp_path / "helper.log", tmp_path / "helper.pid")
     try:
         assert processes.read_pid(tmp_path / "helper.pid") == pid
-        assert processes.is_ours(pid, marker) and not processes.is_ours(pid, "/some/other/cluster")
+        wait_until(lambda: processes.is_ours(pid, marker), 10, "the helper's command line to show its marker")
+        assert not processes.is_ours(pid, "/some/other/cluster")
         assert processes.stop(pid, marker="/some/other/cluster")  # not ours: left alone
         assert processes.is_alive(pid)
         assert processes.stop(pid, marker=marker, grace=5)

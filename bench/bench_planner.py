@@ -1,0 +1,61 @@
+"""Strategy planner speed at cluster scale: `plan` over 16 384 NPUs, for the seed's MoE model and a dense 175 B GPT.
+
+    PYTHONPATH=operator .venv/bin/python bench/bench_planner.py [--rounds N] [--world N]
+
+Goal (printed, never asserted): under 2 s per plan. Prints the median wall time of the rounds (and the median CPU
+time, steadier on a shared machine), the strategies considered and evaluated, the time per considered strategy, and
+the ratio of the median to the goal (below 1 meets it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from ascend_hybrid import rules
+from ascend_hybrid.planner import hardware, search
+
+GOAL_SECONDS = 2.0
+JOBS = {
+    "moe-100b (seed §4.5 model)": {"model": {"preset": "moe-100b"},
+                                   "training": {"globalBatchSize": 8192, "seqLength": 4096}},
+    "dense 175 B GPT": {"model": {"preset": "custom", "layers": 96, "hidden": 12288, "heads": 96, "vocab": 51200},
+                        "training": {"globalBatchSize": 8192, "seqLength": 2048}},
+}
+
+
+def job(spec: dict) -> dict:
+    return {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "metadata": {"name": "bench"},
+            "spec": {"parallelism": {"data": 8}, "npu": {"chip": "910B"}, **spec}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="plans per job; the median is printed")
+    parser.add_argument("--world", type=int, default=16384)
+    args = parser.parse_args()
+    hw = hardware.builtin("910B")
+    for name, spec in JOBS.items():
+        effective = rules.parse(job(spec))
+        times, cpu, result = [], [], None
+        for _ in range(args.rounds):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            result = search.plan(effective, hw, args.world)
+            times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
+        median = statistics.median(times)
+        best = result.candidates[0].strategy if result.candidates else None
+        print(f"{name}: world {args.world}: median {median:.3f} s of {args.rounds} rounds "
+              f"(min {min(times):.3f}, max {max(times):.3f}; CPU median {statistics.median(cpu):.3f} s); "
+              f"{result.considered} strategies considered, "
+              f"{result.fitting + result.rejected.by_reason.get('out of memory', 0)} evaluated, {result.fitting} fit; "
+              f"{1e6 * median / result.considered:.1f} µs per strategy; ratio to the {GOAL_SECONDS:g} s goal "
+              f"{median / GOAL_SECONDS:.2f}")
+        if best:
+            print(f"  best: DP {best.data} TP {best.tensor} PP {best.pipeline} EP {best.expert} "
+                  f"m {best.micro_batches} v {best.virtual_stages} {best.recompute}")
+
+
+if __name__ == "__main__":
+    main()

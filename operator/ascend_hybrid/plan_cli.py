@@ -1,0 +1,173 @@
+"""`ascend-hybrid plan`: the strategy planner's thin shell — read the job and the hardware, print the plan.
+
+    ascend-hybrid plan -f JOB.yaml [--world N | --nodes N] [--chip 910B | --hardware FILE] [--top K] [-o table|json]
+    ascend-hybrid plan -f JOB.yaml --evaluate [--chip … | --hardware FILE] [-o table|json]
+
+Bad input is one `error:` line and exit code 2 (cli.main); so is a model no strategy fits, which also names the
+closest candidate and how far it misses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from .api import Chip
+from .layout import Layout
+from .planner import explain, hardware, search, svg
+from .planner.memory import every_stage
+from .planner.workload import Strategy, Workload
+
+EXIT_NOTHING_FITS = 2
+
+
+def _hardware(args, job_chip: str) -> hardware.Hardware:
+    from .cli import InputError
+
+    if args.hardware:
+        try:
+            document = yaml.safe_load(Path(args.hardware).read_text())
+        except OSError as error:
+            raise InputError(f"{args.hardware}: {error.strerror or error}") from None
+        except yaml.YAMLError as error:
+            raise InputError(f"{args.hardware}: not valid YAML ({str(error).splitlines()[0]})") from None
+        try:
+            return hardware.from_mapping(document)
+        except hardware.HardwareError as error:
+            raise InputError(f"{args.hardware}: {error}") from None
+    try:
+        return hardware.builtin(args.chip or job_chip)
+    except hardware.HardwareError as error:
+        raise InputError(f"--chip {args.chip}: {error}") from None
+
+
+def _positive(args, name: str) -> None:
+    from .cli import InputError
+
+    value = getattr(args, name)
+    if value is not None and value < 1:
+        raise InputError(f"--{name}={value}: must be ≥ 1")
+
+
+def _print(document_or_text, as_json: bool) -> None:
+    stream = sys.stdout
+    if as_json:
+        json.dump(document_or_text, stream, ensure_ascii=False, indent=1)
+        stream.write("\n")
+    else:
+        print(document_or_text, file=stream)
+
+
+def _layout(s: Strategy) -> Layout:
+    return Layout(s.data, s.tensor, s.pipeline, s.per_pod, s.expert, s.expert_placement)
+
+
+def _write_svg(path: str, text: str) -> None:
+    from .cli import InputError
+
+    try:
+        Path(path).write_text(text)
+    except OSError as error:
+        raise InputError(f"--svg {path}: {error.strerror or error}") from None
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def plan_picture(evaluation: search.Evaluation, workload: Workload, hw: hardware.Hardware, title: str) -> str:
+    s = evaluation.strategy
+    layout = _layout(s)
+    figures = svg.PlanFigures(s.micro_batches, s.virtual_stages, evaluation.time.bubble_fraction,
+                              tuple(every_stage(workload, s)), evaluation.usable)
+    return svg.picture(layout, svg.Cluster.packed(layout, hw.chips_per_node), title, figures)
+
+
+def write_placement_svg(path: str, effective, pod_nodes, node_racks) -> None:
+    """`render --svg`: the placed gang on its real nodes and racks."""
+    layout = _layout(Strategy.from_job(effective))
+    title = (f"{effective.name}: DP {effective.data} × TP {effective.tensor} × PP {effective.pipeline}, "
+             f"EP {effective.expert} {effective.expert_placement}, placed on {len(set(pod_nodes))} nodes")
+    _write_svg(path, svg.picture(layout, svg.Cluster(tuple(pod_nodes), dict(node_racks)), title))
+
+
+def _title(effective, evaluation: search.Evaluation, hw: hardware.Hardware, what: str) -> str:
+    s = evaluation.strategy
+    return (f"{effective.name} {what} on {s.world} × {hw.name}: DP {s.data} × TP {s.tensor} × PP {s.pipeline}"
+            f", EP {s.expert}, {s.micro_batches} micro-batches, recompute {s.recompute}; step "
+            f"{evaluation.time.step:.3g} s")
+
+
+def cmd_plan(args) -> int:
+    from .cli import InputError, load_job
+
+    for name in ("world", "nodes", "top"):
+        _positive(args, name)
+    _, effective = load_job(args.file)
+    hw = _hardware(args, effective.chip)
+    as_json = args.output == "json"
+    try:
+        if args.evaluate:
+            if args.world or args.nodes:
+                raise InputError("--world/--nodes: --evaluate scores the file's own strategy, whose degrees fix "
+                                 "the world; leave them out")
+            evaluation = search.evaluate_job(effective, hw)
+            workload = Workload.from_job(effective)
+            _print(explain.evaluation_document(evaluation, workload, hw) if as_json
+                   else explain.evaluation_table(evaluation, hw), as_json)
+            if args.svg:
+                _write_svg(args.svg, plan_picture(evaluation, workload, hw, _title(effective, evaluation, hw,
+                                                                                   "as written")))
+            return 0
+        world = args.world or (args.nodes * hw.chips_per_node if args.nodes else None)
+        chip = args.chip if args.chip in {c.value for c in Chip} else None
+        result = search.plan(effective, hw, world, chip)
+    except search.PlanError as error:
+        raise InputError(str(error)) from None
+    if result.candidates:
+        _print(explain.plan_document(result, args.top) if as_json else explain.plan_table(result, args.top), as_json)
+        if args.svg:
+            best = result.candidates[0]
+            _write_svg(args.svg, plan_picture(best, result.workload, hw, _title(effective, best, hw, "best plan")))
+        return 0
+    return _nothing_fits(effective.name, result, as_json)
+
+
+def _nothing_fits(name: str, result: search.Plan, as_json: bool) -> int:
+    from .cli import InputError
+
+    if result.closest is None:
+        reason, count = result.rejected.by_reason.most_common(1)[0] if result.rejected.count else ("none", 0)
+        raise InputError(f"no strategy for {name} on {result.world} NPUs passes the job rules "
+                         f"({result.considered} tried; most often: {reason}, {count} times)")
+    closest = result.closest
+    over = (closest.memory.total - closest.usable) / hardware.GIB
+    print(f"error: no strategy for {name} fits {result.world} × {result.hardware.name}: the closest needs "
+          f"{closest.memory.total / hardware.GIB:.1f} GiB on stage {closest.memory.stage}, {over:.1f} GiB more than "
+          f"the {closest.usable / hardware.GIB:.1f} GiB usable", file=sys.stderr)
+    if as_json:
+        document = explain.plan_document(result, 0)
+        document["closest"] = explain.candidate_document(closest, result.workload, result.hardware)
+        _print(document, True)
+    else:
+        print("closest:\n" + explain.HEADER, file=sys.stderr)
+        for line in explain.candidate_lines("-", closest, result.hardware):
+            print(line, file=sys.stderr)
+    return EXIT_NOTHING_FITS
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("plan", help="choose and explain DP/TP/PP/EP, micro-batches, recompute and sharding")
+    p.add_argument("-f", "--file", required=True, help="the AscendHybridJob (its model and training)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--world", type=int, help="NPUs to plan for (default: the file's world)")
+    size.add_argument("--nodes", type=int, help="nodes to plan for: world = nodes × chips per node")
+    machine = p.add_mutually_exclusive_group()
+    machine.add_argument("--chip", help="built-in hardware profile: 910A, 910B or A3 (default: the job's chip)")
+    machine.add_argument("--hardware", help="YAML hardware description (docs/planner.md)")
+    p.add_argument("--top", type=int, default=5, help="candidates to show (default 5)")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.add_argument("--evaluate", action="store_true", help="score exactly the file's strategy, fitting or not")
+    p.add_argument("--svg", help="also write a picture of the best (or evaluated) plan: nodes and chips by stage, "
+                                 "TP and EP groups, the 1F1B timeline, memory per stage")
+    p.set_defaults(func=cmd_plan)

@@ -1,0 +1,166 @@
+"""What the planner knows about a cluster: chips per node, HBM, peak FLOPS and the bandwidth of each link tier.
+
+Built-in profiles carry the figures of docs/planner.md (from the Ascend product pages and measurements collected in
+the planner reference); every figure can be overridden, and `--hardware FILE` describes any other machine. Pure:
+the CLI reads the file and hands over its parsed YAML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..chips import CHIPS
+
+GIB = 2 ** 30
+DEFAULT_COMPUTE_EFFICIENCY = 0.5  # achieved share of peak in transformer matmuls when a file does not say
+DEFAULT_USABLE_FRACTION = 0.9  # seed §5.2: keep 10-20 % of HBM free; 10 % is the edge of that advice
+
+
+class HardwareError(ValueError):
+    """A hardware description the planner cannot use; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One link tier. `gbps` is GB/s per chip per direction; for a mesh it is per peer link, for rings per ring link."""
+
+    gbps: float
+    topology: str = "switch"  # switch | mesh | rings (intra-node only)
+    ring_size: int | None = None
+    efficiency: float = 1.0  # achieved share of `gbps` in collectives
+    latency_us: float = 0.0  # per collective step
+    cross_ring_gbps: float | None = None  # rings only: chips of different rings talk over this (PCIe on 910A)
+    name: str = ""  # what explanations call the links, e.g. HCCS or RoCE
+
+    def group_bandwidth(self, size: int) -> float:
+        """Bytes/s one chip moves in a collective over `size` chips of this tier, efficiency included."""
+        links = (size - 1) if self.topology == "mesh" else 1  # a full mesh gives each chip one link per peer
+        return self.gbps * 1e9 * max(links, 1) * self.efficiency
+
+    def transfer_seconds(self, size: int, bytes_per_chip: float, steps: int) -> float:
+        if size <= 1 or bytes_per_chip <= 0:
+            return 0.0
+        return steps * self.latency_us * 1e-6 + bytes_per_chip / self.group_bandwidth(size)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    chips_per_node: int
+    hbm_gib: float
+    usable_fraction: float
+    peak_tflops: float
+    compute_efficiency: float
+    intra_node: Tier
+    inter_node: Tier
+
+    @property
+    def usable_bytes(self) -> float:
+        return self.hbm_gib * GIB * self.usable_fraction
+
+    @property
+    def achieved_flops(self) -> float:
+        return self.peak_tflops * 1e12 * self.compute_efficiency
+
+    def summary(self) -> dict[str, Any]:
+        intra: dict[str, Any] = {"gbps": self.intra_node.gbps, "topology": self.intra_node.topology,
+                                 "efficiency": self.intra_node.efficiency}
+        if self.intra_node.ring_size:
+            intra["ringSize"] = self.intra_node.ring_size
+        return {"name": self.name, "chipsPerNode": self.chips_per_node, "hbmGiB": self.hbm_gib,
+                "usableFraction": self.usable_fraction, "usableGiB": round(self.usable_bytes / GIB, 2),
+                "peakTflops": self.peak_tflops, "computeEfficiency": self.compute_efficiency,
+                "intraNode": intra, "interNode": {"gbps": self.inter_node.gbps,
+                                                  "efficiency": self.inter_node.efficiency}}
+
+
+# Figures of the planner reference §4 (docs/planner.md lists them with their sources):
+# - 910A (Atlas 800 9000): 32 GB HBM, 256 TFLOPS FP16, two HCCS rings of ~30 GB/s links joined by PCIe,
+#   100GE RoCE per chip (12.5 GB/s). No PCIe figure is published there, so crossing rings is priced like RoCE.
+# - 910B (Atlas 800T A2): 64 GB, 280-376 TFLOPS by SKU (376 taken: override for yours), full HCCS mesh of 56 GB/s
+#   per chip pair whose all-reduce reaches 55-64 % of it (0.6 taken), 200GE RoCE per chip (~25 GB/s).
+# - A3 (Atlas 900 A3 SuperPoD): 64 GB per die, ~376-390 TFLOPS per die (376 taken), HCCS/UB at
+#   ~196 GB/s per die across the super-pod, so nodes of one super-pod talk at that rate too.
+# Chips per node and the HCCS ring size come from the one chip table (chips.py).
+BUILTIN: dict[str, Hardware] = {
+    "910A": Hardware("910A", CHIPS["910A"].chips_per_node, 32, DEFAULT_USABLE_FRACTION, 256,
+                     DEFAULT_COMPUTE_EFFICIENCY,
+                     Tier(30, "rings", ring_size=CHIPS["910A"].ring_size, cross_ring_gbps=12.5, name="HCCS"),
+                     Tier(12.5, name="RoCE")),
+    "910B": Hardware("910B", CHIPS["910B"].chips_per_node, 64, DEFAULT_USABLE_FRACTION, 376,
+                     DEFAULT_COMPUTE_EFFICIENCY, Tier(56, "mesh", efficiency=0.6, name="HCCS"), Tier(25, name="RoCE")),
+    "A3": Hardware("A3", CHIPS["A3"].chips_per_node, 64, DEFAULT_USABLE_FRACTION, 376, DEFAULT_COMPUTE_EFFICIENCY,
+                   Tier(196, "switch", name="HCCS"), Tier(196, name="UB")),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)  # extra keys of a user's own are allowed
+
+
+class _TierFile(_Strict):
+    gbps: float = Field(gt=0)
+    topology: Literal["switch", "mesh", "rings"] = "switch"
+    ring_size: int | None = Field(None, alias="ringSize", ge=1)
+    efficiency: float = Field(1.0, gt=0, le=1)
+    latency_us: float = Field(0.0, alias="latencyUs", ge=0)
+    cross_ring_gbps: float | None = Field(None, alias="crossRingGbps", gt=0)
+    name: str = ""
+
+
+class _InterTierFile(_TierFile):
+    topology: Literal["switch"] = "switch"
+
+
+class _HardwareFile(_Strict):
+    name: str = Field(min_length=1)
+    chips_per_node: int = Field(alias="chipsPerNode", ge=1)
+    hbm_gib: float = Field(alias="hbmGiB", gt=0)
+    usable_fraction: float = Field(alias="usableFraction", gt=0, le=1)
+    peak_tflops: float = Field(alias="peakTflops", gt=0)
+    compute_efficiency: float = Field(DEFAULT_COMPUTE_EFFICIENCY, alias="computeEfficiency", gt=0, le=1)
+    intra_node: _TierFile = Field(alias="intraNode")
+    inter_node: _InterTierFile = Field(alias="interNode")
+
+
+def _problem(error: dict) -> str:
+    where = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "missing":
+        return f"{where}: is required"
+    return f"{where}={error.get('input')!r}: {error['msg'].lower()}"
+
+
+def _tier(raw: _TierFile, *, intra: bool) -> Tier:
+    ring_size = raw.ring_size
+    if intra and raw.topology == "rings" and ring_size is None:
+        raise HardwareError("intraNode.ringSize: is required when intraNode.topology is rings")
+    cross = raw.cross_ring_gbps
+    name = raw.name or ("intra-node links" if intra else "inter-node network")
+    return Tier(raw.gbps, raw.topology, ring_size, raw.efficiency, raw.latency_us, cross, name)
+
+
+def from_mapping(document: Any) -> Hardware:
+    """A hardware file's parsed YAML → Hardware; HardwareError names the first key that is wrong."""
+    if not isinstance(document, Mapping):
+        raise HardwareError(f"expected a mapping of hardware keys, found {type(document).__name__}")
+    try:
+        raw = _HardwareFile.model_validate(dict(document))
+    except ValidationError as error:
+        raise HardwareError(_problem(error.errors()[0])) from None
+    intra = _tier(raw.intra_node, intra=True)
+    inter = _tier(raw.inter_node, intra=False)
+    if intra.topology == "rings" and intra.cross_ring_gbps is None:
+        intra = replace(intra, cross_ring_gbps=inter.gbps)  # unknown cross-ring link: assume no better than RoCE
+    return Hardware(raw.name, raw.chips_per_node, raw.hbm_gib, raw.usable_fraction, raw.peak_tflops,
+                    raw.compute_efficiency, intra, inter)
+
+
+def builtin(chip: str, **overrides: Any) -> Hardware:
+    """A built-in profile, with any Hardware field replaced (e.g. peak_tflops=313 for a 910B3)."""
+    if chip not in BUILTIN:
+        raise HardwareError(f"unknown chip {chip!r} (known: {', '.join(BUILTIN)})")
+    return replace(BUILTIN[chip], **overrides) if overrides else BUILTIN[chip]

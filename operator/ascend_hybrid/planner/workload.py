@@ -1,0 +1,132 @@
+"""The model and one candidate strategy as plain numbers: what the memory and time models read.
+
+A Workload comes from a resolved job (rules.resolve), so presets, explicit fields and defaults mean exactly what
+they mean to the operator and the trainer. A Strategy is one point of the search space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+# The trainer's MoE capacity factor (trainer/ascend_hybrid_trainer/config.py); the API has no field for it yet.
+CAPACITY_FACTOR = 1.25
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Frozen, so the derived sizes are cached on first use (cached_property writes the instance dict directly)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    ffn_type: str
+    vocab: int
+    experts: int
+    top_k: int
+    seq_length: int
+    global_batch: int
+    flash_attention: bool
+    capacity_factor: float = CAPACITY_FACTOR
+
+    @classmethod
+    def from_job(cls, effective: Any) -> Workload:
+        model, training = effective.model, effective.spec.training
+        experts = model.get("experts") or 0
+        return cls(layers=model["layers"], hidden=model["hidden"], heads=model["heads"],
+                   kv_heads=model.get("kvHeads") or model["heads"], ffn_hidden=model["ffnHidden"],
+                   ffn_type=model.get("ffnType") or "gelu", vocab=model["vocab"], experts=experts,
+                   top_k=(model.get("topK") or 2) if experts else 0, seq_length=training.seq_length,
+                   global_batch=effective.global_batch_size, flash_attention=training.flash_attention)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @cached_property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @cached_property
+    def attention_parameters(self) -> int:
+        """Q and output projections h², K and V h·(h/a)·kv each: 4h² without grouped-query attention."""
+        h = self.hidden
+        return 2 * h * h + 2 * h * self.head_dim * self.kv_heads
+
+    @cached_property
+    def mlp_matrices(self) -> int:
+        return 3 if self.ffn_type == "swiglu" else 2
+
+    @cached_property
+    def mlp_parameters(self) -> int:
+        """One feed-forward block (one expert of an MoE layer)."""
+        return self.mlp_matrices * self.hidden * self.ffn_hidden
+
+    @cached_property
+    def layer_parameters(self) -> int:
+        if self.is_moe:
+            return self.attention_parameters + self.experts * self.mlp_parameters + self.hidden * self.experts
+        return self.attention_parameters + self.mlp_parameters
+
+    @cached_property
+    def total_parameters(self) -> int:
+        """Transformer layers plus an untied embedding and LM head (norms and biases left out: < 0.1 %)."""
+        return self.layers * self.layer_parameters + 2 * self.vocab * self.hidden
+
+    @cached_property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_length
+
+
+@dataclass(frozen=True)
+class Strategy:
+    data: int
+    tensor: int
+    pipeline: int
+    expert: int = 1
+    expert_placement: str = "dataParallel"
+    micro_batches: int = 1
+    virtual_stages: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    optimizer_shard: bool = False
+    micro_batch_size: int = 1
+    per_pod: int = 8
+
+    @classmethod
+    def from_job(cls, effective: Any) -> Strategy:
+        training = effective.spec.training
+        unit = effective.data * effective.micro_batches
+        return cls(effective.data, effective.tensor, effective.pipeline, effective.expert,
+                   effective.expert_placement, effective.micro_batches, effective.virtual_pipeline_stages,
+                   training.recompute, training.sequence_parallel, training.optimizer_shard,
+                   max(effective.global_batch_size // unit, 1), effective.per_pod)
+
+    def with_flags(self, recompute: str, sequence_parallel: bool, optimizer_shard: bool) -> Strategy:
+        """The same degrees with other training flags (positional: dataclasses.replace is slow in the search loop)."""
+        return Strategy(self.data, self.tensor, self.pipeline, self.expert, self.expert_placement,
+                        self.micro_batches, self.virtual_stages, recompute, sequence_parallel, optimizer_shard,
+                        self.micro_batch_size, self.per_pod)
+
+    @property
+    def world(self) -> int:
+        return self.data * self.tensor * self.pipeline
+
+    @property
+    def sequence_split(self) -> int:
+        """How many ways the activations TP leaves whole are split: by TP with sequence parallelism, else not."""
+        return self.tensor if self.sequence_parallel else 1
+
+    def parallelism(self) -> dict[str, Any]:
+        return {"data": self.data, "tensor": self.tensor, "pipeline": self.pipeline, "expert": self.expert,
+                "expertPlacement": self.expert_placement, "microBatches": self.micro_batches,
+                "virtualPipelineStages": self.virtual_stages}
+
+    def sort_key(self) -> tuple:
+        """Deterministic tie-break: less model parallelism first, then fewer micro-batches, then the flags."""
+        return (self.tensor, self.pipeline, self.expert, self.expert_placement, self.micro_batches,
+                self.virtual_stages, ("none", "selective", "full").index(self.recompute), self.sequence_parallel,
+                self.optimizer_shard)

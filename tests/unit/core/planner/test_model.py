@@ -1,0 +1,202 @@
+"""The planner's memory and time models against the published worked examples, each expected value derived here
+from the paper's formula (and, where the paper prints a table, checked against its rounding)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from ascend_hybrid import rules
+from ascend_hybrid.planner import hardware, memory, search, timing
+from ascend_hybrid.planner.workload import Strategy, Workload
+from support.paths import PLANNER_FIXTURES
+
+FIXTURES = PLANNER_FIXTURES
+GIB = 2 ** 30
+
+
+# --- ZeRO (Rajbhandari et al., SC'20): 7.5 B parameters, 64-way data parallelism ----------------------------
+
+PSI, D = 7.5e9, 64
+ZERO_CASES = [  # (what is partitioned, the paper's formula, the paper's Table 1 figure in GB)
+    (memory.UNSHARDED, (2 + 2 + 12) * PSI, 120),
+    (memory.ZERO_OPTIMIZER, (2 + 2) * PSI + 12 * PSI / D, 31.4),
+    (memory.ZERO_GRADIENTS, 2 * PSI + (2 + 12) * PSI / D, 16.6),
+    (memory.ZERO_WEIGHTS, (2 + 2 + 12) * PSI / D, 1.9),
+]
+
+
+@pytest.mark.parametrize("sharded, formula, published", ZERO_CASES)
+def test_zero_table_through_the_states_model(sharded, formula, published):
+    got = memory.state_bytes(PSI, memory.MIXED_PRECISION_ADAM, sharded, D)
+    assert got == pytest.approx(formula)
+    assert abs(got / 1e9 - published) <= 0.1
+
+
+def test_bytes_per_parameter_follow_dtype_and_optimizer():
+    assert memory.MIXED_PRECISION_ADAM.per_parameter == 2 + 2 + 4 + 8
+    assert memory.MEGATRON_ADAM.per_parameter == 2 + 4 + 4 + 8  # fp32 main gradients: Megatron's 18 B/param
+    fp32_sgd = memory.StatesFormat(weight_bytes=4, gradient_bytes=4, master_bytes=0, optimizer_bytes=4)
+    assert memory.state_bytes(1000, fp32_sgd) == 12 * 1000
+    # MindSpore's parallel optimizer splits weights and optimizer states, not gradients: 2 + 14/d
+    assert memory.state_bytes(PSI, sharded=memory.MINDSPORE_PARALLEL_OPTIMIZER, data=D) == pytest.approx(
+        2 * PSI + 14 * PSI / D)
+    # parameters the optimizer cannot shard stay whole
+    assert memory.state_bytes(100, sharded=memory.ZERO_WEIGHTS, data=4, shardable=60) == pytest.approx(
+        16 * (60 / 4 + 40))
+
+
+# --- Korthikanti et al. 2022, Fig. 1: the 22 B model -----------------------------------------------------------
+
+def korthikanti_job() -> dict:
+    return yaml.safe_load((FIXTURES / "korthikanti-22b.yaml").read_text())
+
+
+def test_korthikanti_activations_from_the_formulas():
+    effective = rules.parse(korthikanti_job())
+    w, s = Workload.from_job(effective), Strategy.from_job(effective)
+    a, h, layers, seq, t, b = 64, 6144, 48, 2048, 8, 4
+    assert (w.heads, w.hidden, w.layers, w.seq_length, s.tensor, s.micro_batch_size, s.pipeline) == (
+        a, h, layers, seq, t, b, 1)
+    sbh = seq * b * h
+    tensor_only = sbh * (10 + 24 / t + 5 * a * seq / (h * t)) * layers
+    sp_selective = sbh * 34 / t * layers
+    assert memory.stage_memory(w, s, 0).activations == pytest.approx(tensor_only)
+    assert memory.stage_memory(w, replace(s, sequence_parallel=True, recompute="selective"), 0).activations == (
+        pytest.approx(sp_selective))
+    assert tensor_only / GIB == 59.25 and sp_selective / GIB == 9.5625  # the paper's figures, exactly
+    assert memory.stage_memory(w, replace(s, recompute="full"), 0).activations == pytest.approx(2 * sbh * layers)
+    # weights + gradients + optimizer of the transformer layers at Megatron's 18 B/param: 45.5625 GiB
+    transformer = 12 * h * h * layers / t
+    assert memory.state_bytes(transformer, memory.MEGATRON_ADAM) / GIB == pytest.approx(45.5625)
+    assert w.layer_parameters == 12 * h * h
+
+
+def test_flash_attention_removes_the_score_term_only():
+    effective = rules.parse(korthikanti_job())
+    w, s = Workload.from_job(effective), Strategy.from_job(effective)
+    flash = replace(w, flash_attention=True)
+    assert memory.layer_activation_bytes(flash, s) == pytest.approx(
+        memory.layer_activation_bytes(w, replace(s, recompute="selective")))
+    assert memory.layer_activation_bytes(flash, s) < memory.layer_activation_bytes(w, s)
+
+
+def test_grouped_query_attention_and_swiglu_sizes():
+    base = Workload(2, 4096, 32, 32, 11008, "gelu", 32000, 0, 0, 4096, 8, False)
+    gqa = replace(base, kv_heads=8)
+    h = 4096
+    assert base.attention_parameters == 4 * h * h
+    assert gqa.attention_parameters == 2 * h * h + 2 * h * h * 8 // 32
+    assert replace(base, ffn_type="swiglu").mlp_parameters == 3 * h * 11008
+
+
+def test_in_flight_micro_batches_of_1f1b_and_interleaving():
+    s = Strategy(1, 1, 8, micro_batches=32)
+    assert [memory.in_flight(s, stage) for stage in (0, 3, 7)] == [8, 5, 1]
+    assert memory.in_flight(Strategy(1, 1, 8, micro_batches=4), 0) == 4
+    interleaved = replace(s, virtual_stages=2)
+    assert memory.in_flight(interleaved, 0) == pytest.approx(8 * (1 + 7 / 16))
+
+
+# --- time ------------------------------------------------------------------------------------------------
+
+def dense_gpt(**changes) -> Workload:
+    return replace(Workload(24, 2048, 16, 16, 8192, "gelu", 50304, 0, 0, 2048, 64, False), **changes)
+
+
+def test_model_flops_are_korthikanti_appendix_a():
+    w = dense_gpt()
+    B, s, L, h, V = w.global_batch, w.seq_length, w.layers, w.hidden, w.vocab
+    assert timing.model_flops_per_step(w) == pytest.approx(72 * B * L * s * h * h * (1 + s / (6 * h) + V / (12 * h * L)))
+
+
+@pytest.mark.parametrize("recompute, factor, vocab_term", [("none", 72, 12), ("full", 96, 16)])
+def test_compute_time_is_narayanan_eq3_at_peak_times_efficiency(recompute, factor, vocab_term):
+    w, hw = dense_gpt(), hardware.builtin("910B")
+    s = Strategy(8, 1, 1, micro_batches=8, micro_batch_size=1, recompute=recompute)
+    B, seq, L, h, V = w.global_batch, w.seq_length, w.layers, w.hidden, w.vocab
+    flops = factor * B * seq * L * h * h * (1 + seq / (6 * h) + V / (vocab_term * L * h))
+    got = timing.step_time(w, s, hw, 0).compute
+    assert got * hw.achieved_flops * s.world == pytest.approx(flops)
+
+
+def test_bubble_fraction_of_the_seed_case_and_interleaving():
+    assert timing.bubble_fraction(Strategy(2, 8, 8, micro_batches=32)) == pytest.approx(7 / 39)
+    assert timing.bubble_fraction(Strategy(2, 8, 8, micro_batches=32, virtual_stages=2)) == pytest.approx(7 / 71)
+    assert timing.bubble_fraction(Strategy(2, 8, 1, micro_batches=1)) == 0
+
+
+def test_tensor_parallel_traffic_and_the_mesh_links():
+    """8·b·s·h·(t - 1)/t elements per layer (Narayanan §3) over t - 1 HCCS links of the 910B mesh."""
+    w, hw = dense_gpt(layers=1, vocab=8), hardware.builtin("910B")
+    for t in (2, 8):
+        s = Strategy(8 // t, t, 1, micro_batches=1, micro_batch_size=1)
+        elements = 8 * 1 * w.seq_length * w.hidden * (t - 1) / t
+        bandwidth = 56e9 * (t - 1) * 0.6
+        assert timing.step_time(w, s, hw, 0).tensor == pytest.approx(2 * elements / bandwidth)
+
+
+def test_data_parallel_goes_hierarchical_across_nodes():
+    hw = replace(hardware.builtin("910B"), inter_node=hardware.Tier(25))
+    gradients = 1e9
+    inside = timing.Group("data", 8, 1, 8, False)
+    across = timing.Group("data", 16, 2, 8, False)
+    assert timing._data_parallel_seconds(inside, hw, gradients) == pytest.approx(
+        2 * 7 / 8 * gradients / (56e9 * 7 * 0.6))
+    ring_step = 7 / 8 * gradients / (56e9 * 7 * 0.6)
+    assert timing._data_parallel_seconds(across, hw, gradients) == pytest.approx(
+        2 * ring_step + 2 * 1 / 2 * gradients / 8 / 25e9)
+
+
+def test_groups_follow_the_rank_layout():
+    hw = hardware.builtin("910B")
+    seed = Strategy(2, 8, 8, 4, "intraNode", micro_batches=32, per_pod=8)
+    layout = timing.groups(seed, hw)
+    assert {kind: (g.size, g.tier) for kind, g in layout.items()} == {
+        "tensor": (8, "intraNode"), "data": (2, "interNode"), "pipeline": (8, "interNode"),
+        "expert": (4, "intraNode")}
+    wide_ep = timing.groups(Strategy(4, 4, 1, 4, "dataParallel", per_pod=8), hw)["expert"]
+    assert (wide_ep.nodes, wide_ep.tier) == (2, "interNode")
+    ring = timing.groups(Strategy(1, 8, 1, per_pod=8), hardware.builtin("910A"))["tensor"]
+    assert ring.tier == "crossRing"
+    assert timing.groups(Strategy(2, 4, 1, per_pod=8), hardware.builtin("910A"))["tensor"].tier == "intraNode"
+
+
+# --- hardware files --------------------------------------------------------------------------------------
+
+def test_hardware_file_with_extra_keys():
+    hw = hardware.from_mapping(yaml.safe_load((FIXTURES / "a100-80g.yaml").read_text()))
+    assert (hw.name, hw.chips_per_node, hw.hbm_gib, hw.peak_tflops, hw.compute_efficiency) == (
+        "a100-80g", 8, 80, 312, 0.5)
+    assert hw.usable_bytes == 80 * 0.9 * GIB and hw.intra_node.topology == "switch"
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.pop("hbmGiB"), "hbmGiB: is required"),
+    (lambda d: d["intraNode"].pop("gbps"), "intraNode.gbps: is required"),
+    (lambda d: d.update(usableFraction=1.5), "usableFraction=1.5"),
+    (lambda d: d["intraNode"].update(topology="torus"), "intraNode.topology='torus'"),
+    (lambda d: d["intraNode"].update(topology="rings"), "intraNode.ringSize: is required"),
+    (lambda d: d.update(chipsPerNode="eight"), "chipsPerNode='eight'"),
+])
+def test_malformed_hardware_file_names_the_key(change, message):
+    document = yaml.safe_load((FIXTURES / "a100-80g.yaml").read_text())
+    change(document)
+    with pytest.raises(hardware.HardwareError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        hardware.from_mapping(document)
+
+
+def test_builtin_profiles_are_overridable_and_unknown_chips_named():
+    assert hardware.builtin("910B", peak_tflops=313).peak_tflops == 313
+    assert hardware.builtin("910B").usable_bytes / GIB == pytest.approx(57.6)
+    with pytest.raises(hardware.HardwareError, match="unknown chip '910C'"):
+        hardware.builtin("910C")
+
+
+def test_a_pod_larger_than_a_node_is_refused():
+    effective = rules.parse({"metadata": {"name": "a3"}, "spec": {"parallelism": {"data": 16},
+                                                               "npu": {"chip": "A3"}}})
+    with pytest.raises(search.PlanError, match="perPod=16 exceeds chipsPerNode=8"):
+        search.evaluate_job(effective, hardware.builtin("910B"))

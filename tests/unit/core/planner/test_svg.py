@@ -1,0 +1,104 @@
+"""Pictures of plans and placements: well-formed SVG with the chips, groups, timeline and memory bars it claims, and
+one that a real browser (headless Chromium, Debian's package) renders to a picture that is not blank."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ascend_hybrid import cli
+from ascend_hybrid.layout import Layout
+from ascend_hybrid.planner import svg
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 40))
+def test_the_drawn_1f1b_schedule_idles_exactly_the_bubble_formula(pipeline, micro_batches):
+    ops = svg.one_f_one_b(pipeline, micro_batches)
+    assert len(ops) == 2 * pipeline * micro_batches
+    makespan = max(end for *_, end in ops)
+    busy = svg.FORWARD + svg.BACKWARD
+    for stage in range(pipeline):
+        assert sum(end - start for s, _, _, start, end in ops if s == stage) == micro_batches * busy
+        intervals = sorted((start, end) for s, _, _, start, end in ops if s == stage)
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(intervals))  # one thing at a time per stage
+    if micro_batches >= pipeline:
+        idle = 1 - micro_batches * busy / makespan
+        assert idle == pytest.approx((pipeline - 1) / (micro_batches + pipeline - 1))
+
+
+def seed_svg(capsys, examples, tmp_path, *extra) -> ET.Element:
+    path = tmp_path / "seed.svg"
+    code = cli.main(["plan", "-f", str(examples / "seed-moe-128.yaml"), "--svg", str(path), *extra])
+    captured = capsys.readouterr()
+    assert code == 0 and f"wrote {path}" in captured.err
+    return ET.parse(path).getroot()
+
+
+def test_evaluated_seed_picture_has_every_chip_group_and_stage(capsys, examples, tmp_path):
+    root = seed_svg(capsys, examples, tmp_path, "--evaluate")
+    titles = [t.text for t in root.iter(f"{SVG}title")]
+    chips = [t for t in titles if t.startswith("rank ")]
+    assert len(chips) == 128 and "rank 127: stage 7, DP 1, TP 7, EP 3" in chips
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert sum(1 for t in texts if re.fullmatch(r"EP \d+", t)) == 32  # 128 ranks / EP 4
+    assert "node-0 · stage 0 · DP 0" in texts and "node-15 · stage 7 · DP 1" in texts
+    outlines = [r for r in root.iter(f"{SVG}rect") if r.get("stroke") == "black"]
+    assert len(outlines) == 16  # one per TP group of 8
+    assert any("idle share 17.9 %" in t for t in texts)
+    assert sum(1 for t in texts if re.fullmatch(r"stage \d", t)) >= 3 * 8  # legend, timeline and memory rows
+    assert any(t.endswith("usable") for t in texts)
+
+
+def test_render_svg_draws_the_real_racks(capsys, examples, tmp_path):
+    path = tmp_path / "placement.svg"
+    code = cli.main(["render", "-f", str(examples / "seed-moe-128.yaml"), "--nodes",
+                     str(examples / "nodes-16x8.yaml"), "--sched-ip", "127.0.0.1", "--svg", str(path)])
+    capsys.readouterr()
+    assert code == 0
+    texts = [t.text for t in ET.parse(path).getroot().iter(f"{SVG}text")]
+    assert "rack rack-0" in texts and "rack rack-1" in texts
+    assert any(t.startswith("a2-rack1-07 · stage 7") for t in texts)
+
+
+def test_a_large_plan_draws_a_bounded_picture():
+    layout = Layout(256, 8, 8, 8)
+    picture = svg.picture(layout, svg.Cluster.packed(layout, 8), "16 384 NPUs")
+    root = ET.fromstring(picture)
+    chips = [t for t in root.iter(f"{SVG}title") if t.text.startswith("rank ")]
+    assert len(chips) == svg.MAX_NODES_DRAWN * 8
+    assert any(t.text == f"… {2048 - svg.MAX_NODES_DRAWN} more nodes, each like the ones above" for t in root.iter(f"{SVG}text"))
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_headless_chromium_renders_the_plan_picture(capsys, examples, tmp_path):
+    from PIL import Image
+
+    root = seed_svg(capsys, examples, tmp_path, "--evaluate")
+    width, height = int(root.get("width")), int(root.get("height"))
+    png = tmp_path / "seed.png"
+    profile = tmp_path / "profile"
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+                    f"--screenshot={png}", f"--window-size={width},{height}", (tmp_path / "seed.svg").as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    image = Image.open(png).convert("RGB")
+    assert image.size == (width, height)
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert len(colours) > 20, "the rendered picture is (almost) blank"
+    present = {colour for _, colour in colours}
+    for stage_colour in svg.STAGE_COLOURS[:8]:
+        rgb = tuple(int(stage_colour[i:i + 2], 16) for i in (1, 3, 5))
+        assert rgb in present, f"stage colour {stage_colour} not drawn"
