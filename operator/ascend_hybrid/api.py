@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
 
-from .ascend import RESOURCE
+from .ascend import RACK_LABEL, RESOURCE
 from .chips import CHIP_NAMES, CHIPS, MAX_CHIPS_PER_POD
 
 GROUP = "hybrid.ascend.dev"
@@ -176,7 +176,7 @@ class RunPolicy(ApiModel):
 
 
 class Scheduling(ApiModel):
-    topology_tiers: list[str] = Field(default_factory=lambda: ["huawei.com/topotree.rackid"], description="Node label keys of network tiers, innermost first; stages and DP groups are kept inside the fewest tier domains.")
+    topology_tiers: list[str] = Field(default_factory=lambda: [RACK_LABEL], description="Node label keys of network tiers, innermost first; stages and DP groups are kept inside the fewest tier domains.")
     scheduler_name: str | None = Field(None, description="Scheduler that binds the (already placed) pods; default scheduler when empty.")
     queue: str | None = Field(None, description="Queue name, passed to the pods as a label for batch schedulers.")
 

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from . import layout as layouts
 from . import names, ranktable, render
 from .actions import (
     Action,
@@ -31,7 +30,7 @@ from .actions import (
 from .ascend import DeviceInfo
 from .chips import CHIPS
 from .conditions import TERMINAL_JOB_PHASES, condition, parse_time, set_condition, timestamp
-from .placement import GangRequest, Placement
+from .placement import GangRequest
 from .podview import (
     TERMINAL_POD_PHASES,
     attempt_of,
@@ -405,41 +404,5 @@ class _Pass:
         return self.d
 
 
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
 def decide(observed: Observed) -> Decision:
     return _Pass(observed).run()
-
-
-def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: datetime, generation,
-                     node_domains: Mapping[str, str | None]) -> Decision:
-    """The status and events after the shell placed the gang (or found it cannot): a Decision of its own, so
-    the shell only executes what the core decided."""
-    outcome = Decision(status=copy.deepcopy(status))
-    status = outcome.status
-    attempt = int(status.get("attempt") or 1)
-    previous_reason = (status.get("placement") or {}).get("reason")
-    if placement.ok:
-        layout = layouts.from_effective(job)
-        racks = {node_domains.get(node) for node in placement.nodes}
-        spread = f"{_count(len(set(placement.nodes)), 'node')} in {_count(len(racks), 'rack')}"
-        status["placement"] = {
-            "attempt": attempt, "nodes": list(placement.nodes), "summary": spread,
-            "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layout, placement.nodes),
-            "racks": len(racks),
-        }
-        message = f"attempt {attempt}: {_count(job.pod_count, 'pod')} on {spread}"
-        set_condition(status, "Placed", True, "Placed", message, now, generation)
-        status["phase"], status["message"] = "Placing", message
-        outcome.emit("Normal", "Placed", message)
-        outcome.requeue_after = FAST_REQUEUE_SECONDS
-    else:
-        status["placement"] = {"attempt": None, "nodes": [], "reason": placement.reason}
-        set_condition(status, "Placed", False, "Unschedulable", placement.reason, now, generation)
-        status["phase"], status["message"] = "Pending", placement.reason
-        if placement.reason != previous_reason:
-            outcome.emit("Warning", "Unschedulable", placement.reason)
-        outcome.requeue_after = SLOW_REQUEUE_SECONDS
-    return outcome

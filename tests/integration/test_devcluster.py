@@ -10,12 +10,12 @@ import pytest
 from kubernetes import client
 
 from ascend_hybrid.devcluster import cluster
-from ascend_hybrid.devcluster.deviceplugin.allocation import device_configuration, held_chips
+from ascend_hybrid.devcluster.deviceplugin.allocation import held_chips
 from ascend_hybrid.devcluster.kube import processes
 from ascend_hybrid.devcluster.kube.client import read_raw
 from ascend_hybrid.devcluster.nodes import fleet
 from ascend_hybrid.devcluster.nodes.manifests import RESOURCE, node_ip, unusable_chips
-from ascend_hybrid.devcluster.testing.pods import outcome_annotations
+from ascend_hybrid.devcluster.testing.pods import device_configuration, outcome_annotations
 
 POD_NETWORK = ipaddress.ip_network("127.16.0.0/16")
 
@@ -176,9 +176,9 @@ def test_restarted_device_plugin_keeps_existing_allocations(dev_cluster, namespa
     paths = _owned_cluster(dev_cluster)
     create_pod("before", node="node-002", chips=4)
     before = held_chips(dev_cluster.wait_pod(namespace, "before", is_running_with_devices, "to run"))
-    assert processes.stop(processes.read_pid(paths.plugin_pid), marker=str(paths.root))
-    cluster.ensure_device_plugin(paths)
-    wait_until(paths.plugin_ready.exists, 30, "the restarted device plugin")
+    plugin = cluster.device_plugin(paths)
+    assert plugin.stop() and not plugin.running()
+    plugin.wait_ready(cluster.ensure_device_plugin(paths), timeout=30)
     create_pod("after", node="node-002", chips=4)
     after = held_chips(dev_cluster.wait_pod(namespace, "after", is_running_with_devices, "to run"))
     assert not set(before) & set(after)
@@ -190,7 +190,7 @@ def test_down_stops_every_process_of_a_second_cluster_side_by_side(dev_cluster):
         paths = cluster.up(name, nodes=1, racks=1, log=lambda line: None)
         started = cluster.owned_processes(paths)
         assert set(started) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                                "kwok-controller", "device-plugin"}
+                                "kwok-controller", "device-plugin", "process-runtime"}
         assert cluster.api_is_up(paths) and paths.kubeconfig != dev_cluster.kubeconfig
     finally:
         assert cluster.down(name, log=lambda line: None)

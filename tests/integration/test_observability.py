@@ -1,5 +1,5 @@
 """Training progress and NPU utilization end to end: the simulated trainer endpoints and npu-exporter
-(devcluster.telemetrysim), a real Prometheus scraping them (devcluster.prometheus), the operator reading either.
+(devcluster.exporter), a real Prometheus scraping them (devcluster.prometheus), the operator reading either.
 
 Needs the prometheus binary: `ascend-hybrid dev-cluster build --with-prometheus` (CI does it before the tests).
 """
@@ -21,9 +21,7 @@ import pytest
 from ascend_hybrid.devcluster.controlplane import toolchain
 from ascend_hybrid.devcluster.kube import processes
 from ascend_hybrid.devcluster.paths import CLUSTERS_ENV
-from ascend_hybrid.devcluster.telemetry import exporter as telemetrysim
-from ascend_hybrid.devcluster.telemetry import figures as metricsim
-from ascend_hybrid.devcluster.telemetry import prometheus
+from ascend_hybrid.devcluster.telemetry import exporter, figures, prometheus
 from support.operator_harness import REPO, Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
 
 pytestmark = pytest.mark.integration
@@ -46,13 +44,13 @@ def observed(dev_cluster):
                     "`ascend-hybrid dev-cluster build --with-prometheus` first", pytrace=False)
     paths = dev_cluster.paths
     install_crd(dev_cluster)
-    had_telemetry, had_prometheus = telemetrysim.is_running(paths), prometheus.is_running(paths)
+    had_telemetry, had_prometheus = exporter.is_running(paths), prometheus.is_running(paths)
     url = prometheus.ensure_running(paths, log=lambda line: None)
     yield dev_cluster, url
     if not had_prometheus:
         prometheus.stop(paths)
     if not had_telemetry:
-        telemetrysim.stop(paths)
+        exporter.stop(paths)
 
 
 def start_operator(cluster, log: Path, *extra) -> OperatorProcess:
@@ -73,12 +71,12 @@ def operator_factory(tmp_path):
 
 def helper_logs(cluster) -> str:
     tails = [f"--- {path.name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-15:])
-             for path in (telemetrysim.log_file(cluster.paths), prometheus.log_file(cluster.paths)) if path.exists()]
+             for path in (exporter.log_file(cluster.paths), prometheus.log_file(cluster.paths)) if path.exists()]
     return "\n".join(tails)
 
 
 def telemetry_job(name: str, utilization: int) -> dict:
-    annotations = {metricsim.UTILIZATION_ANNOTATION: str(utilization), metricsim.STEP_SECONDS_ANNOTATION: "0.25"}
+    annotations = {figures.UTILIZATION_ANNOTATION: str(utilization), figures.STEP_SECONDS_ANNOTATION: "0.25"}
     return job_manifest(name, data=2, tensor=4, per_pod=4, annotations=annotations, training={"steps": 100000})
 
 
@@ -185,7 +183,7 @@ def test_without_prometheus_the_operator_reads_the_trainer_endpoints(observed, n
     pods = jobs.pods("scraped", attempt=status["attempt"])
     assert len(pods) == 2, jobs.describe("scraped")
     for pod in pods:  # the operator needs one pod's endpoint; each pod gets one (bound as its events arrive)
-        endpoint = f"http://{pod['status']['podIP']}:{metricsim.TRAINER_PORT}/metrics"
+        endpoint = f"http://{pod['status']['podIP']}:{figures.TRAINER_PORT}/metrics"
         wait_for(lambda endpoint=endpoint: 'ascend_trainer_npu_utilization_percent{device="' in fetch(endpoint), 10,
                  f"{pod['metadata']['name']}'s trainer endpoint {endpoint}", lambda: helper_logs(cluster))
 

@@ -29,8 +29,7 @@ from ascend_hybrid.devcluster.kube import processes
 from ascend_hybrid.devcluster.runtime import default as runtime_default
 from ascend_hybrid.devcluster.runtime import helper as runtime_helper
 from ascend_hybrid.devcluster.runtime.launch import RUNTIME_ANNOTATION, claim_directory
-from ascend_hybrid.devcluster.telemetry import exporter as telemetrysim
-from ascend_hybrid.devcluster.telemetry import prometheus
+from ascend_hybrid.devcluster.telemetry import exporter, prometheus
 from ascend_hybrid.devcluster.testing import procnet
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
 from support.operator_harness import Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
@@ -59,12 +58,12 @@ def prometheus_url(cluster):
     """The cluster's Prometheus (it scrapes every pod's :9400, process pods included); what this module
     started is stopped afterwards."""
     paths = cluster.paths
-    had_telemetry, had_prometheus = telemetrysim.is_running(paths), prometheus.is_running(paths)
+    had_telemetry, had_prometheus = exporter.is_running(paths), prometheus.is_running(paths)
     yield prometheus.ensure_running(paths, log=lambda line: None)
     if not had_prometheus:
         prometheus.stop(paths)
     if not had_telemetry:
-        telemetrysim.stop(paths)
+        exporter.stop(paths)
 
 
 def prometheus_progress(url: str, namespace: str, pod: str) -> dict[str, float]:

@@ -32,8 +32,9 @@ from ..actions import (
 from ..ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE, device_infos_by_node
 from ..inventory import build_inventory
 from ..placement import place
+from ..placement_record import record_placement
 from ..progress import Sample
-from ..reconcile import FAST_REQUEUE_SECONDS, Decision, Observed, decide, record_placement
+from ..reconcile import FAST_REQUEUE_SECONDS, Decision, Observed, decide
 from ..rules import SpecError, parse
 from ..summary import node_domains
 from . import metrics

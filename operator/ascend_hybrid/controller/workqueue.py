@@ -60,7 +60,8 @@ class WorkQueue:
                     return key
                 for item in skipped:
                     heapq.heappush(self._heap, item)
-                self._condition.wait(wait if not skipped else min(wait or 0.05, 0.05))
+                # a key held by another worker comes back with done(), which notifies: no polling needed
+                self._condition.wait(wait)
             return None
 
     def done(self, key: Hashable) -> None:
@@ -76,7 +77,3 @@ class WorkQueue:
     @property
     def closed(self) -> bool:
         return self._closed
-
-    def pending(self) -> int:
-        with self._condition:
-            return len(self._due)

@@ -1,7 +1,13 @@
 """The simulated Ascend cluster for development, tests and benchmarks.
 
-A real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, built by
-`ascend_hybrid.devcluster.controlplane.toolchain`) run by kwokctl's binary runtime, with kwok-managed Ascend nodes (`nodes`), kwok stages
-for pod outcomes and node faults (`ascend_hybrid/sim/kwok-stages.yaml`), and a simulated device plugin process
-(`deviceplugin`). Lifecycle in `cluster`, CLI in `cli`.
+Subsystems, one folder each: `controlplane/` (the toolchain that builds etcd, kube-* and kwok from Go modules,
+kwokctl's binary runtime, ports, and the kwok stages that give pods their outcomes), `kube/` (client, informer,
+process control, waiting), `nodes/` (Ascend Node and deviceinfo manifests, and the fleet through the API),
+`deviceplugin/` (the simulated Ascend device plugin), `runtime/` (the process runtime: a kubelet for pods that
+run real processes), `telemetry/` (simulated trainer and npu-exporter metrics, Prometheus) and `testing/`
+(helpers used only by tests and benchmarks). `helpers.py` runs the helper processes; `cluster.py` brings a
+named cluster up and down; `cli.py` is `ascend-hybrid dev-cluster`.
+
+It imports nothing of the operator: its own copy of the Ascend wire contract (labels, annotations, deviceinfo)
+is the oracle the operator's `ascend.py` is tested against.
 """

@@ -13,6 +13,7 @@ from pathlib import Path
 from kubernetes import client
 
 from .controlplane import kwokctl, ports, toolchain
+from .helpers import Helper, recorded_helpers
 from .kube import processes
 from .kube.client import api_client
 from .kube.waiting import wait_until
@@ -31,8 +32,7 @@ from .paths import (
 )
 from .runtime import default as runtime_default
 from .runtime import helper as runtime_helper
-from .telemetry import exporter as telemetrysim
-from .telemetry import prometheus
+from .telemetry import exporter, prometheus
 
 DEVICE_PLUGIN_MODULE = "ascend_hybrid.devcluster.deviceplugin.plugin"
 
@@ -66,9 +66,9 @@ def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks:
        process_runtime: bool | None = None) -> ClusterPaths:
     """Creates (or resumes) the cluster with nodes 1..`nodes` and returns once it accepts pods. Idempotent: what
     exists is kept (faults too); `chip` defaults to the existing cluster's, else 910B. `telemetry` adds the
-    simulated trainer endpoints and npu-exporter (telemetrysim); `with_prometheus` also a Prometheus scraping them.
+    simulated trainer endpoints and npu-exporter (telemetry/exporter.py); `with_prometheus` also a Prometheus scraping them.
     `process_runtime` True makes real local processes the default for new pods, False takes that back, None
-    leaves it as it is (devcluster/runtime.py; a pod always opts in by annotation)."""
+    leaves it as it is (devcluster/runtime/service.py; a pod always opts in by annotation)."""
     progress = Progress(name, log)
     paths = cluster_paths(name)
     settings = load_settings(paths)
@@ -92,15 +92,14 @@ def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks:
     existing = fleet.existing_sim_nodes(core)
     created = fleet.create_nodes(core, [n for n in wanted if n.index not in existing])
     progress(f"{created} nodes created, {len(existing)} already there")
-    ensure_device_plugin(paths)
+    plugin_pid = ensure_device_plugin(paths)
     fleet.wait_nodes_ready(core, {n.name for n in wanted}, timeout=120)
-    wait_until(paths.plugin_ready.exists, 60, "the simulated device plugin to list the cluster",
-               describe=lambda: log_tail(paths.plugin_log, 5))
+    device_plugin(paths).wait_ready(plugin_pid)
     _check_pods_admitted(core)
     _ensure_process_runtime(paths, core, process_runtime, progress)
     if telemetry or with_prometheus:
-        telemetrysim.ensure_running(paths)
-        progress(f"telemetry simulation serving; npu-exporter at {telemetrysim.exporter_address(paths)}")
+        exporter.ensure_running(paths)
+        progress(f"telemetry simulation serving; npu-exporter at {exporter.exporter_address(paths)}")
     if with_prometheus:
         progress(f"prometheus at {prometheus.ensure_running(paths, log=lambda line: progress(line.strip()))}")
     progress(f"ready: {len(wanted)} {settings.chip} nodes; kubeconfig {paths.kubeconfig}")
@@ -113,7 +112,7 @@ def _ensure_control_plane(paths: ClusterPaths, bin_dir: Path, progress) -> None:
             progress("control plane already running")
             return
         # The plugin's client holds the old apiserver's address and certificates: start it afresh later.
-        stop_device_plugin(paths)
+        device_plugin(paths).stop()
         runtime_helper.stop_running(paths)  # the same for the process runtime
         if _restart_control_plane(paths, bin_dir, progress):
             return
@@ -157,7 +156,7 @@ def _check_pods_admitted(core: client.CoreV1Api) -> None:
 
 
 def _ensure_process_runtime(paths: ClusterPaths, core: client.CoreV1Api, default: bool | None, progress) -> None:
-    """The process runtime (devcluster/runtime.py) runs in every cluster: a pod opts in by annotation."""
+    """The process runtime (devcluster/runtime/service.py) runs in every cluster: a pod opts in by annotation."""
     pid = runtime_helper.ensure_running(paths)
     if pid is None:
         progress("no process runtime: this cluster's kwok stages predate it (`down`, then `up`, to get it)")
@@ -170,22 +169,17 @@ def _ensure_process_runtime(paths: ClusterPaths, core: client.CoreV1Api, default
     progress(f"process runtime running (pid {pid}); real processes: {chosen}")
 
 
+def device_plugin(paths: ClusterPaths) -> Helper:
+    return Helper("device-plugin", paths)
+
+
 def ensure_device_plugin(paths: ClusterPaths) -> int:
-    pid = processes.read_pid(paths.plugin_pid)
-    if pid and processes.is_ours(pid, str(paths.root)):
-        return pid
-    paths.plugin_ready.unlink(missing_ok=True)
+    """Starts the simulated device plugin unless it runs; `up` waits for it once the nodes are Ready."""
+    plugin = device_plugin(paths)
     command = processes.python_module_command(
-        DEVICE_PLUGIN_MODULE, "--kubeconfig", str(paths.kubeconfig), "--ready-file", str(paths.plugin_ready),
+        DEVICE_PLUGIN_MODULE, "--kubeconfig", str(paths.kubeconfig), "--ready-file", str(plugin.ready_file),
         "--cluster-dir", str(paths.root))
-    return processes.start_detached(command, paths.plugin_log, paths.plugin_pid)
-
-
-def stop_device_plugin(paths: ClusterPaths) -> bool:
-    pid = processes.read_pid(paths.plugin_pid)
-    stopped = processes.stop(pid, marker=str(paths.root)) if pid else True
-    paths.plugin_ready.unlink(missing_ok=True)
-    return stopped
+    return plugin.ensure(command, wait=False)
 
 
 def _delete_control_plane(paths: ClusterPaths, bin_dir: Path | None) -> None:
@@ -199,17 +193,15 @@ def _delete_control_plane(paths: ClusterPaths, bin_dir: Path | None) -> None:
 
 
 def owned_processes(paths: ClusterPaths) -> dict[str, int]:
-    """Every process `up` started for this cluster that is still alive: kwok's components and the plugin."""
+    """Every process `up` started for this cluster that is still alive: kwok's components and the helpers."""
     alive = {name: pid for name, pid in paths.component_pids().items()
              if processes.is_ours(pid, str(paths.kwok_cluster))}
-    plugin = processes.read_pid(paths.plugin_pid)
-    if plugin and processes.is_ours(plugin, str(paths.root)):
-        alive["device-plugin"] = plugin
+    alive.update((helper.name, pid) for helper in recorded_helpers(paths) if (pid := helper.pid()))
     return alive
 
 
 def down(name: str = DEFAULT_NAME, log=print) -> bool:
-    """Stops everything `up` started (the plugin and kwok's components, by pid) and removes the cluster's
+    """Stops everything `up` started (the helpers and kwok's components, by pid) and removes the cluster's
     directory. True when nothing of it is left running."""
     paths = cluster_paths(name)
     if not paths.root.exists():
@@ -218,10 +210,6 @@ def down(name: str = DEFAULT_NAME, log=print) -> bool:
     recorded = paths.component_pids()
     helpers = stop_helpers(paths, log)
     if helpers is None:
-        return False
-    plugin = processes.read_pid(paths.plugin_pid)
-    if not stop_device_plugin(paths):
-        log(f"[dev-cluster {name}] could not stop the device plugin (pid {plugin})")
         return False
     bin_dir = toolchain.bin_dir() if not toolchain.missing(("kwokctl",)) else None
     _delete_control_plane(paths, bin_dir)
@@ -232,22 +220,25 @@ def down(name: str = DEFAULT_NAME, log=print) -> bool:
         log(f"[dev-cluster {name}] could not stop: {', '.join(survivors)}; left {paths.root} in place")
         return False
     shutil.rmtree(paths.root, ignore_errors=True)
-    log(f"[dev-cluster {name}] down: stopped {len(recorded) + (1 if plugin else 0) + helpers} processes, "
-        f"removed {paths.root}")
+    log(f"[dev-cluster {name}] down: stopped {len(recorded) + helpers} processes, removed {paths.root}")
     return True
 
 
 def stop_helpers(paths: ClusterPaths, log=print) -> int | None:
-    """Stops the cluster's helper processes (by the pids in helpers/*.pid); their count, or None if one survived."""
+    """Stops the cluster's helper processes, the device plugin last (the others' pods hold its chips), the
+    process runtime with its own grace (it stops its pods' processes first). Their count, or None if one
+    survived."""
+    helpers = {helper.name: helper for helper in recorded_helpers(paths)}
+    known = {helper.name: helper for helper in (runtime_helper.helper(paths), device_plugin(paths))}
+    helpers.update((name, helper) for name, helper in known.items() if name in helpers)
+    plugin = helpers.pop("device-plugin", None)
     stopped = 0
-    for pid_file in paths.helper_pid_files():
-        pid = processes.read_pid(pid_file)
-        if pid and processes.is_alive(pid):
-            if not processes.stop(pid, marker=str(paths.root)):
-                log(f"[dev-cluster {paths.name}] could not stop {pid_file.stem} (pid {pid})")
-                return None
-            stopped += 1
-        pid_file.unlink(missing_ok=True)
+    for helper in [*helpers.values(), *([plugin] if plugin else [])]:
+        was_running = helper.running()
+        if not helper.stop():
+            log(f"[dev-cluster {paths.name}] could not stop the {helper.name} (pid {helper.pid()})")
+            return None
+        stopped += was_running
     return stopped
 
 
@@ -261,14 +252,10 @@ def status(name: str = DEFAULT_NAME) -> tuple[bool, list[str]]:
     alive = owned_processes(paths)
     for component, pid in sorted(recorded.items()):
         lines.append(f"  {component:<24} pid {pid:<8} {'running' if component in alive else 'STOPPED'}")
-    plugin = processes.read_pid(paths.plugin_pid)
-    lines.append(f"  {'device-plugin':<24} pid {plugin or '-':<8} "
-                 f"{'running' if 'device-plugin' in alive else 'STOPPED'}")
-    for pid_file in paths.helper_pid_files():
-        pid = processes.read_pid(pid_file)
-        running = bool(pid) and processes.is_ours(pid, str(paths.root))
-        lines.append(f"  {pid_file.stem:<24} pid {pid or '-':<8} {'running' if running else 'STOPPED'}")
-    healthy = bool(recorded) and len(alive) == len(recorded) + 1
+    for helper in recorded_helpers(paths):
+        pid = processes.read_pid(helper.pid_file)
+        lines.append(f"  {helper.name:<24} pid {pid or '-':<8} {'running' if helper.name in alive else 'STOPPED'}")
+    healthy = bool(recorded) and "device-plugin" in alive and all(component in alive for component in recorded)
     if api_is_up(paths):
         core = core_api(paths)
         try:

@@ -1,5 +1,6 @@
 """Where a named dev cluster keeps its files: ~/.cache/ascend-hybrid/clusters/<name>/ (or $AHJ_CLUSTERS_DIR/<name>)
-holds kwok's workdir, the kubeconfig, the device plugin's pid, ready marker and log, and cluster.json."""
+holds kwok's workdir, the kubeconfig, cluster.json, and the helper processes' pid and ready files (helpers/) and
+logs."""
 
 from __future__ import annotations
 
@@ -49,24 +50,13 @@ class ClusterPaths:
 
     @property
     def helpers_dir(self) -> Path:
-        """Pid files of other processes that belong to the cluster (the demo's operator, the process runtime):
-        `down` stops each of them, by pid, before the control plane."""
+        """Pid and ready files of the helper processes that belong to the cluster (device plugin, process runtime,
+        telemetry, Prometheus, the demo's operator; see helpers.py): `down` stops each of them, by pid, before
+        the control plane."""
         return self.root / "helpers"
 
     def helper_pid_files(self) -> list[Path]:
         return sorted(self.helpers_dir.glob("*.pid")) if self.helpers_dir.exists() else []
-
-    @property
-    def plugin_pid(self) -> Path:
-        return self.root / "deviceplugin.pid"
-
-    @property
-    def plugin_log(self) -> Path:
-        return self.root / "deviceplugin.log"
-
-    @property
-    def plugin_ready(self) -> Path:
-        return self.root / "deviceplugin.ready"
 
     @property
     def kwokctl_log(self) -> Path:
@@ -81,7 +71,9 @@ class ClusterPaths:
         return found
 
     def log_files(self) -> list[Path]:
-        return sorted((self.kwok_cluster / "logs").glob("*.log")) + [self.plugin_log, self.kwokctl_log]
+        """kwok's component logs, kwokctl's, and every helper's (<name>.log in the cluster's directory)."""
+        helper_logs = [self.root / f"{pid_file.stem}.log" for pid_file in self.helper_pid_files()]
+        return sorted((self.kwok_cluster / "logs").glob("*.log")) + [self.kwokctl_log, *helper_logs]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from ..ascend import RACK_LABEL
 from ..conditions import TERMINAL_JOB_PHASES
 from ..devcluster import cluster as devcluster
 from ..devcluster.controlplane import ports, toolchain
-from ..devcluster.kube import processes
+from ..devcluster.helpers import Helper
 from ..devcluster.kube.client import api_client
 from ..devcluster.kube.waiting import WaitTimeout, wait_until
 from ..devcluster.telemetry import prometheus
@@ -51,9 +51,9 @@ def _run(args: list[str], what: str) -> str:
     return result.stdout
 
 
-def operator_pid_file(paths) -> Path:
-    paths.helpers_dir.mkdir(parents=True, exist_ok=True)
-    return paths.helpers_dir / "operator.pid"
+def operator_helper(paths) -> Helper:
+    """The demo's operator: a helper process of the cluster, so `dev-cluster down` stops it too."""
+    return Helper("operator", paths)
 
 
 def install_chart(kubeconfig: str) -> None:
@@ -81,32 +81,25 @@ def _listen_ports() -> tuple[int, int]:
 
 def start_operator(paths, prometheus_url: str) -> tuple[int, int]:
     """The operator as a local process (pid, metrics port); one already running for this cluster is reused."""
-    pid_file = operator_pid_file(paths)
-    pid = processes.read_pid(pid_file)
-    if pid and processes.is_ours(pid, str(paths.root)):
+    operator = operator_helper(paths)
+    pid = operator.pid()
+    if pid is not None:
         try:
             return pid, json.loads(_operator_ports(paths).read_text())["metrics"]
         except (FileNotFoundError, ValueError, KeyError):  # started by a demo that did not record its ports
             return pid, OPERATOR_METRICS_PORT
     metrics_port, health_port = _listen_ports()
-    log_path = paths.root / "operator.log"
-    with open(log_path, "a") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", str(paths.kubeconfig),
-             "--metrics-port", str(metrics_port), "--health-port", str(health_port),
-             "--bind-address", "127.0.0.1", "--telemetry-interval", "10", "--prometheus-url", prometheus_url],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=repo_root())
-    pid_file.write_text(f"{process.pid}\n")
+    pid = operator.start([sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", str(paths.kubeconfig),
+                          "--metrics-port", str(metrics_port), "--health-port", str(health_port),
+                          "--bind-address", "127.0.0.1", "--telemetry-interval", "10",
+                          "--prometheus-url", prometheus_url])
     _operator_ports(paths).write_text(json.dumps({"metrics": metrics_port, "health": health_port}) + "\n")
     healthz = f"http://127.0.0.1:{health_port}/healthz"
     try:
-        wait_until(lambda: process.poll() is not None or _answers(healthz), 60, f"the operator at {healthz}")
-    except WaitTimeout as error:
-        raise DemoError(f"{error}; see {log_path}") from None
-    if process.poll() is not None:
-        tail = log_path.read_text(errors="replace").splitlines()[-3:]
-        raise DemoError(f"the operator exited with {process.returncode} (see {log_path}): {' / '.join(tail)}")
-    return process.pid, metrics_port
+        operator.wait_ready(pid, lambda: _answers(healthz))
+    except RuntimeError as error:
+        raise DemoError(str(error)) from None
+    return pid, metrics_port
 
 
 def _answers(url: str) -> bool:
@@ -261,7 +254,7 @@ def run_demo(args) -> int:
         install_chart(kubeconfig)
         say(f"chart {RELEASE} installed in {RELEASE_NAMESPACE} (CRD, RBAC)")
         pid, metrics_port = start_operator(paths, prometheus_url)
-        say(f"operator running as pid {pid}; log {paths.root / 'operator.log'}")
+        say(f"operator running as pid {pid}; log {operator_helper(paths).log_file}")
         jobs = apply_examples(kubeconfig)
         api = api_client(kubeconfig)
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)

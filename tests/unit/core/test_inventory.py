@@ -3,16 +3,9 @@ import random
 
 import pytest
 
-from ascend_hybrid.inventory import (
-    RACK_LABEL,
-    SUPERPOD_LABEL,
-    blocking_taints,
-    build_inventory,
-    chip_type_of,
-    npu_request,
-    pod_chip_ids,
-    tolerates,
-)
+from ascend_hybrid.ascend import RACK_LABEL, SUPERPOD_LABEL, chip_type_of, pod_chip_ids
+from ascend_hybrid.inventory import blocking_taints, build_inventory, tolerates
+from ascend_hybrid.podview import npu_request
 from support.builders import deviceinfo, node
 from support.builders import npu_pod as pod
 

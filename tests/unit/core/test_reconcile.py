@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -19,9 +20,10 @@ from ascend_hybrid.actions import (
     RemoveGates,
     WriteRankTable,
 )
-from ascend_hybrid.ascend import DEVICE_ANNOTATION
+from ascend_hybrid.ascend import DEVICE_ANNOTATION, DeviceInfo
 from ascend_hybrid.placement import Placement
-from ascend_hybrid.reconcile import Observed, decide, record_placement
+from ascend_hybrid.placement_record import record_placement
+from ascend_hybrid.reconcile import Observed, decide
 from ascend_hybrid.rules import parse
 
 KINDS = {PostEvent: "event", Place: "place", EnsureChildren: "ensure_children", CreatePods: "create_pods",
@@ -187,6 +189,16 @@ def test_rank_table_completes_when_every_pod_runs_with_devices():
     assert ready["status"] == "True"
     steady = decide(observe(job(status=decision.status), pods=[pod(0), pod(1)], rank_table=table))
     assert "write_rank_table" not in kinds(steady) and events(steady) == []
+
+
+def test_an_a3_rank_table_takes_super_pods_from_deviceinfo_when_nodes_lack_the_label():
+    body = job({"npu": {"chip": "A3", "perPod": 4}}, status=placed_status(phase="Starting"))
+    infos = {name: DeviceInfo(name, super_pod=str(7 + index)) for index, name in enumerate(NODES)}
+    observed = observe(body, pods=[pod(0), pod(1)])
+    decision = decide(dataclasses.replace(observed, device_infos=infos))
+    table = action(decision, "write_rank_table").table
+    assert table["version"] == "1.2"
+    assert [entry["super_pod_id"] for entry in table["super_pod_list"]] == ["7", "8"]
 
 
 def test_failed_pod_restarts_the_whole_gang_avoiding_its_node():

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import metrics as client_metrics
 
 from ascend_hybrid.controller import metrics as operator_metrics
-from ascend_hybrid.devcluster.telemetry import figures as metricsim
+from ascend_hybrid.devcluster.telemetry import figures
 from ascend_hybrid_trainer.metrics import TrainerMetrics
 from support.paths import REPO_ROOT
 
@@ -37,7 +37,7 @@ def trainer_series() -> set[str]:
 
 
 def exporter_series() -> set[str]:
-    return series_names(metricsim.exporter_families([]))
+    return series_names(figures.exporter_families([]))
 
 
 def metric_names(expr: str) -> set[str]:

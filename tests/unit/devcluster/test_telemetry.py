@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_hybrid.devcluster.telemetry import figures as metricsim
+from ascend_hybrid.devcluster.telemetry import figures
 from ascend_hybrid.devcluster.telemetry import scrape as scrapeconfig
 from ascend_hybrid.progress import from_trainer_text
 from support.builders import telemetry_pod as pod_manifest
@@ -21,8 +21,8 @@ STARTED = "2026-11-29T17:00:00Z"
 T0 = datetime(2026, 11, 29, 17, 0, tzinfo=UTC).timestamp()
 
 
-def sim(**options) -> metricsim.SimPod:
-    pod = metricsim.sim_pod(pod_manifest(**options))
+def sim(**options) -> figures.SimPod:
+    pod = figures.sim_pod(pod_manifest(**options))
     assert pod is not None
     return pod
 
@@ -47,113 +47,113 @@ def test_a_running_pod_with_chips_is_simulated_with_its_identity():
 @pytest.mark.parametrize("change", [dict(phase="Pending"), dict(phase="Succeeded"), dict(chips=()), dict(ip=None),
                                     dict(started=None)])
 def test_pods_not_running_with_chips_and_an_address_get_nothing(change):
-    assert metricsim.sim_pod(pod_manifest(**change)) is None
+    assert figures.sim_pod(pod_manifest(**change)) is None
 
 
 def test_a_terminating_pod_gets_nothing():
     manifest = pod_manifest()
     manifest["metadata"]["deletionTimestamp"] = STARTED
-    assert metricsim.sim_pod(manifest) is None
+    assert figures.sim_pod(manifest) is None
 
 
 def test_a_pod_running_the_real_trainer_is_listed_but_not_served():
-    pod = sim(annotations={metricsim.RUNTIME_ANNOTATION: "process"})
+    pod = sim(annotations={figures.RUNTIME_ANNOTATION: "process"})
     assert not pod.serves_trainer_metrics
     assert scrapeconfig.trainer_targets([pod])[0]["targets"] == ["127.16.0.7:9400"]
 
 
 # Figures --------------------------------------------------------------------------------------------------------
 def test_steps_follow_the_pinned_step_time():
-    pod = sim(annotations={metricsim.STEP_SECONDS_ANNOTATION: "0.5"})
-    assert [metricsim.trainer_figures(pod, T0 + t).step for t in (0, 0.49, 0.5, 10, 60)] == [0, 0, 1, 20, 120]
-    figures = metricsim.trainer_figures(pod, T0 + 10)
-    assert figures.step_seconds == 0.5 and figures.samples_total == 20 * metricsim.SAMPLES_PER_STEP
-    assert figures.tokens_per_second == pytest.approx(metricsim.TOKENS_PER_STEP / 0.5, rel=0.03)
+    pod = sim(annotations={figures.STEP_SECONDS_ANNOTATION: "0.5"})
+    assert [figures.trainer_figures(pod, T0 + t).step for t in (0, 0.49, 0.5, 10, 60)] == [0, 0, 1, 20, 120]
+    trained = figures.trainer_figures(pod, T0 + 10)
+    assert trained.step_seconds == 0.5 and trained.samples_total == 20 * figures.SAMPLES_PER_STEP
+    assert trained.tokens_per_second == pytest.approx(figures.TOKENS_PER_STEP / 0.5, rel=0.03)
 
 
 def test_the_clock_before_the_start_gives_step_zero():
-    assert metricsim.trainer_figures(sim(), T0 - 30).step == 0
+    assert figures.trainer_figures(sim(), T0 - 30).step == 0
 
 
 def test_loss_starts_near_ln_vocab_and_falls_towards_its_floor():
     key = "ns/job/1"
-    losses = [metricsim.loss_at(key, step) for step in range(0, 5001, 50)]
-    assert losses[0] == pytest.approx(metricsim.INITIAL_LOSS, rel=0.03)
+    losses = [figures.loss_at(key, step) for step in range(0, 5001, 50)]
+    assert losses[0] == pytest.approx(figures.INITIAL_LOSS, rel=0.03)
     assert 1.7 < losses[-1] < 2.5
-    early = [metricsim.loss_at(key, step) for step in range(0, 2000, 10)]  # well above the floor: the trend wins
+    early = [figures.loss_at(key, step) for step in range(0, 2000, 10)]  # well above the floor: the trend wins
     window_means = [sum(early[i:i + 40]) / 40 for i in range(0, len(early), 40)]
     assert window_means == sorted(window_means, reverse=True)
 
 
 @given(st.integers(min_value=0, max_value=10 ** 7))
 def test_loss_is_positive_and_below_its_start(step):
-    assert 0 < metricsim.loss_at("ns/job/1", step) <= metricsim.INITIAL_LOSS * 1.02
+    assert 0 < figures.loss_at("ns/job/1", step) <= figures.INITIAL_LOSS * 1.02
 
 
 def test_pods_of_one_job_attempt_report_the_same_training_figures():
     first, second = sim(name="job-a1-0"), sim(name="job-a1-1", ip="127.16.0.8")
     now = T0 + 123.4
-    one, two = metricsim.trainer_figures(first, now), metricsim.trainer_figures(second, now)
+    one, two = figures.trainer_figures(first, now), figures.trainer_figures(second, now)
     assert (one.step, one.loss, one.tokens_per_second) == (two.step, two.loss, two.tokens_per_second)
-    other = metricsim.trainer_figures(sim(job="other"), now)
+    other = figures.trainer_figures(sim(job="other"), now)
     assert (other.step_seconds, other.loss) != (one.step_seconds, one.loss)
 
 
 def test_figures_are_deterministic():
-    assert metricsim.trainer_figures(sim(), T0 + 77) == metricsim.trainer_figures(sim(), T0 + 77)
+    assert figures.trainer_figures(sim(), T0 + 77) == figures.trainer_figures(sim(), T0 + 77)
 
 
 def test_pinned_utilization_is_exact_on_every_chip_at_every_moment():
-    pod = sim(annotations={metricsim.UTILIZATION_ANNOTATION: "73"})
-    assert {metricsim.chip_utilization(pod, chip, T0 + t) for chip in (0, 1) for t in range(0, 120, 7)} == {73.0}
+    pod = sim(annotations={figures.UTILIZATION_ANNOTATION: "73"})
+    assert {figures.chip_utilization(pod, chip, T0 + t) for chip in (0, 1) for t in range(0, 120, 7)} == {73.0}
 
 
 @pytest.mark.parametrize("raw, expected", [("150", 100.0), ("-4", 0.0), ("72.6", 73.0)])
 def test_pinned_utilization_is_clamped_and_rounded(raw, expected):
-    pod = sim(annotations={metricsim.UTILIZATION_ANNOTATION: raw})
-    assert metricsim.chip_utilization(pod, 0, T0) == expected
+    pod = sim(annotations={figures.UTILIZATION_ANNOTATION: raw})
+    assert figures.chip_utilization(pod, 0, T0) == expected
 
 
 @pytest.mark.parametrize("raw", ["busy", "nan", ""])
 def test_an_unreadable_annotation_falls_back_to_the_default(raw):
-    pinned, default = sim(annotations={metricsim.UTILIZATION_ANNOTATION: raw}), sim()
-    assert metricsim.chip_utilization(pinned, 0, T0 + 5) == metricsim.chip_utilization(default, 0, T0 + 5)
+    pinned, default = sim(annotations={figures.UTILIZATION_ANNOTATION: raw}), sim()
+    assert figures.chip_utilization(pinned, 0, T0 + 5) == figures.chip_utilization(default, 0, T0 + 5)
 
 
 def test_default_utilization_is_plausible_and_moves_with_time():
     pod = sim()
-    readings = [metricsim.chip_utilization(pod, 0, T0 + t) for t in range(0, 60, 3)]
+    readings = [figures.chip_utilization(pod, 0, T0 + t) for t in range(0, 60, 3)]
     assert all(66 <= value <= 98 for value in readings)
     assert len(set(readings)) > 1
 
 
 def test_hbm_used_follows_the_annotation():
-    pod = sim(annotations={metricsim.HBM_USED_PERCENT_ANNOTATION: "25"})
-    assert metricsim.chip_hbm_used_mb(pod, 0, 65536) == 16384
-    assert 0.55 * 65536 <= metricsim.chip_hbm_used_mb(sim(), 0, 65536) <= 0.85 * 65536
+    pod = sim(annotations={figures.HBM_USED_PERCENT_ANNOTATION: "25"})
+    assert figures.chip_hbm_used_mb(pod, 0, 65536) == 16384
+    assert 0.55 * 65536 <= figures.chip_hbm_used_mb(sim(), 0, 65536) <= 0.85 * 65536
 
 
 # Prometheus text -------------------------------------------------------------------------------------------------
 def test_trainer_text_has_the_design_series_and_reads_back_through_the_operator():
-    pod = sim(annotations={metricsim.STEP_SECONDS_ANNOTATION: "0.5", metricsim.UTILIZATION_ANNOTATION: "60"})
-    text = metricsim.trainer_text(pod, T0 + 10)
+    pod = sim(annotations={figures.STEP_SECONDS_ANNOTATION: "0.5", figures.UTILIZATION_ANNOTATION: "60"})
+    text = figures.trainer_text(pod, T0 + 10)
     found = samples(text)
     assert found[("ascend_trainer_step", ())] == 20
     assert found[("ascend_trainer_step_seconds_count", ())] == 20 and found[("ascend_trainer_step_seconds_sum", ())] == 10
     assert found[("ascend_trainer_step_seconds_bucket", (("le", "0.25"),))] == 0
     assert found[("ascend_trainer_step_seconds_bucket", (("le", "0.5"),))] == 20
     assert found[("ascend_trainer_step_seconds_bucket", (("le", "+Inf"),))] == 20
-    assert found[("ascend_trainer_samples_total", ())] == 20 * metricsim.SAMPLES_PER_STEP
+    assert found[("ascend_trainer_samples_total", ())] == 20 * figures.SAMPLES_PER_STEP
     assert found[("ascend_trainer_npu_utilization_percent", (("device", "1"),))] == 60
     sample = from_trainer_text({0: text.decode()}, datetime.now(UTC))
     assert (sample.step, sample.step_seconds, sample.npu_percent) == (20, 0.5, 60)
-    assert sample.loss == pytest.approx(metricsim.loss_at(pod.training_key, 20))
+    assert sample.loss == pytest.approx(figures.loss_at(pod.training_key, 20))
 
 
 def test_exporter_text_lists_every_allocated_chip_with_its_pod():
-    first = sim(chips=(0, 1), annotations={metricsim.UTILIZATION_ANNOTATION: "40"})
+    first = sim(chips=(0, 1), annotations={figures.UTILIZATION_ANNOTATION: "40"})
     second = sim(name="job-a1-1", chips=(5,), node="node-003", ip="127.16.0.8")
-    found = samples(metricsim.exporter_text([first, second], {"node-002": "910B", "node-003": "910A"}, T0 + 5))
+    found = samples(figures.exporter_text([first, second], {"node-002": "910B", "node-003": "910A"}, T0 + 5))
     rows = {dict(labels)["id"] + "@" + dict(labels)["pod_name"]: (name, dict(labels), value)
             for (name, labels), value in found.items() if name == "npu_chip_info_utilization"}
     assert sorted(rows) == ["0@job-a1-0", "1@job-a1-0", "5@job-a1-1"]
@@ -166,8 +166,8 @@ def test_exporter_text_lists_every_allocated_chip_with_its_pod():
 
 
 def test_an_unknown_node_gets_the_default_chip():
-    rows = metricsim.exporter_readings([sim()], {}, T0)
-    assert {row.hbm_total_mb for row in rows} == {metricsim.HBM_TOTAL_MB[metricsim.DEFAULT_CHIP]}
+    rows = figures.exporter_readings([sim()], {}, T0)
+    assert {row.hbm_total_mb for row in rows} == {figures.HBM_TOTAL_MB[figures.DEFAULT_CHIP]}
 
 
 # Scrape config and targets -------------------------------------------------------------------------------------
@@ -191,19 +191,19 @@ def test_prometheus_config_relabels_trainer_targets_and_reads_the_target_files()
     config = yaml.safe_load(scrapeconfig.prometheus_config_text("/c/telemetry/targets", interval_seconds=3))
     assert config["global"]["scrape_interval"] == "3s" and config["global"]["scrape_timeout"] == "3s"
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    trainer, exporter = jobs["ascend-trainer"], jobs["npu-exporter"]
+    trainer, exporter_job = jobs["ascend-trainer"], jobs["npu-exporter"]
     assert trainer["file_sd_configs"][0]["files"] == ["/c/telemetry/targets/trainers.json"]
-    assert exporter["file_sd_configs"][0]["files"] == ["/c/telemetry/targets/npu-exporter.json"]
+    assert exporter_job["file_sd_configs"][0]["files"] == ["/c/telemetry/targets/npu-exporter.json"]
     relabeled = {rule["target_label"]: rule["source_labels"] for rule in trainer["relabel_configs"]}
     assert relabeled == {"namespace": ["__meta_ahj_namespace"], "pod": ["__meta_ahj_pod"],
                          "node": ["__meta_ahj_node"]}
-    assert exporter["honor_labels"] is True
+    assert exporter_job["honor_labels"] is True
 
 
 def test_the_simulated_trainer_exports_exactly_the_bundled_trainers_series():
     from ascend_hybrid_trainer.metrics import STEP_SECONDS_BUCKETS, TrainerMetrics
 
     real = {(f.name, f.type) for f in TrainerMetrics(npu_reader=lambda: {"0": 1.0}).registry.collect()}
-    simulated = {(f.name, f.type) for f in metricsim.trainer_families(metricsim.trainer_figures(sim(), T0 + 9))}
+    simulated = {(f.name, f.type) for f in figures.trainer_families(figures.trainer_figures(sim(), T0 + 9))}
     assert simulated == real
-    assert metricsim.STEP_SECONDS_BUCKETS == STEP_SECONDS_BUCKETS
+    assert figures.STEP_SECONDS_BUCKETS == STEP_SECONDS_BUCKETS

@@ -18,9 +18,7 @@ from ascend_hybrid.devcluster import cli, paths
 from ascend_hybrid.devcluster.kube import processes
 from ascend_hybrid.devcluster.kube.waiting import wait_until
 from ascend_hybrid.devcluster.nodes.manifests import SimNode, node_manifest
-from ascend_hybrid.devcluster.telemetry import exporter as telemetrysim
-from ascend_hybrid.devcluster.telemetry import figures as metricsim
-from ascend_hybrid.devcluster.telemetry import prometheus
+from ascend_hybrid.devcluster.telemetry import exporter, figures, prometheus
 from support.builders import telemetry_pod as pod_manifest
 
 
@@ -44,7 +42,7 @@ class Running:
 
     def __init__(self, state):
         self.messages: list[str] = []
-        self.simulation = telemetrysim.TelemetrySimulation(state, exporter_host="127.0.0.1", log=self.messages.append)
+        self.simulation = exporter.TelemetrySimulation(state, exporter_host="127.0.0.1", log=self.messages.append)
         self.ready = state / "ready"
         self.ready.unlink(missing_ok=True)  # as the helper's main() does: ready means this run is
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -71,16 +69,16 @@ class Running:
 
 @pytest.fixture
 def running(tmp_path, monkeypatch):
-    monkeypatch.setattr(telemetrysim, "RETRY_SECONDS", 0.2)
+    monkeypatch.setattr(exporter, "RETRY_SECONDS", 0.2)
     helper = Running(tmp_path)
     helper.simulation.sync_nodes([node_manifest(SimNode(2, "910B", 0, 1))])
     yield helper
     helper.stop()
 
 
-SIMULATED = dict(name="sim-a1-0", ip="127.16.255.201", annotations={metricsim.UTILIZATION_ANNOTATION: "64"})
+SIMULATED = dict(name="sim-a1-0", ip="127.16.255.201", annotations={figures.UTILIZATION_ANNOTATION: "64"})
 REAL = dict(name="real-a1-0", ip="127.16.255.202", job="real",
-            annotations={metricsim.RUNTIME_ANNOTATION: metricsim.PROCESS_RUNTIME})
+            annotations={figures.RUNTIME_ANNOTATION: figures.PROCESS_RUNTIME})
 
 
 def trainer_target_pods(state) -> list[str]:
@@ -141,9 +139,9 @@ def test_a_restarted_helper_keeps_its_exporter_port(tmp_path):
 
 def test_target_files_are_rewritten_only_on_change(tmp_path):
     target = tmp_path / "targets" / "x.json"
-    assert telemetrysim.write_atomically(target, "[]\n") is True
-    assert telemetrysim.write_atomically(target, "[]\n") is False
-    assert telemetrysim.write_atomically(target, "[1]\n") is True and target.read_text() == "[1]\n"
+    assert exporter.write_atomically(target, "[]\n") is True
+    assert exporter.write_atomically(target, "[]\n") is False
+    assert exporter.write_atomically(target, "[1]\n") is True and target.read_text() == "[1]\n"
     assert [p.name for p in target.parent.iterdir()] == ["x.json"]
 
 
@@ -198,4 +196,4 @@ def test_the_rendered_config_is_what_prometheus_gets(tmp_path, monkeypatch):
     assert prometheus._write_config(cluster_paths) is True
     assert prometheus._write_config(cluster_paths) is False  # unchanged: no reload
     text = prometheus.config_file(cluster_paths).read_text()
-    assert f"{telemetrysim.targets_dir(cluster_paths)}/trainers.json" in text
+    assert f"{exporter.targets_dir(cluster_paths)}/trainers.json" in text

@@ -42,15 +42,6 @@ def is_finished(pod: dict) -> bool:
     return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
 
 
-def device_configuration(pod: dict) -> dict | None:
-    """The parsed ascend-910-configuration annotation of a pod, None when absent or unparsable."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CONFIG_ANNOTATION)
-    try:
-        return json.loads(raw) if raw else None
-    except ValueError:
-        return None
-
-
 def held_chips(pod: dict) -> tuple[int, ...] | None:
     """The chip ids a pod's device annotations name, or None when it carries none (or they do not parse)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}

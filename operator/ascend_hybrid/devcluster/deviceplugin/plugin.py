@@ -1,7 +1,7 @@
 """The simulated Ascend device plugin: a helper process `dev-cluster up` starts (and `down` stops by pid).
 
 For every pod bound to a simulated node that requests huawei.com/Ascend910 it picks distinct free chips on that
-node and writes the device annotations; kwok turns such a pod Running only after that (sim/kwok-stages.yaml).
+node and writes the device annotations; kwok turns such a pod Running only after that (devcluster/controlplane/stages.yaml).
 Chips come back when the pod ends. Chips that the node's deviceinfo ConfigMap marks unusable are never handed out.
 The pods' annotations are the ledger's source of truth, so the process can be killed and restarted at any time.
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,8 +20,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..kube.client import api_client, with_retries
-from ..kube.informer import run_informer
-from ..kube.processes import log, run_until_signalled
+from ..kube.informer import Source, start_informers, wait_synced
+from ..kube.processes import helper_main, log, run_until_signalled
 from ..nodes.manifests import (
     DEVICEINFO_NAMESPACE,
     DEVICEINFO_PREFIX,
@@ -175,27 +174,16 @@ def run(kubeconfig: str, ready_file: Path | None, stop: threading.Event) -> None
     api = api_client(kubeconfig)
     core = client.CoreV1Api(api)
     plugin = SimulatedDevicePlugin(api)
-    synced = {name: threading.Event() for name in ("nodes", "health", "pods")}
-
-    def informer(name, list_call, on_sync, on_event, **params):
-        def first_sync_then(items):
-            on_sync(items)
-            synced[name].set()
-        thread = threading.Thread(target=run_informer, name=name, daemon=True, kwargs=dict(
-            list_call=list_call, name=name, on_sync=first_sync_then, on_event=on_event, stop=stop, log=log,
-            **params))
-        thread.start()
-
-    informer("nodes", core.list_node, plugin.sync_nodes, plugin.node_event, label_selector=f"{SIMULATED_LABEL}=true")
-    informer("health", core.list_namespaced_config_map, plugin.sync_health, plugin.health_event,
-             namespace=DEVICEINFO_NAMESPACE, label_selector="mx-consumer-cim=true")
-    while not stop.is_set() and not (synced["nodes"].is_set() and synced["health"].is_set()):
-        stop.wait(0.1)
-    informer("pods", core.list_pod_for_all_namespaces, plugin.sync_pods, plugin.pod_event,
-             field_selector="spec.nodeName!=")
-    while not stop.is_set() and not synced["pods"].is_set():
-        stop.wait(0.1)
-    if ready_file and not stop.is_set():
+    # Pods are allocated only once the nodes and their health are known.
+    wait_synced(start_informers((
+        Source("nodes", core.list_node, plugin.sync_nodes, plugin.node_event,
+               {"label_selector": f"{SIMULATED_LABEL}=true"}),
+        Source("health", core.list_namespaced_config_map, plugin.sync_health, plugin.health_event,
+               {"namespace": DEVICEINFO_NAMESPACE, "label_selector": "mx-consumer-cim=true"})), stop, log), stop)
+    synced = wait_synced(start_informers((
+        Source("pods", core.list_pod_for_all_namespaces, plugin.sync_pods, plugin.pod_event,
+               {"field_selector": "spec.nodeName!="}),), stop, log), stop)
+    if ready_file and synced:
         ready_file.write_text(f"{os.getpid()}\n")
     log(f"device plugin ready: {len(plugin.ledger.nodes)} nodes, {len(plugin.ledger.holders)} pods hold chips")
     while not stop.wait(RETRY_WAITING_SECONDS):
@@ -215,8 +203,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    # Patch workers may sit in a retry loop against an apiserver that is gone; nothing they hold needs saving
-    # (the pods' annotations are the state), so leave now instead of joining them.
-    os._exit(code)
+    helper_main(main)  # patch workers may sit in a retry loop against an apiserver that is gone

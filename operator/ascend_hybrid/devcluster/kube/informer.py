@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from kubernetes.watch.watch import iter_resp_lines
 
@@ -63,3 +64,39 @@ def _watch_once(list_call: Callable, resource_version: str, on_event, stop: thre
         response.close()
         response.release_conn()
     return resource_version
+
+
+@dataclass(frozen=True)
+class Source:
+    """One informer: what to list and watch, and what to call with the first list and each later event."""
+
+    name: str
+    list_call: Callable
+    on_sync: Callable[[list[dict]], None]
+    on_event: Callable[[str, dict], None]
+    params: Mapping = field(default_factory=dict)
+
+
+def start_informers(sources: Iterable[Source], stop: threading.Event,
+                    log: Callable[[str], None]) -> list[threading.Event]:
+    """One daemon thread per source; each returned event is set once its source's first list was handled."""
+    synced = []
+    for source in sources:
+        done = threading.Event()
+        synced.append(done)
+
+        def first_sync_then(items, on_sync=source.on_sync, done=done):
+            on_sync(items)
+            done.set()
+        threading.Thread(target=run_informer, name=source.name, daemon=True, kwargs=dict(
+            list_call=source.list_call, name=source.name, on_sync=first_sync_then, on_event=source.on_event,
+            stop=stop, log=log, **source.params)).start()
+    return synced
+
+
+def wait_synced(synced: Iterable[threading.Event], stop: threading.Event) -> bool:
+    """Until every first list is in; False when `stop` came first."""
+    synced = list(synced)
+    while not stop.is_set() and not all(event.is_set() for event in synced):
+        stop.wait(0.1)
+    return not stop.is_set()

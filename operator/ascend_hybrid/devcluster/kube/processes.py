@@ -12,7 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 
 def _proc_state(pid: int) -> str | None:
@@ -117,3 +119,11 @@ def run_until_signalled(body, ready_file: Path | None) -> None:
     finally:
         if ready_file:
             ready_file.unlink(missing_ok=True)
+
+
+def helper_main(main: Callable[[], int]) -> NoReturn:
+    """The entry point of a helper process: runs main() and leaves at once. Its informer and worker threads may
+    sit in a watch or a retry against an apiserver that is already gone; nothing they hold needs saving."""
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)

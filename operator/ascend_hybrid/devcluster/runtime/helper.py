@@ -1,11 +1,11 @@
-"""Starting and stopping the process runtime (runtime.py) as a helper of a dev cluster: `up` starts it in every
-cluster whose kwok stages leave process pods to it, `down` stops it through its pid file in helpers/."""
+"""The process runtime (service.py) as a helper of a dev cluster: `up` starts it in every cluster whose kwok stages
+leave process pods to it, `down` stops it (its own shutdown stops the pods' processes first)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+from ..helpers import Helper
 from ..kube import processes
 from ..paths import ClusterPaths
 from .service import RUNTIME_DIR, SHUTDOWN_GRACE_SECONDS
@@ -14,20 +14,20 @@ MODULE = "ascend_hybrid.devcluster.runtime.service"
 STAGE_MARKER = "ahj-pod-process-address"  # clusters created before the runtime lack this stage
 
 
+def helper(paths: ClusterPaths) -> Helper:
+    return Helper("process-runtime", paths, stop_grace=SHUTDOWN_GRACE_SECONDS + 10)
+
+
 def runtime_root(paths: ClusterPaths) -> Path:
     return paths.root / RUNTIME_DIR
 
 
 def pid_file(paths: ClusterPaths) -> Path:
-    return paths.helpers_dir / "process-runtime.pid"
-
-
-def ready_file(paths: ClusterPaths) -> Path:
-    return paths.helpers_dir / "process-runtime.ready"
+    return helper(paths).pid_file
 
 
 def log_file(paths: ClusterPaths) -> Path:
-    return paths.root / "process-runtime.log"
+    return helper(paths).log_file
 
 
 def supported(paths: ClusterPaths) -> bool:
@@ -42,27 +42,12 @@ def ensure_running(paths: ClusterPaths, capacity: int = 0, timeout: float = 60) 
     """Starts the runtime unless it runs; its pid, or None for a cluster whose stages predate it."""
     if not supported(paths):
         return None
-    pid = processes.read_pid(pid_file(paths))
-    if pid and processes.is_ours(pid, str(paths.root)):
-        return pid
-    paths.helpers_dir.mkdir(parents=True, exist_ok=True)
-    ready_file(paths).unlink(missing_ok=True)
+    runtime = helper(paths)
     command = processes.python_module_command(
         MODULE, "--kubeconfig", str(paths.kubeconfig), "--cluster-dir", str(paths.root),
-        "--ready-file", str(ready_file(paths)), "--capacity", str(capacity))
-    pid = processes.start_detached(command, log_file(paths), pid_file(paths))
-    deadline = time.monotonic() + timeout
-    while not ready_file(paths).exists():
-        if not processes.is_alive(pid) or time.monotonic() > deadline:
-            tail = "\n".join(log_file(paths).read_text(errors="replace").splitlines()[-5:])
-            raise RuntimeError(f"the process runtime did not get ready; its log ends:\n{tail}")
-        time.sleep(0.1)
-    return pid
+        "--ready-file", str(runtime.ready_file), "--capacity", str(capacity))
+    return runtime.ensure(command, timeout=timeout)
 
 
 def stop_running(paths: ClusterPaths) -> bool:
-    pid = processes.read_pid(pid_file(paths))
-    # Its own shutdown stops the pods' processes (SIGTERM, SIGKILL after SHUTDOWN_GRACE_SECONDS) first.
-    stopped = processes.stop(pid, marker=str(paths.root), grace=SHUTDOWN_GRACE_SECONDS + 10) if pid else True
-    ready_file(paths).unlink(missing_ok=True)
-    return stopped
+    return helper(paths).stop()

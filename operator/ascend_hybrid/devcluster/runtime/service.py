@@ -3,11 +3,11 @@ the `ascend` container of every pod annotated `sim.hybrid.ascend.dev/runtime: pr
 group, and forwards every ClusterIP Service to its ready pods (forwarder.py).
 
 kwok gives such a pod its IPs once the device plugin annotated it and otherwise leaves it alone
-(sim/kwok-stages.yaml); from there this runtime is its kubelet: it writes the ConfigMap volumes into the pod's
-directory (and keeps them in sync), starts the process with the container's env (podfiles.py), turns the pod
+(devcluster/controlplane/stages.yaml); from there this runtime is its kubelet: it writes the ConfigMap volumes into the pod's
+directory (and keeps them in sync), starts the process with the container's env (launch.py), turns the pod
 Running, serves its output to `kubectl logs` through a kwok Logs object, reports Succeeded or Failed with the
 exit code, stops the group on deletion (SIGTERM, SIGKILL after the grace period) and then deletes the pod. The
-decisions are runtime_plan.plan(); this module carries them out.
+decisions are plan.plan() (plan.py); this module carries them out.
 
     python -m ascend_hybrid.devcluster.runtime.service --kubeconfig FILE --cluster-dir DIR [--ready-file F] [--capacity N]
 """
@@ -29,8 +29,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..kube.client import api_client, describe, with_retries
-from ..kube.informer import run_informer
-from ..kube.processes import log, run_until_signalled
+from ..kube.informer import Source, start_informers, wait_synced
+from ..kube.processes import helper_main, log, run_until_signalled
 from . import status as podstatus
 from .forwarder import Forwarder, service_routes
 from .guard import default_capacity, requested_workers
@@ -340,26 +340,14 @@ def serve(kubeconfig: str, root: Path, capacity: int, ready_file: Path | None, s
     api = api_client(kubeconfig)
     core = client.CoreV1Api(api)
     runtime = ProcessRuntime(api, root, capacity)
-    sources = (("services", core.list_service_for_all_namespaces, runtime.sync_services, runtime.service_event, {}),
-               ("configmaps", core.list_config_map_for_all_namespaces, runtime.sync_configmaps,
-                runtime.configmap_event, {}),
-               ("pods", core.list_pod_for_all_namespaces, runtime.sync_pods, runtime.pod_event,
-                {"field_selector": "spec.nodeName!="}))
-    synced = []
-    for name, list_call, on_sync, on_event, params in sources:
-        ready = threading.Event()
-        synced.append(ready)
-
-        def first_sync_then(items, on_sync=on_sync, ready=ready):
-            on_sync(items)
-            ready.set()
-        threading.Thread(target=run_informer, name=name, daemon=True, kwargs=dict(
-            list_call=list_call, name=name, on_sync=first_sync_then, on_event=on_event, stop=stop, log=log,
-            **params)).start()
-    # Pods are acted on only once the ConfigMaps and Services they need are known.
-    while not stop.is_set() and not all(event.is_set() for event in synced):
-        stop.wait(0.1)
-    if ready_file and not stop.is_set():
+    synced = start_informers((
+        Source("services", core.list_service_for_all_namespaces, runtime.sync_services, runtime.service_event),
+        Source("configmaps", core.list_config_map_for_all_namespaces, runtime.sync_configmaps,
+               runtime.configmap_event),
+        Source("pods", core.list_pod_for_all_namespaces, runtime.sync_pods, runtime.pod_event,
+               {"field_selector": "spec.nodeName!="})), stop, log)
+    # Ready (and running its tick loop) only once the ConfigMaps and Services pods need are known.
+    if wait_synced(synced, stop) and ready_file:
         ready_file.write_text(f"{os.getpid()}\n")
     log(f"process runtime ready: up to {capacity} trainer workers at once; pods in {root / 'pods'}")
     runtime.run(stop)
@@ -382,6 +370,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    os._exit(code)  # informer threads may sit in a watch; nothing they hold needs saving
+    helper_main(main)  # informer threads may sit in a watch; nothing they hold needs saving

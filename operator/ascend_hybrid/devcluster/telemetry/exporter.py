@@ -2,10 +2,10 @@
 stops by its pid file in helpers/.
 
 It watches nodes and pods. For each Running pod that holds NPUs and does not run the real trainer
-(metricsim.RUNTIME_ANNOTATION), it serves the trainer series of design §9 on <podIP>:9400/metrics, and stops
+(figures.RUNTIME_ANNOTATION), it serves the trainer series of design §9 on <podIP>:9400/metrics, and stops
 listening when the pod ends. One npu-exporter endpoint (127.15.0.1:<port>, the port kept across restarts) lists
 every allocated chip of every pod. It keeps the file_sd target lists of the cluster's Prometheus up to date.
-Figures are computed at scrape time from the pod (metricsim), so the helper holds no state worth saving.
+Figures are computed at scrape time from the pod (figures.py), so the helper holds no state worth saving.
 
     python -m ascend_hybrid.devcluster.telemetry.exporter --kubeconfig FILE --cluster-dir DIR
 """
@@ -16,8 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,11 +24,11 @@ from pathlib import Path
 from kubernetes import client
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from ..helpers import Helper
 from ..kube import processes
 from ..kube.client import api_client
-from ..kube.informer import run_informer
-from ..kube.processes import log
-from ..kube.waiting import wait_until
+from ..kube.informer import Source, start_informers
+from ..kube.processes import helper_main, log, run_until_signalled
 from ..nodes.manifests import SIMULATED_LABEL, profile_of_node
 from ..paths import ClusterPaths
 from .figures import TRAINER_PORT, SimPod, exporter_text, sim_pod, trainer_text
@@ -53,16 +51,16 @@ def targets_dir(paths: ClusterPaths) -> Path:
     return state_dir(paths) / "targets"
 
 
+def helper(paths: ClusterPaths) -> Helper:
+    return Helper("telemetry-sim", paths)
+
+
 def pid_file(paths: ClusterPaths) -> Path:
-    return paths.helpers_dir / "telemetry-sim.pid"
+    return helper(paths).pid_file
 
 
 def log_file(paths: ClusterPaths) -> Path:
-    return paths.root / "telemetry-sim.log"
-
-
-def ready_file(paths: ClusterPaths) -> Path:
-    return state_dir(paths) / "ready"
+    return helper(paths).log_file
 
 
 def exporter_address(paths: ClusterPaths) -> str | None:
@@ -245,35 +243,23 @@ class TelemetrySimulation:
         return handle
 
 
-def run(kubeconfig: str, state: Path, ready: Path | None) -> None:
+def run(kubeconfig: str, state: Path, ready: Path | None, stop: threading.Event) -> None:
     core = client.CoreV1Api(api_client(kubeconfig))
     simulation = TelemetrySimulation(state)
-    stop_threads = threading.Event()
-    synced = {name: threading.Event() for name in ("nodes", "pods")}
-
-    def informer(name, list_call, on_sync, on_event, **params):
-        def first_sync_then(items):
-            on_sync(items)
-            synced[name].set()
-        threading.Thread(target=run_informer, name=name, daemon=True, kwargs=dict(
-            list_call=list_call, name=name, on_sync=first_sync_then, on_event=on_event, stop=stop_threads, log=log,
-            **params)).start()
-
-    informer("nodes", core.list_node, simulation.sync_nodes, simulation.node_event,
-             label_selector=f"{SIMULATED_LABEL}=true")
-    informer("pods", core.list_pod_for_all_namespaces, simulation.sync_pods, simulation.pod_event,
-             field_selector="spec.nodeName!=")
+    synced = start_informers((
+        Source("nodes", core.list_node, simulation.sync_nodes, simulation.node_event,
+               {"label_selector": f"{SIMULATED_LABEL}=true"}),
+        Source("pods", core.list_pod_for_all_namespaces, simulation.sync_pods, simulation.pod_event,
+               {"field_selector": "spec.nodeName!="})), stop, log)
 
     async def main() -> None:
-        stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-        await simulation.run(stop, lambda: all(event.is_set() for event in synced.values()), ready)
+        stop_serving = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=lambda: (stop.wait(), loop.call_soon_threadsafe(stop_serving.set)),
+                         name="stop-watch", daemon=True).start()
+        await simulation.run(stop_serving, lambda: all(event.is_set() for event in synced), ready)
 
-    try:
-        asyncio.run(main())
-    finally:
-        stop_threads.set()
+    asyncio.run(main())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,14 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--cluster-dir", required=True, type=Path,
                         help="the cluster's directory: state under telemetry/ (also marks the process as its own)")
+    parser.add_argument("--ready-file", type=Path, help="written once the first lists are in and it serves")
     args = parser.parse_args(argv)
-    state = args.cluster_dir / "telemetry"
-    ready = state / "ready"
-    ready.unlink(missing_ok=True)
-    try:
-        run(args.kubeconfig, state, ready)
-    finally:
-        ready.unlink(missing_ok=True)
+    run_until_signalled(lambda stop: run(args.kubeconfig, args.cluster_dir / "telemetry", args.ready_file, stop),
+                        args.ready_file)
     log("telemetry simulation stopped")
     return 0
 
@@ -297,38 +279,24 @@ def main(argv: list[str] | None = None) -> int:
 def ensure_running(paths: ClusterPaths, timeout: float = 60.0) -> int:
     """Starts the helper unless it runs already; returns its pid once it serves. A helper started before the
     kubeconfig was last written (the control plane was re-created) holds stale credentials: it is restarted."""
-    pid = processes.read_pid(pid_file(paths))
-    if pid and processes.is_ours(pid, str(paths.root)):
-        if pid_file(paths).stat().st_mtime >= paths.kubeconfig.stat().st_mtime and ready_file(paths).exists():
-            return pid
-        stop(paths)
-    paths.helpers_dir.mkdir(parents=True, exist_ok=True)
-    ready_file(paths).unlink(missing_ok=True)
-    command = processes.python_module_command(MODULE, "--kubeconfig", str(paths.kubeconfig),
-                                              "--cluster-dir", str(paths.root))
-    pid = processes.start_detached(command, log_file(paths), pid_file(paths))
-    wait_until(lambda: ready_file(paths).exists() or not processes.is_alive(pid), timeout,
-               "the telemetry simulation to list the cluster's pods")
-    if not processes.is_alive(pid):
-        raise RuntimeError(f"the telemetry simulation exited; see {log_file(paths)}")
-    return pid
+    telemetry = helper(paths)
+
+    def still_good(_pid: int) -> bool:
+        return (telemetry.pid_file.stat().st_mtime >= paths.kubeconfig.stat().st_mtime
+                and telemetry.ready_file.exists())
+
+    command = processes.python_module_command(MODULE, "--kubeconfig", str(paths.kubeconfig), "--cluster-dir",
+                                              str(paths.root), "--ready-file", str(telemetry.ready_file))
+    return telemetry.ensure(command, timeout=timeout, still_good=still_good)
 
 
 def is_running(paths: ClusterPaths) -> bool:
-    pid = processes.read_pid(pid_file(paths))
-    return bool(pid) and processes.is_ours(pid, str(paths.root))
+    return helper(paths).running()
 
 
 def stop(paths: ClusterPaths) -> bool:
-    pid = processes.read_pid(pid_file(paths))
-    stopped = processes.stop(pid, marker=str(paths.root)) if pid else True
-    if stopped:
-        pid_file(paths).unlink(missing_ok=True)
-        ready_file(paths).unlink(missing_ok=True)
-    return stopped
+    return helper(paths).stop()
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    os._exit(code)  # informer threads may sit in a watch against an apiserver that is gone
+    helper_main(main)  # informer threads may sit in a watch against an apiserver that is gone

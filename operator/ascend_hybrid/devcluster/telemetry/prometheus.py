@@ -15,10 +15,9 @@ import urllib.request
 from pathlib import Path
 
 from ..controlplane import ports, toolchain
-from ..kube import processes
-from ..kube.waiting import wait_until
+from ..helpers import Helper
 from ..paths import ClusterPaths
-from . import exporter as telemetrysim
+from . import exporter
 from .scrape import prometheus_config_text
 
 HOST = "127.0.0.1"
@@ -34,12 +33,16 @@ def config_file(paths: ClusterPaths) -> Path:
     return home(paths) / "prometheus.yml"
 
 
+def helper(paths: ClusterPaths) -> Helper:
+    return Helper("prometheus", paths, log_name="prometheus/prometheus.log")
+
+
 def pid_file(paths: ClusterPaths) -> Path:
-    return paths.helpers_dir / "prometheus.pid"
+    return helper(paths).pid_file
 
 
 def log_file(paths: ClusterPaths) -> Path:
-    return home(paths) / "prometheus.log"
+    return helper(paths).log_file
 
 
 def _port_file(paths: ClusterPaths) -> Path:
@@ -58,8 +61,7 @@ def url_for(port: int) -> str:
 
 
 def is_running(paths: ClusterPaths) -> bool:
-    pid = processes.read_pid(pid_file(paths))
-    return bool(pid) and processes.is_ours(pid, str(paths.root))
+    return helper(paths).running()
 
 
 def url(paths: ClusterPaths) -> str | None:
@@ -78,24 +80,19 @@ def is_ready(base_url: str) -> bool:
 
 def _write_config(paths: ClusterPaths) -> bool:
     """(Re)writes prometheus.yml; True when its text changed."""
-    return telemetrysim.write_atomically(config_file(paths), prometheus_config_text(str(telemetrysim.targets_dir(paths))))
+    return exporter.write_atomically(config_file(paths), prometheus_config_text(str(exporter.targets_dir(paths))))
 
 
 def ensure_running(paths: ClusterPaths, log=print) -> str:
     """Builds Prometheus if it is missing, starts the telemetry helper and Prometheus unless they run, and
     returns Prometheus' URL once it answers /-/ready."""
     binary = toolchain.ensure(with_prometheus=True, log=log) / "prometheus"
-    telemetrysim.ensure_running(paths)
+    exporter.ensure_running(paths)
     home(paths).mkdir(parents=True, exist_ok=True)
     changed = _write_config(paths)
-    pid = processes.read_pid(pid_file(paths))
-    port = recorded_port(paths)
-    running = bool(pid) and processes.is_ours(pid, str(paths.root))
-    if running and port is None:  # its port unknown: no URL to hand out, so start it afresh
-        if not stop(paths):
-            raise RuntimeError(f"could not stop Prometheus (pid {pid}) to restart it")
-        running = False
-    if running:
+    server = helper(paths)
+    pid, port = server.pid(), recorded_port(paths)
+    if pid is not None and port is not None:
         if changed:
             os.kill(pid, signal.SIGHUP)  # Prometheus re-reads its config on SIGHUP
     else:
@@ -105,20 +102,13 @@ def ensure_running(paths: ClusterPaths, log=print) -> str:
         command = [str(binary), f"--config.file={config_file(paths)}", f"--storage.tsdb.path={home(paths) / 'data'}",
                    f"--storage.tsdb.retention.time={RETENTION}", f"--web.listen-address={HOST}:{port}",
                    "--log.level=warn"]
-        paths.helpers_dir.mkdir(parents=True, exist_ok=True)
-        pid = processes.start_detached(command, log_file(paths), pid_file(paths))
+        # one running with an unknown port has no URL to hand out: ensure() restarts it
+        pid = server.ensure(command, wait=False, still_good=lambda _pid: False)
     base_url = url_for(port)
-    wait_until(lambda: is_ready(base_url) or not processes.is_alive(pid), READY_TIMEOUT_SECONDS,
-               f"Prometheus at {base_url} to be ready")
-    if not processes.is_alive(pid):
-        raise RuntimeError(f"Prometheus exited; see {log_file(paths)}")
+    server.wait_ready(pid, lambda: is_ready(base_url), READY_TIMEOUT_SECONDS)
     return base_url
 
 
 def stop(paths: ClusterPaths) -> bool:
     """Stops Prometheus (its data stays for the next start); True when it is not running."""
-    pid = processes.read_pid(pid_file(paths))
-    stopped = processes.stop(pid, marker=str(paths.root)) if pid else True
-    if stopped:
-        pid_file(paths).unlink(missing_ok=True)
-    return stopped
+    return helper(paths).stop()

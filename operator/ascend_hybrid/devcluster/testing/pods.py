@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+from ..deviceplugin.allocation import CONFIG_ANNOTATION
 from ..nodes.manifests import RESOURCE
 
 GANG_GATE = "hybrid.ascend.dev/gang"
@@ -44,3 +47,12 @@ def pod_manifest(name: str, node: str | None = None, chips: int = 0, annotations
     if owner:
         metadata["ownerReferences"] = [owner]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def device_configuration(pod: dict) -> dict | None:
+    """The parsed ascend-910-configuration annotation of a pod, None when absent or unparsable."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CONFIG_ANNOTATION)
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
