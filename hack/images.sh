@@ -131,8 +131,9 @@ build_base() {
 }
 
 build_target() {
-    local target=$1 tag=$2 base started took
+    local target=$1 tag=$2 base started took previous current
     base=$(base_image)
+    previous=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
     started=$SECONDS
     say "$tag: buildah bud --target $target (base $base)"
     buildah bud --layers --pull=never --network host \
@@ -142,6 +143,12 @@ build_target() {
         --target "$target" --tag "$tag" --file "$repo/Dockerfile" "$repo" \
         || die "building $tag failed"
     took=$((SECONDS - started))
+    # The image this tag named before, now untagged: removed unless something still uses it (the layers it
+    # shares with the new one stay).
+    current=$(podman image inspect --format '{{.Id}}' "$tag")
+    if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
+        podman rmi "$previous" >/dev/null 2>&1 || true
+    fi
     say "$tag: built in ${took} s ($(human_size "$(image_size "$tag")"))"
     timings+=("$tag built $took $(image_size "$tag")")
 }
