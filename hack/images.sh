@@ -81,15 +81,18 @@ ensure_tools() {
     [ "${AHJ_IMAGES_NO_INSTALL:-0}" = 1 ] && die "missing ${missing[*]} (AHJ_IMAGES_NO_INSTALL=1: not installing)"
     command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
     say "installing ${missing[*]} with apt-get (podman buildah runc mmdebstrap, runc as the runtime)"
-    local started=$SECONDS
+    local started=$EPOCHREALTIME
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends podman buildah runc mmdebstrap \
         >"$conf_dir/apt-get.log" 2>&1 \
         || { DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$conf_dir/apt-get.log" 2>&1 \
              && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
                     podman buildah runc mmdebstrap >>"$conf_dir/apt-get.log" 2>&1; } \
         || { tail -n 20 "$conf_dir/apt-get.log" >&2; die "apt-get install failed (log: $conf_dir/apt-get.log)"; }
-    say "tools installed in $((SECONDS - started)) s"
+    say "tools installed in $(since "$started") s"
 }
+
+# Wall-clock seconds since $1 (an $EPOCHREALTIME), to a tenth.
+since() { awk -v start="$1" -v now="$EPOCHREALTIME" 'BEGIN { printf "%.1f", now - start }'; }
 
 human_size() { numfmt --to=iec-i --suffix=B --format='%.1f' "$1"; }
 
@@ -111,7 +114,7 @@ build_base() {
         timings+=("base cached 0 $(image_size "$base")")
         return 0
     fi
-    started=$SECONDS
+    started=$EPOCHREALTIME
     tarball=$(mktemp "$cache/base-XXXXXX.tar")
     say "base $base: mmdebstrap bookworm (minbase + $base_packages)"
     # Debian's EXTERNALLY-MANAGED marker is removed so that pip installs system-wide in the images, as it does
@@ -125,7 +128,8 @@ build_base() {
         || { rm -f "$tarball"; die "mmdebstrap failed"; }
     podman import --quiet "$tarball" "$base" >/dev/null || { rm -f "$tarball"; die "podman import failed"; }
     rm -f "$tarball"
-    local took=$((SECONDS - started))
+    local took
+    took=$(since "$started")
     say "base $base: built in ${took} s ($(human_size "$(image_size "$base")"))"
     timings+=("base built $took $(image_size "$base")")
 }
@@ -134,7 +138,7 @@ build_target() {
     local target=$1 tag=$2 base started took previous current
     base=$(base_image)
     previous=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
-    started=$SECONDS
+    started=$EPOCHREALTIME
     say "$tag: buildah bud --target $target (base $base)"
     buildah bud --layers --pull=never --network host \
         --volume "$ca_bundle:$ca_bundle:ro" \
@@ -142,23 +146,25 @@ build_target() {
         --build-arg "PYTHON_IMAGE=$base" --build-arg "TRAINER_BASE=$base" \
         --target "$target" --tag "$tag" --file "$repo/Dockerfile" "$repo" \
         || die "building $tag failed"
-    took=$((SECONDS - started))
+    took=$(since "$started")
     # The image this tag named before, now untagged: removed unless something still uses it (the layers it
     # shares with the new one stay).
     current=$(podman image inspect --format '{{.Id}}' "$tag")
     if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
         podman rmi "$previous" >/dev/null 2>&1 || true
     fi
-    say "$tag: built in ${took} s ($(human_size "$(image_size "$tag")"))"
-    timings+=("$tag built $took $(image_size "$tag")")
+    local how=built
+    [ "$previous" = "$current" ] && how=unchanged
+    say "$tag: $how in ${took} s ($(human_size "$(image_size "$tag")"))"
+    timings+=("$tag $how $took $(image_size "$tag")")
 }
 
 summary() {
     local line name how took size
-    printf '%-40s %-7s %8s %10s\n' image status seconds size
+    printf '%-40s %-9s %8s %10s\n' image status seconds size
     for line in "${timings[@]}"; do
         read -r name how took size <<<"$line"
-        printf '%-40s %-7s %8s %10s\n' "$name" "$how" "$took" "$(human_size "$size")"
+        printf '%-40s %-9s %8s %10s\n' "$name" "$how" "$took" "$(human_size "$size")"
     done
     printf 'wheelhouse %s: %s; image storage %s: %s\n' "$wheelhouse" "$(du -sh "$wheelhouse" | cut -f1)" \
         "$conf_dir/storage" "$(du -sh "$conf_dir/storage" | cut -f1)"
@@ -194,7 +200,7 @@ flock 9
 write_config
 ensure_tools
 timings=()
-total_started=$SECONDS
+total_started=$EPOCHREALTIME
 build_base
 for target in "${targets[@]}"; do
     case "$target" in
@@ -203,4 +209,4 @@ for target in "${targets[@]}"; do
     esac
 done
 summary
-say "done in $((SECONDS - total_started)) s; list them with: eval \"\$($0 env)\"; podman images"
+say "done in $(since "$total_started") s; list them with: eval \"\$($0 env)\"; podman images"
