@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.images
+from support.images import IMAGES_TIMEOUT_S
+
+pytestmark = [pytest.mark.images, pytest.mark.timeout(IMAGES_TIMEOUT_S)]
 
 
 def test_the_operator_image_runs_ascend_hybrid_help(images):

@@ -9,7 +9,9 @@ import re
 
 import pytest
 
-pytestmark = pytest.mark.images
+from support.images import IMAGES_TIMEOUT_S
+
+pytestmark = [pytest.mark.images, pytest.mark.timeout(IMAGES_TIMEOUT_S)]
 
 # Run inside the image by its first `python`: every shared object under MindSpore's package, `ldd`-ed with the
 # package's own library folders on LD_LIBRARY_PATH. MindSpore loads its libraries from those folders (through its
