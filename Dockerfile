@@ -7,7 +7,9 @@
 #                -t ascend-hybrid/trainer:0.1.0-cpu .                           # CPU variant, no NPUs needed
 # MindSpore on Ascend needs the CANN toolkit inside the image: TRAINER_BASE must be a CANN image whose toolkit
 # version MindSpore ${MINDSPORE_VERSION} supports and whose Python is 3.11 (the MindSpore wheel is cp311).
-# Not built here (no container engine); see docs/trainer.md for what was exercised instead.
+# Without a registry or a Docker engine, `make images` (hack/images.sh) builds the operator and the CPU trainer
+# with podman/buildah from a Debian base (PYTHON_IMAGE = TRAINER_BASE = that base) and tests them (tests/images).
+# WHEELHOUSE (a build arg, unset by default): a directory of wheels mounted into the build (see install.sh).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG TRAINER_BASE=ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11
@@ -23,13 +25,16 @@ RUN python3 -m pip wheel --no-cache-dir --disable-pip-version-check --no-deps --
 # --- operator: slim Python, non-root, `ascend-hybrid run` ----------------------------------------------------
 FROM ${PYTHON_IMAGE} AS operator
 ARG APP_UID=10001
+ARG WHEELHOUSE=
 COPY --from=wheel /wheels /tmp/wheels
 COPY trainer/docker/install.sh /tmp/install.sh
 RUN sh /tmp/install.sh operator /tmp/wheels \
     && rm -rf /tmp/wheels /tmp/install.sh \
     && useradd --uid "${APP_UID}" --no-create-home --shell /usr/sbin/nologin ascend-hybrid
 USER ${APP_UID}
-ENTRYPOINT ["ascend-hybrid", "run"]
+# A command, not an entrypoint: `podman run IMAGE` runs the operator and `podman run IMAGE ascend-hybrid --help`
+# (any command) works as written; the chart sets `command: [ascend-hybrid]` and its own args.
+CMD ["ascend-hybrid", "run"]
 
 # --- trainer: CANN base (or plain Python for the CPU variant), non-root, the launcher ------------------------
 FROM ${TRAINER_BASE} AS trainer
@@ -39,9 +44,24 @@ ARG APP_UID=10001
 ARG ASCEND_GID=1000
 ARG MINDSPORE_VERSION=2.10.0
 ARG NUMPY_VERSION=1.26.4
+ARG WHEELHOUSE=
 USER 0
-COPY --from=wheel /wheels /tmp/wheels
+# MindSpore's CPU kernels link libgomp.so.1 (GNU OpenMP), which python:*-slim and minimal Debian bases lack (CANN
+# images have it). Not pinned: TRAINER_BASE is Debian or Ubuntu, whose libgomp1 versions differ.
+# hadolint ignore=DL3008
+RUN if ! python3 -c "import ctypes.util, sys; sys.exit(not ctypes.util.find_library('gomp'))"; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends libgomp1 \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
+# MindSpore and numpy in a layer of their own, before the project wheel: a code change does not reinstall them.
+# They go to python3's site-packages; a base without `python` gets a link to python3, and the build fails unless
+# the first `python` on PATH sees them.
 COPY trainer/docker/install.sh /tmp/install.sh
+RUN MINDSPORE_VERSION="${MINDSPORE_VERSION}" NUMPY_VERSION="${NUMPY_VERSION}" sh /tmp/install.sh mindspore \
+    && (command -v python >/dev/null || ln -s "$(command -v python3)" /usr/local/bin/python) \
+    && python -c "import importlib.metadata as m; m.version('mindspore'); m.version('numpy')"
+COPY --from=wheel /wheels /tmp/wheels
 COPY --chmod=0755 trainer/docker/entrypoint.sh /usr/local/bin/ascend-hybrid-trainer-entrypoint
 RUN MINDSPORE_VERSION="${MINDSPORE_VERSION}" NUMPY_VERSION="${NUMPY_VERSION}" sh /tmp/install.sh trainer /tmp/wheels \
     && rm -rf /tmp/wheels /tmp/install.sh \

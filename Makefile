@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test unit setup toolchain crd lint bench clean
+.PHONY: demo test unit setup toolchain crd lint bench clean images
 
 demo: setup toolchain
 	mkdir -p build
@@ -40,6 +40,10 @@ lint: setup
 crd: setup
 	$(BIN)/ascend-hybrid crd write
 	$(BIN)/ascend-hybrid chart write
+
+# The operator and CPU-trainer images with rootful podman, no registry (hack/images.sh; tests/images use it too).
+images:
+	hack/images.sh build
 
 bench: setup toolchain
 	for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
