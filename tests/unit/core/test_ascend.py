@@ -6,8 +6,16 @@ from __future__ import annotations
 import json
 
 from ascend_hybrid import ranktable
-from ascend_hybrid.ascend import (DEVICE_ANNOTATION, SUPERPOD_LABEL, DeviceInfo, device_infos_by_node,
-                                  parse_deviceinfo, pod_chip_ids, pod_devices, super_pod_id)
+from ascend_hybrid.ascend import (
+    DEVICE_ANNOTATION,
+    SUPERPOD_LABEL,
+    DeviceInfo,
+    device_infos_by_node,
+    parse_deviceinfo,
+    pod_chip_ids,
+    pod_devices,
+    super_pod_id,
+)
 from ascend_hybrid.inventory import build_inventory
 from support.builders import deviceinfo, node, pod_object
 
