@@ -9,11 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .placement import GangRequest
+from .rules import ResolvedJob
 
 
 @dataclass(frozen=True)
 class EnsureChildren:
-    """Apply the Services and ConfigMaps of the job (server-side apply; idempotent)."""
+    """Apply the Services and ConfigMaps of the job (server-side apply; idempotent); job.json from `job`, the
+    resolved job the pods run (an auto job's chosen strategy in it)."""
+
+    job: ResolvedJob
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,7 @@ class Place:
     """Place the gang of the current attempt on the cluster's inventory (the shell holds the one inventory)."""
 
     request: GangRequest
+    job: ResolvedJob
 
 
 @dataclass(frozen=True)

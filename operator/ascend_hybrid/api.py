@@ -78,20 +78,33 @@ class CleanPodPolicy(str, Enum):
     none = "None"
 
 
+class AutoConstraints(ApiModel):
+    max_pipeline: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Largest pipeline degree the planner may choose.")
+    max_tensor: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Largest tensor degree the planner may choose.")
+    expert_placement: ExpertPlacement | None = Field(None, description="Only this expert placement (MoE models); default: either.")
+    recompute: list[Recompute] | None = Field(None, min_length=1, description="Recompute kinds the planner may choose (none, selective, full); default: any.")
+
+
 class Parallelism(ApiModel):
-    data: int = Field(1, ge=1, le=MAX_DEGREE, description="Data-parallel degree (DP): model replicas that split the global batch.")
-    tensor: int = Field(1, ge=1, le=MAX_DEGREE, description="Tensor-parallel degree (TP): ranks that split each layer's matrices; a TP group always sits inside one pod, hence one node.")
-    pipeline: int = Field(1, ge=1, le=MAX_DEGREE, description="Pipeline-parallel degree (PP): stages the layers are cut into; each stage is a contiguous block of ranks.")
-    expert: int = Field(1, ge=1, le=MAX_DEGREE, description="Expert-parallel degree (EP) for MoE layers; it does not add ranks, it partitions the experts inside DP or inside a pod.")
-    expert_placement: ExpertPlacement = Field(ExpertPlacement.data_parallel, description="Where expert-parallel groups come from: dataParallel (consecutive DP ranks, stride tensor) or intraNode (consecutive ranks inside one pod, carved out of the TP group).")
+    # No schema defaults on the degrees: an auto job must leave them unset (the planner chooses them), so the
+    # defaults (1, dataParallel, microBatches = pipeline) are applied by rules.resolve instead.
+    data: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Data-parallel degree (DP): model replicas that split the global batch. Default 1.")
+    tensor: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Tensor-parallel degree (TP): ranks that split each layer's matrices; a TP group always sits inside one pod, hence one node. Default 1.")
+    pipeline: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Pipeline-parallel degree (PP): stages the layers are cut into; each stage is a contiguous block of ranks. Default 1.")
+    expert: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Expert-parallel degree (EP) for MoE layers; it does not add ranks, it partitions the experts inside DP or inside a pod. Default 1.")
+    expert_placement: ExpertPlacement | None = Field(None, description="Where expert-parallel groups come from: dataParallel (consecutive DP ranks, stride tensor; the default) or intraNode (consecutive ranks inside one pod, carved out of the TP group).")
     micro_batches: int | None = Field(None, ge=1, description="Pipeline micro-batches per step; defaults to the pipeline degree. More micro-batches shrink the pipeline bubble (pipeline-1)/(microBatches+pipeline-1).")
-    virtual_pipeline_stages: int = Field(1, ge=1, le=MAX_DEGREE, description="Model chunks per pipeline stage (interleaved 1F1B): the idle share becomes (pipeline-1)/(virtualPipelineStages x microBatches + pipeline-1) for virtualPipelineStages times the point-to-point traffic. layers must be divisible by pipeline x virtualPipelineStages.")
+    virtual_pipeline_stages: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Model chunks per pipeline stage (interleaved 1F1B; default 1): the idle share becomes (pipeline-1)/(virtualPipelineStages x microBatches + pipeline-1) for virtualPipelineStages times the point-to-point traffic. layers must be divisible by pipeline x virtualPipelineStages.")
+    auto: bool | None = Field(None, description="true: the operator's strategy planner chooses every degree, micro-batches, recompute, sequence parallelism and optimizer sharding for `world` NPUs (recorded in status.plan, fixed for the job's life); leave the degrees unset.")
+    world: int | None = Field(None, ge=1, le=MAX_WORLD_SIZE, description="NPUs an auto job may use (its world size); only with auto.")
+    auto_constraints: AutoConstraints | None = Field(None, description="Narrow the planner's search (auto jobs only).")
 
 
 class Npu(ApiModel):
     resource: str = Field(RESOURCE, description="Extended resource name the Ascend device plugin advertises.")
     per_pod: int | None = Field(None, ge=1, le=MAX_CHIPS_PER_POD, description=f"NPUs (ranks) per pod; defaults to the chips per node of the chip type ({_CHIPS_PER_NODE_TEXT}).")
     chip: Chip = Field("910B", description="Chip type the job needs: 910A (HCCS rings), 910B, or A3 (super-pods).")
+    hardware_profile: str | None = Field(None, max_length=63, description="Hardware profile the planner predicts with: a name the operator's --hardware-profiles file (the chart's hardwareProfiles) defines; default: the chip's own profile.")
 
 
 class Model(ApiModel):
@@ -173,6 +186,7 @@ class RunPolicy(ApiModel):
     suspend: bool = Field(False, description="Suspended jobs keep their spec and lose their pods; resuming places them anew.")
     scheduling_timeout_seconds: int = Field(300, ge=1, description="Pods not all bound within this many seconds: the attempt is deleted and re-planned.")
     clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.running, description="Pods deleted when the job ends: Running (those still running), All, or None.")
+    refuse_unfit_strategy: bool = Field(False, description="true: a strategy the planner predicts to run out of memory, to idle more than a quarter of each step, or to stretch TP across nodes fails the job before any pod exists (condition StrategyFits); false: it only warns.")
 
 
 class Scheduling(ApiModel):
@@ -240,6 +254,46 @@ class UtilizationStatus(ApiModel):
     sampled_at: str | None = Field(None, description="When the figures were read (RFC 3339); old values mean the source is unreachable.")
 
 
+class EffectiveParallelism(ApiModel):
+    data: int | None = Field(None, description="Data-parallel degree the pods run with.")
+    tensor: int | None = Field(None, description="Tensor-parallel degree the pods run with.")
+    pipeline: int | None = Field(None, description="Pipeline degree the pods run with.")
+    expert: int | None = Field(None, description="Expert-parallel degree the pods run with.")
+    expert_placement: str | None = Field(None, description="dataParallel or intraNode.")
+    micro_batches: int | None = Field(None, description="Pipeline micro-batches per step.")
+    virtual_pipeline_stages: int | None = Field(None, description="Model chunks per pipeline stage.")
+
+
+class MeasuredStep(ApiModel):
+    step_seconds: float | None = Field(None, description="Measured mean seconds per step.")
+    tokens_per_second: float | None = Field(None, description="Measured tokens per second of the job.")
+    hbm_percent: float | None = Field(None, description="Measured mean HBM use of the job's NPUs.")
+
+
+class PlanStatus(ApiModel):
+    source: str | None = Field(None, description="planned (parallelism.auto: the planner chose it) or evaluated (the spec's own strategy, scored).")
+    hardware: str | None = Field(None, description="Hardware profile the prediction used.")
+    spec_hash: str | None = Field(None, description="Hash of what the prediction read (model, training, npu, parallelism, the profile); a change plans again.")
+    parallelism: EffectiveParallelism | None = Field(None, description="The strategy's degrees.")
+    micro_batch_size: int | None = Field(None, description="Samples per micro-batch.")
+    recompute: str | None = Field(None, description="none, selective or full.")
+    sequence_parallel: bool | None = Field(None, description="Sequence parallelism inside the TP group.")
+    flash_attention: bool | None = Field(None, description="FlashAttention.")
+    optimizer_shard: bool | None = Field(None, description="Optimizer states (and weights) sharded across DP.")
+    fits: bool | None = Field(None, description="Whether the predicted memory of the most loaded stage fits the usable HBM.")
+    memory: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT, description="Predicted memory per device (GiB), as `ascend-hybrid plan -o json` prints it.")
+    time: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT, description="Predicted step time, compute, bubble and communication per group (seconds).")
+    tokens_per_second_per_device: float | None = Field(None, description="Predicted tokens per second per NPU.")
+    mfu: float | None = Field(None, description="Predicted model FLOPs utilization (0-1).")
+    why: str | None = Field(None, description="The dominant costs of the strategy, in words.")
+    warnings: list[str] = Field(default_factory=list, description="Predicted problems: out of memory, a large bubble, TP across nodes.")
+    considered: int | None = Field(None, description="Strategies the planner considered.")
+    rejected: int | None = Field(None, description="Strategies it rejected (invalid or out of memory).")
+    alternative: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT, description="For a strategy that does not fit: the planner's best one and its predicted gain.")
+    measured: MeasuredStep | None = Field(None, description="What the running job measures (from status.training and status.utilization).")
+    step_time_ratio: float | None = Field(None, description="Measured / predicted step seconds.")
+
+
 class AscendHybridJobStatus(ApiModel):
     phase: str | None = Field(None, description="Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended.")
     conditions: list[Condition] = Field(default_factory=list, description="Created, Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended.")
@@ -257,3 +311,5 @@ class AscendHybridJobStatus(ApiModel):
     rank_table: RankTableStatus | None = Field(None, description="The HCCL rank table.")
     training: TrainingStatus | None = Field(None, description="Training progress.")
     utilization: UtilizationStatus | None = Field(None, description="NPU utilization.")
+    parallelism: EffectiveParallelism | None = Field(None, description="The degrees the pods run with: the spec's, or the planner's for an auto job.")
+    plan: PlanStatus | None = Field(None, description="The strategy planner's prediction for the job's strategy (and its choice for an auto job), with what was measured.")

@@ -16,10 +16,11 @@ CRD_FILE_NAME = f"{api.PLURAL}.{api.GROUP}.yaml"
 
 PRINTER_COLUMNS = [
     {"name": "World", "type": "integer", "jsonPath": ".status.worldSize"},
-    {"name": "TP", "type": "integer", "jsonPath": ".spec.parallelism.tensor"},
-    {"name": "PP", "type": "integer", "jsonPath": ".spec.parallelism.pipeline"},
-    {"name": "DP", "type": "integer", "jsonPath": ".spec.parallelism.data"},
-    {"name": "EP", "type": "integer", "jsonPath": ".spec.parallelism.expert"},
+    # the degrees the pods run with (status.parallelism): the spec's, or the planner's for an auto job
+    {"name": "TP", "type": "integer", "jsonPath": ".status.parallelism.tensor"},
+    {"name": "PP", "type": "integer", "jsonPath": ".status.parallelism.pipeline"},
+    {"name": "DP", "type": "integer", "jsonPath": ".status.parallelism.data"},
+    {"name": "EP", "type": "integer", "jsonPath": ".status.parallelism.expert"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Util", "type": "number", "jsonPath": ".status.utilization.npuPercent", "description": "Mean NPU utilization, percent"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.training.step"},
@@ -29,6 +30,8 @@ PRINTER_COLUMNS = [
     {"name": "TP-Local", "type": "string", "jsonPath": ".status.placement.tensorGroupsNodeLocal", "priority": 1,
      "description": "TP groups that sit inside one node"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.training.loss", "priority": 1},
+    {"name": "StepRatio", "type": "number", "jsonPath": ".status.plan.stepTimeRatio", "priority": 1,
+     "description": "Measured / predicted step seconds"},
 ]
 
 def _structural(node: Any, definitions: dict[str, Any]) -> Any:
@@ -49,7 +52,9 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
         if len(variants) != 1:
             raise ValueError(f"cannot express union {variants} in a structural schema")
         base = _structural(variants[0], definitions)
-        node = {**base, **{k: v for k, v in node.items() if k not in base or k == "description"}}
+        if "default" in node and node["default"] is None:
+            base.pop("default", None)  # an optional object: absent unless set, not defaulted to {}
+        node = {**base, **{k: v for k, v in node.items() if k not in base or k in ("description", "default")}}
         if nullable:
             node["nullable"] = True
     if "allOf" in node and len(node["allOf"]) == 1:
@@ -68,7 +73,8 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
     if "enum" in node and "type" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
         # An untyped node that preserves unknown fields is how a field takes values of two types (api.RECOMPUTE_SCHEMA).
         node["type"] = "string"
-    if "default" in node and node["default"] is None:
+    optional = "default" in node and node["default"] is None  # a field that is absent unless the user sets it
+    if optional:
         node.pop("default")
     out = {}
     for key, value in node.items():
@@ -81,8 +87,9 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
             out[key] = _structural(value, definitions)
         else:
             out[key] = value
-    if out.get("type") == "object" and "properties" in out and "default" not in out:
-        # Defaulting every object lets nested defaults (and the CEL rules relying on them) apply.
+    if out.get("type") == "object" and "properties" in out and "default" not in out and not optional:
+        # Defaulting every object lets nested defaults (and the CEL rules relying on them) apply; an optional one
+        # (autoConstraints) stays absent, so has() tells whether the user set it.
         if not out.get("required"):
             out["default"] = {}
     return out

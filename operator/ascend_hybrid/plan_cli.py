@@ -17,6 +17,7 @@ import yaml
 
 from .api import Chip
 from .layout import Layout
+from .placement import place
 from .planner import explain, hardware, search, svg
 from .planner.memory import every_stage
 from .planner.workload import Strategy, Workload
@@ -108,6 +109,11 @@ def cmd_plan(args) -> int:
     as_json = args.output == "json"
     try:
         if args.evaluate:
+            if effective.auto:
+                raise InputError(f"--evaluate: {effective.name} is an auto job (spec.parallelism.auto): it has no "
+                                 "strategy of its own to score; plan it without --evaluate")
+            if args.cluster:
+                raise InputError("--cluster: plans for the cluster's free NPUs; leave out --evaluate")
             if args.world or args.nodes:
                 raise InputError("--world/--nodes: --evaluate scores the file's own strategy, whose degrees fix "
                                  "the world; leave them out")
@@ -121,11 +127,21 @@ def cmd_plan(args) -> int:
             return 0
         world = args.world or (args.nodes * hw.chips_per_node if args.nodes else None)
         chip = args.chip if args.chip in {c.value for c in Chip} else None
+        capacity = None
+        if args.cluster:
+            capacity = cluster_capacity(effective, chip or effective.chip, args.kubeconfig)
+            world = world or capacity.world
+            if not world:
+                raise InputError(f"--cluster: {capacity.describe()}: not one pod of {effective.per_pod} "
+                                 f"{chip or effective.chip} NPUs fits now")
         result = search.plan(effective, hw, world, chip)
     except search.PlanError as error:
         raise InputError(str(error)) from None
     if result.candidates:
-        _print(explain.plan_document(result, args.top) if as_json else explain.plan_table(result, args.top), as_json)
+        document = explain.plan_document(result, args.top) if as_json else explain.plan_table(result, args.top)
+        if capacity is not None:
+            document = capacity.annotate(document, result, as_json)
+        _print(document, as_json)
         if args.svg:
             best = result.candidates[0]
             _write_svg(args.svg, plan_picture(best, result.workload, hw, _title(effective, best, hw, "best plan")))
@@ -156,6 +172,70 @@ def _nothing_fits(name: str, result: search.Plan, as_json: bool) -> int:
     return EXIT_NOTHING_FITS
 
 
+class Capacity:
+    """The cluster's free NPUs of one chip type, as the operator's placement sees them."""
+
+    def __init__(self, inventory, chip: str, effective):
+        self.inventory, self.chip, self.per_pod = inventory, chip, effective.per_pod
+        template = effective.spec.template
+        self.constraints = {"tolerations": tuple(template.tolerations), "node_selector": dict(template.node_selector),
+                            "tier_labels": tuple(effective.spec.scheduling.topology_tiers)}
+        # how many pods of `per_pod` chips the gang placer can put on the cluster right now: doubling, then halving
+        self.slots = 0
+        for count in (2 ** k for k in range(0, 20)):
+            if not self._fits(count):
+                break
+            self.slots = count
+        low, high = self.slots, self.slots * 2
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if self._fits(middle) else (low, middle)
+        self.slots = low
+
+    def _fits(self, pods: int, groups=()) -> bool:
+        from .placement import GangRequest
+
+        return place(GangRequest(pods, self.per_pod, self.chip, groups=groups, **self.constraints), self.inventory).ok
+
+    @property
+    def world(self) -> int:
+        return self.slots * self.per_pod
+
+    def describe(self) -> str:
+        free = sum(node.free for node in self.inventory if node.chip == self.chip)
+        nodes = sum(1 for node in self.inventory if node.chip == self.chip)
+        return f"{free} free {self.chip} NPUs on {nodes} {self.chip} nodes, room for {self.slots} pods of {self.per_pod}"
+
+    def placeable(self, evaluation: search.Evaluation) -> bool:
+        s = evaluation.strategy
+        return self._fits(s.world // s.per_pod, _layout(s).placement_groups())
+
+    def annotate(self, document, result: search.Plan, as_json: bool):
+        placeable = [rank for rank, evaluation in enumerate(result.candidates, 1) if self.placeable(evaluation)]
+        if as_json:
+            return {**document, "cluster": {"capacity": self.describe(), "world": self.world,
+                                            "placeableNow": placeable}}
+        where = f"placeable now: {', '.join(f'#{rank}' for rank in placeable[:10])}" if placeable else \
+            "none of them can be placed now"
+        return f"cluster: {self.describe()}; {where}\n{document}"
+
+
+def cluster_capacity(effective, chip: str, kubeconfig: str | None) -> Capacity:
+    """The live inventory (nodes, NPU pods, deviceinfo ConfigMaps) read with the operator's own client."""
+    from .ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
+    from .cli import InputError
+    from .controller.kube import Kube
+    from .inventory import build_inventory
+
+    try:
+        kube = Kube.from_environment(kubeconfig)
+        nodes, pods = kube.list_nodes(), kube.list_npu_pods()
+        infos = kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true")
+    except Exception as error:  # noqa: BLE001 - no cluster to read is one line, not a traceback
+        raise InputError(f"--cluster: cannot read the cluster: {str(error).splitlines()[0]}") from None
+    return Capacity(build_inventory(nodes, pods, infos), chip, effective)
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("plan", help="choose and explain DP/TP/PP/EP, micro-batches, recompute and sharding")
     p.add_argument("-f", "--file", required=True, help="the AscendHybridJob (its model and training)")
@@ -168,6 +248,10 @@ def register(subparsers) -> None:
     p.add_argument("--top", type=int, default=5, help="candidates to show (default 5)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--evaluate", action="store_true", help="score exactly the file's strategy, fitting or not")
+    p.add_argument("--cluster", action="store_true",
+                   help="plan for the cluster's free NPUs now (kubeconfig): the world is what the gang placer can "
+                        "place (unless --world/--nodes), and the candidates placeable now are named")
+    p.add_argument("--kubeconfig", help="with --cluster: kubeconfig file (default: $KUBECONFIG, then in-cluster)")
     p.add_argument("--svg", help="also write a picture of the best (or evaluated) plan: nodes and chips by stage, "
                                  "TP and EP groups, the 1F1B timeline, memory per stage")
     p.set_defaults(func=cmd_plan)

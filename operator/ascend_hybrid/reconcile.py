@@ -11,10 +11,10 @@ import copy
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from . import names, ranktable, render
+from . import names, ranktable, render, strategy
 from .actions import (
     Action,
     CreatePods,
@@ -31,6 +31,7 @@ from .ascend import DeviceInfo
 from .chips import CHIPS
 from .conditions import TERMINAL_JOB_PHASES, condition, parse_time, set_condition, timestamp
 from .placement import GangRequest
+from .planner.hardware import Hardware
 from .podview import (
     TERMINAL_POD_PHASES,
     attempt_of,
@@ -67,6 +68,7 @@ class Observed:
     in_flight: frozenset[str] = frozenset()  # pods this process just created or released; the watch may lag
     telemetry: Sample | None = None           # latest progress/utilization reading of the current attempt
     device_infos: Mapping[str, DeviceInfo] = field(default_factory=dict)  # node → MindCluster deviceinfo
+    hardware_profiles: Mapping[str, Hardware] = field(default_factory=dict)  # the planner's, by name (--hardware-profiles)
 
 
 @dataclass
@@ -83,9 +85,16 @@ class Decision:
 
 
 def pod_template_hash(effective: ResolvedJob) -> str:
+    """What the pods are made from: the degrees they run with (an auto job's chosen ones), npu and template. The
+    keys are those of the first release, so an operator upgrade does not restart running jobs."""
     spec = effective.spec
-    relevant = {"parallelism": spec.parallelism.model_dump(by_alias=True), "npu": spec.npu.model_dump(by_alias=True),
-                "template": spec.template.model_dump(by_alias=True)}
+    parallelism = {"data": effective.data, "tensor": effective.tensor, "pipeline": effective.pipeline,
+                   "expert": effective.expert, "expertPlacement": effective.expert_placement,
+                   "microBatches": spec.parallelism.micro_batches}
+    if effective.virtual_pipeline_stages != 1:
+        parallelism["virtualPipelineStages"] = effective.virtual_pipeline_stages
+    npu = {"resource": spec.npu.resource, "perPod": spec.npu.per_pod, "chip": spec.npu.chip}
+    relevant = {"parallelism": parallelism, "npu": npu, "template": spec.template.model_dump(by_alias=True)}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -132,6 +141,14 @@ class _Pass:
         o, status = self.o, self.status
         if o.effective is None:
             return self.invalid()
+        if status.get("phase") not in TERMINAL_JOB_PHASES:
+            chosen = strategy.step(self.job.get("spec") or {}, o.effective, status, o.hardware_profiles, o.now,
+                                   self.generation)
+            for event in chosen.events:
+                self.d.emit(*event)
+            if chosen.failure:
+                return self.fail(*chosen.failure)
+            self.o = o = replace(o, effective=chosen.effective)  # an auto job runs the strategy chosen for it
         e = o.effective
         status["worldSize"], status["observedGeneration"] = e.world_size, self.generation
         status.setdefault("restarts", 0)
@@ -178,7 +195,7 @@ class _Pass:
                 self.phase(status.get("phase") or "Pending", "waiting for the previous attempt's pods to go")
                 self.requeue(FAST_REQUEUE_SECONDS)
                 return self.d
-            self.d.act(Place(GangRequest.for_job(e, status.get("avoidedNodes") or ())))
+            self.d.act(Place(GangRequest.for_job(e, status.get("avoidedNodes") or ()), e))
             return self.d
         return self.start(current, placement, template_hash)
 
@@ -188,7 +205,7 @@ class _Pass:
         status["podTemplateHash"] = template_hash
         status.setdefault("startTime", timestamp(o.now))
         if not o.children_ready or not o.sched_ip:
-            self.d.act(EnsureChildren())
+            self.d.act(EnsureChildren(e))
             return self.d
         nodes = placement["nodes"]
         job = self.meta["name"]
@@ -254,6 +271,9 @@ class _Pass:
         if sample.ok:
             self.status["training"] = training_status(sample, self.o.effective.spec.training.steps)
             self.status["utilization"] = utilization_status(sample)
+            if self.status.get("plan"):
+                self.status["plan"] = strategy.measured(self.status["plan"], self.status["training"],
+                                                        self.status["utilization"])
             self.cond("MetricsAvailable", True, "Sampled", f"read from {sample.source}")
             return
         if sample.no_data_yet and "training" not in self.status:

@@ -9,20 +9,25 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
 
-from .api import MAX_JOB_NAME, MAX_WORLD_SIZE, AscendHybridJobSpec
-from .chips import CHIPS, cel_allowed_per_pod, cel_allowed_text, cel_chips_per_node
-
-MODEL_PRESETS: dict[str, dict[str, int | None]] = {
-    "tiny": {"layers": 24, "hidden": 128, "heads": 8, "ffnHidden": 512, "vocab": 512, "experts": 0, "topK": None},
-    "gpt-1b": {"layers": 24, "hidden": 2048, "heads": 16, "ffnHidden": 8192, "vocab": 50304, "experts": 0, "topK": None},
-    "moe-100b": {"layers": 64, "hidden": 5120, "heads": 40, "ffnHidden": 20480, "vocab": 64000, "experts": 8, "topK": 2},
-}
-CUSTOM_REQUIRED = ("layers", "hidden", "heads", "vocab")
+from .api import MAX_JOB_NAME, MAX_WORLD_SIZE, AscendHybridJobSpec, Parallelism
+from .cel import (
+    CEL_AUTO,
+    CEL_MICRO,
+    CEL_PER_POD,
+    CEL_WORLD,
+    cel_degrees,
+    cel_format,
+    cel_known,
+    cel_model,
+    cel_model_or_zero,
+)
+from .chips import CHIPS, cel_allowed_per_pod, cel_allowed_text
+from .models import CUSTOM_REQUIRED, effective_model
 
 
 class SpecError(ValueError):
@@ -50,6 +55,8 @@ class ResolvedJob:
     model: dict[str, Any]
     global_batch_size: int
     virtual_pipeline_stages: int = 1
+    auto: bool = False      # the planner chooses the strategy (spec.parallelism.auto)
+    planned: bool = True    # False: an auto job whose strategy is not chosen yet; its degrees are placeholders
 
     @property
     def world_size(self) -> int:
@@ -69,26 +76,35 @@ class ResolvedJob:
         return degrees
 
 
-def effective_model(model) -> dict[str, Any]:
-    explicit = model.model_dump(by_alias=True, exclude={"preset"}, exclude_none=True)
-    if model.preset == "custom":
-        base: dict[str, Any] = {"experts": 0, "topK": 2}
-        if "hidden" in explicit:
-            base["ffnHidden"] = 4 * explicit["hidden"]
-    else:
-        base = dict(MODEL_PRESETS[model.preset])
-    return {"preset": model.preset, **base, **explicit}
+def planned_spec(spec: AscendHybridJobSpec, strategy: Mapping[str, Any]) -> AscendHybridJobSpec:
+    """An auto job's spec with the chosen strategy written in, as if the user had written it: what layout,
+    placement, render and the trainer read. `strategy` is a planner candidate (status.plan's shape)."""
+    chosen = strategy["parallelism"]
+    parallelism = Parallelism(
+        data=chosen["data"], tensor=chosen["tensor"], pipeline=chosen["pipeline"], expert=chosen["expert"],
+        expert_placement=chosen["expertPlacement"], micro_batches=chosen["microBatches"],
+        virtual_pipeline_stages=chosen.get("virtualPipelineStages", 1))
+    training = spec.training.model_copy(update={"recompute": strategy["recompute"],
+                                                "sequence_parallel": strategy["sequenceParallel"],
+                                                "optimizer_shard": strategy["optimizerShard"]})
+    return spec.model_copy(update={"parallelism": parallelism, "training": training})
 
 
-def resolve(name: str, spec: AscendHybridJobSpec) -> ResolvedJob:
+def resolve(name: str, spec: AscendHybridJobSpec, strategy: Mapping[str, Any] | None = None) -> ResolvedJob:
+    """Every default applied. An auto job resolves with its chosen `strategy`; without one it is unplanned: pure
+    data parallelism over its world stands in, for validation and as the planner's starting point."""
     par = spec.parallelism
-    micro_batches = par.micro_batches or par.pipeline
+    if par.auto and strategy is not None:
+        return replace(resolve(name, planned_spec(spec, strategy)), auto=True)
+    pipeline = par.pipeline or 1
+    data = par.world or 1 if par.auto else par.data or 1
+    micro_batches = par.micro_batches or pipeline
     return ResolvedJob(
-        name=name, spec=spec, data=par.data, tensor=par.tensor, pipeline=par.pipeline, expert=par.expert,
-        expert_placement=par.expert_placement, micro_batches=micro_batches, chip=spec.npu.chip,
+        name=name, spec=spec, data=data, tensor=par.tensor or 1, pipeline=pipeline, expert=par.expert or 1,
+        expert_placement=par.expert_placement or "dataParallel", micro_batches=micro_batches, chip=spec.npu.chip,
         per_pod=spec.npu.per_pod or CHIPS[spec.npu.chip].chips_per_node, model=effective_model(spec.model),
-        global_batch_size=spec.training.global_batch_size or par.data * micro_batches,
-        virtual_pipeline_stages=par.virtual_pipeline_stages,
+        global_batch_size=spec.training.global_batch_size or data * micro_batches,
+        virtual_pipeline_stages=par.virtual_pipeline_stages or 1, auto=bool(par.auto), planned=not par.auto,
     )
 
 
@@ -98,32 +114,9 @@ class Rule:
     cel: str | None = None  # evaluated on `spec`; None where CEL cannot express it
     cel_message: str | None = None
 
-
-# CEL views of effective values; the CRD defaults every object, so only optional scalars need has().
-_CEL_PER_POD = f"(has(self.npu.perPod) ? self.npu.perPod : {cel_chips_per_node('self.npu.chip')})"
-_CEL_MICRO = "(has(self.parallelism.microBatches) ? self.parallelism.microBatches : self.parallelism.pipeline)"
-_CEL_WORLD = "(self.parallelism.data * self.parallelism.tensor * self.parallelism.pipeline)"
-
-
-def _cel_model(field: str) -> str:
-    presets = ", ".join(f"'{preset}': {values[field] or 0}" for preset, values in MODEL_PRESETS.items())
-    return f"(has(self.model.{field}) ? self.model.{field} : {{{presets}}}[self.model.preset])"
-
-
-def _cel_model_or_zero(field: str) -> str:
-    """Like _cel_model, with custom's default of 0 for fields (experts) that custom may leave out."""
-    presets = ", ".join(f"'{preset}': {values[field] or 0}" for preset, values in MODEL_PRESETS.items())
-    return f"(has(self.model.{field}) ? self.model.{field} : {{{presets}, 'custom': 0}}[self.model.preset])"
-
-
-def _cel_known(field: str) -> str:
-    return f"(has(self.model.{field}) || self.model.preset != 'custom')"
-
-
-def _fmt(template: str, *arguments: str) -> str:
-    """A CEL messageExpression via the strings `format` function: the apiserver's cost estimator refuses
-    `string(int)` concatenations (unbounded size), but accepts format."""
-    return f"'{template}'.format([{', '.join(arguments)}])"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cel", cel_degrees(self.cel))
+        object.__setattr__(self, "cel_message", cel_degrees(self.cel_message))
 
 
 def _world(e: ResolvedJob) -> str | None:
@@ -227,6 +220,8 @@ def _layers_divisible_by_chunks(e: ResolvedJob) -> str | None:
 
 
 def _global_batch(e: ResolvedJob) -> str | None:
+    if not e.planned:
+        return None  # the planner chooses the split of the batch
     unit = e.data * e.micro_batches
     if e.global_batch_size % unit:
         return (f"spec.training.globalBatchSize={e.global_batch_size} must be a multiple of "
@@ -234,72 +229,121 @@ def _global_batch(e: ResolvedJob) -> str | None:
     return None
 
 
-RULES: tuple[Rule, ...] = (
-    Rule(_world, f"{_CEL_WORLD} <= {MAX_WORLD_SIZE}",
-         _fmt(f"spec.parallelism: world size data×tensor×pipeline=%d exceeds {MAX_WORLD_SIZE}", _CEL_WORLD)),
-    Rule(_per_pod_divides_world, f"{_CEL_WORLD} % {_CEL_PER_POD} == 0",
-         _fmt("spec.npu.perPod=%d must divide the world size data×tensor×pipeline=%d", _CEL_PER_POD, _CEL_WORLD)),
-    Rule(_tensor_divides_per_pod, f"{_CEL_PER_POD} % self.parallelism.tensor == 0",
-         _fmt("spec.parallelism.tensor=%d must divide spec.npu.perPod=%d", "self.parallelism.tensor", _CEL_PER_POD)),
-    Rule(_per_pod_allowed, f"{_CEL_PER_POD} in {cel_allowed_per_pod('self.npu.chip')}",
-         _fmt("spec.npu.perPod=%d is not allowed for chip %s (allowed: %s)", _CEL_PER_POD, "self.npu.chip",
+AUTO_CHOSEN = ("data", "tensor", "pipeline", "expert", "microBatches", "virtualPipelineStages")
+
+
+def _auto_leaves_unset(field: str) -> Callable[[ResolvedJob], str | None]:
+    def check(e: ResolvedJob) -> str | None:
+        par = e.spec.parallelism
+        if par.auto and par.model_dump(by_alias=True).get(field) is not None:
+            return f"spec.parallelism.{field}: must not be set when spec.parallelism.auto is true (the planner chooses it)"
+        return None
+    return check
+
+
+def _auto_needs_world(e: ResolvedJob) -> str | None:
+    par = e.spec.parallelism
+    if par.auto and par.world is None:
+        return "spec.parallelism.world: is required when spec.parallelism.auto is true (the NPUs the planner may use)"
+    return None
+
+
+def _world_needs_auto(e: ResolvedJob) -> str | None:
+    par = e.spec.parallelism
+    for field, value in (("world", par.world), ("autoConstraints", par.auto_constraints)):
+        if value is not None and not par.auto:
+            return f"spec.parallelism.{field}: only with spec.parallelism.auto: true (set the degrees instead)"
+    return None
+
+
+def _auto_needs_global_batch(e: ResolvedJob) -> str | None:
+    if e.spec.parallelism.auto and e.spec.training.global_batch_size is None:
+        return ("spec.training.globalBatchSize: is required when spec.parallelism.auto is true (the planner splits "
+                "it over data parallelism and micro-batches)")
+    return None
+
+
+_AUTO_RULES = tuple(
+    Rule(_auto_leaves_unset(field), f"!{CEL_AUTO} || !has(self.parallelism.{field})",
+         f"'spec.parallelism.{field}: must not be set when spec.parallelism.auto is true (the planner chooses it)'")
+    for field in AUTO_CHOSEN) + (
+    Rule(_auto_needs_world, f"!{CEL_AUTO} || has(self.parallelism.world)",
+         "'spec.parallelism.world: is required when spec.parallelism.auto is true (the NPUs the planner may use)'"),
+    Rule(_world_needs_auto, f"{CEL_AUTO} || (!has(self.parallelism.world) && !has(self.parallelism.autoConstraints))",
+         "has(self.parallelism.world) ? 'spec.parallelism.world: only with spec.parallelism.auto: true (set the "
+         "degrees instead)' : 'spec.parallelism.autoConstraints: only with spec.parallelism.auto: true (set the "
+         "degrees instead)'"),
+    Rule(_auto_needs_global_batch, f"!{CEL_AUTO} || has(self.training.globalBatchSize)",
+         "'spec.training.globalBatchSize: is required when spec.parallelism.auto is true (the planner splits it "
+         "over data parallelism and micro-batches)'"),
+)
+
+RULES: tuple[Rule, ...] = _AUTO_RULES + (
+    Rule(_world, f"{CEL_WORLD} <= {MAX_WORLD_SIZE}",
+         cel_format(f"spec.parallelism: world size data×tensor×pipeline=%d exceeds {MAX_WORLD_SIZE}", CEL_WORLD)),
+    Rule(_per_pod_divides_world, f"{CEL_WORLD} % {CEL_PER_POD} == 0",
+         cel_format("spec.npu.perPod=%d must divide the world size data×tensor×pipeline=%d", CEL_PER_POD, CEL_WORLD)),
+    Rule(_tensor_divides_per_pod, f"{CEL_PER_POD} % self.parallelism.tensor == 0",
+         cel_format("spec.parallelism.tensor=%d must divide spec.npu.perPod=%d", "self.parallelism.tensor", CEL_PER_POD)),
+    Rule(_per_pod_allowed, f"{CEL_PER_POD} in {cel_allowed_per_pod('self.npu.chip')}",
+         cel_format("spec.npu.perPod=%d is not allowed for chip %s (allowed: %s)", CEL_PER_POD, "self.npu.chip",
               cel_allowed_text("self.npu.chip"))),
-    Rule(_micro_batches, f"self.parallelism.pipeline == 1 || {_CEL_MICRO} >= self.parallelism.pipeline",
-         _fmt("spec.parallelism.microBatches=%d must be ≥ spec.parallelism.pipeline=%d", _CEL_MICRO,
+    Rule(_micro_batches, f"self.parallelism.pipeline == 1 || {CEL_MICRO} >= self.parallelism.pipeline",
+         cel_format("spec.parallelism.microBatches=%d must be ≥ spec.parallelism.pipeline=%d", CEL_MICRO,
               "self.parallelism.pipeline")),
     Rule(_custom_required),
     Rule(_model_divisible("layers", "spec.parallelism.pipeline", lambda e: e.pipeline),
-         f"!{_cel_known('layers')} || {_cel_model('layers')} % self.parallelism.pipeline == 0",
-         _fmt("spec.model.layers=%d must be divisible by spec.parallelism.pipeline=%d", _cel_model("layers"),
+         f"!{cel_known('layers')} || {cel_model('layers')} % self.parallelism.pipeline == 0",
+         cel_format("spec.model.layers=%d must be divisible by spec.parallelism.pipeline=%d", cel_model("layers"),
               "self.parallelism.pipeline")),
     Rule(_model_divisible("heads", "spec.parallelism.tensor", lambda e: e.tensor),
-         f"!{_cel_known('heads')} || {_cel_model('heads')} % self.parallelism.tensor == 0",
-         _fmt("spec.model.heads=%d must be divisible by spec.parallelism.tensor=%d", _cel_model("heads"),
+         f"!{cel_known('heads')} || {cel_model('heads')} % self.parallelism.tensor == 0",
+         cel_format("spec.model.heads=%d must be divisible by spec.parallelism.tensor=%d", cel_model("heads"),
               "self.parallelism.tensor")),
     Rule(_model_divisible("hidden", "spec.model.heads", lambda e: e.model.get("heads")),
-         f"!{_cel_known('hidden')} || !{_cel_known('heads')} || {_cel_model('hidden')} % {_cel_model('heads')} == 0",
-         _fmt("spec.model.hidden=%d must be divisible by spec.model.heads=%d", _cel_model("hidden"), _cel_model("heads"))),
-    Rule(_expert_needs_experts, f"self.parallelism.expert == 1 || {_cel_model_or_zero('experts')} > 0",
-         _fmt("spec.parallelism.expert=%d needs spec.model.experts > 0", "self.parallelism.expert")),
+         f"!{cel_known('hidden')} || !{cel_known('heads')} || {cel_model('hidden')} % {cel_model('heads')} == 0",
+         cel_format("spec.model.hidden=%d must be divisible by spec.model.heads=%d", cel_model("hidden"), cel_model("heads"))),
+    Rule(_expert_needs_experts, f"self.parallelism.expert == 1 || {cel_model_or_zero('experts')} > 0",
+         cel_format("spec.parallelism.expert=%d needs spec.model.experts > 0", "self.parallelism.expert")),
     Rule(_experts_divisible,
-         f"self.parallelism.expert == 1 || {_cel_model_or_zero('experts')} == 0 || "
-         f"{_cel_model_or_zero('experts')} % self.parallelism.expert == 0",
-         _fmt("spec.model.experts=%d must be divisible by spec.parallelism.expert=%d", _cel_model_or_zero("experts"),
+         f"self.parallelism.expert == 1 || {cel_model_or_zero('experts')} == 0 || "
+         f"{cel_model_or_zero('experts')} % self.parallelism.expert == 0",
+         cel_format("spec.model.experts=%d must be divisible by spec.parallelism.expert=%d", cel_model_or_zero("experts"),
               "self.parallelism.expert")),
     Rule(_expert_divides_group,
          "self.parallelism.expert == 1 || (self.parallelism.expertPlacement == 'intraNode' ? "
-         f"{_CEL_PER_POD} % self.parallelism.expert == 0 : self.parallelism.data % self.parallelism.expert == 0)",
+         f"{CEL_PER_POD} % self.parallelism.expert == 0 : self.parallelism.data % self.parallelism.expert == 0)",
          "self.parallelism.expertPlacement == 'intraNode' ? "
-         + _fmt("spec.parallelism.expert=%d must divide spec.npu.perPod=%d (expertPlacement intraNode)",
-                "self.parallelism.expert", _CEL_PER_POD)
+         + cel_format("spec.parallelism.expert=%d must divide spec.npu.perPod=%d (expertPlacement intraNode)",
+                "self.parallelism.expert", CEL_PER_POD)
          + " : "
-         + _fmt("spec.parallelism.expert=%d must divide spec.parallelism.data=%d (expertPlacement dataParallel)",
+         + cel_format("spec.parallelism.expert=%d must divide spec.parallelism.data=%d (expertPlacement dataParallel)",
                 "self.parallelism.expert", "self.parallelism.data")),
     Rule(_expert_inside_tensor,
          "self.parallelism.expert == 1 || self.parallelism.expertPlacement != 'intraNode' || "
          "self.parallelism.tensor % self.parallelism.expert == 0",
-         _fmt("spec.parallelism.expert=%d must divide spec.parallelism.tensor=%d (expertPlacement intraNode carves "
+         cel_format("spec.parallelism.expert=%d must divide spec.parallelism.tensor=%d (expertPlacement intraNode carves "
               "the expert groups out of the TP group)", "self.parallelism.expert", "self.parallelism.tensor")),
     Rule(_global_batch,
-         f"!has(self.training.globalBatchSize) || self.training.globalBatchSize % (self.parallelism.data * {_CEL_MICRO}) == 0",
-         _fmt("spec.training.globalBatchSize=%d must be a multiple of data×microBatches=%d",
-              "self.training.globalBatchSize", f"self.parallelism.data * {_CEL_MICRO}")),
+         f"!has(self.training.globalBatchSize) || self.training.globalBatchSize % (self.parallelism.data * {CEL_MICRO}) == 0",
+         cel_format("spec.training.globalBatchSize=%d must be a multiple of data×microBatches=%d",
+              "self.training.globalBatchSize", f"self.parallelism.data * {CEL_MICRO}")),
     Rule(_kv_heads_divide_heads,
-         f"!has(self.model.kvHeads) || !{_cel_known('heads')} || {_cel_model('heads')} % self.model.kvHeads == 0",
-         _fmt("spec.model.kvHeads=%d must divide spec.model.heads=%d", "self.model.kvHeads", _cel_model("heads"))),
+         f"!has(self.model.kvHeads) || !{cel_known('heads')} || {cel_model('heads')} % self.model.kvHeads == 0",
+         cel_format("spec.model.kvHeads=%d must divide spec.model.heads=%d", "self.model.kvHeads", cel_model("heads"))),
     # Megatron-style attention gives each TP rank whole key/value heads (query groups), so TP must divide them.
     Rule(_model_divisible("kvHeads", "spec.parallelism.tensor", lambda e: e.tensor),
          "!has(self.model.kvHeads) || self.model.kvHeads % self.parallelism.tensor == 0",
-         _fmt("spec.model.kvHeads=%d must be divisible by spec.parallelism.tensor=%d", "self.model.kvHeads",
+         cel_format("spec.model.kvHeads=%d must be divisible by spec.parallelism.tensor=%d", "self.model.kvHeads",
               "self.parallelism.tensor")),
     Rule(_virtual_stages_need_pipeline,
          "self.parallelism.virtualPipelineStages == 1 || self.parallelism.pipeline > 1",
-         _fmt("spec.parallelism.virtualPipelineStages=%d needs spec.parallelism.pipeline > 1 (interleaving splits "
+         cel_format("spec.parallelism.virtualPipelineStages=%d needs spec.parallelism.pipeline > 1 (interleaving splits "
               "each pipeline stage into model chunks)", "self.parallelism.virtualPipelineStages")),
     Rule(_layers_divisible_by_chunks,
-         f"self.parallelism.virtualPipelineStages == 1 || !{_cel_known('layers')} || "
-         f"{_cel_model('layers')} % (self.parallelism.pipeline * self.parallelism.virtualPipelineStages) == 0",
-         _fmt("spec.model.layers=%d must be divisible by pipeline×virtualPipelineStages=%d", _cel_model("layers"),
+         f"self.parallelism.virtualPipelineStages == 1 || !{cel_known('layers')} || "
+         f"{cel_model('layers')} % (self.parallelism.pipeline * self.parallelism.virtualPipelineStages) == 0",
+         cel_format("spec.model.layers=%d must be divisible by pipeline×virtualPipelineStages=%d", cel_model("layers"),
               "self.parallelism.pipeline * self.parallelism.virtualPipelineStages")),
 )
 

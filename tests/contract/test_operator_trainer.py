@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ascend_hybrid import crd, render, rules
+from ascend_hybrid import crd, models, render, rules
 from ascend_hybrid_trainer import cli as trainer_cli
 from ascend_hybrid_trainer import defaults
 from ascend_hybrid_trainer.config import MODEL_PRESETS, parse_job
@@ -23,8 +23,17 @@ def crd_default(*path: str):
     return schema["default"]
 
 
+def test_the_trainers_degree_defaults_are_the_operators():
+    """The degrees have no CRD defaults (an auto job leaves them unset): rules.resolve applies them."""
+    body = {"metadata": {"name": "defaults"}, "spec": {"parallelism": {}, "npu": {"perPod": 1}}}
+    effective = rules.parse(body)
+    resolved = {"data": effective.data, "tensor": effective.tensor, "pipeline": effective.pipeline,
+                "expert": effective.expert, "expertPlacement": effective.expert_placement,
+                "virtualPipelineStages": effective.virtual_pipeline_stages}
+    assert resolved == defaults.PARALLELISM
+
+
 @pytest.mark.parametrize("section, table, path", [
-    ("parallelism", defaults.PARALLELISM, ("parallelism",)),
     ("model", defaults.MODEL, ("model",)),
     ("training", defaults.TRAINING, ("training",)),
     ("checkpoint", defaults.CHECKPOINT, ("training", "checkpoint")),
@@ -58,7 +67,7 @@ def test_a_job_with_defaults_and_the_local_runner_run_the_same_training():
 
 
 def test_presets_match_the_operator():
-    assert MODEL_PRESETS == rules.MODEL_PRESETS
+    assert MODEL_PRESETS == models.MODEL_PRESETS
 
 
 @pytest.mark.parametrize("example", ["job.yaml", "seed-moe-128.yaml"])

@@ -33,6 +33,7 @@ from ascend_hybrid.devcluster.telemetry import exporter, prometheus
 from ascend_hybrid.devcluster.testing import procnet
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
 from support.operator_harness import Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
+from support.paths import EXAMPLES
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +79,8 @@ def prometheus_progress(url: str, namespace: str, pod: str) -> dict[str, float]:
 @pytest.fixture
 def jobs(cluster, namespace, tmp_path):
     operator = OperatorProcess(str(cluster.kubeconfig), tmp_path / "operator.log",
-                               extra_args=("--telemetry-interval", TELEMETRY_INTERVAL)).start()
+                               extra_args=("--telemetry-interval", TELEMETRY_INTERVAL,
+                                           "--hardware-profiles", str(EXAMPLES / "hardware-cpu.yaml"))).start()
     handle = Jobs(cluster.api, namespace, operator)
     yield handle
     handle.delete_all(timeout=90)
@@ -86,7 +88,7 @@ def jobs(cluster, namespace, tmp_path):
 
 
 def real_job(name: str, steps: int, **training) -> dict:
-    return job_manifest(name, data=2, tensor=1, per_pod=1, annotations=PROCESS,
+    return job_manifest(name, data=2, tensor=1, per_pod=1, annotations=PROCESS, npu={"hardwareProfile": "cpu-2core"},
                         training={"steps": steps, "seed": SEED, "seqLength": SEQ_LENGTH, "globalBatchSize": 2,
                                   **training})
 
@@ -147,7 +149,7 @@ def test_a_dp2_job_trains_for_real_and_matches_the_local_runner(cluster, prometh
     pod_zero = names.pod_name("real-dp2", 1, 0)
     started = time.monotonic()
     jobs.create(real_job("real-dp2", STEPS))
-    phases, training_seen, scraped, pids_seen, sockets, peak_rss = [], [], [], set(), [], 0
+    phases, training_seen, scraped, pids_seen, sockets, peak_rss, ratios = [], [], [], set(), [], 0, []
     deadline = time.monotonic() + 300
     while True:
         status = jobs.status("real-dp2")
@@ -156,6 +158,8 @@ def test_a_dp2_job_trains_for_real_and_matches_the_local_runner(cluster, prometh
             phases.append(phase)
         if phase == "Running" and (status.get("training") or {}).get("step"):
             training_seen.append(status["training"])
+        if phase == "Running" and (status.get("plan") or {}).get("stepTimeRatio") is not None:
+            ratios.append(status["plan"]["stepTimeRatio"])
         if phase == "Running":
             progress = prometheus_progress(prometheus_url, namespace, pod_zero)
             if progress.get("step", 0) >= 1 and "loss" in progress:
@@ -171,7 +175,8 @@ def test_a_dp2_job_trains_for_real_and_matches_the_local_runner(cluster, prometh
     wall = time.monotonic() - started
     print(f"\nDP 2 job (2 pods x 1 chip, tiny, {STEPS} steps): created -> {phase} in {wall:.1f} s; peak memory of "
           f"its {len(pids_seen)} processes {peak_rss / 2**20:.0f} MiB (sum of RSS); progress read while Running: "
-          f"{len(training_seen)} times from status.training, {len(scraped)} from Prometheus")
+          f"{len(training_seen)} times from status.training, {len(scraped)} from Prometheus; measured/predicted "
+          f"step time {ratios[-1] if ratios else None} (cpu-2core profile)")
     assert phase == "Succeeded", describe(cluster, jobs, "real-dp2")
     assert "Running" in phases and phases.index("Running") < phases.index("Succeeded"), phases
 
@@ -192,6 +197,8 @@ def test_a_dp2_job_trains_for_real_and_matches_the_local_runner(cluster, prometh
 
     # status.training came from the real trainer while it ran: a step of the log, with that step's loss
     assert training_seen, "status.training never showed a step while the job was Running"
+    # the planner's prediction (the cpu-2core profile) met the measured step time: status.plan.stepTimeRatio
+    assert ratios and all(ratio > 0 for ratio in ratios), "status.plan.stepTimeRatio never appeared while Running"
     logged = {r["step"]: r["loss"] for r in records}
     for sample in training_seen:
         assert sample["loss"] == pytest.approx(logged[sample["step"]], abs=1e-5), (sample, logged)

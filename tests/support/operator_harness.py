@@ -37,8 +37,10 @@ def kubectl(cluster, *args: str, check: bool = True) -> str:
 def install_crd(cluster) -> None:
     """As a user would: `kubectl apply --server-side -f crds/`, then wait until the API serves it."""
     kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl(cluster, "wait", "--for=condition=Established", "--timeout=30s",
-            "customresourcedefinition/ascendhybridjobs.hybrid.ascend.dev")
+    # `kubectl wait` fails outright ("conditions accessor error") while a just-updated CRD has no conditions yet
+    wait_for(lambda: "True" in kubectl(cluster, "get", "customresourcedefinition/ascendhybridjobs.hybrid.ascend.dev",
+                                       "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}"),
+             30, "the CRD to be Established")
 
 
 def free_port() -> int:

@@ -139,6 +139,10 @@ class Kube:
                             field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False)
         return [pod for pod in json.loads(answer.data)["items"] if holds_npus(pod.get("spec") or {})]
 
+    def list_nodes(self) -> list[dict]:
+        answer = self._call("list", "nodes", self.core.list_node, _preload_content=False)
+        return json.loads(answer.data)["items"]
+
     def list_device_infos(self, namespace: str, label_selector: str) -> list[dict]:
         answer = self._call("list", "configmaps", self.core.list_namespaced_config_map, namespace,
                             label_selector=label_selector, _preload_content=False)

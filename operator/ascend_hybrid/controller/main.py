@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
+
+import yaml
 
 from .settings import OperatorSettings
 
@@ -28,6 +31,10 @@ def register(subparsers) -> None:
                         "(npu-exporter and trainer series); default: scrape the trainer pods' :9400 endpoints")
     parser.add_argument("--telemetry-interval", type=float, default=defaults.telemetry_interval,
                         help="seconds between progress/utilization readings of each running job")
+    parser.add_argument("--hardware-profiles", metavar="FILE",
+                        help="planner hardware profiles (one hardware file, or a list of them; docs/planner.md): a "
+                        "profile named like a chip (910A, 910B, A3) replaces the built-in one, others are chosen by "
+                        "spec.npu.hardwareProfile")
     parser.add_argument("--log-level", default=defaults.log_level, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.set_defaults(func=run)
 
@@ -37,7 +44,30 @@ def settings_from(args) -> OperatorSettings:
         namespaces=tuple(args.namespace), kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
         health_port=args.health_port, bind_address=args.bind_address, workers=args.workers,
         node_grace_seconds=args.node_grace_seconds, prometheus_url=args.prometheus_url,
-        telemetry_interval=args.telemetry_interval, log_level=args.log_level)
+        telemetry_interval=args.telemetry_interval, log_level=args.log_level, hardware_profiles=args.hardware_profiles)
+
+
+def load_hardware_profiles(path: str | None) -> dict:
+    """Name → planner Hardware from a YAML file holding one hardware document or a list of them."""
+    from ..planner.hardware import HardwareError, from_mapping
+
+    if not path:
+        return {}
+    try:
+        documents = yaml.safe_load(Path(path).read_text())
+    except OSError as error:
+        raise ValueError(error.strerror or str(error)) from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"not valid YAML ({str(error).splitlines()[0]})") from None
+    documents = documents if isinstance(documents, list) else [documents]
+    profiles = {}
+    for position, document in enumerate(documents):
+        try:
+            hardware = from_mapping(document)
+        except HardwareError as error:
+            raise ValueError(f"profile {position}: {error}") from None
+        profiles[hardware.name] = hardware
+    return profiles
 
 
 def run(args) -> int:
@@ -53,6 +83,11 @@ def run(args) -> int:
     from .telemetry import TelemetrySource, sampling_loop
 
     settings = settings_from(args)
+    try:
+        profiles = load_hardware_profiles(settings.hardware_profiles)
+    except ValueError as error:
+        print(f"error: --hardware-profiles {settings.hardware_profiles}: {error}", file=sys.stderr)
+        return EXIT_NOT_READY
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.log_level != "DEBUG":
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled event drowns the rest
@@ -74,7 +109,7 @@ def run(args) -> int:
               "`kubectl apply --server-side -f crds/` or `helm install ascend-hybrid charts/ascend-hybrid-operator`",
               file=sys.stderr)
         return EXIT_NOT_READY
-    controller = Controller(kube, settings=settings)
+    controller = Controller(kube, settings=settings, hardware_profiles=profiles)
     source = TelemetrySource(settings.prometheus_url, timeout_seconds=settings.telemetry_http_timeout)
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr=settings.bind_address)

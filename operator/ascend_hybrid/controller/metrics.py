@@ -25,6 +25,9 @@ RESTARTS = Counter("ascend_hybrid_job_restarts_total", "Whole-gang restarts", ["
 RECONCILE_ERRORS = Counter("ascend_hybrid_reconcile_errors_total", "Reconcile passes that raised", ["namespace"])
 API_CALLS = Counter("ascend_hybrid_api_calls_total", "Kubernetes API calls made by the operator", ["verb", "resource"])
 PODS_CREATED = Counter("ascend_hybrid_pods_created_total", "Pods the operator created")
+PLAN_STEP_TIME_RATIO = Gauge("ascend_hybrid_plan_step_time_ratio",
+                             "Measured / predicted step seconds of each running job (status.plan.stepTimeRatio)",
+                             ["namespace", "job"])
 
 
 def record_transition(namespace: str, job: dict, old: dict, new: dict) -> None:
@@ -60,6 +63,10 @@ def publish_job_gauges(records) -> None:
     JOBS_PENDING.clear()
     for reason, count in pending.items():
         JOBS_PENDING.labels(reason=reason).set(count)
+    PLAN_STEP_TIME_RATIO.clear()
+    for (namespace, name), record in records:
+        if record.step_time_ratio is not None and record.phase == "Running":
+            PLAN_STEP_TIME_RATIO.labels(namespace=namespace, job=name).set(record.step_time_ratio)
 
 
 def publishing_loop(controller, interval: float = 5.0) -> Callable[[], None]:

@@ -35,7 +35,7 @@ from ..placement import place
 from ..placement_record import record_placement
 from ..progress import Sample
 from ..reconcile import FAST_REQUEUE_SECONDS, Decision, Observed, decide
-from ..rules import SpecError, parse
+from ..rules import ResolvedJob, SpecError, parse
 from ..summary import node_domains
 from . import metrics
 from .kube import Kube, rank_table_of, service_ip
@@ -60,6 +60,7 @@ class JobRecord:
 
     phase: str = "Pending"
     attempt: int = 1
+    step_time_ratio: float | None = None        # status.plan.stepTimeRatio, for the metric
     pending_reason: str = "Waiting"
     failures: int = 0                           # consecutive passes that raised
     last_written: str | None = None             # resourceVersion of our last status patch
@@ -101,6 +102,7 @@ class Controller:
     queue: WorkQueue = field(default_factory=WorkQueue)
     placement_lock: threading.Lock = field(default_factory=threading.Lock)
     jobs: dict[JobKey, JobRecord] = field(default_factory=dict)
+    hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
 
@@ -211,7 +213,7 @@ class Controller:
             sched_ip=record.sched_ip, nodes=nodes, now=datetime.now(UTC),
             node_grace_seconds=self.settings.node_grace_seconds,
             in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample,
-            device_infos=device_infos_by_node(self.indexes.device_infos()),
+            device_infos=device_infos_by_node(self.indexes.device_infos()), hardware_profiles=self.hardware_profiles,
         )
 
     def execute(self, key: JobKey, job: dict, observed: Observed, decision: Decision) -> Next:
@@ -225,7 +227,7 @@ class Controller:
                 case PostEvent():
                     self.kube.post_event(job, action.type, action.reason, action.message)
                 case EnsureChildren():
-                    self.ensure_children(key, job, observed)
+                    self.ensure_children(key, job, action.job)
                     after = Next.DECIDE_AGAIN
                 case Place():
                     if self.place(key, job, observed, decision, action):
@@ -257,13 +259,12 @@ class Controller:
             if error is not None:
                 raise error
 
-    def ensure_children(self, key: JobKey, job: dict, observed: Observed) -> None:
+    def ensure_children(self, key: JobKey, job: dict, effective: ResolvedJob) -> None:
         namespace, name = key
         uid = job["metadata"]["uid"]
         record = self.record_of(key)
         manifests = render.services(name, namespace, uid)
-        if observed.effective is not None:
-            manifests.append(render.job_config_map(observed.effective, namespace, uid))
+        manifests.append(render.job_config_map(effective, namespace, uid))
         if record.rank_table is None:
             manifests.append(render.rank_table_config_map(name, namespace, uid))
         live: dict[str, dict] = {}
@@ -275,7 +276,7 @@ class Controller:
 
     def place(self, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
         """Places the gang under the one lock; the core records the outcome, this executes its events."""
-        effective, request = observed.effective, action.request
+        effective, request = action.job, action.request
         record = self.record_of(key)
         with self.placement_lock:
             started = time.perf_counter()
@@ -334,6 +335,7 @@ class Controller:
         if attempt != record.attempt:
             record.sample = None  # a reading of the previous attempt's pods says nothing of this one
         record.attempt = attempt
+        record.step_time_ratio = (new.get("plan") or {}).get("stepTimeRatio")
         placed = next((c for c in new.get("conditions", []) if c["type"] == "Placed"), None)
         if record.phase == "Pending":
             record.pending_reason = placed["reason"] if placed and placed["status"] == "False" else "Waiting"

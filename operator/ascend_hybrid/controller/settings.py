@@ -18,6 +18,7 @@ class OperatorSettings:
     node_grace_seconds: float = NODE_NOT_READY_GRACE_SECONDS
     prometheus_url: str | None = None
     telemetry_interval: float = 30.0
+    hardware_profiles: str | None = None       # a YAML file of planner hardware profiles (--hardware-profiles)
     log_level: str = "INFO"
     # reconcile loop
     max_steps_per_pass: int = 6                # decide → execute rounds per pass before waiting for the watch

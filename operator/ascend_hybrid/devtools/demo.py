@@ -31,6 +31,7 @@ from .repo import chart_dir, repo_root
 
 EXAMPLES = ("seed-moe-128.yaml", "job.yaml")
 REAL_JOB = "tiny-dp2-real.yaml"  # its pods run the real trainer through the process runtime
+CPU_PROFILE = "hardware-cpu.yaml"  # the planner's profile of this machine's CPU, for the real job's prediction
 RELEASE, RELEASE_NAMESPACE = "ascend-hybrid", "ascend-hybrid-system"
 DEMO_NODES, DEMO_RACKS = 20, 2
 OPERATOR_METRICS_PORT, OPERATOR_HEALTH_PORT = 18080, 18081
@@ -92,7 +93,7 @@ def start_operator(paths, prometheus_url: str) -> tuple[int, int]:
     pid = operator.start([sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", str(paths.kubeconfig),
                           "--metrics-port", str(metrics_port), "--health-port", str(health_port),
                           "--bind-address", "127.0.0.1", "--telemetry-interval", "10",
-                          "--prometheus-url", prometheus_url])
+                          "--prometheus-url", prometheus_url, "--hardware-profiles", str(example(CPU_PROFILE))])
     _operator_ports(paths).write_text(json.dumps({"metrics": metrics_port, "health": health_port}) + "\n")
     healthz = f"http://127.0.0.1:{health_port}/healthz"
     try:
@@ -127,7 +128,8 @@ def apply_examples(kubeconfig: str) -> list[dict]:
 def progress_columns() -> str:
     """For `kubectl get ahj -o custom-columns=…`: the printer columns have Step but no loss."""
     return ("NAME:.metadata.name,PHASE:.status.phase,STEP:.status.training.step,LOSS:.status.training.loss,"
-            "PROGRESS%:.status.training.progressPercentage")
+            "PROGRESS%:.status.training.progressPercentage,STEP_S:.status.training.stepSeconds,"
+            "PREDICTED_S:.status.plan.time.stepSeconds,RATIO:.status.plan.stepTimeRatio")
 
 
 def prometheus_queries(name: str, namespace: str = "default", attempt: int = 1) -> dict[str, str]:
@@ -171,12 +173,14 @@ def _wait_gone(custom, name: str, timeout: float = 60) -> None:
 
 
 def show_real_training(custom, kubectl: list[str], prometheus_url: str, name: str) -> None:
-    """Waits for the real job's first step, then shows step and loss moving, in the CR and in Prometheus."""
+    """Waits for the real job's first steps and their measured step time, then shows step, loss and measured
+    against predicted step seconds moving, in the CR and in Prometheus."""
     def stepped() -> bool:
         status = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name).get("status") or {}
-        return ((status.get("training") or {}).get("step") or 0) >= 1
+        trained = ((status.get("training") or {}).get("step") or 0) >= 1
+        return trained and (status.get("plan") or {}).get("stepTimeRatio") is not None
     try:
-        wait_until(stepped, 180, f"{name}'s first training step", interval=2)
+        wait_until(stepped, 180, f"{name}'s first training steps", interval=2)
     except WaitTimeout:
         say(f"{name}: no training step reported yet; see `kubectl logs {names.pod_name(name, 1, 0)}`")
         return

@@ -115,16 +115,39 @@ def evaluate_job(effective: Any, hw: Hardware, fmt: StatesFormat = MIXED_PRECISI
     return evaluate_strategy(Workload.from_job(effective), Strategy.from_job(effective), hw, fmt)
 
 
-def _structures(w: Workload, world: int) -> Iterator[tuple[int, int, int, int, str, int, int]]:
+@dataclass(frozen=True)
+class Constraints:
+    """What an auto job's spec.parallelism.autoConstraints lets the planner choose (None: anything)."""
+
+    max_pipeline: int | None = None
+    max_tensor: int | None = None
+    expert_placement: str | None = None
+    recompute: tuple[str, ...] = RECOMPUTE_KINDS
+
+    @classmethod
+    def of_spec(cls, spec: Any) -> Constraints:
+        given = spec.parallelism.auto_constraints
+        if given is None:
+            return cls()
+        return cls(given.max_pipeline, given.max_tensor, given.expert_placement,
+                   tuple(given.recompute) if given.recompute else RECOMPUTE_KINDS)
+
+
+def _structures(w: Workload, world: int, limits: Constraints) -> Iterator[tuple[int, int, int, int, str, int, int]]:
     """(data, tensor, pipeline, expert, placement, microBatches, virtualStages) of the search space. Micro-batches
     range over what splits the global batch; a DP degree that cannot split it gets one entry, which the rules refuse."""
     batch = w.global_batch
     expert_options = [(1, "dataParallel")]
     if w.is_moe:
         expert_options += [(e, placement) for e in _divisors(w.experts) if e > 1
-                           for placement in ("dataParallel", "intraNode")]
+                           for placement in ("dataParallel", "intraNode")
+                           if limits.expert_placement in (None, placement)]
     for tensor in _divisors(world):
+        if limits.max_tensor is not None and tensor > limits.max_tensor:
+            continue
         for pipeline in _divisors(world // tensor):
+            if limits.max_pipeline is not None and pipeline > limits.max_pipeline:
+                continue
             data = world // (tensor * pipeline)
             micro = _divisors(batch // data) if batch % data == 0 else [pipeline]
             chunks = _divisors(w.layers // pipeline) if pipeline > 1 and w.layers % pipeline == 0 else [1]
@@ -134,10 +157,10 @@ def _structures(w: Workload, world: int) -> Iterator[tuple[int, int, int, int, s
                         yield data, tensor, pipeline, expert, placement, micro_batches, virtual
 
 
-def _variants(data: int, tensor: int) -> Iterator[tuple[str, bool, bool]]:
+def _variants(data: int, tensor: int, recompute_kinds: tuple[str, ...]) -> Iterator[tuple[str, bool, bool]]:
     """Recompute × sequence parallelism × optimizer sharding. SP without TP and sharding without DP change
     nothing, so they are not separate candidates."""
-    for recompute in RECOMPUTE_KINDS:
+    for recompute in recompute_kinds:
         for sequence_parallel in ((False, True) if tensor > 1 else (False,)):
             for shard in ((False, True) if data > 1 else (False,)):
                 yield recompute, sequence_parallel, shard
@@ -153,6 +176,7 @@ def plan(effective: Any, hw: Hardware, world: int | None = None, chip: str | Non
     """
     world = world or effective.world_size
     base = effective.spec
+    limits = Constraints.of_spec(base)
     npu = base.npu if chip is None else base.npu.model_copy(update={"chip": chip})
     _check_pods_fit_nodes(npu.per_pod or CHIPS[npu.chip].chips_per_node, hw)
     w = Workload.from_job(effective)
@@ -161,14 +185,16 @@ def plan(effective: Any, hw: Hardware, world: int | None = None, chip: str | Non
     rejected = Rejections()
     closest: tuple | None = None  # (GiB over, tie-break, strategy) of the strategy that misses by the least
     considered = 0
-    for data, tensor, pipeline, expert, placement, micro_batches, virtual in _structures(w, world):
+    for data, tensor, pipeline, expert, placement, micro_batches, virtual in _structures(w, world, limits):
+        # each candidate is a manual spec (an auto job's own auto, world and constraints cleared)
         parallelism = base.parallelism.model_copy(update={
             "data": data, "tensor": tensor, "pipeline": pipeline, "expert": expert, "expert_placement": placement,
-            "micro_batches": micro_batches, "virtual_pipeline_stages": virtual})
+            "micro_batches": micro_batches, "virtual_pipeline_stages": virtual, "auto": None, "world": None,
+            "auto_constraints": None})
         spec = base.model_copy(update={"parallelism": parallelism, "training": training, "npu": npu})
         screened = rules.resolve(effective.name, spec)
         broken = rules.broken_rules(screened)
-        variants = list(_variants(data, tensor))
+        variants = list(_variants(data, tensor, limits.recompute))
         considered += len(variants)
         structure = Strategy.from_job(screened)
         if broken:

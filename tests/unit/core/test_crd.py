@@ -95,10 +95,13 @@ def test_required_parallelism_has_no_default():
 
 def test_schema_bounds_and_enums():
     par = SPEC["properties"]["parallelism"]["properties"]
-    for degree in ("data", "tensor", "pipeline", "expert"):
-        assert (par[degree]["type"], par[degree]["minimum"], par[degree]["default"]) == ("integer", 1, 1), degree
-    assert par["expertPlacement"]["enum"] == ["dataParallel", "intraNode"]
+    # no schema defaults on the degrees: an auto job leaves them unset (rules.resolve applies 1 / dataParallel)
+    for degree in ("data", "tensor", "pipeline", "expert", "virtualPipelineStages"):
+        assert (par[degree]["type"], par[degree]["minimum"], "default" in par[degree]) == ("integer", 1, False), degree
+    assert par["expertPlacement"]["enum"] == ["dataParallel", "intraNode"] and "default" not in par["expertPlacement"]
     assert "default" not in par["microBatches"]
+    assert par["auto"]["type"] == "boolean" and "default" not in par["auto"]
+    assert par["world"]["minimum"] == 1 and "default" not in par["autoConstraints"]
     npu = SPEC["properties"]["npu"]["properties"]
     assert npu["chip"]["enum"] == ["910A", "910B", "A3"] and npu["chip"]["default"] == "910B"
     assert (npu["perPod"]["minimum"], npu["perPod"]["maximum"]) == (1, 16) and "default" not in npu["perPod"]
@@ -128,11 +131,10 @@ def test_crd_defaults_equal_the_model_defaults():
 
     subset(filled, model)
     # and every scalar default of the model is in the CRD
-    assert filled["parallelism"] == {"data": 1, "tensor": 1, "pipeline": 1, "expert": 1,
-                                     "expertPlacement": "dataParallel", "virtualPipelineStages": 1}
+    assert filled["parallelism"] == {}
     assert filled["hccl"] == {"connectTimeoutSeconds": 120, "execTimeoutSeconds": 600, "whitelistDisable": True}
     assert filled["runPolicy"] == {"backoffLimit": 3, "suspend": False, "schedulingTimeoutSeconds": 300,
-                                   "cleanPodPolicy": "Running"}
+                                   "cleanPodPolicy": "Running", "refuseUnfitStrategy": False}
     assert filled["npu"] == {"resource": "huawei.com/Ascend910", "chip": "910B"}
     assert filled["model"] == {"preset": "tiny"}
 
@@ -160,10 +162,12 @@ def test_printer_columns_in_order():
                                                     "Restarts", "Age"]
     paths = {c["name"]: c["jsonPath"] for c in columns}
     assert paths["World"] == ".status.worldSize"
-    assert paths["TP"] == ".spec.parallelism.tensor"
-    assert paths["PP"] == ".spec.parallelism.pipeline"
-    assert paths["DP"] == ".spec.parallelism.data"
-    assert paths["EP"] == ".spec.parallelism.expert"
+    # the degrees the pods run with, an auto job's included
+    assert paths["TP"] == ".status.parallelism.tensor"
+    assert paths["PP"] == ".status.parallelism.pipeline"
+    assert paths["DP"] == ".status.parallelism.data"
+    assert paths["EP"] == ".status.parallelism.expert"
+    assert paths["StepRatio"] == ".status.plan.stepTimeRatio"
     assert paths["Phase"] == ".status.phase"
     assert paths["Step"] == ".status.training.step"
     assert paths["Restarts"] == ".status.restarts"

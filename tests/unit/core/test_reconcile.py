@@ -111,7 +111,11 @@ def test_new_job_is_created_and_asks_for_placement():
     assert decision.status["worldSize"] == 8
     request = action(decision, "place").request
     assert (request.pod_count, request.chips_per_pod, request.chip) == (2, 4, "910B")
-    assert [c["type"] for c in decision.status["conditions"]] == ["Created"]
+    assert [c["type"] for c in decision.status["conditions"]] == ["Created", "StrategyFits"]
+    fits = decision.status["conditions"][1]
+    assert fits["status"] == "True" and fits["reason"] == "Fits"
+    assert decision.status["plan"]["source"] == "evaluated" and decision.status["plan"]["fits"]
+    assert decision.status["parallelism"]["data"] == 2 and decision.status["parallelism"]["tensor"] == 4
 
 
 def test_failed_placement_is_pending_with_one_warning():

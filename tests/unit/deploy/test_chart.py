@@ -1,8 +1,8 @@
 """The Helm chart: lint, golden renderings, Kubernetes 1.36 schema validity, least-privilege RBAC derived from the
 operator's own calls, and deploy/operator.yaml kept in step.
 
-Golden files (tests/unit/golden/chart-*.yaml) change only on purpose; after a deliberate chart change run
-    AHJ_UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_chart.py
+Golden files (tests/unit/deploy/golden/chart-*.yaml) change only on purpose; after a deliberate chart change run
+    AHJ_UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/deploy/test_chart.py
 and review the diff. deploy/operator.yaml is regenerated with `ascend-hybrid chart write`.
 Needs the toolchain's helm (`ascend-hybrid dev-cluster build`); without it the tests fail, they never skip.
 """
@@ -39,6 +39,7 @@ ROLE_KINDS = ("ClusterRole", "Role")
 # fails test_every_api_call_of_kube_py_is_known: add it, and the verb to charts/…/templates/rbac.yaml.
 KUBE_PY_CALLS = {
     "read_custom_resource_definition": {("apiextensions.k8s.io", "customresourcedefinitions", "get")},
+    "list_node": {("", "nodes", "list")},
     "get_namespaced_custom_object": {("hybrid.ascend.dev", "ascendhybridjobs", "get")},
     "patch_namespaced_custom_object_status": {("hybrid.ascend.dev", "ascendhybridjobs/status", "patch")},
     "delete_namespaced_custom_object": {("hybrid.ascend.dev", "ascendhybridjobs", "delete")},

@@ -106,7 +106,7 @@ def test_rules_do_not_read_the_training_flags():
     def check(data):
         spec = AscendHybridJobSpec.model_validate(data.draw(valid_specs()))
         verdicts = set()
-        for recompute, sequence_parallel, shard in search._variants(2, 2):
+        for recompute, sequence_parallel, shard in search._variants(2, 2, search.RECOMPUTE_KINDS):
             training = spec.training.model_copy(update={"recompute": recompute, "sequence_parallel": sequence_parallel,
                                                         "optimizer_shard": shard})
             variant = spec.model_copy(update={"training": training})

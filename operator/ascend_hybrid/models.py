@@ -1,0 +1,23 @@
+"""The model presets (design §3) and a job's effective model: the preset, then the spec's explicit fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL_PRESETS: dict[str, dict[str, int | None]] = {
+    "tiny": {"layers": 24, "hidden": 128, "heads": 8, "ffnHidden": 512, "vocab": 512, "experts": 0, "topK": None},
+    "gpt-1b": {"layers": 24, "hidden": 2048, "heads": 16, "ffnHidden": 8192, "vocab": 50304, "experts": 0, "topK": None},
+    "moe-100b": {"layers": 64, "hidden": 5120, "heads": 40, "ffnHidden": 20480, "vocab": 64000, "experts": 8, "topK": 2},
+}
+CUSTOM_REQUIRED = ("layers", "hidden", "heads", "vocab")
+
+
+def effective_model(model) -> dict[str, Any]:
+    explicit = model.model_dump(by_alias=True, exclude={"preset"}, exclude_none=True)
+    if model.preset == "custom":
+        base: dict[str, Any] = {"experts": 0, "topK": 2}
+        if "hidden" in explicit:
+            base["ffnHidden"] = 4 * explicit["hidden"]
+    else:
+        base = dict(MODEL_PRESETS[model.preset])
+    return {"preset": model.preset, **base, **explicit}

@@ -1,0 +1,185 @@
+"""The planner in the job's life: an auto job's strategy chosen once, a manual job's scored, the fit verdicts, the
+auto rules in Python and CEL, and predicted against measured."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+
+import celpy
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ascend_hybrid import crd, rules, strategy
+from ascend_hybrid.actions import CreatePods, Place, PostEvent
+from ascend_hybrid.api import AscendHybridJobSpec
+from ascend_hybrid.planner import hardware
+from ascend_hybrid.reconcile import Observed, decide
+from support.builders import apply_defaults
+
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+SPEC = crd.build()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+AUTO = {"parallelism": {"auto": True, "world": 16}, "model": {"preset": "gpt-1b"},
+        "training": {"globalBatchSize": 64}}
+
+
+def body(spec: dict, status: dict | None = None, name: str = "auto") -> dict:
+    return {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob",
+            "metadata": {"name": name, "namespace": "ns", "uid": "uid-1", "generation": 1,
+                         "creationTimestamp": "2026-12-01T11:59:00Z"},
+            "spec": copy.deepcopy(spec), "status": status or {}}
+
+
+def observe(job: dict, profiles=None) -> Observed:
+    return Observed(job=job, effective=rules.parse(job), spec_problems=(), pods=(), rank_table={"status": "initializing"},
+                    children_ready=True, sched_ip="127.32.0.10", nodes={}, now=NOW,
+                    hardware_profiles=profiles or {})
+
+
+def events(decision) -> list[tuple[str, str]]:
+    return [(a.type, a.reason) for a in decision.actions if isinstance(a, PostEvent)]
+
+
+def test_an_auto_job_is_planned_once_and_placed_with_the_chosen_degrees():
+    decision = decide(observe(body(AUTO)))
+    plan = decision.status["plan"]
+    degrees = plan["parallelism"]
+    assert plan["source"] == "planned" and plan["hardware"] == "910B" and plan["fits"]
+    assert degrees["data"] * degrees["tensor"] * degrees["pipeline"] == 16
+    assert plan["considered"] > plan["rejected"] >= 0 and plan["why"]
+    assert decision.status["parallelism"]["tensor"] == degrees["tensor"]
+    assert decision.status["worldSize"] == 16
+    fits = next(c for c in decision.status["conditions"] if c["type"] == "StrategyFits")
+    assert (fits["status"], fits["reason"]) == ("True", "Planned")
+    assert ("Normal", "StrategyChosen") in events(decision)
+    place = next(a for a in decision.actions if isinstance(a, Place))
+    assert place.request.pod_count == 16 // 8 and place.job.tensor == degrees["tensor"]
+    assert place.job.spec.parallelism.auto is None  # the pods run a spec with the strategy written in
+    # the next pass (and every restart) reuses the recorded choice: no second plan, no second event
+    again = decide(observe(body(AUTO, status=decision.status)))
+    assert again.status["plan"] == plan and ("Normal", "StrategyChosen") not in events(again)
+
+
+def test_the_chosen_strategy_reaches_the_pods():
+    first = decide(observe(body(AUTO)))
+    status = copy.deepcopy(first.status)
+    degrees = status["plan"]["parallelism"]
+    status["placement"] = {"attempt": 1, "nodes": ["n1", "n2"]}
+    decision = decide(observe(body(AUTO, status=status)))
+    created = next(a for a in decision.actions if isinstance(a, CreatePods))
+    env = {e["name"]: e.get("value") for e in created.pods[0].manifest["spec"]["containers"][0]["env"]}
+    assert env["MS_WORKER_NUM"] == "16" and f'"tensor": {degrees["tensor"]}' in env["AHJ_PARALLEL"]
+
+
+def test_changing_the_model_of_an_auto_job_plans_again():
+    first = decide(observe(body(AUTO))).status
+    changed = copy.deepcopy(AUTO)
+    changed["model"] = {"preset": "tiny"}
+    second = decide(observe(body(changed, status=first))).status
+    assert second["plan"]["specHash"] != first["plan"]["specHash"]
+
+
+def test_an_auto_job_no_strategy_fits_fails_naming_the_closest():
+    spec = copy.deepcopy(AUTO)
+    spec["model"] = {"preset": "moe-100b"}
+    spec["parallelism"]["world"] = 8
+    decision = decide(observe(body(spec)))
+    assert decision.status["phase"] == "Failed"
+    failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "NoStrategyFits" and "closest" in failed["message"] and "GiB" in failed["message"]
+
+
+def manual(**overrides) -> dict:
+    """gpt-1b with 8 long samples per DP rank in one micro-batch: far over a 910B's HBM."""
+    spec = {"parallelism": {"data": 8}, "model": {"preset": "gpt-1b"}, "npu": {"perPod": 8},
+            "training": {"globalBatchSize": 64, "seqLength": 4096}}
+    spec.update(overrides)
+    return spec
+
+
+def test_a_manual_job_predicted_out_of_memory_warns_with_the_alternative_and_still_runs():
+    decision = decide(observe(body(manual(), name="oom")))
+    fits = next(c for c in decision.status["conditions"] if c["type"] == "StrategyFits")
+    assert (fits["status"], fits["reason"]) == ("False", "PredictedOutOfMemory")
+    alternative = decision.status["plan"]["alternative"]
+    assert alternative["totalGiB"] <= 57.6 and alternative["parallelism"]["microBatches"] > 1
+    assert f"the planner's best for 8 × 910B: {alternative['summary']}" in fits["message"]
+    assert ("Warning", "PredictedOutOfMemory") in events(decision)
+    assert any(isinstance(a, Place) for a in decision.actions)  # the user may know better
+    assert decision.status["plan"]["source"] == "evaluated" and not decision.status["plan"]["fits"]
+
+
+def test_refuse_unfit_strategy_fails_before_any_pod_exists():
+    spec = manual(runPolicy={"refuseUnfitStrategy": True})
+    decision = decide(observe(body(spec, name="oom")))
+    assert decision.status["phase"] == "Failed"
+    failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "PredictedOutOfMemory" and "refuseUnfitStrategy" in failed["message"]
+    assert not any(isinstance(a, Place | CreatePods) for a in decision.actions)
+
+
+def test_a_deep_pipeline_with_few_micro_batches_is_a_large_bubble():
+    spec = {"parallelism": {"data": 1, "tensor": 1, "pipeline": 8, "microBatches": 8}, "npu": {"perPod": 8},
+            "model": {"preset": "tiny"}}
+    decision = decide(observe(body(spec, name="bubble")))
+    fits = next(c for c in decision.status["conditions"] if c["type"] == "StrategyFits")
+    assert fits["reason"] == "LargePipelineBubble" and "46.7%" in fits["message"]  # 7 / (8 + 8 - 1)
+
+
+def test_a_named_hardware_profile_is_used_and_an_unknown_one_is_an_invalid_spec():
+    cpu = hardware.from_mapping({"name": "cpu-2core", "chipsPerNode": 8, "hbmGiB": 4, "usableFraction": 0.9,
+                                 "peakTflops": 0.05, "intraNode": {"gbps": 5}, "interNode": {"gbps": 1}})
+    spec = {"parallelism": {"data": 2}, "npu": {"perPod": 1, "hardwareProfile": "cpu-2core"}}
+    decision = decide(observe(body(spec, name="real"), profiles={"cpu-2core": cpu}))
+    assert decision.status["plan"]["hardware"] == "cpu-2core"
+    unknown = decide(observe(body(spec, name="real")))
+    failed = next(c for c in unknown.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec" and "spec.npu.hardwareProfile='cpu-2core'" in failed["message"]
+
+
+def test_measured_figures_give_the_step_time_ratio():
+    plan = {"time": {"stepSeconds": 2.0}, "fits": True}
+    out = strategy.measured(plan, {"stepSeconds": 3.0, "tokensPerSecond": 100.0}, {"hbmPercent": 40.0})
+    assert out["measured"] == {"stepSeconds": 3.0, "tokensPerSecond": 100.0, "hbmPercent": 40.0}
+    assert out["stepTimeRatio"] == 1.5 and "stepTimeRatio" not in plan
+
+
+@pytest.mark.parametrize("parallelism, problem", [
+    ({"auto": True, "world": 16, "tensor": 2},
+     "spec.parallelism.tensor: must not be set when spec.parallelism.auto is true (the planner chooses it)"),
+    ({"auto": True},
+     "spec.parallelism.world: is required when spec.parallelism.auto is true (the NPUs the planner may use)"),
+    ({"data": 2, "world": 16}, "spec.parallelism.world: only with spec.parallelism.auto: true (set the degrees instead)"),
+])
+def test_auto_rules_name_the_field(parallelism, problem):
+    spec = {"parallelism": parallelism, "npu": {"perPod": 1}, "training": {"globalBatchSize": 16}}
+    with pytest.raises(rules.SpecError) as error:
+        rules.parse(body(spec))
+    assert problem in error.value.problems
+
+
+ENV = celpy.Environment()
+PROGRAMS = [(rule, ENV.program(ENV.compile(rule.cel)), ENV.program(ENV.compile(rule.cel_message)))
+            for rule in rules.RULES if rule.cel and rule.check.__qualname__.startswith(("_auto", "_world_needs"))]
+
+auto_specs = st.fixed_dictionaries({
+    "parallelism": st.fixed_dictionaries({}, optional={
+        "auto": st.booleans(), "world": st.sampled_from([8, 16]), "data": st.just(2), "tensor": st.just(2),
+        "microBatches": st.just(4), "autoConstraints": st.just({"maxTensor": 8})}),
+    "npu": st.just({"perPod": 2}),
+    "training": st.fixed_dictionaries({}, optional={"globalBatchSize": st.just(32)}),
+})
+
+
+@settings(max_examples=200, deadline=None)
+@given(spec=auto_specs)
+def test_cel_and_python_agree_on_the_auto_rules(spec):
+    assert len(PROGRAMS) == 9  # six unset degrees, world, world/constraints only with auto, the global batch
+    activation = {"self": celpy.json_to_cel(apply_defaults(SPEC, spec))}
+    resolved = rules.resolve("job", AscendHybridJobSpec.model_validate(spec))
+    for rule, check, message in PROGRAMS:
+        expected = rule.check(resolved)
+        assert bool(check.evaluate(activation)) == (expected is None), (rule.check, spec)
+        if expected is not None:
+            assert str(message.evaluate(activation)) == expected
