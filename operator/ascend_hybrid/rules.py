@@ -2,11 +2,16 @@
 
 Each rule is written once here with both forms, so the apiserver (CEL, at admission) and the operator
 (Python, for everything CEL cannot see) report the very same message naming the field and the rule.
+Kubernetes' own rules on what the pods will carry (k8s_validation.py) are in the table where CEL can check them
+(the image, object names, the queue label, topology-tier keys); map keys and free-form objects (labels, annotations,
+env, resources, tolerations, volumes) CEL cannot see, and `template_problems` checks them in Python only. parse()
+also refuses what JSON and Kubernetes cannot hold (NaN, Infinity, integers beyond int64) and names wrong types as such.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -14,6 +19,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from . import k8s_validation as k8s
+from . import names
 from .api import MAX_JOB_NAME, MAX_WORLD_SIZE, AscendHybridJobSpec
 from .chips import CHIPS, cel_allowed_per_pod, cel_allowed_text, cel_chips_per_node
 
@@ -123,7 +130,17 @@ def _cel_known(field: str) -> str:
 def _fmt(template: str, *arguments: str) -> str:
     """A CEL messageExpression via the strings `format` function: the apiserver's cost estimator refuses
     `string(int)` concatenations (unbounded size), but accepts format."""
-    return f"'{template}'.format([{', '.join(arguments)}])"
+    return f"{_cel_string(template)}.format([{', '.join(arguments)}])"
+
+
+def _cel_string(text: str) -> str:
+    """A CEL string literal (single-quoted; backslashes and quotes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _cel_full_match(expression: str, pattern: str) -> str:
+    """`expression` matches the whole of `pattern` (CEL's matches() searches, as RE2 does, so it is anchored)."""
+    return f"{expression}.matches({_cel_string('^(?:' + pattern + ')$')})"
 
 
 def _world(e: ResolvedJob) -> str | None:
@@ -234,6 +251,70 @@ def _global_batch(e: ResolvedJob) -> str | None:
     return None
 
 
+# --- fields the apiserver validates in the pods: Kubernetes' own rules (k8s_validation.py), here where CEL can check
+# them at admission too. Python and CEL give the same message; a value is shown in double quotes.
+
+IMAGE_EMPTY = "spec.template.image: must not be empty (the container image of every pod)"
+_IMAGE_TEXT = f"spec.template.image=\"%s\" {k8s.IMAGE_REFERENCE_MESSAGE}"
+_SUBDOMAIN_TEXT = ("must be a lowercase RFC 1123 subdomain ({what} name): lower case alphanumeric characters, '-' or "
+                   "'.', starting and ending with an alphanumeric character (e.g. 'example.com')")
+_QUEUE_TEXT = ("spec.scheduling.queue=\"%s\" is not a valid label value (the pods carry it as a label): "
+               f"{k8s.LABEL_VALUE_MESSAGE}, at most {k8s.LABEL_VALUE_MAX} characters")
+_TIER_TEXT = ("spec.scheduling.topologyTiers: \"%s\" is not a valid node label key: an optional DNS subdomain prefix "
+              f"(at most {k8s.DNS1123_SUBDOMAIN_MAX} characters) and '/', then a name of at most "
+              f"{k8s.LABEL_KEY_NAME_MAX} characters that {k8s.LABEL_KEY_NAME_MESSAGE} "
+              "(e.g. 'huawei.com/topotree.rackid')")
+
+
+def _shown(text: str, value: str) -> str:
+    return text.replace('"%s"', k8s.quoted(value))
+
+
+def _image(e: ResolvedJob) -> str | None:
+    image = e.spec.template.image
+    if not image:
+        return IMAGE_EMPTY
+    return None if k8s.is_image_reference(image) else _shown(_IMAGE_TEXT, image)
+
+
+def _image_details(e: ResolvedJob) -> str | None:
+    """What only the kubelet's parser sees (a 64-hex id, a repository over 255 characters, the digest's algorithm
+    and length): Python only, the regular expression of the CEL rule above cannot count or compare."""
+    errors = k8s.image_detail_errors(e.spec.template.image)
+    return f"spec.template.image={k8s.quoted(e.spec.template.image)}: {'; '.join(errors)}" if errors else None
+
+
+def _subdomain_rule(path: str, what: str, value_of: Callable[[AscendHybridJobSpec], str | None], cel_guard: str) -> Rule:
+    """`path` (spec.a.b) names an object the apiserver requires to be a DNS-1123 subdomain; empty means unset,
+    except where `cel_guard` says the field is required (a claim name)."""
+    text = f"{path}=\"%s\": {_SUBDOMAIN_TEXT.format(what=what)}"
+    cel_path = "self." + path.removeprefix("spec.")
+    optional = cel_guard == ""
+
+    def check(e: ResolvedJob) -> str | None:
+        value = value_of(e.spec)
+        if value is None or (optional and value == "") or not k8s.dns1123_subdomain_errors(value):
+            return None
+        return _shown(text, value)
+
+    guard = f"!has({cel_path}) || size({cel_path}) == 0" if optional else cel_guard
+    return Rule(check, f"{guard} || {_cel_full_match(cel_path, k8s.DNS1123_SUBDOMAIN)}", _fmt(text, cel_path))
+
+
+def _queue(e: ResolvedJob) -> str | None:
+    queue = e.spec.scheduling.queue
+    return _shown(_QUEUE_TEXT, queue) if queue is not None and k8s.label_value_errors(queue) else None
+
+
+def _topology_tiers(e: ResolvedJob) -> str | None:
+    bad = [tier for tier in e.spec.scheduling.topology_tiers if k8s.label_key_errors(tier)]
+    return _shown(_TIER_TEXT, bad[0]) if bad else None
+
+
+_LONG_PREFIX = "^[^/]{" + str(k8s.DNS1123_SUBDOMAIN_MAX + 1) + ",}/"  # a prefix over 253 characters
+_CEL_TIER_OK = f"{_cel_full_match('t', k8s.LABEL_KEY)} && !t.matches({_cel_string(_LONG_PREFIX)})"
+_CEL_IMAGE = "self.template.image"
+
 RULES: tuple[Rule, ...] = (
     Rule(_world, f"{_CEL_WORLD} <= {MAX_WORLD_SIZE}",
          _fmt(f"spec.parallelism: world size data×tensor×pipeline=%d exceeds {MAX_WORLD_SIZE}", _CEL_WORLD)),
@@ -301,6 +382,22 @@ RULES: tuple[Rule, ...] = (
          f"{_cel_model('layers')} % (self.parallelism.pipeline * self.parallelism.virtualPipelineStages) == 0",
          _fmt("spec.model.layers=%d must be divisible by pipeline×virtualPipelineStages=%d", _cel_model("layers"),
               "self.parallelism.pipeline * self.parallelism.virtualPipelineStages")),
+    Rule(_image, f"size({_CEL_IMAGE}) > 0 && {_cel_full_match(_CEL_IMAGE, k8s.IMAGE_REFERENCE)}",
+         f"size({_CEL_IMAGE}) == 0 ? {_cel_string(IMAGE_EMPTY)} : {_fmt(_IMAGE_TEXT, _CEL_IMAGE)}"),
+    Rule(_image_details),
+    _subdomain_rule("spec.template.serviceAccountName", "a ServiceAccount", lambda s: s.template.service_account_name,
+                    ""),
+    _subdomain_rule("spec.template.priorityClassName", "a PriorityClass", lambda s: s.template.priority_class_name,
+                    ""),
+    _subdomain_rule("spec.scheduling.schedulerName", "a scheduler", lambda s: s.scheduling.scheduler_name, ""),
+    _subdomain_rule("spec.training.checkpoint.claimName", "a PersistentVolumeClaim",
+                    lambda s: s.training.checkpoint.claim_name if s.training.checkpoint else None,
+                    "!has(self.training.checkpoint)"),
+    Rule(_queue, f"!has(self.scheduling.queue) || {_cel_full_match('self.scheduling.queue', k8s.LABEL_VALUE)}",
+         _fmt(_QUEUE_TEXT, "self.scheduling.queue")),
+    Rule(_topology_tiers,
+         f"!has(self.scheduling.topologyTiers) || self.scheduling.topologyTiers.all(t, {_CEL_TIER_OK})",
+         _fmt(_TIER_TEXT, f"self.scheduling.topologyTiers.filter(t, !({_CEL_TIER_OK}))[0]")),
 )
 
 
@@ -315,8 +412,33 @@ NAME_RULE_MESSAGE = (f"metadata.name must be at most {MAX_JOB_NAME} characters (
                      "(Service names)")
 
 
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+_EXPECTED = {"int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
+             "float_type": "a number", "float_parsing": "a number", "string_type": "a string",
+             "bool_type": "a boolean", "bool_parsing": "a boolean", "dict_type": "an object",
+             "model_type": "an object", "model_attributes_type": "an object", "list_type": "a list",
+             "finite_number": "a finite number"}
+_NON_FINITE_WORDS = {"inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", "nan", ".inf", "-.inf", ".nan"}
+
+
+def field_path(loc: tuple) -> str:
+    return "spec" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+
+
+def shown(value: Any) -> str:
+    """A value as the user wrote it in YAML: 'text', 3, true, null, short JSON for objects and lists."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, int | float):
+        return str(value)
+    text = repr(value) if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "…"
+
+
 def _pydantic_problem(error: dict) -> str:
-    path = "spec" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
+    path = field_path(tuple(error["loc"]))
     kind, context, value = error["type"], error.get("ctx", {}), error.get("input")
     if kind == "extra_forbidden":
         return f"{path}: unknown field"
@@ -325,10 +447,77 @@ def _pydantic_problem(error: dict) -> str:
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         symbol = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤", "less_than": "<"}[kind]
         bound = next(iter(context.values()))
-        return f"{path}={value} must be {symbol} {bound}"
+        return f"{path}={shown(value)} must be {symbol} {bound}"
     if kind == "enum":
-        return f"{path}={value!r} must be one of {context.get('expected')}"
-    return f"{path}={value!r}: {error['msg'].lower()}"
+        return f"{path}={shown(value)} must be one of {context.get('expected')}"
+    if kind == "string_too_long":
+        return f"{path}={shown(value)}: must be at most {context['max_length']} characters"
+    if kind == "too_long":
+        return f"{path}: must have at most {context['max_length']} items"
+    if kind in _EXPECTED:
+        expected = _EXPECTED[kind]
+        if expected == "a number" and isinstance(value, str) and value.strip().lower() in _NON_FINITE_WORDS:
+            expected = "a finite number (JSON and Kubernetes have no NaN or Infinity)"
+        elif expected == "a string" and isinstance(value, int | float) and not isinstance(value, bool):
+            expected = f"a string (quote it: '{value}')"
+        return f"{path}={shown(value)}: must be {expected}"
+    return f"{path}={shown(value)}: {error['msg'][:1].lower()}{error['msg'][1:]}"
+
+
+def _number_problems(value: Any, loc: tuple = ()) -> dict[tuple, str]:
+    """Numbers Kubernetes cannot hold, by location: NaN and ±Infinity (not JSON: YAML's .nan and .inf) and integers
+    beyond int64 (the apiserver's, and the CRD's `format: int64`)."""
+    found: dict[tuple, str] = {}
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found.update(_number_problems(item, (*loc, str(key))))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found.update(_number_problems(item, (*loc, index)))
+    elif isinstance(value, float) and not math.isfinite(value):
+        found[loc] = f"{field_path(loc)}={shown(value)}: must be a finite number (JSON and Kubernetes have no NaN or Infinity)"
+    elif isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        found[loc] = (f"{field_path(loc)}={value}: is beyond the int64 range of Kubernetes integers "
+                      f"({INT64_MIN} to {INT64_MAX})")
+    return found
+
+
+def _sanitized(value: Any, bad: dict[tuple, str], loc: tuple = ()) -> Any:
+    """The spec with every value _number_problems reported replaced by 0, so the schema stage still sees the rest."""
+    if loc in bad:
+        return 0
+    if isinstance(value, Mapping):
+        return {key: _sanitized(item, bad, (*loc, str(key))) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_sanitized(item, bad, (*loc, index)) for index, item in enumerate(value)]
+    return value
+
+
+def template_problems(spec: AscendHybridJobSpec) -> list[str]:
+    """What the apiserver would refuse in the pods and CEL cannot see (map keys, free-form objects): Kubernetes' own
+    rules from k8s_validation.py, each problem naming the job's field."""
+    template = spec.template
+    npu = spec.npu.resource  # the operator sets it in requests and limits itself
+    operator_volumes = [names.RANK_TABLE_VOLUME, names.JOB_CONFIG_VOLUME]
+    operator_paths = [names.RANK_TABLE_DIR, names.JOB_CONFIG_DIR]
+    if spec.training.checkpoint:
+        operator_volumes.append(names.CHECKPOINT_VOLUME)
+        operator_paths.append(names.CHECKPOINT_DIR)
+    user_volumes = [v["name"] for v in template.volumes if isinstance(v.get("name"), str)]
+    return [
+        *k8s.label_problems("spec.template.metadata.labels", template.metadata.labels),
+        *k8s.annotation_problems("spec.template.metadata.annotations", template.metadata.annotations),
+        *k8s.label_problems("spec.template.nodeSelector", template.node_selector),
+        *k8s.env_problems("spec.template.env", template.env),
+        *k8s.env_name_problems("spec.hccl.env", spec.hccl.env),
+        *k8s.resources_problems("spec.template.resources",
+                                {k: v for k, v in template.resources.requests.items() if k != npu},
+                                {k: v for k, v in template.resources.limits.items() if k != npu}),
+        *k8s.toleration_problems("spec.template.tolerations", template.tolerations),
+        *k8s.volume_problems("spec.template.volumes", template.volumes, operator_volumes),
+        *k8s.volume_mount_problems("spec.template.volumeMounts", template.volume_mounts,
+                                   operator_volumes + user_volumes, operator_paths),
+    ]
 
 
 def _json_default(value: Any) -> Any:
@@ -351,13 +540,20 @@ def parse(body: Mapping) -> ResolvedJob:
     spec_body = body.get("spec")
     if not isinstance(spec_body, Mapping):
         raise SpecError([*problems, "spec: is required (an object with at least spec.parallelism)"])
+    numbers = _number_problems(spec_body)
+    problems += numbers.values()
     try:
         # Strict JSON validation sees the spec as the apiserver does: "2" or true is no integer, 1 is no string.
-        spec = AscendHybridJobSpec.model_validate_json(json.dumps(spec_body, default=_json_default), strict=True)
+        text = json.dumps(_sanitized(spec_body, numbers) if numbers else spec_body, default=_json_default)
+        spec = AscendHybridJobSpec.model_validate_json(text, strict=True)
     except ValidationError as error:
-        raise SpecError([*problems, *(_pydantic_problem(item) for item in error.errors())]) from None
+        raise SpecError([*problems, *(_pydantic_problem(item) for item in error.errors()
+                                      if tuple(item["loc"]) not in numbers)]) from None
+    if numbers:
+        raise SpecError(problems)
     effective = resolve(name, spec)
     problems += broken_rules(effective)
+    problems += template_problems(spec)
     if problems:
         raise SpecError(problems)
     return effective

@@ -77,7 +77,7 @@ BAD_INPUTS = [
       "spec.model.heads=8 must be divisible by spec.parallelism.tensor=3"]),
     ("several-schema", with_spec(parallelism={"data": 0}, runPolicy={"backoffLimit": -1, "suspend": "no"}),
      ["spec.parallelism.data=0 must be ≥ 1", "spec.runPolicy.backoffLimit=-1 must be ≥ 0",
-      "spec.runPolicy.suspend='no': input should be a valid boolean"]),
+      "spec.runPolicy.suspend='no': must be a boolean"]),
     ("name-too-long", {**GOOD, "metadata": {"name": "x" * 51}},
      [f"metadata.name='{'x' * 51}': must be at most 50 characters "
       "(pod names <job>-a<attempt>-<index> must stay valid labels) of lowercase letters, digits and '-', "
