@@ -27,6 +27,7 @@ and Python's `re` (`fullmatch` here): explicit ASCII classes instead of `\\w` an
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
@@ -184,10 +185,9 @@ def _scan_quantity(text: str) -> tuple[bool, str, str, str, str]:
 
 
 def parse_quantity(text: str) -> Decimal:
-    """The value of a Kubernetes quantity ('500m', '16Gi', '1e3'); QuantityError with apimachinery's message.
-
-    The apiserver trims surrounding whitespace first (Quantity.UnmarshalJSON), and so does this."""
-    text = text.strip()
+    """ParseQuantity: the value of a Kubernetes quantity ('500m', '16Gi', '1e3'), QuantityError with apimachinery's
+    message. Like ParseQuantity it refuses surrounding whitespace; the apiserver trims it from JSON first
+    (Quantity.UnmarshalJSON), so callers checking a field's value strip it (`json_quantity`)."""
     if not text:
         raise QuantityError(QUANTITY_FORMAT_MESSAGE)
     if text == "0":
@@ -211,6 +211,11 @@ def parse_quantity(text: str) -> Decimal:
     mantissa = _EXACT.multiply(Decimal(int(digits)), Decimal(1 if base == 10 else 1 << exponent))
     magnitude = mantissa.scaleb(max(-10 ** 17, min(10 ** 17, scale)), _EXACT)
     return magnitude if positive else -magnitude
+
+
+def json_quantity(text: str) -> Decimal:
+    """A quantity as the apiserver decodes it from JSON: trimmed (strings.TrimSpace), then ParseQuantity."""
+    return parse_quantity(text.strip())
 
 
 def _fast_path(base: int, exponent: int, numerator: str, denominator: str) -> bool:
@@ -332,7 +337,7 @@ def env_problems(path: str, env: list[Mapping]) -> list[str]:
 
 def _quantity_or_problem(where: str, value: Any) -> tuple[Decimal | None, str | None]:
     try:
-        return parse_quantity(value), None
+        return json_quantity(value), None
     except QuantityError as error:
         return None, f"{where}={quoted(value)} is not a valid quantity (e.g. '500m', '4', '16Gi', '1e3'): {error}"
 
@@ -520,9 +525,8 @@ def image_detail_errors(image: str) -> list[str]:
     if _full("[a-f0-9]{64}", image):
         return ["cannot specify 64-byte hexadecimal strings (an image id is not a name)"]
     errors = []
-    name = re.fullmatch("(" + _NAME + ")(?::" + _TAG + ")?(?:@" + _DIGEST + ")?", image)
-    path = re.fullmatch("(?:(" + _DOMAIN_AND_PORT + ")/)?(" + _REMOTE_NAME + ")", name.group(1)) if name else None
-    if path and len(path.group(2)) > _REPOSITORY_MAX:
+    path = _repository_path(image)
+    if path is not None and len(path) > _REPOSITORY_MAX:
         errors.append(f"repository name must not be more than {_REPOSITORY_MAX} characters")
     if "@" in image:
         algorithm, _, encoded = image.rpartition("@")[2].partition(":")
@@ -533,5 +537,107 @@ def image_detail_errors(image: str) -> list[str]:
     return errors
 
 
+def _repository_path(image: str) -> str | None:
+    """The repository path Parse measures, after ParseNormalizedNamed's splitDockerDomain: a first component
+    without '.', ':' or upper case is no registry (docker.io is), and a one-component name gets 'library/'."""
+    first, slash, rest = image.partition("/")
+    if not slash:
+        domain, remainder = "docker.io", image
+    elif first == "localhost" or "." in first or ":" in first or first.lower() != first:
+        domain, remainder = first, rest
+    elif first == "index.docker.io":
+        domain, remainder = "docker.io", rest
+    else:
+        domain, remainder = "docker.io", image
+    if domain == "docker.io" and "/" not in remainder:
+        remainder = "library/" + remainder
+    reference = re.fullmatch("(" + _NAME + ")(?::" + _TAG + ")?(?:@" + _DIGEST + ")?", f"{domain}/{remainder}")
+    name = reference and re.fullmatch("(?:" + _DOMAIN_AND_PORT + ")/(" + _REMOTE_NAME + ")", reference.group(1))
+    return name.group(1) if name else None
+
+
 def is_image_reference(image: str) -> bool:
     return bool(image) and _full(IMAGE_REFERENCE, image)
+
+
+# --- core/v1 objects given to the CLI (`--nodes`, `--pods`): the fields the operator reads, typed as the API types
+# them. The operator trusts what the apiserver returns; a hand-written or truncated file gets this check first.
+
+_STRING, _BOOLEAN, _INTEGER, _QUANTITY = "a string", "a boolean", "an integer", "a quantity"
+_METADATA = {"name": _STRING, "namespace": _STRING, "uid": _STRING, "deletionTimestamp": _STRING,
+             "labels": {"*": _STRING}, "annotations": {"*": _STRING}}
+_CONTAINER = {"name": _STRING, "resources": {"requests": {"*": _QUANTITY}, "limits": {"*": _QUANTITY}}}
+_SELECTOR_TERM = {"key": _STRING, "operator": _STRING, "values": [_STRING]}
+OBJECT_SHAPES: dict[str, dict] = {
+    "Node": {"metadata": _METADATA,
+             "spec": {"unschedulable": _BOOLEAN,
+                      "taints": [{"key": _STRING, "value": _STRING, "effect": _STRING, "timeAdded": _STRING}]},
+             "status": {"allocatable": {"*": _QUANTITY}, "capacity": {"*": _QUANTITY},
+                        "conditions": [{"type": _STRING, "status": _STRING, "lastTransitionTime": _STRING}]}},
+    "Pod": {"metadata": _METADATA,
+            "spec": {"nodeName": _STRING, "containers": [_CONTAINER], "initContainers": [_CONTAINER],
+                     "schedulingGates": [{"name": _STRING}],
+                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                         "nodeSelectorTerms": [{"matchExpressions": [_SELECTOR_TERM],
+                                                "matchFields": [_SELECTOR_TERM]}]}}}},
+            "status": {"phase": _STRING, "podIP": _STRING, "hostIP": _STRING,
+                       "containerStatuses": [{"state": {"terminated": {"exitCode": _INTEGER}}}]}},
+    "ConfigMap": {"metadata": _METADATA, "data": {"*": _STRING}},
+}
+_REQUIRED = {"Pod": ("spec",)}
+
+
+def object_problems(obj: Mapping) -> list[str]:
+    """Problems of one Node, Pod or ConfigMap (or the metadata.name of any object), each naming the field."""
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    problems = [] if isinstance(name, str) and name else ["metadata.name: is required"]
+    shape = OBJECT_SHAPES.get(obj.get("kind"))
+    if shape is not None:
+        problems += _shape_problems(obj, shape, "")
+        problems += [f"{key}: is required" for key in _REQUIRED.get(obj["kind"], ()) if obj.get(key) is None]
+    return problems
+
+
+def _shape_problems(value: Any, shape: Any, path: str, nullable: bool = True) -> list[str]:
+    """`value` against `shape`: a dict of fields (or {"*": values} for a map), [item] for a list, or a scalar type.
+    Absent or null fields are fine (the API leaves empty ones out); list items and map values may not be null."""
+    if value is None:
+        return [] if nullable else [f"{path}=null: must be {_expected(shape)}"]
+    if isinstance(shape, dict):
+        if not isinstance(value, Mapping):
+            return [f"{path}={_short(value)}: must be an object"]
+        if "*" in shape:
+            problems = [f"{path}: key {_short(key)} must be a string" for key in value if not isinstance(key, str)]
+            return problems + [problem for key, item in value.items() if isinstance(key, str)
+                               for problem in _shape_problems(item, shape["*"], _key_path(path, key), False)]
+        return [problem for key, sub in shape.items()
+                for problem in _shape_problems(value.get(key), sub, f"{path}.{key}" if path else key)]
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return [f"{path}={_short(value)}: must be a list"]
+        return [problem for index, item in enumerate(value)
+                for problem in _shape_problems(item, shape[0], f"{path}[{index}]", False)]
+    if shape == _QUANTITY:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            return [f"{path}={_short(value)}: must be a quantity (e.g. '8', '500m', '16Gi')"]
+        if isinstance(value, float) and not math.isfinite(value):
+            return [f"{path}={_short(value)}: must be a finite quantity"]
+        try:
+            json_quantity(str(value))
+        except QuantityError as error:
+            return [f"{path}={_short(value)}: is not a valid quantity: {error}"]
+        return []
+    wanted = {_STRING: str, _BOOLEAN: bool, _INTEGER: int}[shape]
+    if not isinstance(value, wanted) or (shape == _INTEGER and isinstance(value, bool)):
+        return [f"{path}={_short(value)}: must be {shape}"]
+    return []
+
+
+def _expected(shape: Any) -> str:
+    return "an object" if isinstance(shape, dict) else "a list" if isinstance(shape, list) else shape
+
+
+def _short(value: Any) -> str:
+    text = quoted(value)
+    return text if len(text) <= 60 else text[:57] + "…"

@@ -10,10 +10,9 @@ closest candidate and how far it misses.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
-
-import yaml
 
 from .api import Chip
 from .layout import Layout
@@ -24,16 +23,26 @@ from .planner.workload import Strategy, Workload
 EXIT_NOTHING_FITS = 2
 
 
+def _non_finite(value, path: str = "") -> str | None:
+    """The first key holding NaN or ±Infinity (YAML's .nan, .inf), which no hardware figure can be."""
+    if isinstance(value, dict):
+        items = ((f"{path}.{key}" if path else str(key), item) for key, item in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
+    else:
+        return path if isinstance(value, float) and not math.isfinite(value) else None
+    return next((found for key, item in items if (found := _non_finite(item, key)) is not None), None)
+
+
 def _hardware(args, job_chip: str) -> hardware.Hardware:
-    from .cli import InputError
+    from .cli import InputError, load_yaml
 
     if args.hardware:
-        try:
-            document = yaml.safe_load(Path(args.hardware).read_text())
-        except OSError as error:
-            raise InputError(f"{args.hardware}: {error.strerror or error}") from None
-        except yaml.YAMLError as error:
-            raise InputError(f"{args.hardware}: not valid YAML ({str(error).splitlines()[0]})") from None
+        document = load_yaml(args.hardware)
+        if document is None:
+            raise InputError(f"{args.hardware}: empty: no hardware description")
+        if (where := _non_finite(document)) is not None:
+            raise InputError(f"{args.hardware}: {where}: must be a finite number (not NaN or Infinity)")
         try:
             return hardware.from_mapping(document)
         except hardware.HardwareError as error:
