@@ -14,6 +14,7 @@ from pydantic.alias_generators import to_camel
 
 from .ascend import RACK_LABEL, RESOURCE
 from .chips import CHIP_NAMES, CHIPS, MAX_CHIPS_PER_POD
+from .k8s_validation import DNS1123_SUBDOMAIN_MAX, IMAGE_MAX, LABEL_KEY_MAX, LABEL_VALUE_MAX
 
 GROUP = "hybrid.ascend.dev"
 VERSION = "v1alpha1"
@@ -26,6 +27,8 @@ CATEGORIES = ("ascend",)
 MAX_WORLD_SIZE = 65_536
 MAX_DEGREE = 65_536
 MAX_JOB_NAME = 50  # `<job>-a<attempt>-<index>` must stay a 63-character label
+MAX_SEED = 2 ** 32 - 1  # the trainer seeds numpy's RandomState and MindSpore's set_seed, both 32-bit
+MAX_TOPOLOGY_TIERS = 16
 
 DEFAULT_TRAINER_IMAGE = "ascend-hybrid/trainer:0.1.0"
 RAW_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -70,6 +73,12 @@ class Recompute(str, Enum):
 # preserves unknown fields (apiextensions' ValidateStructural exempts it), and its `enum` still refuses anything
 # else at admission. CEL cannot see such a node, so no CEL rule may read it.
 RECOMPUTE_SCHEMA = {"x-kubernetes-preserve-unknown-fields": True, "enum": ["none", "selective", "full", True, False]}
+
+
+class PullPolicy(str, Enum):
+    always = "Always"
+    if_not_present = "IfNotPresent"
+    never = "Never"
 
 
 class CleanPodPolicy(str, Enum):
@@ -121,7 +130,7 @@ class Model(ApiModel):
 
 
 class Checkpoint(ApiModel):
-    claim_name: str = Field(description="PersistentVolumeClaim mounted at /checkpoints in every pod.")
+    claim_name: str = Field(max_length=DNS1123_SUBDOMAIN_MAX, description="PersistentVolumeClaim mounted at /checkpoints in every pod (a PersistentVolumeClaim name: a lowercase RFC 1123 subdomain).")
     every_steps: int = Field(100, ge=1, description="Save a checkpoint every this many steps; training resumes from the newest.")
 
 
@@ -130,7 +139,7 @@ class Training(ApiModel):
     global_batch_size: int | None = Field(None, ge=1, description="Samples per step across all DP ranks; defaults to data x microBatches. Must be a multiple of data x microBatches.")
     seq_length: int = Field(128, ge=1, description="Tokens per sample.")
     learning_rate: float = Field(1e-3, gt=0, description="Peak learning rate.")
-    seed: int = Field(0, ge=0, description="Random seed; the same seed and global batch give the same losses at any DP degree.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Random seed (0 to 2^32-1); the same seed and global batch give the same losses at any DP degree.")
     recompute: Annotated[Recompute, WithJsonSchema(RECOMPUTE_SCHEMA)] = Field(Recompute.none, description="Activation recomputation in the backward pass: none, selective (attention scores only) or full (each layer from its input). The old boolean form is accepted: true means full, false none.")
     sequence_parallel: bool = Field(False, description="Sequence parallelism: split the layer norms and dropouts along the sequence inside the TP group, dividing the activations TP does not split by the tensor degree.")
     flash_attention: bool = Field(False, description="Fused (flash) attention: the attention scores are never stored, removing their activation memory.")
@@ -157,8 +166,8 @@ class ComputeResources(ApiModel):
 
 class Template(ApiModel):
     metadata: TemplateMetadata = Field(default_factory=TemplateMetadata, description="Labels and annotations for every pod.")
-    image: str = Field(DEFAULT_TRAINER_IMAGE, description="Trainer image; defaults to the bundled MindSpore trainer.")
-    image_pull_policy: str | None = Field(None, description="Image pull policy of the trainer container.")
+    image: str = Field(DEFAULT_TRAINER_IMAGE, max_length=IMAGE_MAX, description="Trainer image, a reference the kubelet can pull ([registry[:port]/]lowercase/path[:tag][@digest]); defaults to the bundled MindSpore trainer.")
+    image_pull_policy: PullPolicy | None = Field(None, description="Image pull policy of the trainer container: Always, IfNotPresent or Never.")
     command: list[str] | None = Field(None, description="Container command; defaults to the image's entrypoint (ascend-hybrid-trainer launch).")
     args: list[str] | None = Field(None, description="Container args.")
     env: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Extra environment variables (Kubernetes EnvVar); they win over the operator's defaults except the rank variables.")
@@ -167,8 +176,8 @@ class Template(ApiModel):
     volume_mounts: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Extra mounts of the trainer container (Kubernetes VolumeMount).")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Nodes the pods may use (also honoured by the operator's placement).")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Tolerations (Kubernetes Toleration), honoured by the operator's placement.")
-    service_account_name: str | None = Field(None, description="ServiceAccount of the pods.")
-    priority_class_name: str | None = Field(None, description="PriorityClass of the pods.")
+    service_account_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX, description="ServiceAccount of the pods (a lowercase RFC 1123 subdomain).")
+    priority_class_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX, description="PriorityClass of the pods (a lowercase RFC 1123 subdomain).")
 
 
 class Hccl(ApiModel):
@@ -190,9 +199,9 @@ class RunPolicy(ApiModel):
 
 
 class Scheduling(ApiModel):
-    topology_tiers: list[str] = Field(default_factory=lambda: [RACK_LABEL], description="Node label keys of network tiers, innermost first; stages and DP groups are kept inside the fewest tier domains.")
-    scheduler_name: str | None = Field(None, description="Scheduler that binds the (already placed) pods; default scheduler when empty.")
-    queue: str | None = Field(None, description="Queue name, passed to the pods as a label for batch schedulers.")
+    topology_tiers: list[Annotated[str, Field(max_length=LABEL_KEY_MAX)]] = Field(default_factory=lambda: [RACK_LABEL], max_length=MAX_TOPOLOGY_TIERS, description="Node label keys of network tiers, innermost first (at most 16); stages and DP groups are kept inside the fewest tier domains.")
+    scheduler_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX, description="Scheduler that binds the (already placed) pods (a lowercase RFC 1123 subdomain); default scheduler when empty.")
+    queue: str | None = Field(None, max_length=LABEL_VALUE_MAX, description="Queue name (a label value), passed to the pods as a label for batch schedulers.")
 
 
 class AscendHybridJobSpec(ApiModel):

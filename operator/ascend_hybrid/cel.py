@@ -49,4 +49,14 @@ def cel_known(field: str) -> str:
 def cel_format(template: str, *arguments: str) -> str:
     """A CEL messageExpression via the strings `format` function: the apiserver's cost estimator refuses
     `string(int)` concatenations (unbounded size), but accepts format."""
-    return f"'{template}'.format([{', '.join(arguments)}])"
+    return f"{cel_string(template)}.format([{', '.join(arguments)}])"
+
+
+def cel_string(text: str) -> str:
+    """A CEL string literal (single-quoted; backslashes and quotes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def cel_full_match(expression: str, pattern: str) -> str:
+    """`expression` matches the whole of `pattern` (CEL's matches() searches, as RE2 does, so it is anchored)."""
+    return f"{expression}.matches({cel_string('^(?:' + pattern + ')$')})"

@@ -7,72 +7,74 @@ Bad input is one clear line per problem on stderr and exit code 2, never a trace
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import sys
-from pathlib import Path
 
 import yaml
 
-from . import api, ranktable, render, rules, summary
+from . import api, names, ranktable, render, rules, summary
 from . import layout as layouts
 from .ascend import device_infos_by_node
 from .chips import CHIPS
+from .cli_input import (
+    EXIT_BAD_INPUT,
+    ArgumentParser,
+    InputError,
+    check_job,
+    job_label,
+    load_documents,
+    load_job,
+    load_objects,
+    of_kind,
+)
 from .inventory import build_inventory
+from .k8s_validation import dns1123_label_errors
 from .names import JOB_LABEL
 from .placement import GangRequest, place
 from .podview import attempt_of, labels_of
 
-EXIT_BAD_INPUT = 2
-
-
-class InputError(Exception):
-    pass
-
-
-def load_objects(path: str) -> list[dict]:
-    """Objects of a YAML file or stream: a List (as `kubectl get -o yaml` prints) or separate documents."""
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        documents = list(yaml.safe_load_all(text))
-    except OSError as error:
-        raise InputError(f"{path}: {error.strerror or error}") from None
-    except UnicodeDecodeError as error:
-        raise InputError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    except yaml.YAMLError as error:
-        raise InputError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from None
-    objects: list[dict] = []
-    for document in documents:
-        if document is None:
-            continue
-        if not isinstance(document, dict):
-            raise InputError(f"{path}: expected Kubernetes objects, found {type(document).__name__}")
-        if str(document.get("kind") or "").endswith("List") and isinstance(document.get("items"), list):
-            objects.extend(item for item in document["items"] if isinstance(item, dict))
-        else:
-            objects.append(document)
-    return objects
-
-
-def load_job(path: str) -> tuple[dict, rules.ResolvedJob]:
-    jobs = [o for o in load_objects(path) if o.get("kind") == api.KIND]
-    if not jobs:
-        raise InputError(f"{path}: no {api.KIND} object found")
-    body = jobs[0]
-    if body.get("apiVersion") != f"{api.GROUP}/{api.VERSION}":
-        raise InputError(f"{path}: apiVersion must be {api.GROUP}/{api.VERSION}, got {body.get('apiVersion')!r}")
-    return body, rules.parse(body)
-
-
-def _of_kind(objects: list[dict], kind: str) -> list[dict]:
-    return [o for o in objects if o.get("kind") == kind]
-
 
 def cmd_validate(args) -> int:
-    body, effective = load_job(args.file)
-    print(f"{body['metadata'].get('name')}: valid (world {effective.world_size} = DP {effective.data} × "
-          f"TP {effective.tensor} × PP {effective.pipeline}, EP {effective.expert}, {effective.pod_count} pods × "
-          f"{effective.per_pod} {effective.chip})")
-    return 0
+    """Every AscendHybridJob of the file, each reported by name: `name: valid (…)` on stdout, its problems as
+    `error:` lines on stderr (prefixed with the job's name when the file holds several); exit 2 if any is bad."""
+    documents = load_documents(args.file)
+    jobs = [document for document in documents if document.obj.get("kind") == api.KIND]
+    if not jobs:
+        raise InputError(f"{args.file}: no {api.KIND} object found")
+    several, bad, first = len(jobs) > 1, 0, {}
+    for document in documents:
+        if document.obj.get("kind") != api.KIND:
+            print(f"note: {args.file}: {document.where}: {document.obj['kind']} {job_label(document)} is not an "
+                  f"{api.KIND}: not checked", file=sys.stderr)
+    for document in jobs:
+        label = job_label(document)
+        prefix = f"{label.strip(chr(39))}: " if several else ""
+        metadata = document.obj.get("metadata")
+        key = (metadata.get("namespace"), metadata.get("name")) if isinstance(metadata, dict) else None
+        if key is not None and key[1] and key in first:
+            print(f"error: {prefix}{args.file}: {document.where}: a second {api.KIND} named {label} (first: "
+                  f"{first[key]}): kubectl apply would keep only the last", file=sys.stderr)
+            bad += 1
+            continue
+        if key is not None:
+            first.setdefault(key, document.where)
+        try:
+            effective = check_job(args.file, document)
+        except rules.SpecError as error:
+            for problem in error.problems:
+                print(f"error: {prefix}{problem}", file=sys.stderr)
+            bad += 1
+            continue
+        except InputError as error:
+            for line in error.lines:
+                print(f"error: {prefix}{line}", file=sys.stderr)
+            bad += 1
+            continue
+        print(f"{effective.name}: valid (world {effective.world_size} = DP {effective.data} × "
+              f"TP {effective.tensor} × PP {effective.pipeline}, EP {effective.expert}, {effective.pod_count} pods × "
+              f"{effective.per_pod} {effective.chip})")
+    return EXIT_BAD_INPUT if bad else 0
 
 
 def cmd_layout(args) -> int:
@@ -100,20 +102,50 @@ def cmd_layout(args) -> int:
     return 0
 
 
+def _one_stdin(args, *names: str) -> None:
+    given = [f"--{name}" if name != "file" else "-f" for name in names if getattr(args, name, None) == "-"]
+    if len(given) > 1:
+        raise InputError(f"{' and '.join(given)}: only one input can be standard input (-)")
+
+
+def _render_arguments(args, effective: rules.ResolvedJob) -> None:
+    if args.attempt < 1:
+        raise InputError(f"--attempt={args.attempt}: must be ≥ 1 (attempts count from 1)")
+    longest = names.pod_name(effective.name, args.attempt, effective.pod_count - 1)
+    if len(longest) > 63:
+        raise InputError(f"--attempt={args.attempt}: pod name {longest!r} would be {len(longest)} characters, more "
+                         "than the 63 of a hostname")
+    if errors := dns1123_label_errors(args.namespace):
+        raise InputError(f"--namespace={args.namespace!r}: {'; '.join(errors)}")
+    if args.sched_ip is not None:
+        try:
+            ipaddress.ip_address(args.sched_ip)
+        except ValueError:
+            raise InputError(f"--sched-ip={args.sched_ip!r}: must be an IP address (the ClusterIP of "
+                             f"{names.sched_service(effective.name)}; MindSpore needs an IP in MS_SCHED_HOST)") from None
+
+
 def cmd_render(args) -> int:
+    _one_stdin(args, "file", "nodes", "pods")
     body, effective = load_job(args.file)
-    nodes = _of_kind(load_objects(args.nodes), "Node")
+    _render_arguments(args, effective)
+    nodes = of_kind(load_objects(args.nodes), "Node")
     if not nodes:
         raise InputError(f"{args.nodes}: no Node objects found")
     others = load_objects(args.pods) if args.pods else []
-    inventory = build_inventory(nodes, _of_kind(others, "Pod"), _of_kind(others, "ConfigMap"))
+    inventory = build_inventory(nodes, of_kind(others, "Pod"), of_kind(others, "ConfigMap"))
     placement = place(GangRequest.for_job(effective), inventory)
     if not placement.ok:
         print(f"error: cannot place {effective.name}: {placement.reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
     metadata = body.get("metadata") or {}
     namespace = metadata.get("namespace") or args.namespace
+    if not isinstance(namespace, str) or dns1123_label_errors(namespace):
+        raise InputError(f"{args.file}: metadata.namespace={namespace!r}: must be a namespace name (a lowercase "
+                         "RFC 1123 label)")
     uid = metadata.get("uid")
+    if uid is not None and not isinstance(uid, str):
+        raise InputError(f"{args.file}: metadata.uid={uid!r}: must be a string")
     sched_ip = args.sched_ip or f"{effective.name}-sched.{namespace}.svc"
     manifests = render.children(effective, namespace, uid or "", args.attempt, placement.nodes, sched_ip)
     if not uid:
@@ -136,17 +168,18 @@ def cmd_render(args) -> int:
 
 
 def cmd_ranktable(args) -> int:
+    _one_stdin(args, "file", "pods")
     _, effective = load_job(args.file)
     objects = load_objects(args.pods)
-    pods = [p for p in _of_kind(objects, "Pod") if labels_of(p).get(JOB_LABEL) == effective.name]
+    pods = [p for p in of_kind(objects, "Pod") if labels_of(p).get(JOB_LABEL) == effective.name]
     if not pods:
         raise InputError(f"{args.pods}: no pods labelled {JOB_LABEL}={effective.name}")
     latest = max(attempt_of(p) for p in pods)
     pods = [p for p in pods if attempt_of(p) == latest]
     super_pods = None
     if CHIPS[effective.chip].super_pods:
-        nodes = {node["metadata"]["name"]: node for node in _of_kind(objects, "Node")}
-        infos = device_infos_by_node(_of_kind(objects, "ConfigMap"))
+        nodes = {node["metadata"]["name"]: node for node in of_kind(objects, "Node")}
+        infos = device_infos_by_node(of_kind(objects, "ConfigMap"))
         super_pods = ranktable.node_super_pods([p["spec"].get("nodeName") for p in pods], nodes, infos)
     table = ranktable.build_rank_table(pods, effective.per_pod, super_pods, pod_count=effective.pod_count)
     print(ranktable.dumps(table))
@@ -157,7 +190,7 @@ def cmd_ranktable(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ascend-hybrid", description="AscendHybridJob operator and planning tools")
+    parser = ArgumentParser(prog="ascend-hybrid", description="AscendHybridJob operator and planning tools")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("validate", help="check a job against every rule")
@@ -175,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pods", help="`kubectl get pods -A -o yaml` output (and deviceinfo ConfigMaps)")
     p.add_argument("--sched-ip", help="ClusterIP of <job>-sched (MS_SCHED_HOST)")
     p.add_argument("--namespace", default="default")
-    p.add_argument("--attempt", type=int, default=1)
+    p.add_argument("--attempt", type=int, default=1, help="attempt number of the pods (from 1; default 1)")
     p.add_argument("--svg", help="also write a picture of the placement (racks, nodes, chips by stage)")
     p.set_defaults(func=cmd_render)
 
@@ -209,9 +242,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
+        for line in error.lines:
+            print(f"error: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # `python -m ascend_hybrid.cli`: run the package's module, the one plan_cli imports, so that there is one
+    # InputError class (this __main__ copy has its own, which main() would not catch when plan_cli raises it)
+    from ascend_hybrid import cli as _cli
+
+    raise SystemExit(_cli.main())

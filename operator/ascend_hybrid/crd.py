@@ -87,6 +87,10 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
             out[key] = _structural(value, definitions)
         else:
             out[key] = value
+    if out.get("type") == "integer":
+        # Kubernetes integers are int64 (the apiserver decodes nothing wider); the format says so in the schema and
+        # in `kubectl explain`, and rules.parse refuses wider integers with the same bound.
+        out.setdefault("format", "int64")
     if out.get("type") == "object" and "properties" in out and "default" not in out and not optional:
         # Defaulting every object lets nested defaults (and the CEL rules relying on them) apply; an optional one
         # (autoConstraints) stays absent, so has() tells whether the user set it.

@@ -21,6 +21,9 @@ RANK_TABLE_FILE = f"{RANK_TABLE_DIR}/hccl.json"
 JOB_CONFIG_DIR = "/etc/ascend-hybrid"
 JOB_CONFIG_FILE = f"{JOB_CONFIG_DIR}/job.json"
 CHECKPOINT_DIR = "/checkpoints"
+RANK_TABLE_VOLUME = "ascend-ranktable"
+JOB_CONFIG_VOLUME = "ascend-job-config"
+CHECKPOINT_VOLUME = "ascend-checkpoints"
 
 
 def sched_service(job: str) -> str:

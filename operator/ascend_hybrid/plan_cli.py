@@ -10,10 +10,9 @@ closest candidate and how far it misses.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
-
-import yaml
 
 from .api import Chip
 from .layout import Layout
@@ -25,16 +24,26 @@ from .planner.workload import Strategy, Workload
 EXIT_NOTHING_FITS = 2
 
 
+def _non_finite(value, path: str = "") -> str | None:
+    """The first key holding NaN or ±Infinity (YAML's .nan, .inf), which no hardware figure can be."""
+    if isinstance(value, dict):
+        items = ((f"{path}.{key}" if path else str(key), item) for key, item in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
+    else:
+        return path if isinstance(value, float) and not math.isfinite(value) else None
+    return next((found for key, item in items if (found := _non_finite(item, key)) is not None), None)
+
+
 def _hardware(args, job_chip: str) -> hardware.Hardware:
-    from .cli import InputError
+    from .cli_input import InputError, load_yaml
 
     if args.hardware:
-        try:
-            document = yaml.safe_load(Path(args.hardware).read_text())
-        except OSError as error:
-            raise InputError(f"{args.hardware}: {error.strerror or error}") from None
-        except yaml.YAMLError as error:
-            raise InputError(f"{args.hardware}: not valid YAML ({str(error).splitlines()[0]})") from None
+        document = load_yaml(args.hardware)
+        if document is None:
+            raise InputError(f"{args.hardware}: empty: no hardware description")
+        if (where := _non_finite(document)) is not None:
+            raise InputError(f"{args.hardware}: {where}: must be a finite number (not NaN or Infinity)")
         try:
             return hardware.from_mapping(document)
         except hardware.HardwareError as error:
@@ -46,7 +55,7 @@ def _hardware(args, job_chip: str) -> hardware.Hardware:
 
 
 def _positive(args, name: str) -> None:
-    from .cli import InputError
+    from .cli_input import InputError
 
     value = getattr(args, name)
     if value is not None and value < 1:
@@ -67,7 +76,7 @@ def _layout(s: Strategy) -> Layout:
 
 
 def _write_svg(path: str, text: str) -> None:
-    from .cli import InputError
+    from .cli_input import InputError
 
     try:
         Path(path).write_text(text)
@@ -100,7 +109,7 @@ def _title(effective, evaluation: search.Evaluation, hw: hardware.Hardware, what
 
 
 def cmd_plan(args) -> int:
-    from .cli import InputError, load_job
+    from .cli_input import InputError, load_job
 
     for name in ("world", "nodes", "top"):
         _positive(args, name)
@@ -150,7 +159,7 @@ def cmd_plan(args) -> int:
 
 
 def _nothing_fits(name: str, result: search.Plan, as_json: bool) -> int:
-    from .cli import InputError
+    from .cli_input import InputError
 
     if result.closest is None:
         reason, count = result.rejected.by_reason.most_common(1)[0] if result.rejected.count else ("none", 0)
@@ -223,7 +232,7 @@ class Capacity:
 def cluster_capacity(effective, chip: str, kubeconfig: str | None) -> Capacity:
     """The live inventory (nodes, NPU pods, deviceinfo ConfigMaps) read with the operator's own client."""
     from .ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
-    from .cli import InputError
+    from .cli_input import InputError
     from .controller.kube import Kube
     from .inventory import build_inventory
 

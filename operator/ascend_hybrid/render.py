@@ -143,17 +143,17 @@ def _resources(effective: ResolvedJob) -> dict:
 def _volumes(effective: ResolvedJob) -> tuple[list[dict], list[dict]]:
     job, spec = effective.name, effective.spec
     volumes = [
-        {"name": "ascend-ranktable", "configMap": {"name": names.rank_table_config_map(job)}},
-        {"name": "ascend-job-config", "configMap": {"name": names.job_config_map(job)}},
+        {"name": names.RANK_TABLE_VOLUME, "configMap": {"name": names.rank_table_config_map(job)}},
+        {"name": names.JOB_CONFIG_VOLUME, "configMap": {"name": names.job_config_map(job)}},
     ]
     mounts = [
-        {"name": "ascend-ranktable", "mountPath": names.RANK_TABLE_DIR, "readOnly": True},
-        {"name": "ascend-job-config", "mountPath": names.JOB_CONFIG_DIR, "readOnly": True},
+        {"name": names.RANK_TABLE_VOLUME, "mountPath": names.RANK_TABLE_DIR, "readOnly": True},
+        {"name": names.JOB_CONFIG_VOLUME, "mountPath": names.JOB_CONFIG_DIR, "readOnly": True},
     ]
     if spec.training.checkpoint:
-        volumes.append({"name": "ascend-checkpoints",
+        volumes.append({"name": names.CHECKPOINT_VOLUME,
                         "persistentVolumeClaim": {"claimName": spec.training.checkpoint.claim_name}})
-        mounts.append({"name": "ascend-checkpoints", "mountPath": names.CHECKPOINT_DIR})
+        mounts.append({"name": names.CHECKPOINT_VOLUME, "mountPath": names.CHECKPOINT_DIR})
     return volumes + list(spec.template.volumes), mounts + list(spec.template.volume_mounts)
 
 

@@ -2,6 +2,10 @@
 
 Each rule is written once here with both forms, so the apiserver (CEL, at admission) and the operator
 (Python, for everything CEL cannot see) report the very same message naming the field and the rule.
+Kubernetes' own rules on what the pods will carry (k8s_validation.py) are in the table where CEL can check them
+(the image, object names, the queue label, topology-tier keys); map keys and free-form objects (labels, annotations,
+env, resources, tolerations, volumes) CEL cannot see, and `template_problems` checks them in Python only. parse()
+also refuses what JSON and Kubernetes cannot hold (NaN, Infinity, integers beyond int64) and names wrong types as such.
 """
 
 from __future__ import annotations
@@ -9,114 +13,24 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
 
 from pydantic import ValidationError
 
-from .api import MAX_JOB_NAME, MAX_WORLD_SIZE, AscendHybridJobSpec, Parallelism
+from .api import MAX_JOB_NAME, MAX_WORLD_SIZE, AscendHybridJobSpec
 from .cel import (
     CEL_AUTO,
     CEL_MICRO,
     CEL_PER_POD,
     CEL_WORLD,
-    cel_degrees,
     cel_format,
     cel_known,
     cel_model,
     cel_model_or_zero,
 )
 from .chips import CHIPS, cel_allowed_per_pod, cel_allowed_text
-from .models import CUSTOM_REQUIRED, effective_model
-
-
-class SpecError(ValueError):
-    """Every problem of a job, each one line `field: rule` (or `field=value rule`)."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
-
-
-@dataclass(frozen=True)
-class ResolvedJob:
-    """The spec with every default resolved: what layout, placement, render and the trainer use."""
-
-    name: str
-    spec: AscendHybridJobSpec
-    data: int
-    tensor: int
-    pipeline: int
-    expert: int
-    expert_placement: str
-    micro_batches: int
-    chip: str
-    per_pod: int
-    model: dict[str, Any]
-    global_batch_size: int
-    virtual_pipeline_stages: int = 1
-    auto: bool = False      # the planner chooses the strategy (spec.parallelism.auto)
-    planned: bool = True    # False: an auto job whose strategy is not chosen yet; its degrees are placeholders
-
-    @property
-    def world_size(self) -> int:
-        return self.data * self.tensor * self.pipeline
-
-    @property
-    def pod_count(self) -> int:
-        return self.world_size // self.per_pod
-
-    @property
-    def degrees(self) -> dict[str, Any]:
-        degrees = {"data": self.data, "tensor": self.tensor, "pipeline": self.pipeline, "expert": self.expert,
-                   "expertPlacement": self.expert_placement, "microBatches": self.micro_batches}
-        if self.virtual_pipeline_stages != 1:
-            # Only when interleaving: jobs that do not interleave render job.json and AHJ_PARALLEL as before.
-            degrees["virtualPipelineStages"] = self.virtual_pipeline_stages
-        return degrees
-
-
-def planned_spec(spec: AscendHybridJobSpec, strategy: Mapping[str, Any]) -> AscendHybridJobSpec:
-    """An auto job's spec with the chosen strategy written in, as if the user had written it: what layout,
-    placement, render and the trainer read. `strategy` is a planner candidate (status.plan's shape)."""
-    chosen = strategy["parallelism"]
-    parallelism = Parallelism(
-        data=chosen["data"], tensor=chosen["tensor"], pipeline=chosen["pipeline"], expert=chosen["expert"],
-        expert_placement=chosen["expertPlacement"], micro_batches=chosen["microBatches"],
-        virtual_pipeline_stages=chosen.get("virtualPipelineStages", 1))
-    training = spec.training.model_copy(update={"recompute": strategy["recompute"],
-                                                "sequence_parallel": strategy["sequenceParallel"],
-                                                "optimizer_shard": strategy["optimizerShard"]})
-    return spec.model_copy(update={"parallelism": parallelism, "training": training})
-
-
-def resolve(name: str, spec: AscendHybridJobSpec, strategy: Mapping[str, Any] | None = None) -> ResolvedJob:
-    """Every default applied. An auto job resolves with its chosen `strategy`; without one it is unplanned: pure
-    data parallelism over its world stands in, for validation and as the planner's starting point."""
-    par = spec.parallelism
-    if par.auto and strategy is not None:
-        return replace(resolve(name, planned_spec(spec, strategy)), auto=True)
-    pipeline = par.pipeline or 1
-    data = par.world or 1 if par.auto else par.data or 1
-    micro_batches = par.micro_batches or pipeline
-    return ResolvedJob(
-        name=name, spec=spec, data=data, tensor=par.tensor or 1, pipeline=pipeline, expert=par.expert or 1,
-        expert_placement=par.expert_placement or "dataParallel", micro_batches=micro_batches, chip=spec.npu.chip,
-        per_pod=spec.npu.per_pod or CHIPS[spec.npu.chip].chips_per_node, model=effective_model(spec.model),
-        global_batch_size=spec.training.global_batch_size or data * micro_batches,
-        virtual_pipeline_stages=par.virtual_pipeline_stages or 1, auto=bool(par.auto), planned=not par.auto,
-    )
-
-
-@dataclass(frozen=True)
-class Rule:
-    check: Callable[[ResolvedJob], str | None]
-    cel: str | None = None  # evaluated on `spec`; None where CEL cannot express it
-    cel_message: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cel", cel_degrees(self.cel))
-        object.__setattr__(self, "cel_message", cel_degrees(self.cel_message))
+from .field_rules import FIELD_RULES, IMAGE_EMPTY  # noqa: F401 - IMAGE_EMPTY: part of the rules' surface
+from .models import CUSTOM_REQUIRED
+from .resolved import ResolvedJob, Rule, SpecError, planned_spec, resolve  # noqa: F401 - the rules' surface
 
 
 def _world(e: ResolvedJob) -> str | None:
@@ -345,7 +259,7 @@ RULES: tuple[Rule, ...] = _AUTO_RULES + (
          f"{cel_model('layers')} % (self.parallelism.pipeline * self.parallelism.virtualPipelineStages) == 0",
          cel_format("spec.model.layers=%d must be divisible by pipeline×virtualPipelineStages=%d", cel_model("layers"),
               "self.parallelism.pipeline * self.parallelism.virtualPipelineStages")),
-)
+) + FIELD_RULES
 
 
 def broken_rules(effective: ResolvedJob) -> list[str]:
@@ -359,24 +273,7 @@ NAME_RULE_MESSAGE = (f"metadata.name must be at most {MAX_JOB_NAME} characters (
                      "(Service names)")
 
 
-def _pydantic_problem(error: dict) -> str:
-    path = "spec" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
-    kind, context, value = error["type"], error.get("ctx", {}), error.get("input")
-    if kind == "extra_forbidden":
-        return f"{path}: unknown field"
-    if kind == "missing":
-        return f"{path}: is required"
-    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        symbol = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤", "less_than": "<"}[kind]
-        bound = next(iter(context.values()))
-        return f"{path}={value} must be {symbol} {bound}"
-    if kind == "enum":
-        return f"{path}={value!r} must be one of {context.get('expected')}"
-    return f"{path}={value!r}: {error['msg'].lower()}"
-
-
-def _json_default(value: Any) -> Any:
-    return dict(value) if isinstance(value, Mapping) else str(value)  # YAML dates become strings, as with kubectl
+from .spec_problems import json_default, number_problems, pydantic_problem, sanitized, template_problems
 
 
 def parse(body: Mapping) -> ResolvedJob:
@@ -395,13 +292,20 @@ def parse(body: Mapping) -> ResolvedJob:
     spec_body = body.get("spec")
     if not isinstance(spec_body, Mapping):
         raise SpecError([*problems, "spec: is required (an object with at least spec.parallelism)"])
+    numbers = number_problems(spec_body)
+    problems += numbers.values()
     try:
         # Strict JSON validation sees the spec as the apiserver does: "2" or true is no integer, 1 is no string.
-        spec = AscendHybridJobSpec.model_validate_json(json.dumps(spec_body, default=_json_default), strict=True)
+        text = json.dumps(sanitized(spec_body, numbers) if numbers else spec_body, default=json_default)
+        spec = AscendHybridJobSpec.model_validate_json(text, strict=True)
     except ValidationError as error:
-        raise SpecError([*problems, *(_pydantic_problem(item) for item in error.errors())]) from None
+        raise SpecError([*problems, *(pydantic_problem(item) for item in error.errors()
+                                      if tuple(item["loc"]) not in numbers)]) from None
+    if numbers:
+        raise SpecError(problems)
     effective = resolve(name, spec)
     problems += broken_rules(effective)
+    problems += template_problems(spec)
     if problems:
         raise SpecError(problems)
     return effective

@@ -21,7 +21,7 @@ from support.paths import REPO_ROOT
 
 PACKAGE = "ascend_hybrid"
 TRAINER = "ascend_hybrid_trainer"
-CLI_MODULES = {f"{PACKAGE}.cli", f"{PACKAGE}.plan_cli"}
+CLI_MODULES = {f"{PACKAGE}.cli", f"{PACKAGE}.cli_input", f"{PACKAGE}.plan_cli"}
 CORE_THIRD_PARTY = ("pydantic", "jinja2", "yaml", "prometheus_client.parser")
 CORE_FORBIDDEN_STDLIB = ("socket", "subprocess", "threading", "multiprocessing", "asyncio", "concurrent",
                          "urllib.request", "http", "ssl", "selectors")

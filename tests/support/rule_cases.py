@@ -30,9 +30,9 @@ RULE_CASES = [
     ("expert-ge-1", spec_with(parallelism={"data": 2, "tensor": 4, "expert": 0}),
      "spec.parallelism.expert=0 must be ≥ 1", spec_with(parallelism={"data": 2, "tensor": 4, "expert": 1})),
     ("data-integer", spec_with(parallelism={"data": "2", "tensor": 4}),
-     "spec.parallelism.data='2': input should be a valid integer", BASE),
+     "spec.parallelism.data='2': must be an integer", BASE),
     ("tensor-not-bool", spec_with(parallelism={"data": 8, "tensor": True}),
-     "spec.parallelism.tensor=True: input should be a valid integer",
+     "spec.parallelism.tensor=true: must be an integer",
      spec_with(parallelism={"data": 8, "tensor": 1})),
     ("unknown-parallelism-field", spec_with(parallelism={"data": 2, "tensor": 4, "bogus": 1}),
      "spec.parallelism.bogus: unknown field", BASE),
@@ -122,9 +122,196 @@ RULE_CASES = [
      "spec.training.checkpoint.claimName: is required",
      spec_with(training={"checkpoint": {"claimName": "ckpt", "everySteps": 10}})),
     ("env-list-path", spec_with(template={"env": ["A=1"]}),
-     "spec.template.env[0]='A=1': input should be an object",
+     "spec.template.env[0]='A=1': must be an object",
      spec_with(template={"env": [{"name": "A", "value": "1"}]})),
     ("label-string", spec_with(template={"metadata": {"labels": {"team": 7}}}),
-     "spec.template.metadata.labels.team=7: input should be a valid string",
+     "spec.template.metadata.labels.team=7: must be a string (quote it: '7')",
      spec_with(template={"metadata": {"labels": {"team": "7"}}})),
+
+    # --- wrong types, numbers Kubernetes cannot hold, bounds -------------------------------------------------
+    ("steps-integer", spec_with(training={"steps": "x"}), "spec.training.steps='x': must be an integer",
+     spec_with(training={"steps": 10})),
+    ("steps-not-fractional", spec_with(training={"steps": 1.5}), "spec.training.steps=1.5: must be an integer",
+     spec_with(training={"steps": 2})),
+    ("learningRate-number", spec_with(training={"learningRate": "fast"}),
+     "spec.training.learningRate='fast': must be a number", spec_with(training={"learningRate": 0.5})),
+    ("learningRate-finite", spec_with(training={"learningRate": float("inf")}),
+     "spec.training.learningRate=Infinity: must be a finite number (JSON and Kubernetes have no NaN or Infinity)",
+     spec_with(training={"learningRate": 1e-4})),
+    ("learningRate-not-nan", spec_with(training={"learningRate": float("nan")}),
+     "spec.training.learningRate=NaN: must be a finite number (JSON and Kubernetes have no NaN or Infinity)",
+     spec_with(training={"learningRate": 1e-4})),
+    ("learningRate-infinity-word", spec_with(training={"learningRate": "Infinity"}),
+     "spec.training.learningRate='Infinity': must be a finite number (JSON and Kubernetes have no NaN or Infinity)",
+     spec_with(training={"learningRate": 1e-4})),
+    ("int64-steps", spec_with(training={"steps": 2 ** 63}),
+     f"spec.training.steps={2 ** 63}: is beyond the int64 range of Kubernetes integers "
+     "(-9223372036854775808 to 9223372036854775807)", spec_with(training={"steps": 2 ** 63 - 1})),
+    ("int64-in-raw-object", spec_with(template={"tolerations": [{"key": "t", "operator": "Exists",
+                                                                 "effect": "NoExecute", "tolerationSeconds": -2 ** 64}]}),
+     f"spec.template.tolerations[0].tolerationSeconds={-2 ** 64}: is beyond the int64 range of Kubernetes integers "
+     "(-9223372036854775808 to 9223372036854775807)",
+     spec_with(template={"tolerations": [{"key": "t", "operator": "Exists", "effect": "NoExecute",
+                                          "tolerationSeconds": 60}]})),
+    ("seed-32-bit", spec_with(training={"seed": 2 ** 32}), "spec.training.seed=4294967296 must be ≤ 4294967295",
+     spec_with(training={"seed": 2 ** 32 - 1})),
+    ("parallelism-object", spec_with(parallelism=3), "spec.parallelism=3: must be an object", BASE),
+    ("suspend-boolean", spec_with(runPolicy={"suspend": "no"}), "spec.runPolicy.suspend='no': must be a boolean",
+     spec_with(runPolicy={"suspend": False})),
+    ("tiers-list", spec_with(scheduling={"topologyTiers": "rack"}), "spec.scheduling.topologyTiers='rack': must be a list",
+     spec_with(scheduling={"topologyTiers": ["rack"]})),
+    ("image-string", spec_with(template={"image": None}), "spec.template.image=null: must be a string",
+     spec_with(template={"image": "trainer"})),
+    ("imagePullPolicy-enum", spec_with(template={"imagePullPolicy": "always"}),
+     "spec.template.imagePullPolicy='always' must be one of 'Always', 'IfNotPresent' or 'Never'",
+     spec_with(template={"imagePullPolicy": "Always"})),
+    ("tiers-at-most-16", spec_with(scheduling={"topologyTiers": [f"t{i}" for i in range(17)]}),
+     "spec.scheduling.topologyTiers: must have at most 16 items",
+     spec_with(scheduling={"topologyTiers": [f"t{i}" for i in range(16)]})),
+    # --- Kubernetes' own rules, CEL and Python ----------------------------------------------------------------
+    ("image-empty", spec_with(template={"image": ""}),
+     "spec.template.image: must not be empty (the container image of every pod)",
+     spec_with(template={"image": "registry.example.com:5000/team/trainer:1.0"})),
+    ("image-whitespace", spec_with(template={"image": "trainer :1"}),
+     'spec.template.image="trainer :1" is not an image reference the kubelet can pull ([registry[:port]/]'
+     "lowercase/path[:tag][@sha256:digest], no whitespace; e.g. 'registry.example.com/team/trainer:1.0')",
+     spec_with(template={"image": "trainer:1"})),
+    ("image-uppercase", spec_with(template={"image": "team/Trainer"}),
+     'spec.template.image="team/Trainer" is not an image reference the kubelet can pull ([registry[:port]/]'
+     "lowercase/path[:tag][@sha256:digest], no whitespace; e.g. 'registry.example.com/team/trainer:1.0')",
+     spec_with(template={"image": "Registry.Example/team/trainer"})),
+    ("image-digest", spec_with(template={"image": "trainer@sha256:" + "A" * 64}),
+     f'spec.template.image="trainer@sha256:{"A" * 64}": a sha256 digest is 64 lower-case hexadecimal characters',
+     spec_with(template={"image": "trainer@sha256:" + "a" * 64})),
+    ("serviceAccountName", spec_with(template={"serviceAccountName": "Trainer_SA"}),
+     'spec.template.serviceAccountName="Trainer_SA": must be a lowercase RFC 1123 subdomain (a ServiceAccount '
+     "name): lower case alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character "
+     "(e.g. 'example.com')", spec_with(template={"serviceAccountName": "trainer-sa"})),
+    ("priorityClassName", spec_with(template={"priorityClassName": "high-"}),
+     'spec.template.priorityClassName="high-": must be a lowercase RFC 1123 subdomain (a PriorityClass name): '
+     "lower case alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character "
+     "(e.g. 'example.com')", spec_with(template={"priorityClassName": "high.example"})),
+    ("schedulerName", spec_with(scheduling={"schedulerName": "my scheduler"}),
+     'spec.scheduling.schedulerName="my scheduler": must be a lowercase RFC 1123 subdomain (a scheduler name): '
+     "lower case alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character "
+     "(e.g. 'example.com')", spec_with(scheduling={"schedulerName": "volcano"})),
+    ("claimName", spec_with(training={"checkpoint": {"claimName": ""}}),
+     'spec.training.checkpoint.claimName="": must be a lowercase RFC 1123 subdomain (a PersistentVolumeClaim name): '
+     "lower case alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character "
+     "(e.g. 'example.com')", spec_with(training={"checkpoint": {"claimName": "ckpt"}})),
+    ("queue-label-value", spec_with(scheduling={"queue": "team a"}),
+     'spec.scheduling.queue="team a" is not a valid label value (the pods carry it as a label): a valid label must '
+     "be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+     "alphanumeric character, at most 63 characters", spec_with(scheduling={"queue": "team_a"})),
+    ("topologyTiers-label-key", spec_with(scheduling={"topologyTiers": ["huawei.com/topotree.rackid", "zone id"]}),
+     'spec.scheduling.topologyTiers: "zone id" is not a valid node label key: an optional DNS subdomain prefix (at '
+     "most 253 characters) and '/', then a name of at most 63 characters that must consist of alphanumeric "
+     "characters, '-', '_' or '.', and must start and end with an alphanumeric character "
+     "(e.g. 'huawei.com/topotree.rackid')",
+     spec_with(scheduling={"topologyTiers": ["huawei.com/topotree.rackid", "topology.kubernetes.io/zone"]})),
+    # --- Kubernetes' own rules, Python only (map keys and free-form objects) ---------------------------------
+    ("label-key", spec_with(template={"metadata": {"labels": {"team/": "nlp"}}}),
+     'spec.template.metadata.labels: key "team/" is not a valid label key: name part must be non-empty; name part '
+     "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+     "character (e.g. 'MyName', 'my.name' or '123-abc')",
+     spec_with(template={"metadata": {"labels": {"example.com/team": "nlp"}}})),
+    ("label-value", spec_with(template={"metadata": {"labels": {"team": "n" * 64}}}),
+     f'spec.template.metadata.labels["team"]="{"n" * 64}" is not a valid label value: must be no more than 63 bytes',
+     spec_with(template={"metadata": {"labels": {"team": "n" * 63}}})),
+    ("annotation-key", spec_with(template={"metadata": {"annotations": {"example.com/a/b": "x"}}}),
+     'spec.template.metadata.annotations: key "example.com/a/b" is not a valid annotation key (a qualified name): '
+     "a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+     "alphanumeric character (e.g. 'MyName', 'my.name' or '123-abc') with an optional DNS subdomain prefix and '/' "
+     "(e.g. 'example.com/MyName')", spec_with(template={"metadata": {"annotations": {"Example.com/B": "any text"}}})),
+    ("nodeSelector-value", spec_with(template={"nodeSelector": {"pool": "npu pool"}}),
+     'spec.template.nodeSelector["pool"]="npu pool" is not a valid label value: a valid label must be an empty '
+     "string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+     "character (e.g. 'MyValue', 'my_value' or '12345')", spec_with(template={"nodeSelector": {"pool": "npu"}})),
+    ("env-name", spec_with(template={"env": [{"name": "A=B", "value": "1"}]}),
+     'spec.template.env[0].name="A=B": a valid environment variable name must consist only of printable ASCII '
+     "characters other than '='", spec_with(template={"env": [{"name": "my.env-name 1", "value": "1"}]})),
+    ("env-value-string", spec_with(template={"env": [{"name": "A", "value": 1}]}),
+     "spec.template.env[0].value=1: must be a string (quote it in YAML)",
+     spec_with(template={"env": [{"name": "A", "value": "1"}]})),
+    ("env-value-and-valueFrom", spec_with(template={"env": [{"name": "A", "value": "1",
+                                                             "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]}),
+     "spec.template.env[0].valueFrom: may not be specified when `value` is not empty",
+     spec_with(template={"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]})),
+    ("env-unknown-field", spec_with(template={"env": [{"name": "A", "vaule": "1"}]}),
+     "spec.template.env[0].vaule: unknown field (an EnvVar has name, value and valueFrom)",
+     spec_with(template={"env": [{"name": "A", "value": "1"}]})),
+    ("hccl-env-name", spec_with(hccl={"env": {"HCCL=X": "1"}}),
+     'spec.hccl.env: key "HCCL=X": a valid environment variable name must consist only of printable ASCII '
+     "characters other than '='", spec_with(hccl={"env": {"HCCL_X": "1"}})),
+    ("quantity", spec_with(template={"resources": {"requests": {"memory": "16 GB"}}}),
+     'spec.template.resources.requests["memory"]="16 GB" is not a valid quantity (e.g. \'500m\', \'4\', \'16Gi\', '
+     "'1e3'): quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+     spec_with(template={"resources": {"requests": {"memory": "16G"}}})),
+    ("quantity-suffix", spec_with(template={"resources": {"limits": {"cpu": "2x"}}}),
+     'spec.template.resources.limits["cpu"]="2x" is not a valid quantity (e.g. \'500m\', \'4\', \'16Gi\', '
+     "'1e3'): quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+     spec_with(template={"resources": {"limits": {"cpu": "2k"}}})),
+    ("quantity-nonnegative", spec_with(template={"resources": {"requests": {"cpu": "-1"}}}),
+     'spec.template.resources.requests["cpu"]="-1": must be greater than or equal to 0',
+     spec_with(template={"resources": {"requests": {"cpu": "0"}}})),
+    ("request-le-limit", spec_with(template={"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}}),
+     'spec.template.resources.requests["memory"]="2Gi": must be less than or equal to the memory limit of "1Gi"',
+     spec_with(template={"resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Gi"}}})),
+    ("resource-name", spec_with(template={"resources": {"requests": {"gpu": "1"}}}),
+     'spec.template.resources.requests: "gpu" must be a standard resource for containers (cpu, memory, '
+     "ephemeral-storage, hugepages-<size>) or fully qualified (example.com/device)",
+     spec_with(template={"resources": {"requests": {"example.com/gpu": "1"}, "limits": {"example.com/gpu": "1"}}})),
+    ("extended-resource-integer", spec_with(template={"resources": {"limits": {"example.com/nic": "500m"}}}),
+     'spec.template.resources.limits["example.com/nic"]="500m": must be an integer (extended resources are whole '
+     "units)", spec_with(template={"resources": {"limits": {"example.com/nic": "1"}}})),
+    ("toleration-operator", spec_with(template={"tolerations": [{"key": "npu", "operator": "exists"}]}),
+     "spec.template.tolerations[0].operator=\"exists\": must be one of 'Equal' or 'Exists' (Lt and Gt need the "
+     "alpha gate TaintTolerationComparisonOperators)",
+     spec_with(template={"tolerations": [{"key": "npu", "operator": "Exists"}]})),
+    ("toleration-effect", spec_with(template={"tolerations": [{"key": "npu", "operator": "Exists",
+                                                                "effect": "NoExecution"}]}),
+     "spec.template.tolerations[0].effect=\"NoExecution\": must be one of 'NoSchedule', 'PreferNoSchedule' or "
+     "'NoExecute' (or empty: every effect)",
+     spec_with(template={"tolerations": [{"key": "npu", "operator": "Exists", "effect": "NoExecute"}]})),
+    ("toleration-key", spec_with(template={"tolerations": [{"key": "npu/", "operator": "Exists"}]}),
+     'spec.template.tolerations[0].key="npu/" is not a valid taint key (a qualified name): name part must be '
+     "non-empty; name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
+     "an alphanumeric character (e.g. 'MyName', 'my.name' or '123-abc')",
+     spec_with(template={"tolerations": [{"key": "example.com/npu", "operator": "Exists"}]})),
+    ("toleration-exists-value", spec_with(template={"tolerations": [{"key": "npu", "operator": "Exists",
+                                                                      "value": "x"}]}),
+     "spec.template.tolerations[0].value=\"x\": value must be empty when `operator` is 'Exists'",
+     spec_with(template={"tolerations": [{"key": "npu", "operator": "Equal", "value": "x"}]})),
+    ("toleration-equal-value", spec_with(template={"tolerations": [{"key": "npu", "value": "a b"}]}),
+     'spec.template.tolerations[0].value="a b" is not a valid toleration value (a label value): a valid label must '
+     "be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+     "alphanumeric character (e.g. 'MyValue', 'my_value' or '12345')",
+     spec_with(template={"tolerations": [{"key": "npu", "value": "a-b"}]})),
+    ("toleration-empty-key", spec_with(template={"tolerations": [{"operator": "Equal", "value": "x"}]}),
+     'spec.template.tolerations[0].operator="Equal": operator must be Exists when `key` is empty, which means '
+     '"match all values and all keys"', spec_with(template={"tolerations": [{"operator": "Exists"}]})),
+    ("toleration-seconds-effect", spec_with(template={"tolerations": [{"key": "npu", "operator": "Exists",
+                                                                        "tolerationSeconds": 30}]}),
+     "spec.template.tolerations[0].effect=\"\": effect must be 'NoExecute' when `tolerationSeconds` is set",
+     spec_with(template={"tolerations": [{"key": "npu", "operator": "Exists", "effect": "NoExecute",
+                                          "tolerationSeconds": 30}]})),
+    ("volume-name", spec_with(template={"volumes": [{"name": "Data", "emptyDir": {}}]}),
+     'spec.template.volumes[0].name="Data" is not a valid volume name: a lowercase RFC 1123 label must consist of '
+     "lower case alphanumeric characters or '-', and must start and end with an alphanumeric character "
+     "(e.g. 'my-name' or '123-abc')", spec_with(template={"volumes": [{"name": "data", "emptyDir": {}}]})),
+    ("volume-source", spec_with(template={"volumes": [{"name": "data"}]}),
+     "spec.template.volumes[0]: must specify a volume type (emptyDir, persistentVolumeClaim, configMap, …)",
+     spec_with(template={"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]})),
+    ("volume-reserved", spec_with(template={"volumes": [{"name": "ascend-job-config", "emptyDir": {}}]}),
+     'spec.template.volumes[0].name="ascend-job-config": is the name of a volume the operator adds',
+     spec_with(template={"volumes": [{"name": "job-config", "emptyDir": {}}]})),
+    ("volumeMount-volume", spec_with(template={"volumeMounts": [{"name": "data", "mountPath": "/data"}]}),
+     'spec.template.volumeMounts[0].name="data": not found among the pod\'s volumes (ascend-job-config, '
+     "ascend-ranktable)", spec_with(template={"volumes": [{"name": "data", "emptyDir": {}}],
+                                             "volumeMounts": [{"name": "data", "mountPath": "/data"}]})),
+    ("volumeMount-path", spec_with(template={"volumes": [{"name": "data", "emptyDir": {}}],
+                                             "volumeMounts": [{"name": "data", "mountPath": "/etc/ascend-hybrid"}]}),
+     'spec.template.volumeMounts[0].mountPath="/etc/ascend-hybrid": is a path the operator mounts',
+     spec_with(template={"volumes": [{"name": "data", "emptyDir": {}}],
+                         "volumeMounts": [{"name": "data", "mountPath": "/etc/ascend-hybrid/data"}]})),
 ]

@@ -54,10 +54,12 @@ def with_spec(**changes) -> dict:
 
 BAD_INPUTS = [
     ("missing-file", None, ["{path}: No such file or directory"]),
-    ("bad-yaml", "spec: [unclosed\n", ["{path}: not valid YAML (while parsing a flow sequence)"]),
+    ("bad-yaml", "spec: [unclosed\n", ["{path}: not valid YAML at line 2, column 1: did not find expected ',' or ']' "
+                                       "(while parsing a flow sequence started at line 1, column 7)"]),
     ("not-utf8", b"\xff\xfe\x00bad", ["{path}: not UTF-8 text (invalid start byte at byte 0)"]),
-    ("scalar-document", "just a string\n", ["{path}: expected Kubernetes objects, found str"]),
-    ("kind-null", "kind: null\n", ["{path}: no AscendHybridJob object found"]),
+    ("scalar-document", "just a string\n", ["{path}: document 1 (line 1) is a string, not a Kubernetes object"]),
+    ("kind-null", "kind: null\n",
+     ["{path}: document 1 (line 1): not a Kubernetes object: apiVersion and kind are required"]),
     ("wrong-kind", {**GOOD, "kind": "PyTorchJob"}, ["{path}: no AscendHybridJob object found"]),
     ("wrong-apiVersion", {**GOOD, "apiVersion": "hybrid.ascend.dev/v1"},
      ["{path}: apiVersion must be hybrid.ascend.dev/v1alpha1, got 'hybrid.ascend.dev/v1'"]),
@@ -77,7 +79,7 @@ BAD_INPUTS = [
       "spec.model.heads=8 must be divisible by spec.parallelism.tensor=3"]),
     ("several-schema", with_spec(parallelism={"data": 0}, runPolicy={"backoffLimit": -1, "suspend": "no"}),
      ["spec.parallelism.data=0 must be ≥ 1", "spec.runPolicy.backoffLimit=-1 must be ≥ 0",
-      "spec.runPolicy.suspend='no': input should be a valid boolean"]),
+      "spec.runPolicy.suspend='no': must be a boolean"]),
     ("name-too-long", {**GOOD, "metadata": {"name": "x" * 51}},
      [f"metadata.name='{'x' * 51}': must be at most 50 characters "
       "(pod names <job>-a<attempt>-<index> must stay valid labels) of lowercase letters, digits and '-', "

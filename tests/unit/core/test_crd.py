@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ascend_hybrid import crd, rules
+from ascend_hybrid import k8s_validation as k8s
 from ascend_hybrid.api import AscendHybridJobSpec
 from support.builders import apply_defaults
 from support.strategies import valid_specs
@@ -301,3 +302,72 @@ def test_cel_name_rule_agrees_with_python(length):
         python_ok = False
         assert error.problems[0].endswith(rules.NAME_RULE_MESSAGE.removeprefix("metadata.name "))
     assert verdict == python_ok == (length <= 50)
+
+
+# --- Kubernetes' own rules on fields CEL can see: the same verdict and message as k8s_validation.py -----------
+
+
+# the characters the rules care about, printable (so Python's quoting of a value is CEL's "%s")
+FIELD_TEXT = st.text(alphabet="abz09AZ-._/:@ ", max_size=24)
+IMAGES = st.one_of(FIELD_TEXT, st.from_regex(k8s.IMAGE_REFERENCE, fullmatch=True).filter(lambda s: len(s) < 400),
+                   st.sampled_from(["", "trainer", "Trainer", "team/trainer:1", "[::1]:5000/a/b:c", "a__b", "a___b",
+                                    "a--b/c", "a/b@sha256:" + "a" * 64, "localhost:5000/x", "x:" + "t" * 129]))
+SUBDOMAINS = st.one_of(FIELD_TEXT, st.from_regex(k8s.DNS1123_SUBDOMAIN, fullmatch=True).filter(lambda s: len(s) < 200))
+TIERS = st.one_of(FIELD_TEXT, st.from_regex(k8s.LABEL_KEY, fullmatch=True).filter(lambda s: len(s) <= k8s.LABEL_KEY_MAX),
+                  st.sampled_from(["a" * 253 + "/x", "a" * 254 + "/x", "x/" + "n" * 63, "x/" + "n" * 64, "/x", "x/",
+                                   "a/b/c", "huawei.com/topotree.rackid"]))
+
+
+def field_spec(image, account, scheduler, claim, queue, tiers) -> dict:
+    spec = {"parallelism": {"data": 8}, "template": {"image": image}, "scheduling": {"topologyTiers": tiers}}
+    if account is not None:
+        spec["template"]["serviceAccountName"] = account
+    if scheduler is not None:
+        spec["scheduling"]["schedulerName"] = scheduler
+    if queue is not None:
+        spec["scheduling"]["queue"] = queue[:63]
+    if claim is not None:
+        spec["training"] = {"checkpoint": {"claimName": claim}}
+    return spec
+
+
+@settings(max_examples=300, deadline=None)
+@given(image=IMAGES, account=st.none() | SUBDOMAINS, scheduler=st.none() | SUBDOMAINS, claim=st.none() | SUBDOMAINS,
+       queue=st.none() | FIELD_TEXT, tiers=st.lists(TIERS, max_size=3))
+def test_cel_field_rules_agree_with_python(image, account, scheduler, claim, queue, tiers):
+    spec = field_spec(image, account, scheduler, claim, queue, tiers)
+    assert cel_problems(spec, apply_defaults) == python_problems(spec)
+
+
+@pytest.mark.parametrize("image", ["trainer\n", "trainer\t:1", "trainer:1 ", "\u00e9t\u00e9", "a\u0085b"])
+def test_cel_image_rule_refuses_what_python_refuses_with_control_characters(image):
+    """Python shows such a value as JSON (one line), CEL as it is: the verdicts agree, the field is named in both."""
+    spec = field_spec(image, None, None, None, None, [])
+    cel, python = cel_problems(spec, apply_defaults), python_problems(spec)
+    assert [problem is None for problem in cel] == [problem is None for problem in python]
+    assert any(problem and problem.startswith("spec.template.image=") for problem in cel)
+
+
+def test_field_rules_are_in_the_crd_with_their_bounds():
+    rules_text = [v["rule"] for v in SPEC["x-kubernetes-validations"]]
+    for field in ("self.template.image", "self.template.serviceAccountName", "self.template.priorityClassName",
+                  "self.scheduling.schedulerName", "self.training.checkpoint.claimName", "self.scheduling.queue",
+                  "self.scheduling.topologyTiers"):
+        assert any(f"{field}.matches(" in rule or f"{field}.all(" in rule for rule in rules_text), field
+    template, scheduling = SPEC["properties"]["template"]["properties"], SPEC["properties"]["scheduling"]["properties"]
+    # CEL's cost estimate needs every string it matches bounded (an unbounded one is costed at the request size)
+    assert template["image"]["maxLength"] == k8s.IMAGE_MAX
+    for node in (template["serviceAccountName"], template["priorityClassName"], scheduling["schedulerName"],
+                 SPEC["properties"]["training"]["properties"]["checkpoint"]["properties"]["claimName"]):
+        assert node["maxLength"] == 253
+    assert scheduling["queue"]["maxLength"] == 63
+    assert scheduling["topologyTiers"]["maxItems"] == 16 and scheduling["topologyTiers"]["items"]["maxLength"] == 317
+    assert template["imagePullPolicy"]["enum"] == ["Always", "IfNotPresent", "Never"]
+
+
+def test_every_integer_is_int64():
+    integers = [(path, node) for path, node in walk(ROOT) if node.get("type") == "integer"]
+    assert len(integers) > 30
+    for path, node in integers:
+        assert node["format"] == "int64", path
+    assert SPEC["properties"]["training"]["properties"]["seed"]["maximum"] == 2 ** 32 - 1

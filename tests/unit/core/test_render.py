@@ -274,11 +274,13 @@ def test_yaml_ambiguous_names_stay_strings(name, namespace):
 
 
 label_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+# an image must be a reference the kubelet can parse (rules.py refuses anything else): tags may be any case
+image_text = st.from_regex(r"[a-z0-9]{1,8}(/[a-z0-9]{1,8})?(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,8})?", fullmatch=True)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(annotations=st.dictionaries(st.from_regex(r"[a-z]{1,8}", fullmatch=True), label_text, max_size=3),
-       env_value=label_text, image=label_text.filter(bool))
+       env_value=label_text, image=image_text)
 def test_arbitrary_text_survives_rendering(annotations, env_value, image):
     spec = {"parallelism": {"data": 2}, "npu": {"perPod": 2},
             "template": {"metadata": {"annotations": annotations}, "image": image,

@@ -60,7 +60,7 @@ CASES = [
     ("virtual-min", with_(parallelism={"virtualPipelineStages": 0}),
      "spec.parallelism.virtualPipelineStages=0 must be ≥ 1", BASE),
     ("sequenceParallel-bool", with_(training={"sequenceParallel": "yes"}),
-     "spec.training.sequenceParallel='yes': input should be a valid boolean", with_(training={"sequenceParallel": True})),
+     "spec.training.sequenceParallel='yes': must be a boolean", with_(training={"sequenceParallel": True})),
 ]
 
 
