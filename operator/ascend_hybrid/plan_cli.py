@@ -138,11 +138,12 @@ def cmd_plan(args) -> int:
         chip = args.chip if args.chip in {c.value for c in Chip} else None
         capacity = None
         if args.cluster:
+            # as the operator would: the job's own world (or --world/--nodes), checked against what can be placed now
             capacity = cluster_capacity(effective, chip or effective.chip, args.kubeconfig)
-            world = world or capacity.world
-            if not world:
-                raise InputError(f"--cluster: {capacity.describe()}: not one pod of {effective.per_pod} "
-                                 f"{chip or effective.chip} NPUs fits now")
+            wanted = world or effective.world_size
+            if wanted > capacity.world:
+                raise InputError(f"--cluster: {capacity.describe()}: the job's {wanted} NPUs cannot be placed now "
+                                 f"(the gang placer has room for {capacity.world})")
         result = search.plan(effective, hw, world, chip)
     except search.PlanError as error:
         raise InputError(str(error)) from None
@@ -258,8 +259,9 @@ def register(subparsers) -> None:
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--evaluate", action="store_true", help="score exactly the file's strategy, fitting or not")
     p.add_argument("--cluster", action="store_true",
-                   help="plan for the cluster's free NPUs now (kubeconfig): the world is what the gang placer can "
-                        "place (unless --world/--nodes), and the candidates placeable now are named")
+                   help="plan against the cluster's free NPUs now (kubeconfig), as the operator would: the job's "
+                        "world (or --world/--nodes) must fit what the gang placer can place, and the candidates "
+                        "placeable now are named")
     p.add_argument("--kubeconfig", help="with --cluster: kubeconfig file (default: $KUBECONFIG, then in-cluster)")
     p.add_argument("--svg", help="also write a picture of the best (or evaluated) plan: nodes and chips by stage, "
                                  "TP and EP groups, the 1F1B timeline, memory per stage")

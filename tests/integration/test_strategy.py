@@ -92,8 +92,12 @@ def test_plan_cluster_plans_for_the_free_npus_the_gang_placer_can_use(dev_cluste
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     cluster = document["cluster"]
-    assert document["world"] == cluster["world"] > 0 and cluster["world"] % 8 == 0
+    assert document["world"] == 8 and cluster["world"] >= 8 and cluster["world"] % 8 == 0  # the job's own world
     assert "free 910B NPUs" in cluster["capacity"] and cluster["placeableNow"][:1] == [1]
     for candidate in document["candidates"]:
         degrees = candidate["parallelism"]
-        assert degrees["data"] * degrees["tensor"] * degrees["pipeline"] == cluster["world"]
+        assert degrees["data"] * degrees["tensor"] * degrees["pipeline"] == 8
+    too_big = subprocess.run([str(cli_path), "plan", "-f", str(examples / "job.yaml"), "--cluster", "--world",
+                              str(cluster["world"] + 8), "--kubeconfig", str(dev_cluster.kubeconfig)],
+                             capture_output=True, text=True, timeout=120)
+    assert too_big.returncode == 2 and "cannot be placed now" in too_big.stderr
