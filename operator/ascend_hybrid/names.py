@@ -21,6 +21,7 @@ RANK_TABLE_FILE = f"{RANK_TABLE_DIR}/hccl.json"
 JOB_CONFIG_DIR = "/etc/ascend-hybrid"
 JOB_CONFIG_FILE = f"{JOB_CONFIG_DIR}/job.json"
 CHECKPOINT_DIR = "/checkpoints"
+TERMINATION_LOG = "/dev/termination-log"  # the container's terminationMessagePath (Kubernetes' default) = AHJ_TERMINATION_LOG
 
 
 def sched_service(job: str) -> str:
