@@ -29,6 +29,8 @@ PRINTER_COLUMNS = [
     {"name": "TP-Local", "type": "string", "jsonPath": ".status.placement.tensorGroupsNodeLocal", "priority": 1,
      "description": "TP groups that sit inside one node"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.training.loss", "priority": 1},
+    {"name": "Cause", "type": "string", "jsonPath": ".status.lastFailure.cause", "priority": 1,
+     "description": "Why the last failed attempt ended (docs/troubleshooting.md)"},
 ]
 
 def _structural(node: Any, definitions: dict[str, Any]) -> Any:
