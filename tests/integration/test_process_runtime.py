@@ -333,7 +333,7 @@ def test_a_killed_worker_restarts_the_gang_from_the_checkpoint_and_deleting_the_
         return any(e.reason == "Failed" and e.message == "Container exited with code 137" for e in events)
     wait_for(failed_with_137, 60, f"{failed} to fail with exit code 137 (launcher: 128 + SIGKILL)",
              lambda: describe(cluster, jobs, "real-ckpt"))
-    wait_for(lambda: any(reason == "PodFailed" for _, reason, _ in jobs.events("real-ckpt")), 60,
+    wait_for(lambda: (jobs.status("real-ckpt").get("lastFailure") or {}).get("pod") == failed, 60,
              "the operator to restart the gang for it", lambda: describe(cluster, jobs, "real-ckpt"))
 
     wait_for(lambda: not jobs.pods("real-ckpt", attempt=1), 90, "attempt 1's pods to go (their processes ended)",
