@@ -8,6 +8,7 @@ a failure of the job itself).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .causes import FAIL_JOB, FAULT_CAUSES, IGNORE, RESTART_AVOIDING_NODE, SOFTWARE_CAUSES, default_action
@@ -56,3 +57,25 @@ def _verdict(action: str, why: str, failure: Failure) -> Verdict:
         avoid = (failure.node,)
     counts = action != FAIL_JOB and not disruption and action != IGNORE
     return Verdict(action, why, counts=counts, disruption=disruption, avoid=avoid)
+
+
+COUNTERS = ("restarts", "disruptions", "ignoredFailures")
+
+
+def counters_after(status: Mapping, verdict: Verdict) -> tuple[dict[str, int], int]:
+    """status.restarts / disruptions / ignoredFailures after this verdict's restart, and the restarts that count
+    against backoffLimit (all restarts but the disruptions and the ignored failures)."""
+    counters = {key: int(status.get(key) or 0) for key in COUNTERS}
+    counters["restarts"] += 1
+    if verdict.disruption:
+        counters["disruptions"] += 1
+    elif not verdict.counts:
+        counters["ignoredFailures"] += 1
+    return counters, counters["restarts"] - counters["disruptions"] - counters["ignoredFailures"]
+
+
+def restart_text(what: str, verdict: Verdict, attempt: int, counted: int, limit: int) -> str:
+    kind = ("a disruption, not counted against backoffLimit" if verdict.disruption
+            else "ignored, not counted against backoffLimit" if not verdict.counts else f"{counted}/{limit}")
+    avoiding = f", without node {', '.join(verdict.avoid)}" if verdict.avoid else ""
+    return f"{what}; {verdict.action} by {verdict.why}: restarting the whole gang as attempt {attempt}{avoiding} ({kind})"

@@ -30,7 +30,7 @@ from .actions import (
 from .ascend import DeviceInfo
 from .chips import CHIPS
 from .conditions import TERMINAL_JOB_PHASES, condition, parse_time, set_condition, timestamp
-from .failure_policy import judge
+from .failure_policy import counters_after, judge, restart_text
 from .failures import Failure, Wait, find_failure, last_failure, summary
 from .hints import hint, prediction
 from .placement import GangRequest
@@ -339,13 +339,7 @@ class _Pass:
         if verdict.fails:
             return self.fail(failure.cause, f"{what}; FailJob by {verdict.why}", fix)
         limit = e.spec.run_policy.backoff_limit
-        counters = {key: int(status.get(key) or 0) for key in ("restarts", "disruptions", "ignoredFailures")}
-        counters["restarts"] += 1
-        if verdict.disruption:
-            counters["disruptions"] += 1
-        elif not verdict.counts:
-            counters["ignoredFailures"] += 1
-        counted = counters["restarts"] - counters["disruptions"] - counters["ignoredFailures"]
+        counters, counted = counters_after(status, verdict)
         if verdict.counts and counted > limit:
             return self.fail("BackoffLimitExceeded", f"{what}; backoffLimit={limit} restarts exhausted", fix)
         status.update(counters)
@@ -353,11 +347,7 @@ class _Pass:
         self.delete(current)
         self.reset_rank_table()
         self.new_attempt()
-        kind = ("a disruption, not counted against backoffLimit" if verdict.disruption
-                else "ignored, not counted against backoffLimit" if not verdict.counts else f"{counted}/{limit}")
-        avoiding = f", without node {', '.join(verdict.avoid)}" if verdict.avoid else ""
-        text = (f"{what}; {verdict.action} by {verdict.why}: restarting the whole gang as attempt "
-                f"{status['attempt']}{avoiding} ({kind})")
+        text = restart_text(what, verdict, status["attempt"], counted, limit)
         self.cond("Restarting", True, failure.cause, text)
         self.cond("Running", False, failure.cause, what)
         self.phase("Restarting", text)

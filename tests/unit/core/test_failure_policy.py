@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ascend_hybrid.api import FailurePolicyRule
 from ascend_hybrid.causes import ACTIONS, CAUSES
-from ascend_hybrid.failure_policy import judge
+from ascend_hybrid.failure_policy import counters_after, judge, restart_text
 from ascend_hybrid.failures import Failure
 from ascend_hybrid.rules import SpecError, parse
 from support.builders import job_body
@@ -133,3 +133,22 @@ def test_a_software_cause_cannot_avoid_nodes():
         "spec.runPolicy.failurePolicy.rules: ConfigError and DataError are failures of the job itself: "
         "RestartJobAvoidingNode would mark a healthy node (use RestartJob or FailJob)"]
     assert problems(spec({"causes": ["HCCLExecTimeout"], "action": "RestartJobAvoidingNode"})) == []
+
+
+def test_only_counted_restarts_use_up_the_backoff_limit():
+    status = {"restarts": 5, "disruptions": 2, "ignoredFailures": 1}
+    assert counters_after(status, judge([], failure("Unknown"))) == (
+        {"restarts": 6, "disruptions": 2, "ignoredFailures": 1}, 3)
+    assert counters_after(status, judge([], failure("NodeNotReady"))) == (
+        {"restarts": 6, "disruptions": 3, "ignoredFailures": 1}, 2)
+    assert counters_after({}, judge([rule(exitCodes=[1], action="Ignore")], failure())) == (
+        {"restarts": 1, "disruptions": 0, "ignoredFailures": 1}, 0)
+
+
+def test_the_restart_text_says_what_was_done_and_how_it_counts():
+    avoided = judge([], failure("HCCLExecTimeout"))
+    assert restart_text("pod p failed", avoided, 3, 2, 4) == (
+        "pod p failed; RestartJobAvoidingNode by the default for HCCLExecTimeout: restarting the whole gang as "
+        "attempt 3, without node node-7 (2/4)")
+    assert restart_text("x", judge([], failure("ChipUnhealthy")), 2, 0, 4).endswith(
+        "(a disruption, not counted against backoffLimit)")
