@@ -68,11 +68,12 @@ def hint(failure: Failure, effective: ResolvedJob, evaluation: search.Evaluation
             "the RankTableReady condition names the pods it waited for; check that the Ascend device plugin "
             "annotated them with their devices"),
         "ConfigError": (
-            "the trainer refused its configuration; fix the spec or the image as the message says (a trainer "
-            "without MindSpore needs `pip install 'ascend-hybrid[trainer]'` or the trainer image). A restart "
-            "cannot help, and no node is to blame"),
-        "DataError": ("the training data could not be read or does not fit the model: check the dataset volume and "
-                      "path, its token ids against spec.model.vocab, and its shape against training.seqLength"),
+            f"the trainer refused its configuration ({failure.detail[:300]}): fix the spec or the image as it says "
+            "(a trainer without MindSpore needs `pip install 'ascend-hybrid[trainer]'` or the trainer image). A "
+            "restart cannot help, and no node is to blame"),
+        "DataError": (f"the training data could not be read or does not fit the model ({failure.detail[:300]}): "
+                      "check the dataset volume and path, its token ids against spec.model.vocab, and its shape "
+                      "against training.seqLength"),
         "PeerFailed": ("this rank ended because another rank died first, and no pod said why: read the other "
                        "pods' logs (`kubectl logs -l hybrid.ascend.dev/job=" + job + "`)"),
         "NodeNotReady": (f"{node} stopped reporting Ready: the job restarts without it, and this does not count "
