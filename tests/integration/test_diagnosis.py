@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from kubernetes import client
 
 from ascend_hybrid.ascend import pod_chip_ids
 from ascend_hybrid.devcluster.nodes import fleet
@@ -142,6 +143,18 @@ def test_user_rules_ignore_exit_code_42_and_fail_on_hccl_exec_timeout(jobs):
     assert condition(status, "Failed")["reason"] == "HCCLExecTimeout"
     assert "rules[1] (causes HCCLExecTimeout)" in condition(status, "Failed")["message"]
     assert status["attempt"] == 2 and status["avoidedNodes"] == []
+
+
+@pytest.mark.parametrize("rules, message", [
+    ([{"causes": ["Unknown"], "exitCodes": [1], "action": "Ignore"}],
+     "each rule sets exactly one of causes, exitCodes or podConditions"),
+    ([{"causes": ["ConfigError"], "action": "RestartJobAvoidingNode"}], "would mark a healthy node"),
+    ([{"causes": ["HCCLTimeout"], "action": "FailJob"}], "spec.runPolicy.failurePolicy.rules[0].causes[0]: Unsupported value"),
+])
+def test_a_malformed_rule_is_refused_at_admission(jobs, rules, message):
+    with pytest.raises(client.ApiException) as refused:
+        jobs.create(two_pods("refused", runPolicy={"failurePolicy": {"rules": rules}}))
+    assert refused.value.status == 422 and message in refused.value.body, refused.value.body
 
 
 def test_a_node_made_not_ready_restarts_elsewhere_without_consuming_the_backoff_limit(jobs):
