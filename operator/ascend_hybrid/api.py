@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 from pydantic.alias_generators import to_camel
 
 from .ascend import RACK_LABEL, RESOURCE
+from .causes import ACTIONS, CAUSES, SOFTWARE_CAUSES
 from .chips import CHIP_NAMES, CHIPS, MAX_CHIPS_PER_POD
 from .k8s_validation import DNS1123_SUBDOMAIN_MAX, IMAGE_MAX, LABEL_KEY_MAX, LABEL_VALUE_MAX
 
@@ -29,6 +30,7 @@ MAX_DEGREE = 65_536
 MAX_JOB_NAME = 50  # `<job>-a<attempt>-<index>` must stay a 63-character label
 MAX_SEED = 2 ** 32 - 1  # the trainer seeds numpy's RandomState and MindSpore's set_seed, both 32-bit
 MAX_TOPOLOGY_TIERS = 16
+MAX_POLICY_RULES = 32  # bounds the CEL cost of the failure-policy rules
 
 DEFAULT_TRAINER_IMAGE = "ascend-hybrid/trainer:0.1.0"
 RAW_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -144,6 +146,9 @@ class Training(ApiModel):
     sequence_parallel: bool = Field(False, description="Sequence parallelism: split the layer norms and dropouts along the sequence inside the TP group, dividing the activations TP does not split by the tensor degree.")
     flash_attention: bool = Field(False, description="Fused (flash) attention: the attention scores are never stored, removing their activation memory.")
     optimizer_shard: bool = Field(False, description="Shard optimizer state across DP ranks (MindSpore parallel optimizer).")
+    gradient_clip_norm: float = Field(0.0, ge=0, description="Clip the global L2 norm of the gradients to this value before each update; 0 turns clipping off. The seed's fix for exploding gradients, with a lower learningRate.")
+    divergence_loss_factor: float = Field(10.0, ge=0, description="The trainer ends the job as NumericalDivergence when the loss rises above this many times its lowest value so far; 0 turns the check off, else it must be above 1. NaN or Inf always ends it.")
+    divergence_grad_factor: float = Field(100.0, ge=0, description="The trainer ends the job as NumericalDivergence when the gradient norm rises above this many times its running median; 0 turns the check off, else it must be above 1.")
     checkpoint: Checkpoint | None = Field(None, description="Where and how often to checkpoint.")
 
     @field_validator("recompute", mode="before")
@@ -188,14 +193,39 @@ class Hccl(ApiModel):
     env: dict[str, str] = Field(default_factory=dict, description="Extra HCCL_* variables for every pod.")
 
 
+Cause = Enum("Cause", {name: name for name in CAUSES}, type=str)
+FailureAction = Enum("FailureAction", {name: name for name in ACTIONS}, type=str)
+_SOFTWARE_TEXT = " and ".join(sorted(SOFTWARE_CAUSES))
+
+
+class FailurePolicyRule(ApiModel):
+    causes: list[Cause] | None = Field(None, min_length=1, max_length=len(CAUSES), description="Matches when the cause of the failure (status.lastFailure.cause) is one of these: what the trainer's termination message says, or NodeNotReady, ChipUnhealthy, PodDeleted as the operator sees them.")
+    exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(None, min_length=1, max_length=64, description="Matches when the first failed container exited with one of these codes.")
+    pod_conditions: list[Annotated[str, Field(min_length=1, max_length=316)]] | None = Field(None, min_length=1, max_length=16, description="Matches when one of these pod condition types (e.g. DisruptionTarget) is True on the first failed pod.")
+    action: FailureAction = Field(description=f"FailJob: the job fails at once. RestartJob: the whole gang restarts, counted against backoffLimit. RestartJobAvoidingNode: the same, and the node of the first failed rank is not used again (never for {_SOFTWARE_TEXT}). Ignore: the whole gang restarts without counting against backoffLimit (counted in status.ignoredFailures): MindSpore needs every rank, so one rank cannot be replaced alone.")
+
+
+class FailurePolicy(ApiModel):
+    rules: list[FailurePolicyRule] = Field(default_factory=list, max_length=MAX_POLICY_RULES, description="Evaluated in order, the first rule that matches decides; each sets exactly one of causes, exitCodes or podConditions. Without a match: ConfigError, DataError, DeviceOutOfMemory and NumericalDivergence fail the job; HCCLConnectTimeout, HCCLExecTimeout, NodeNotReady and ChipUnhealthy restart it avoiding the node; anything else restarts it.")
+
+
 class RunPolicy(ApiModel):
-    backoff_limit: int = Field(3, ge=0, description="Whole-gang restarts before the job is Failed.")
+    backoff_limit: int = Field(3, ge=0, description="Whole-gang restarts after failures before the job is Failed; restarts for node or chip faults (status.disruptions) and ignored failures do not count.")
     active_deadline_seconds: int | None = Field(None, ge=1, description="Fail the job when it runs longer than this.")
     ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete the job this long after it Succeeded or Failed.")
     suspend: bool = Field(False, description="Suspended jobs keep their spec and lose their pods; resuming places them anew.")
     scheduling_timeout_seconds: int = Field(300, ge=1, description="Pods not all bound within this many seconds: the attempt is deleted and re-planned.")
     clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.running, description="Pods deleted when the job ends: Running (those still running), All, or None.")
     refuse_unfit_strategy: bool = Field(False, description="true: a strategy the planner predicts to run out of memory, to idle more than a quarter of each step, or to stretch TP across nodes fails the job before any pod exists (condition StrategyFits); false: it only warns.")
+    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="What a failure of the gang leads to, by its cause, exit code or pod condition (docs/troubleshooting.md).")
+
+
+class Monitoring(ApiModel):
+    utilization_spread_percent: float = Field(30.0, gt=0, le=100, description="LoadImbalanced when the busiest and the idlest NPU of the job differ by more than this many points of AI-core utilization (npu-exporter or the trainer's npu-smi figures).")
+    imbalance_samples: int = Field(3, ge=1, le=1000, description="LoadImbalanced turns on after this many consecutive telemetry samples (one per --telemetry-interval) above utilizationSpreadPercent.")
+    straggler_factor: float = Field(1.5, gt=1, le=100, description="Straggling when a step takes more than this many times the median of the recent steps (and, where the planner predicts the step time, more than this many times its prediction).")
+    straggler_window: int = Field(10, ge=3, le=100, description="Telemetry samples the recent median step time is taken over.")
+    stall_seconds: int = Field(300, ge=1, description="TrainingStalled when the training step has not advanced for this many seconds while every pod runs (counted from the first step, so graph compilation is not a stall).")
 
 
 class Scheduling(ApiModel):
@@ -213,6 +243,7 @@ class AscendHybridJobSpec(ApiModel):
     hccl: Hccl = Field(default_factory=Hccl, description="HCCL settings injected into every pod.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline, cleanup and suspend policy.")
     scheduling: Scheduling = Field(default_factory=Scheduling, description="Topology tiers and scheduler.")
+    monitoring: Monitoring = Field(default_factory=Monitoring, description="Thresholds of the live anomaly conditions LoadImbalanced, Straggling and TrainingStalled.")
 
 
 class Condition(ApiModel):
@@ -301,20 +332,44 @@ class PlanStatus(ApiModel):
     alternative: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT, description="For a strategy that does not fit: the planner's best one and its predicted gain.")
     measured: MeasuredStep | None = Field(None, description="What the running job measures (from status.training and status.utilization).")
     step_time_ratio: float | None = Field(None, description="Measured / predicted step seconds.")
+class FailureStatus(ApiModel):
+    cause: str = Field(description="Why the attempt ended: the trainer's cause (HCCLConnectTimeout, DeviceOutOfMemory, …) or NodeNotReady, ChipUnhealthy, PodDeleted.")
+    action: str | None = Field(None, description="What the failure policy did: FailJob, RestartJob, RestartJobAvoidingNode or Ignore.")
+    attempt: int | None = Field(None, description="The attempt that failed.")
+    pod: str | None = Field(None, description="The first failed pod.")
+    node: str | None = Field(None, description="Its node.")
+    rank: int | None = Field(None, description="The rank that reported the cause, when the trainer says.")
+    exit_code: int | None = Field(None, description="The container's exit code.")
+    step: int | None = Field(None, description="The training step it failed at, when the trainer says.")
+    reason: str | None = Field(None, description="The container's terminated reason (Error, OOMKilled, …).")
+    message: str | None = Field(None, description="What happened, from the termination message or the operator's observation.")
+    hint: str | None = Field(None, description="What to change (docs/troubleshooting.md).")
+    time: str | None = Field(None, description="When it failed (RFC 3339).")
+
+
+class MonitoringStatus(ApiModel):
+    sampled_at: str | None = Field(None, description="The telemetry sample last folded in (RFC 3339).")
+    imbalanced_samples: int | None = Field(None, description="Consecutive samples with the NPU utilization spread above the threshold.")
+    step_seconds: list[float] = Field(default_factory=list, description="Recent step times (seconds per step between samples), oldest first.")
+    last_step: int | None = Field(None, description="The training step when it last advanced.")
+    last_step_at: str | None = Field(None, description="When the step last advanced (RFC 3339).")
 
 
 class AscendHybridJobStatus(ApiModel):
     phase: str | None = Field(None, description="Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended.")
-    conditions: list[Condition] = Field(default_factory=list, description="Created, Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended.")
+    conditions: list[Condition] = Field(default_factory=list, description="Created, Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled.")
     world_size: int | None = Field(None, description="Ranks: data x tensor x pipeline.")
     attempt: int | None = Field(None, description="Current gang attempt, from 1.")
-    restarts: int | None = Field(None, description="Whole-gang restarts so far.")
+    restarts: int | None = Field(None, description="Whole-gang restarts after failures so far, disruptions and ignored failures included.")
+    disruptions: int | None = Field(None, description="Restarts for a node or chip fault (NodeNotReady, ChipUnhealthy); not counted against backoffLimit.")
+    ignored_failures: int | None = Field(None, description="Restarts for failures a failure-policy rule said to Ignore; not counted against backoffLimit.")
+    last_failure: FailureStatus | None = Field(None, description="The first failure of the last attempt that failed, classified, with the fix.")
     observed_generation: int | None = Field(None, description="Spec generation last acted on.")
     start_time: str | None = Field(None, description="When the job first started.")
     completion_time: str | None = Field(None, description="When the job Succeeded or Failed.")
     message: str | None = Field(None, description="What the operator last did or why it waits.")
     pods: PodCounts | None = Field(None, description="Pods of the current attempt by phase.")
-    avoided_nodes: list[str] = Field(default_factory=list, description="Nodes this job no longer uses: a pod failed there or the node went NotReady.")
+    avoided_nodes: list[str] = Field(default_factory=list, description="Nodes this job no longer uses: the node of the first failed rank of a RestartJobAvoidingNode failure (HCCL timeouts, NotReady, unhealthy chips).")
     pod_template_hash: str | None = Field(None, description="Hash of parallelism, npu and template the running pods were made from; a change restarts the job.")
     placement: PlacementStatus | None = Field(None, description="Where the gang was placed.")
     rank_table: RankTableStatus | None = Field(None, description="The HCCL rank table.")
@@ -322,3 +377,4 @@ class AscendHybridJobStatus(ApiModel):
     utilization: UtilizationStatus | None = Field(None, description="NPU utilization.")
     parallelism: EffectiveParallelism | None = Field(None, description="The degrees the pods run with: the spec's, or the planner's for an auto job.")
     plan: PlanStatus | None = Field(None, description="The strategy planner's prediction for the job's strategy (and its choice for an auto job), with what was measured.")
+    monitoring: MonitoringStatus | None = Field(None, description="What the anomaly conditions of the current attempt are computed from.")

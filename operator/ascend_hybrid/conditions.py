@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-CONDITION_TYPES = ("Created", "StrategyFits", "Placed", "RankTableReady", "Running", "Restarting", "Succeeded", "Failed", "Suspended",
-                   "MetricsAvailable")
+CONDITION_TYPES = ("Created", "StrategyFits", "Admitted", "Placed", "RankTableReady", "Running", "Restarting", "Succeeded",
+                   "Failed", "Suspended", "MetricsAvailable", "LoadImbalanced", "Straggling", "TrainingStalled")
 JOB_PHASES = ("Pending", "Placing", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 TERMINAL_JOB_PHASES = frozenset({"Succeeded", "Failed"})
 

@@ -32,6 +32,8 @@ PRINTER_COLUMNS = [
     {"name": "Loss", "type": "number", "jsonPath": ".status.training.loss", "priority": 1},
     {"name": "StepRatio", "type": "number", "jsonPath": ".status.plan.stepTimeRatio", "priority": 1,
      "description": "Measured / predicted step seconds"},
+    {"name": "Cause", "type": "string", "jsonPath": ".status.lastFailure.cause", "priority": 1,
+     "description": "Why the last failed attempt ended (docs/troubleshooting.md)"},
 ]
 
 def _structural(node: Any, definitions: dict[str, Any]) -> Any:

@@ -24,6 +24,7 @@ CHECKPOINT_DIR = "/checkpoints"
 RANK_TABLE_VOLUME = "ascend-ranktable"
 JOB_CONFIG_VOLUME = "ascend-job-config"
 CHECKPOINT_VOLUME = "ascend-checkpoints"
+TERMINATION_LOG = "/dev/termination-log"  # the container's terminationMessagePath (Kubernetes' default) = AHJ_TERMINATION_LOG
 
 
 def sched_service(job: str) -> str:

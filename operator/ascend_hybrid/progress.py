@@ -1,7 +1,9 @@
 """Training progress and NPU utilization: from scraped figures to status.training / status.utilization (pure).
 
 Two sources give the same `Sample`: the trainer pods' own :9400 endpoints (Prometheus text format), or a
-Prometheus server holding the trainer's series and the npu-exporter's `npu_chip_info_*` series.
+Prometheus server holding the trainer's series and the npu-exporter's `npu_chip_info_*` series. Besides the job-wide
+figures, a Sample carries each chip's utilization and each pod's step time, which the anomaly conditions read
+(anomalies.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,13 @@ from datetime import datetime
 from prometheus_client.parser import text_string_to_metric_families
 
 from .conditions import timestamp
+
+
+@dataclass(frozen=True)
+class ChipReading:
+    pod: str
+    chip: str       # the chip's id on its node, as npu-smi and the exporter's `id` label give it
+    percent: float  # AI-core utilization
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,8 @@ class Sample:
     hbm_percent: float | None = None
     error: str | None = None         # why nothing could be read (the figures are then None)
     no_data_yet: bool = False        # the source answered but has nothing for this job yet: not a fault
+    chips: tuple[ChipReading, ...] = ()                 # every chip of the job that reported utilization
+    pod_step_seconds: tuple[tuple[str, float], ...] = ()  # (pod, seconds per step) where a pod says
 
     @property
     def ok(self) -> bool:
@@ -36,32 +47,34 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def from_trainer_text(texts: dict[int, str], sampled_at: datetime) -> Sample:
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return numerator / denominator if numerator is not None and denominator else None
+
+
+def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: dict[int, str] | None = None) -> Sample:
     """Pod index → the text of its :9400/metrics. Training figures are job-wide in every pod's endpoint (the
-    trainer exports the global-batch loss and job throughput); pod 0's are used, utilization is averaged."""
+    trainer exports the global-batch loss and job throughput); pod 0's are used, utilization is averaged. Each
+    chip's utilization and each pod's mean step time are kept too, named by `pod_names` (else the index)."""
     first = min(texts) if texts else None
-    step = loss = tokens = step_sum = step_count = None
-    utilization: list[float] = []
+    figures: dict[int, dict[str, float]] = {}
+    chips: list[ChipReading] = []
     for index, text in sorted(texts.items()):
+        pod = (pod_names or {}).get(index, str(index))
+        mine = figures.setdefault(index, {})
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.name == "ascend_trainer_npu_utilization_percent":
-                    utilization.append(sample.value)
-                if index != first:
-                    continue
-                if sample.name == "ascend_trainer_step":
-                    step = sample.value
-                elif sample.name == "ascend_trainer_loss":
-                    loss = sample.value
-                elif sample.name == "ascend_trainer_tokens_per_second":
-                    tokens = sample.value
-                elif sample.name == "ascend_trainer_step_seconds_sum":
-                    step_sum = sample.value
-                elif sample.name == "ascend_trainer_step_seconds_count":
-                    step_count = sample.value
-    step_seconds = step_sum / step_count if step_sum is not None and step_count else None
-    return Sample("trainer", sampled_at, step=step, loss=loss, tokens_per_second=tokens, step_seconds=step_seconds,
-                  npu_percent=_mean(utilization))
+                    chips.append(ChipReading(pod, str(sample.labels.get("device", "?")), sample.value))
+                elif sample.name in ("ascend_trainer_step", "ascend_trainer_loss", "ascend_trainer_tokens_per_second",
+                                     "ascend_trainer_step_seconds_sum", "ascend_trainer_step_seconds_count"):
+                    mine[sample.name.removeprefix("ascend_trainer_")] = sample.value
+    lead = figures.get(first, {}) if first is not None else {}
+    per_pod = tuple(((pod_names or {}).get(index, str(index)), seconds) for index, values in sorted(figures.items())
+                    if (seconds := _ratio(values.get("step_seconds_sum"), values.get("step_seconds_count"))))
+    return Sample("trainer", sampled_at, step=lead.get("step"), loss=lead.get("loss"),
+                  tokens_per_second=lead.get("tokens_per_second"),
+                  step_seconds=_ratio(lead.get("step_seconds_sum"), lead.get("step_seconds_count")),
+                  npu_percent=_mean([chip.percent for chip in chips]), chips=tuple(chips), pod_step_seconds=per_pod)
 
 
 def prometheus_queries(namespace: str, pod_regex: str, first_pod: str) -> dict[str, str]:
@@ -80,9 +93,32 @@ def prometheus_queries(namespace: str, pod_regex: str, first_pod: str) -> dict[s
     }
 
 
-def from_prometheus(values: dict[str, float | None], sampled_at: datetime) -> Sample:
+def prometheus_vector_queries(namespace: str, pod_regex: str) -> dict[str, str]:
+    """PromQL answered with one series per chip (npu-exporter: labels `pod_name`, `id`) or per pod (`pod`)."""
+    exporter = f'namespace="{namespace}",pod_name=~"{pod_regex}"'
+    trainer = f'namespace="{namespace}",pod=~"{pod_regex}"'
+    return {
+        "chips": f"npu_chip_info_utilization{{{exporter}}}",
+        "pod_step_seconds": (f"sum by (pod) (rate(ascend_trainer_step_seconds_sum{{{trainer}}}[2m])) / "
+                             f"sum by (pod) (rate(ascend_trainer_step_seconds_count{{{trainer}}}[2m]))"),
+    }
+
+
+def _finite(value: float) -> bool:
+    return value == value and value not in (float("inf"), float("-inf"))
+
+
+def from_prometheus(values: dict[str, float | None], sampled_at: datetime,
+                    vectors: dict[str, list[tuple[dict, float]]] | None = None) -> Sample:
+    """Scalar answers by figure, and the (labels, value) series of prometheus_vector_queries."""
+    vectors = vectors or {}
+    chips = tuple(ChipReading(labels.get("pod_name", "?"), labels.get("id", "?"), value)
+                  for labels, value in vectors.get("chips", ()) if _finite(value))
+    per_pod = tuple(sorted((labels.get("pod", "?"), value) for labels, value in vectors.get("pod_step_seconds", ())
+                           if _finite(value) and value > 0))
     return Sample("prometheus", sampled_at, **{key: values.get(key) for key in (
-        "step", "loss", "tokens_per_second", "step_seconds", "npu_percent", "hbm_percent")})
+        "step", "loss", "tokens_per_second", "step_seconds", "npu_percent", "hbm_percent")},
+        chips=chips, pod_step_seconds=per_pod)
 
 
 def _rounded(value: float | None, digits: int) -> float | None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from . import names, ranktable, render, strategy
+from . import anomalies, names, ranktable, render, strategy
 from .actions import (
     Action,
     CreatePods,
@@ -30,16 +30,17 @@ from .actions import (
 from .ascend import DeviceInfo
 from .chips import CHIPS
 from .conditions import TERMINAL_JOB_PHASES, condition, parse_time, set_condition, timestamp
+from .failure_policy import counters_after, judge, restart_text
+from .failures import Failure, Wait, find_failure, last_failure, summary
+from .hints import hint, prediction
 from .placement import GangRequest
 from .planner.hardware import Hardware
 from .podview import (
     TERMINAL_POD_PHASES,
     attempt_of,
-    exit_code,
     is_deleting,
     is_gated,
     live_names,
-    node_not_ready_since,
     node_of,
     phase_of,
     pod_counts,
@@ -135,6 +136,10 @@ class _Pass:
     def new_attempt(self) -> None:
         self.status["attempt"] = int(self.status.get("attempt") or 0) + 1
         self.status.pop("placement", None)
+        self.status.pop("monitoring", None)  # the anomaly history of the old attempt says nothing of the new one
+        for kind in anomalies.CONDITIONS:
+            if (condition(self.status, kind) or {}).get("status") == "True":
+                self.cond(kind, False, "NewAttempt", f"attempt {self.status['attempt']} starts afresh")
 
     # -- the pass ----------------------------------------------------------------------------------------------
     def run(self) -> Decision:
@@ -186,8 +191,10 @@ class _Pass:
             placement = {}  # made for another spec (its parallelism changed before any pod existed): place anew
         if current and placement.get("attempt") == attempt:
             failure = self.failure(current, placement)
-            if failure:
-                return self.restart(*failure, current=list(current.values()))
+            if isinstance(failure, Failure):
+                return self.failed(failure, list(current.values()))
+            if failure is not None:  # broken, its cause not in yet
+                return self.d
             if len(current) == e.pod_count and all(phase_of(p) == "Succeeded" for p in current.values()):
                 return self.succeeded(list(current.values()))
         if placement.get("attempt") != attempt:
@@ -275,6 +282,7 @@ class _Pass:
                 self.status["plan"] = strategy.measured(self.status["plan"], self.status["training"],
                                                         self.status["utilization"])
             self.cond("MetricsAvailable", True, "Sampled", f"read from {sample.source}")
+            self.record_anomalies(sample)
             return
         if sample.no_data_yet and "training" not in self.status:
             self.cond("MetricsAvailable", False, "NoDataYet", sample.error)  # the first scrape has not happened
@@ -283,6 +291,21 @@ class _Pass:
         if previous is None or previous["status"] == "True" or previous["reason"] == "NoDataYet":
             self.d.emit("Warning", "MetricsUnavailable", f"{sample.error}; training and utilization figures go stale")
         self.cond("MetricsAvailable", False, "SourceUnreachable", sample.error)
+
+    def record_anomalies(self, sample: Sample) -> None:
+        """LoadImbalanced, Straggling, TrainingStalled from this sample and the attempt's history in
+        status.monitoring; one Warning event when one turns on."""
+        e = self.o.effective
+        evaluation = prediction(e)
+        folded = anomalies.fold(self.status.get("monitoring"), sample, e.spec.monitoring,
+                                evaluation.time.step if evaluation is not None else None)
+        if folded is None:
+            return  # this sample was folded in by an earlier pass
+        self.status["monitoring"], changes = folded
+        for change in changes:
+            if change.on and (condition(self.status, change.kind) or {}).get("status") != "True":
+                self.d.emit("Warning", change.kind, change.message)
+            self.cond(change.kind, change.on, change.reason, change.message)
 
     def super_pods(self, nodes: list[str]) -> dict[str, str] | None:
         if not CHIPS[self.o.effective.chip].super_pods:
@@ -309,50 +332,46 @@ class _Pass:
         self.requeue(min(FAST_REQUEUE_SECONDS, limit - waited))
         return self.d
 
-    def failure(self, current: dict, placement: dict) -> tuple[str, str, list[str]] | None:
-        """(reason, message, nodes to avoid) of the first broken pod, or None."""
-        e = self.o.effective
-        for index in sorted(current):
-            pod = current[index]
-            node = node_of(pod) or placement["nodes"][index]
-            if phase_of(pod) == "Failed":
-                code = exit_code(pod)
-                reason = (pod.get("status") or {}).get("reason") or "Error"
-                return ("PodFailed", f"pod {pod['metadata']['name']} on node {node} failed: exit code {code} ({reason})",
-                        [node])
-        for index in sorted(current):
-            pod = current[index]
-            node = node_of(pod)
-            since = node_not_ready_since(self.o.nodes.get(node)) if node else None
-            if since is not None:
-                waited = (self.o.now - since).total_seconds()
-                if waited >= self.o.node_grace_seconds:
-                    return ("NodeNotReady", f"node {node} of pod {pod['metadata']['name']} NotReady for {waited:.0f}s", [node])
-                self.requeue(self.o.node_grace_seconds - waited)
-        attempt = int(self.status["attempt"])
-        lost = [index for index in range(e.pod_count) if index not in current
-                and names.pod_name(self.meta["name"], attempt, index) not in self.o.in_flight]
-        if self.status.get("phase") in ("Starting", "Running") and lost:
-            name = names.pod_name(self.meta["name"], attempt, lost[0])
-            return ("PodDeleted", f"pod {name} (index {lost[0]}) disappeared", [])
-        return None
+    def failure(self, current: dict, placement: dict) -> Failure | Wait | None:
+        """The first failure of this attempt (failures.find_failure); a Wait that holds the attempt while its
+        cause is not in yet; None while it is healthy (or a node is within its grace)."""
+        e, attempt = self.o.effective, int(self.status["attempt"])
+        lost = []
+        if self.status.get("phase") in ("Starting", "Running"):
+            lost = [(index, names.pod_name(self.meta["name"], attempt, index)) for index in range(e.pod_count)
+                    if index not in current]
+            lost = [(index, name) for index, name in lost if name not in self.o.in_flight]
+        found = find_failure(current, placement["nodes"], self.o.nodes, self.o.device_infos, self.o.now,
+                             self.o.node_grace_seconds, lost)
+        if isinstance(found, Wait):
+            self.requeue(found.seconds)
+            return found if found.hold else None
+        return found
 
-    def restart(self, reason: str, message: str, avoid: list[str], current: list[dict]) -> Decision:
+    def failed(self, failure: Failure, current: list[dict]) -> Decision:
+        """The failure policy's verdict: fail, or restart the whole gang (counted against backoffLimit, or as a
+        disruption, or ignored), avoiding the first failed rank's node where it says so."""
         e, status = self.o.effective, self.status
-        restarts = int(status.get("restarts") or 0) + 1
+        verdict = judge(e.spec.run_policy.failure_policy.rules, failure)
+        fix = hint(failure, e, prediction(e) if failure.cause == "DeviceOutOfMemory" else None)
+        status["lastFailure"] = last_failure(failure, verdict.action, int(status["attempt"]), fix, self.o.now)
+        what = summary(failure)
+        if verdict.fails:
+            return self.fail(failure.cause, f"{what}; FailJob by {verdict.why}", fix)
         limit = e.spec.run_policy.backoff_limit
-        if restarts > limit:
-            return self.fail("BackoffLimitExceeded", f"{message}; backoffLimit={limit} restarts exhausted")
-        status["restarts"] = restarts
-        status["avoidedNodes"] = sorted(set(status.get("avoidedNodes") or []) | set(avoid))
+        counters, counted = counters_after(status, verdict)
+        if verdict.counts and counted > limit:
+            return self.fail("BackoffLimitExceeded", f"{what}; backoffLimit={limit} restarts exhausted", fix)
+        status.update(counters)
+        status["avoidedNodes"] = sorted(set(status.get("avoidedNodes") or []) | set(verdict.avoid))
         self.delete(current)
         self.reset_rank_table()
         self.new_attempt()
-        text = f"{message}; restarting the whole gang as attempt {status['attempt']} ({restarts}/{limit})"
-        self.cond("Restarting", True, reason, text)
-        self.cond("Running", False, reason, message)
+        text = restart_text(what, verdict, status["attempt"], counted, limit)
+        self.cond("Restarting", True, failure.cause, text)
+        self.cond("Running", False, failure.cause, what)
         self.phase("Restarting", text)
-        self.d.emit("Warning", reason, text)
+        self.d.emit("Warning", failure.cause, f"{text}. Fix: {fix}")
         self.requeue(FAST_REQUEUE_SECONDS)
         return self.d
 
@@ -376,12 +395,12 @@ class _Pass:
         self.d.emit("Normal", "Succeeded", f"all {len(current)} pods succeeded")
         return self.finished(first=True)
 
-    def fail(self, reason: str, message: str) -> Decision:
+    def fail(self, reason: str, message: str, fix: str | None = None) -> Decision:
         self.status["completionTime"] = timestamp(self.o.now)
         self.cond("Running", False, reason, message)
         self.cond("Failed", True, reason, message)
         self.phase("Failed", message)
-        self.d.emit("Warning", reason, message)
+        self.d.emit("Warning", reason, f"{message}. Fix: {fix}" if fix else message)
         return self.finished(first=True)
 
     def invalid(self) -> Decision:

@@ -117,6 +117,7 @@ def pod_env(effective: ResolvedJob, index: int, sched_ip: str) -> list[dict]:
     values.update({key: value for key, value in hccl.env.items() if key not in RANK_VARIABLES})
     values["AHJ_PARALLEL"] = json.dumps(effective.degrees, sort_keys=True)
     values["AHJ_JOB_CONFIG"] = names.JOB_CONFIG_FILE
+    values["AHJ_TERMINATION_LOG"] = names.TERMINATION_LOG  # where the trainer writes why it ended
     if spec.training.checkpoint:
         values["AHJ_CHECKPOINT_DIR"] = names.CHECKPOINT_DIR
     env = defaults + [{"name": key, "value": value} for key, value in values.items()]
@@ -175,7 +176,7 @@ def pod(effective: ResolvedJob, namespace: str, uid: str, attempt: int, index: i
         node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
         image_pull_policy=template.image_pull_policy, command=template.command, args=template.args,
         env=pod_env(effective, index, sched_ip), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,
-        resources=_resources(effective), volume_mounts=mounts, volumes=volumes,
+        resources=_resources(effective), volume_mounts=mounts, volumes=volumes, termination_log=names.TERMINATION_LOG,
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pydantic import ValidationError
 
 from .api import MAX_JOB_NAME, MAX_WORLD_SIZE, AscendHybridJobSpec
+from .causes import RESTART_AVOIDING_NODE, SOFTWARE_CAUSES
 from .cel import (
     CEL_AUTO,
     CEL_MICRO,
@@ -192,6 +193,38 @@ _AUTO_RULES = tuple(
          "over data parallelism and micro-batches)'"),
 )
 
+def _factor_rule(field: str) -> Rule:
+    """A divergence factor is 0 (the check off) or above 1 (at or below 1 every step would be a divergence)."""
+    message = f"spec.training.{field} must be 0 (off) or above 1"
+
+    def check(e: ResolvedJob) -> str | None:
+        value = getattr(e.spec.training, re.sub(r"[A-Z]", lambda m: "_" + m[0].lower(), field))
+        return message if 0 < value <= 1 else None
+    return Rule(check, f"self.training.{field} == 0.0 || self.training.{field} > 1.0", repr(message))
+
+
+_POLICY_RULES = "self.runPolicy.failurePolicy.rules"
+_ONE_MATCHER_MESSAGE = ("spec.runPolicy.failurePolicy.rules: each rule sets exactly one of causes, exitCodes or "
+                        "podConditions")
+_SOFTWARE_LIST = sorted(SOFTWARE_CAUSES)
+_NO_AVOID_MESSAGE = (f"spec.runPolicy.failurePolicy.rules: {' and '.join(_SOFTWARE_LIST)} are failures of the job "
+                     f"itself: {RESTART_AVOIDING_NODE} would mark a healthy node (use RestartJob or FailJob)")
+
+
+def _one_matcher(e: ResolvedJob) -> str | None:
+    for rule in e.spec.run_policy.failure_policy.rules:
+        if sum(matcher is not None for matcher in (rule.causes, rule.exit_codes, rule.pod_conditions)) != 1:
+            return _ONE_MATCHER_MESSAGE
+    return None
+
+
+def _no_avoiding_for_software(e: ResolvedJob) -> str | None:
+    for rule in e.spec.run_policy.failure_policy.rules:
+        if rule.action == RESTART_AVOIDING_NODE and SOFTWARE_CAUSES & set(rule.causes or ()):
+            return _NO_AVOID_MESSAGE
+    return None
+
+
 RULES: tuple[Rule, ...] = _AUTO_RULES + (
     Rule(_world, f"{CEL_WORLD} <= {MAX_WORLD_SIZE}",
          cel_format(f"spec.parallelism: world size data×tensor×pipeline=%d exceeds {MAX_WORLD_SIZE}", CEL_WORLD)),
@@ -259,6 +292,14 @@ RULES: tuple[Rule, ...] = _AUTO_RULES + (
          f"{cel_model('layers')} % (self.parallelism.pipeline * self.parallelism.virtualPipelineStages) == 0",
          cel_format("spec.model.layers=%d must be divisible by pipeline×virtualPipelineStages=%d", cel_model("layers"),
               "self.parallelism.pipeline * self.parallelism.virtualPipelineStages")),
+    _factor_rule("divergenceLossFactor"),
+    _factor_rule("divergenceGradFactor"),
+    Rule(_one_matcher,
+         f"!has({_POLICY_RULES}) || {_POLICY_RULES}.all(r, (has(r.causes) ? 1 : 0) + (has(r.exitCodes) ? 1 : 0) + "
+         "(has(r.podConditions) ? 1 : 0) == 1)", repr(_ONE_MATCHER_MESSAGE)),
+    Rule(_no_avoiding_for_software,
+         f"!has({_POLICY_RULES}) || {_POLICY_RULES}.all(r, r.action != '{RESTART_AVOIDING_NODE}' || "
+         f"!has(r.causes) || !r.causes.exists(c, c in {_SOFTWARE_LIST!r}))", repr(_NO_AVOID_MESSAGE)),
 ) + FIELD_RULES
 
 

@@ -340,7 +340,7 @@ def test_a_killed_worker_restarts_the_gang_from_the_checkpoint_and_deleting_the_
         return any(e.reason == "Failed" and e.message == "Container exited with code 137" for e in events)
     wait_for(failed_with_137, 60, f"{failed} to fail with exit code 137 (launcher: 128 + SIGKILL)",
              lambda: describe(cluster, jobs, "real-ckpt"))
-    wait_for(lambda: any(reason == "PodFailed" for _, reason, _ in jobs.events("real-ckpt")), 60,
+    wait_for(lambda: (jobs.status("real-ckpt").get("lastFailure") or {}).get("pod") == failed, 60,
              "the operator to restart the gang for it", lambda: describe(cluster, jobs, "real-ckpt"))
 
     wait_for(lambda: not jobs.pods("real-ckpt", attempt=1), 90, "attempt 1's pods to go (their processes ended)",
@@ -361,3 +361,21 @@ def test_a_killed_worker_restarts_the_gang_from_the_checkpoint_and_deleting_the_
     survivors = [pid for pid in pids if processes.is_alive(pid) and "ascend_hybrid_trainer" in processes.cmdline(pid)]
     assert not survivors, [(pid, processes.cmdline(pid)) for pid in survivors]
     assert latest.exists(), "the claim's directory outlives the pods"
+
+
+def test_the_termination_message_is_the_file_the_container_wrote_else_its_logs_tail(cluster, namespace):
+    core = cluster.core
+    report = '{"cause": "DataError", "rank": 0, "step": 3, "detail": "token id 9000 outside the vocabulary"}'
+    wrote = bare_pod("wrote", ["sh", "-c", f"echo 'some log line'; echo '{report}' > \"$OUT\"; exit 16"])
+    wrote["spec"]["containers"][0]["env"] = [{"name": "OUT", "value": "/dev/termination-log"}]
+    silent = bare_pod("silent", ["sh", "-c", "echo step 1; echo 'RuntimeError: the last words' >&2; exit 4"])
+    silent["spec"]["containers"][0]["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    for manifest in (wrote, silent):
+        core.create_namespaced_pod(namespace, manifest)
+    written = cluster.wait_phase(namespace, "wrote", "Failed", timeout=60)
+    terminated = written["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["message"].strip()) == (16, report)
+    fallback = cluster.wait_phase(namespace, "silent", "Failed", timeout=60)
+    message = fallback["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+    # (stdout and stderr are two pipes: their relative order is not kept, as with a kubelet)
+    assert sorted(message.splitlines()) == ["RuntimeError: the last words", "step 1"]

@@ -6,6 +6,7 @@ from math import gcd
 
 from hypothesis import strategies as st
 
+from ascend_hybrid.causes import ACTIONS, CAUSES, RESTART_AVOIDING_NODE, SOFTWARE_CAUSES
 from ascend_hybrid.chips import CHIP_NAMES, CHIPS
 
 
@@ -43,4 +44,22 @@ def valid_specs(draw) -> dict:
     spec["npu"] = npu
     if draw(st.booleans()):
         spec["training"] = {"globalBatchSize": data * (micro or pipeline) * draw(st.integers(1, 3))}
+    if draw(st.booleans()):
+        spec["runPolicy"] = {"failurePolicy": {"rules": draw(st.lists(failure_policy_rules(), max_size=4))}}
     return spec
+
+
+@st.composite
+def failure_policy_rules(draw) -> dict:
+    """One valid rule: exactly one matcher, and no node avoided for the job's own failures."""
+    action = draw(st.sampled_from(ACTIONS))
+    kind = draw(st.sampled_from(["causes", "exitCodes", "podConditions"]))
+    if kind == "causes":
+        allowed = [c for c in CAUSES if action != RESTART_AVOIDING_NODE or c not in SOFTWARE_CAUSES]
+        matcher = draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=3, unique=True))
+    elif kind == "exitCodes":
+        matcher = draw(st.lists(st.integers(0, 255), min_size=1, max_size=4, unique=True))
+    else:
+        matcher = draw(st.lists(st.sampled_from(["DisruptionTarget", "Ready", "PodReadyToStartContainers"]),
+                                min_size=1, max_size=2, unique=True))
+    return {kind: matcher, "action": action}

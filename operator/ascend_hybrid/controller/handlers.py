@@ -15,7 +15,7 @@ import kopf
 
 from .. import names
 from ..api import GROUP, PLURAL, VERSION
-from ..ascend import DEVICEINFO_LABEL
+from ..ascend import DEVICEINFO_LABEL, parse_deviceinfo
 from ..podview import TERMINAL_POD_PHASES, holds_npus, ready_condition
 from .reconciler import Controller, Indexes, JobKey
 
@@ -152,4 +152,20 @@ def node_changed(name, type, body, memo, **_) -> None:
     memo.node_signatures[name] = signature
     controller.wake_pending()
     if ready != "True":
+        controller.wake_all()
+
+
+@kopf.on.event("configmaps", labels={DEVICEINFO_LABEL: "true"})
+def device_info_changed(name, type, body, memo, **_) -> None:
+    """A node's chip health changed: a waiting job may fit now, and a running gang may hold a chip that broke
+    (ChipUnhealthy). The device plugin rewrites its ConfigMap with every UpdateTime: only the unusable chips count."""
+    info = None if type == "DELETED" else parse_deviceinfo(body)
+    signature = (type == "DELETED", tuple(sorted(info.unusable)) if info else ())
+    signatures = memo.setdefault("device_signatures", {})
+    if signatures.get(name) == signature:
+        return
+    signatures[name] = signature
+    controller = controller_of(memo)
+    controller.wake_pending()
+    if info is not None and info.unusable:
         controller.wake_all()

@@ -22,6 +22,8 @@ PLACEMENT_SECONDS = Histogram("ascend_hybrid_placement_seconds", "Time to comput
 RANK_TABLE_SECONDS = Histogram("ascend_hybrid_rank_table_seconds",
                                "From the gang's release to the rank table completed", buckets=SECONDS_BUCKETS)
 RESTARTS = Counter("ascend_hybrid_job_restarts_total", "Whole-gang restarts", ["namespace", "reason"])
+FAILURES = Counter("ascend_hybrid_job_failures_total",
+                   "Failed attempts by cause (status.lastFailure.cause), whatever the failure policy did", ["namespace", "cause"])
 RECONCILE_ERRORS = Counter("ascend_hybrid_reconcile_errors_total", "Reconcile passes that raised", ["namespace"])
 API_CALLS = Counter("ascend_hybrid_api_calls_total", "Kubernetes API calls made by the operator", ["verb", "resource"])
 PODS_CREATED = Counter("ascend_hybrid_pods_created_total", "Pods the operator created")
@@ -31,7 +33,11 @@ PLAN_STEP_TIME_RATIO = Gauge("ascend_hybrid_plan_step_time_ratio",
 
 
 def record_transition(namespace: str, job: dict, old: dict, new: dict) -> None:
-    """Time to running, rank-table latency and restarts, counted when a job's phase changes."""
+    """Failures, counted when status.lastFailure changes; time to running, rank-table latency and restarts, when a
+    job's phase changes."""
+    failure = new.get("lastFailure")
+    if failure and failure != old.get("lastFailure"):
+        FAILURES.labels(namespace=namespace, cause=failure.get("cause", "Unknown")).inc()
     before, after = old.get("phase"), new.get("phase")
     if after == before:
         return

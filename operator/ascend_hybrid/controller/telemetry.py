@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from .. import names
 from ..podview import attempt_of, pod_index
-from ..progress import Sample, from_prometheus, from_trainer_text, prometheus_queries
+from ..progress import Sample, from_prometheus, from_trainer_text, prometheus_queries, prometheus_vector_queries
 
 
 class TelemetrySource:
@@ -42,20 +42,24 @@ class TelemetrySource:
         pod_prefix = names.pod_name(job, attempt, 0)[:-1]
         queries = prometheus_queries(namespace, f"{pod_prefix}[0-9]+", f"{pod_prefix}0")
         values: dict[str, float | None] = {}
+        vectors: dict[str, list[tuple[dict, float]]] = {}
         try:
-            for key, query in queries.items():
+            for key, query in {**queries, **prometheus_vector_queries(namespace, f"{pod_prefix}[0-9]+")}.items():
                 url = f"{self.prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
                 answer = json.loads(self._get(url))
                 if answer.get("status") != "success":
                     return Sample("prometheus", now, error=f"Prometheus refused {key}: {answer.get('error')}")
                 result = answer["data"]["result"]
+                if key not in queries:
+                    vectors[key] = [(series.get("metric") or {}, float(series["value"][1])) for series in result]
+                    continue
                 value = float(result[0]["value"][1]) if result else None
                 values[key] = None if value is None or math.isnan(value) else value
         except (OSError, ValueError, KeyError, urllib.error.URLError) as error:
             return Sample("prometheus", now, error=f"Prometheus at {self.prometheus_url} unreachable: {error}")
         if all(value is None for value in values.values()):
             return Sample("prometheus", now, error="Prometheus has no series for this job yet", no_data_yet=True)
-        return from_prometheus(values, now)
+        return from_prometheus(values, now, vectors)
 
     def _from_trainers(self, pods: list[dict], now: datetime) -> Sample:
         targets = {pod_index(pod): (pod.get("status") or {}).get("podIP") for pod in pods
@@ -75,7 +79,8 @@ class TelemetrySource:
         if not texts:
             errors = [error for _, _, error in results if error]
             return Sample("trainer", now, error=f"trainer metrics unreachable ({errors[0]})")
-        return from_trainer_text(texts, now)
+        pod_names = {pod_index(pod): pod["metadata"]["name"] for pod in pods if pod_index(pod) is not None}
+        return from_trainer_text(texts, now, pod_names)
 
 
 def sampling_loop(controller, source: TelemetrySource, interval: float) -> Callable[[], None]:

@@ -4,6 +4,7 @@ tables. Idempotent: a second run reuses what is up."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -37,8 +38,16 @@ DEMO_NODES, DEMO_RACKS = 20, 2
 OPERATOR_METRICS_PORT, OPERATOR_HEALTH_PORT = 18080, 18081
 
 
+TRAINER_EXTRA = "pip install 'ascend-hybrid[trainer]'"
+
+
 class DemoError(RuntimeError):
     pass
+
+
+def mindspore_missing() -> bool:
+    """The process runtime runs the real trainer with this Python (its console script lives beside it)."""
+    return importlib.util.find_spec("mindspore") is None
 
 
 def say(message: str) -> None:
@@ -157,6 +166,17 @@ def start_real_job(custom) -> dict:
     return body
 
 
+def jobs_to_watch(kubeconfig: str, custom) -> tuple[list[dict], bool]:
+    """The simulated example jobs, applied, and the real trainer's job when MindSpore is there to run it (else one
+    line says what to install); whether the real job is among them."""
+    jobs = apply_examples(kubeconfig)
+    if mindspore_missing():
+        say(f"MindSpore is not installed, so the real-trainer job {REAL_JOB} is skipped: `{TRAINER_EXTRA}` runs it")
+        return jobs, False
+    jobs.append(start_real_job(custom))
+    return jobs, True
+
+
 def _wait_gone(custom, name: str, timeout: float = 60) -> None:
     def gone() -> bool:
         try:
@@ -259,10 +279,9 @@ def run_demo(args) -> int:
         say(f"chart {RELEASE} installed in {RELEASE_NAMESPACE} (CRD, RBAC)")
         pid, metrics_port = start_operator(paths, prometheus_url)
         say(f"operator running as pid {pid}; log {operator_helper(paths).log_file}")
-        jobs = apply_examples(kubeconfig)
         api = api_client(kubeconfig)
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-        jobs.append(start_real_job(custom))
+        jobs, real_job = jobs_to_watch(kubeconfig, custom)
         states = watch_until_running(custom, core, jobs)
     except (DemoError, RuntimeError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -279,17 +298,19 @@ def run_demo(args) -> int:
     table = json.loads(core.read_namespaced_config_map(names.rank_table_config_map(small_name), "default").data["hccl.json"])
     print(f"rank table of {small_name} (ConfigMap {names.rank_table_config_map(small_name)}, head):")
     print("\n".join(json.dumps(table, indent=2).splitlines()[:18]) + "\n  ...")
-    real = jobs[-1]["metadata"]["name"]
-    print(f"{real}: real MindSpore data-parallel training (2 pods × 1 NPU, trainer processes on this machine):")
-    show_real_training(custom, kubectl, prometheus_url, real)
+    real_logs = ""
+    if real_job:
+        real = jobs[-1]["metadata"]["name"]
+        print(f"{real}: real MindSpore data-parallel training (2 pods × 1 NPU, trainer processes on this machine):")
+        show_real_training(custom, kubectl, prometheus_url, real)
+        real_logs = f"\n  kubectl logs -f {names.pod_name(real, 1, 0)}          # the real trainer's per-step loss"
     print(f"""
 ready in {time.monotonic() - started:.0f}s. Look further:
   export KUBECONFIG={kubeconfig} PATH={toolchain.bin_dir()}:$PATH
   kubectl get ahj -o wide
   kubectl describe ahj {small_name}
   kubectl get pods -l {names.JOB_LABEL}={small_name} -o wide
-  kubectl delete pod {names.pod_name(small_name, 1, 0)}   # then watch: a whole-gang restart as attempt 2
-  kubectl logs -f {names.pod_name(real, 1, 0)}          # the real trainer's per-step loss
+  kubectl delete pod {names.pod_name(small_name, 1, 0)}   # then watch: a whole-gang restart as attempt 2{real_logs}
   curl -s 127.0.0.1:{metrics_port}/metrics | grep ascend_hybrid_
   Prometheus at {prometheus_url}, e.g. {prometheus_url}/api/v1/query?query=ascend_trainer_loss
 Stop everything: ascend-hybrid dev-cluster down --name {args.name}""")

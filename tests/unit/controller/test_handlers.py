@@ -92,3 +92,21 @@ def test_deletion_always_queues_a_pass(memo):
     controller.record_of(("ns", "job")).last_written = "41"
     assert job_event(memo, "DELETED", "41")
     assert not controller.wrote_last(("ns", "job"), None)
+
+
+def test_a_chip_turning_unhealthy_wakes_every_job_but_a_rewrite_with_the_same_health_does_not(memo):
+    from support.builders import deviceinfo
+    controller = memo.controller
+    controller.record_of(("ns", "pending")).phase = "Pending"
+    controller.record_of(("ns", "running")).phase = "Running"
+    healthy, broken = deviceinfo("node-1"), deviceinfo("node-1", unhealthy=[3])
+    name = healthy["metadata"]["name"]
+    handlers.device_info_changed(name=name, type="ADDED", body=healthy, memo=memo)
+    assert controller.queue.get(timeout=2) == ("ns", "pending")  # capacity may have changed: the waiting job
+    controller.queue.done(("ns", "pending"))
+    assert controller.queue.get(timeout=1) is None
+    handlers.device_info_changed(name=name, type="MODIFIED", body=copy.deepcopy(healthy), memo=memo)  # rewritten
+    assert controller.queue.get(timeout=1) is None
+    handlers.device_info_changed(name=name, type="MODIFIED", body=broken, memo=memo)
+    woken = {controller.queue.get(timeout=2), controller.queue.get(timeout=2)}
+    assert woken == {("ns", "pending"), ("ns", "running")}  # the running gang may hold chip 3

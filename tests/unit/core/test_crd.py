@@ -135,7 +135,10 @@ def test_crd_defaults_equal_the_model_defaults():
     assert filled["parallelism"] == {}
     assert filled["hccl"] == {"connectTimeoutSeconds": 120, "execTimeoutSeconds": 600, "whitelistDisable": True}
     assert filled["runPolicy"] == {"backoffLimit": 3, "suspend": False, "schedulingTimeoutSeconds": 300,
-                                   "cleanPodPolicy": "Running", "refuseUnfitStrategy": False}
+                                   "cleanPodPolicy": "Running", "refuseUnfitStrategy": False,
+                                   "failurePolicy": {}}
+    assert filled["monitoring"] == {"utilizationSpreadPercent": 30.0, "imbalanceSamples": 3, "stragglerFactor": 1.5,
+                                    "stragglerWindow": 10, "stallSeconds": 300}
     assert filled["npu"] == {"resource": "huawei.com/Ascend910", "chip": "910B"}
     assert filled["model"] == {"preset": "tiny"}
 
@@ -284,6 +287,15 @@ def test_cel_accepts_every_valid_spec(data):
     ({"parallelism": {"data": 8, "expert": 4, "expertPlacement": "intraNode"}, "npu": {"perPod": 2},
       "model": {"preset": "moe-100b"}},
      "spec.parallelism.expert=4 must divide spec.npu.perPod=2 (expertPlacement intraNode)"),
+    ({"parallelism": {"data": 8}, "runPolicy": {"failurePolicy": {"rules": [
+        {"exitCodes": [42], "action": "Ignore"}, {"causes": ["Unknown"], "podConditions": ["X"], "action": "FailJob"}]}}},
+     "spec.runPolicy.failurePolicy.rules: each rule sets exactly one of causes, exitCodes or podConditions"),
+    ({"parallelism": {"data": 8}, "runPolicy": {"failurePolicy": {"rules": [
+        {"causes": ["HCCLExecTimeout", "ConfigError"], "action": "RestartJobAvoidingNode"}]}}},
+     "spec.runPolicy.failurePolicy.rules: ConfigError and DataError are failures of the job itself: "
+     "RestartJobAvoidingNode would mark a healthy node (use RestartJob or FailJob)"),
+    ({"parallelism": {"data": 8}, "training": {"divergenceGradFactor": 1.0}},
+     "spec.training.divergenceGradFactor must be 0 (off) or above 1"),
 ])
 def test_cel_messages_name_the_field_and_rule(spec, message):
     found = cel_problems(spec, apply_defaults)

@@ -8,6 +8,7 @@ from ascend_hybrid.progress import (
     from_prometheus,
     from_trainer_text,
     prometheus_queries,
+    prometheus_vector_queries,
     training_status,
     utilization_status,
 )
@@ -62,3 +63,28 @@ def test_prometheus_queries_select_the_attempts_pods():
     assert 'namespace="ns",pod_name=~"job-a2-[0-9]+"' in queries["npu_percent"]
     assert 'pod="job-a2-0"' in queries["step"]
     assert "npu_chip_info_hbm_used_memory" in queries["hbm_percent"]
+
+
+def test_trainer_text_keeps_each_chip_and_each_pods_step_time_by_pod_name():
+    texts = {0: exposition(40, 2.25, 4096.0, [0.5, 0.7], {"0": 90.0, "1": 94.0}),
+             1: exposition(40, 2.25, 4096.0, [1.5, 1.7], {"0": 20.0, "1": 70.0})}
+    sample = from_trainer_text(texts, NOW, {0: "job-a1-0", 1: "job-a1-1"})
+    assert sorted((c.pod, c.chip, c.percent) for c in sample.chips) == [
+        ("job-a1-0", "0", 90.0), ("job-a1-0", "1", 94.0), ("job-a1-1", "0", 20.0), ("job-a1-1", "1", 70.0)]
+    assert [(pod, round(seconds, 6)) for pod, seconds in sample.pod_step_seconds] == [("job-a1-0", 0.6),
+                                                                                      ("job-a1-1", 1.6)]
+    unnamed = from_trainer_text(texts, NOW)
+    assert {c.pod for c in unnamed.chips} == {"0", "1"}
+
+
+def test_prometheus_vectors_give_chips_and_pod_step_times_and_drop_what_is_not_a_number():
+    vectors = {"chips": [({"pod_name": "job-a1-0", "id": "3"}, 88.0), ({"pod_name": "job-a1-1", "id": "0"}, 9.0),
+                         ({"pod_name": "job-a1-1", "id": "1"}, float("nan"))],
+               "pod_step_seconds": [({"pod": "job-a1-1"}, 0.75), ({"pod": "job-a1-0"}, 0.5),
+                                    ({"pod": "job-a1-2"}, float("nan"))]}
+    sample = from_prometheus({"step": 3.0}, NOW, vectors)
+    assert [(c.pod, c.chip, c.percent) for c in sample.chips] == [("job-a1-0", "3", 88.0), ("job-a1-1", "0", 9.0)]
+    assert sample.pod_step_seconds == (("job-a1-0", 0.5), ("job-a1-1", 0.75))
+    queries = prometheus_vector_queries("ns", "job-a2-[0-9]+")
+    assert queries["chips"] == 'npu_chip_info_utilization{namespace="ns",pod_name=~"job-a2-[0-9]+"}'
+    assert "sum by (pod)" in queries["pod_step_seconds"] and 'pod=~"job-a2-[0-9]+"' in queries["pod_step_seconds"]

@@ -44,7 +44,8 @@ def job(spec_overrides=None, status=None, name="demo"):
             "spec": spec, "status": status or {}}
 
 
-def pod(index, attempt=1, phase="Running", node=None, gated=False, devices=True, exit_code=None, created=NOW):
+def pod(index, attempt=1, phase="Running", node=None, gated=False, devices=True, exit_code=None, created=NOW,
+        message=None, reason=None, finished=None):
     node = node or NODES[index]
     meta = {"name": names.pod_name("demo", attempt, index), "namespace": "ns",
             "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -61,8 +62,15 @@ def pod(index, attempt=1, phase="Running", node=None, gated=False, devices=True,
     if phase == "Running" and not gated:
         status.update(podIP=f"127.16.0.{index + 1}", hostIP=f"127.15.0.{index + 1}")
     if exit_code is not None:
-        status["containerStatuses"] = [{"name": "ascend", "state": {"terminated": {"exitCode": exit_code}}}]
+        terminated = {"exitCode": exit_code, "reason": reason, "message": message,
+                      "finishedAt": finished.strftime("%Y-%m-%dT%H:%M:%SZ") if finished else None}
+        status["containerStatuses"] = [{"name": "ascend", "state": {"terminated": {
+            key: value for key, value in terminated.items() if value is not None}}}]
     return {"metadata": meta, "spec": spec, "status": status}
+
+
+def report(cause, rank=None, step=None, detail=""):
+    return json.dumps({"cause": cause, "rank": rank, "step": step, "detail": detail})
 
 
 def node(name, ready=True, since=NOW):
@@ -205,7 +213,7 @@ def test_an_a3_rank_table_takes_super_pods_from_deviceinfo_when_nodes_lack_the_l
     assert [entry["super_pod_id"] for entry in table["super_pod_list"]] == ["7", "8"]
 
 
-def test_failed_pod_restarts_the_whole_gang_avoiding_its_node():
+def test_an_unexplained_failure_restarts_the_whole_gang_keeping_its_node():
     body = job(status=placed_status(phase="Running"))
     decision = decide(observe(body, pods=[pod(0), pod(1, phase="Failed", exit_code=137)],
                               rank_table={"status": "completed"}))
@@ -213,11 +221,86 @@ def test_failed_pod_restarts_the_whole_gang_avoiding_its_node():
     assert action(decision, "write_rank_table").table == {"status": "initializing"}
     status = decision.status
     assert (status["attempt"], status["restarts"], status["phase"]) == (2, 1, "Restarting")
-    assert status["avoidedNodes"] == ["node-b"]
+    assert status["avoidedNodes"] == []  # nothing says the node is to blame
     assert "placement" not in status
     warning = next(a for a in decision.actions if isinstance(a, PostEvent))
-    assert warning.type == "Warning" and "demo-a1-1" in warning.message and "node-b" in warning.message
-    assert "exit code 137" in warning.message
+    assert (warning.type, warning.reason) == ("Warning", "Unknown")
+    assert "demo-a1-1" in warning.message and "node-b" in warning.message and "exit code 137" in warning.message
+    assert status["lastFailure"]["cause"] == "Unknown" and status["lastFailure"]["action"] == "RestartJob"
+
+
+def test_an_hccl_timeout_restarts_the_gang_avoiding_the_node_of_the_first_failed_rank():
+    body = job(status=placed_status(phase="Running"))
+    echo = pod(0, phase="Failed", exit_code=9, message=report("PeerFailed", 0, 17), finished=NOW)
+    cause = pod(1, phase="Failed", exit_code=7, message=report("HCCLExecTimeout", 5, 17, "EI0002 timeout"),
+                finished=NOW + timedelta(seconds=1))
+    decision = decide(observe(body, pods=[echo, cause], now=NOW + timedelta(seconds=2)))
+    status = decision.status
+    assert status["avoidedNodes"] == ["node-b"] and status["restarts"] == 1 and status.get("disruptions", 0) == 0
+    assert status["lastFailure"] == {
+        "cause": "HCCLExecTimeout", "action": "RestartJobAvoidingNode", "attempt": 1, "pod": "demo-a1-1",
+        "node": "node-b", "rank": 5, "exitCode": 7, "step": 17, "message": "EI0002 timeout",
+        "hint": status["lastFailure"]["hint"], "time": "2026-11-29T12:00:01Z"}
+    assert "spec.hccl.execTimeoutSeconds=600" in status["lastFailure"]["hint"]
+    restarting = next(c for c in status["conditions"] if c["type"] == "Restarting")
+    assert restarting["reason"] == "HCCLExecTimeout" and "without node node-b" in restarting["message"]
+    warning = next(a for a in decision.actions if isinstance(a, PostEvent))
+    assert warning.reason == "HCCLExecTimeout" and status["lastFailure"]["hint"] in warning.message
+
+
+def test_an_echo_alone_waits_for_the_real_cause_while_other_pods_run():
+    body = job(status=placed_status(phase="Running"))
+    echo = pod(0, phase="Failed", exit_code=9, message=report("PeerFailed", 0, 3), finished=NOW)
+    early = decide(observe(body, pods=[echo, pod(1)], now=NOW + timedelta(seconds=4)))
+    assert early.status["phase"] == "Running" and "delete_pods" not in kinds(early)
+    assert early.requeue_after == pytest.approx(6)
+    late = decide(observe(body, pods=[echo, pod(1)], now=NOW + timedelta(seconds=11)))
+    assert late.status["phase"] == "Restarting" and late.status["lastFailure"]["cause"] == "PeerFailed"
+
+
+def test_a_configuration_error_fails_at_once_and_blames_no_node():
+    body = job(status=placed_status(phase="Running"))
+    failed = pod(1, phase="Failed", exit_code=2, message=report("ConfigError", 4, None, "training.steps=0: must be >= 1"))
+    decision = decide(observe(body, pods=[pod(0), failed]))
+    status = decision.status
+    assert status["phase"] == "Failed" and status.get("restarts", 0) == 0 and not status.get("avoidedNodes")
+    failed_condition = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed_condition["reason"] == "ConfigError" and "training.steps=0" in failed_condition["message"]
+    assert events(decision)[-1] == ("Warning", "ConfigError")
+
+
+def test_device_out_of_memory_fails_with_the_planners_prediction_in_the_hint():
+    body = job(status=placed_status(phase="Running"))
+    failed = pod(0, phase="Failed", exit_code=4, message=report("DeviceOutOfMemory", 1, 0, "Out of memory: 62 GB"))
+    decision = decide(observe(body, pods=[failed, pod(1)]))
+    hint = decision.status["lastFailure"]["hint"]
+    assert decision.status["phase"] == "Failed"
+    assert "training.recompute" in hint and "optimizerShard" in hint
+    assert "the planner's prediction was" in hint and "GiB of 57.6 GiB usable per 910B NPU" in hint
+
+
+def test_a_host_oom_kill_is_out_of_memory_with_the_memory_limit_in_the_hint():
+    body = job(status=placed_status(phase="Running"))
+    decision = decide(observe(body, pods=[pod(0), pod(1, phase="Failed", exit_code=137, reason="OOMKilled")]))
+    failure = decision.status["lastFailure"]
+    assert (failure["cause"], failure["reason"], failure["action"]) == ("DeviceOutOfMemory", "OOMKilled", "FailJob")
+    assert "spec.template.resources.limits.memory" in failure["hint"]
+
+
+def test_user_rules_come_first_and_the_first_match_wins():
+    rules_ = {"failurePolicy": {"rules": [{"exitCodes": [42], "action": "Ignore"},
+                                          {"causes": ["HCCLExecTimeout"], "action": "FailJob"},
+                                          {"exitCodes": [7], "action": "RestartJob"}]}}
+    ignored = decide(observe(job({"runPolicy": rules_}, status=placed_status(phase="Running", restarts=2)),
+                             pods=[pod(0), pod(1, phase="Failed", exit_code=42)]))
+    status = ignored.status
+    assert status["phase"] == "Restarting"  # backoffLimit 2 is used up, but an ignored failure does not count
+    assert (status["restarts"], status["ignoredFailures"]) == (3, 1) and status["avoidedNodes"] == []
+    assert "rules[0] (exitCodes 42)" in status["message"]
+    hccl = pod(1, phase="Failed", exit_code=7, message=report("HCCLExecTimeout", 4, 9, "Heartbeat Lost"))
+    failed = decide(observe(job({"runPolicy": rules_}, status=placed_status(phase="Running")), pods=[pod(0), hccl]))
+    assert failed.status["phase"] == "Failed" and failed.status["lastFailure"]["action"] == "FailJob"
+    assert "rules[1] (causes HCCLExecTimeout)" in failed.status["message"]
 
 
 def test_next_attempt_waits_for_old_pods_then_places_avoiding_nodes():
@@ -231,7 +314,7 @@ def test_next_attempt_waits_for_old_pods_then_places_avoiding_nodes():
 
 
 def test_backoff_exhausted_fails_naming_pod_and_exit_code():
-    status = placed_status(phase="Running", restarts=2)
+    status = placed_status(phase="Running", restarts=3, disruptions=1)  # two counted restarts of backoffLimit 2
     decision = decide(observe(job(status=status), pods=[pod(0), pod(1, phase="Failed", exit_code=3)]))
     assert decision.status["phase"] == "Failed"
     failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
@@ -262,12 +345,40 @@ def test_node_not_ready_restarts_after_the_grace_period_only():
     late = decide(observe(job(status=status), pods=pods, nodes=nodes, now=NOW + timedelta(seconds=25)))
     assert late.status["avoidedNodes"] == ["node-b"] and late.status["phase"] == "Restarting"
     assert next(c for c in late.status["conditions"] if c["type"] == "Restarting")["reason"] == "NodeNotReady"
+    assert (late.status["restarts"], late.status["disruptions"]) == (1, 1)
+
+
+def test_node_faults_do_not_consume_the_backoff_limit():
+    status = placed_status(phase="Running", restarts=2)  # backoffLimit 2, used up
+    nodes = {"node-a": node("node-a"), "node-b": node("node-b", ready=False, since=NOW - timedelta(seconds=60))}
+    decision = decide(observe(job(status=status), pods=[pod(0), pod(1)], nodes=nodes))
+    assert decision.status["phase"] == "Restarting" and decision.status["disruptions"] == 1
+    assert decision.status["lastFailure"]["cause"] == "NodeNotReady"
+
+
+def test_a_failure_next_to_a_node_within_its_grace_blames_the_node():
+    nodes = {"node-a": node("node-a", ready=False, since=NOW - timedelta(seconds=5)), "node-b": node("node-b")}
+    echo = pod(1, phase="Failed", exit_code=7, message=report("HCCLExecTimeout", 4, 2, "Heartbeat Lost"))
+    decision = decide(observe(job(status=placed_status(phase="Running")), pods=[pod(0), echo], nodes=nodes))
+    assert decision.status["lastFailure"]["cause"] == "NodeNotReady" and decision.status["avoidedNodes"] == ["node-a"]
+
+
+def test_an_unhealthy_chip_under_a_running_pod_restarts_avoiding_its_node():
+    observed = observe(job(status=placed_status(phase="Running")), pods=[pod(0), pod(1)])
+    infos = {"node-b": DeviceInfo("node-b", unusable=frozenset({2}))}
+    decision = decide(dataclasses.replace(observed, device_infos=infos))
+    status = decision.status
+    assert status["lastFailure"]["cause"] == "ChipUnhealthy" and status["avoidedNodes"] == ["node-b"]
+    assert status["disruptions"] == 1 and "chip 2 of node-b" in status["lastFailure"]["hint"]
+    spare = decide(dataclasses.replace(observed, device_infos={"node-b": DeviceInfo("node-b", unusable=frozenset({7}))}))
+    assert spare.status["phase"] == "Running"  # a broken chip the job does not hold is none of its business
 
 
 def test_pod_deleted_while_running_restarts():
     decision = decide(observe(job(status=placed_status(phase="Running")), pods=[pod(0)]))
     assert decision.status["phase"] == "Restarting"
-    assert "demo-a1-1" in decision.status["message"]
+    assert "demo-a1-1" in decision.status["message"] and decision.status["lastFailure"]["cause"] == "PodDeleted"
+    assert decision.status["avoidedNodes"] == []
 
 
 def test_suspend_deletes_pods_and_resume_places_anew():
@@ -368,3 +479,27 @@ def test_a_placement_made_for_other_degrees_is_made_again():
     decision = decide(observe(job({"parallelism": {"data": 4}}, status=status)))  # now 4 pods, none created yet
     assert "create_pods" not in kinds(decision)
     assert action(decision, "place").request.pod_count == 4
+
+
+def test_anomalies_turn_on_with_one_warning_and_a_restart_starts_them_afresh():
+    from ascend_hybrid.progress import ChipReading, Sample
+    body = job({"monitoring": {"imbalanceSamples": 2}}, status=placed_status(phase="Running"))
+    completed = next(a.table for a in decide(observe(body, pods=[pod(0), pod(1)])).actions
+                     if isinstance(a, WriteRankTable))
+    skewed = (ChipReading("demo-a1-0", "0", 92.0), ChipReading("demo-a1-1", "3", 11.0))
+    status, warnings = body["status"], []
+    for second in (0, 30, 30, 60):  # the sample of second 30 is seen by two passes
+        reading = Sample("trainer", NOW + timedelta(seconds=second), step=10 + second, chips=skewed)
+        observed = observe(job({"monitoring": {"imbalanceSamples": 2}}, status=status), pods=[pod(0), pod(1)],
+                           rank_table=completed)
+        decision = decide(dataclasses.replace(observed, telemetry=reading))
+        status = decision.status
+        warnings += [a for a in decision.actions if isinstance(a, PostEvent) and a.reason == "LoadImbalanced"]
+    imbalanced = next(c for c in status["conditions"] if c["type"] == "LoadImbalanced")
+    assert imbalanced["status"] == "True" and "chip 3 of pod demo-a1-1 at 11%" in imbalanced["message"]
+    assert len(warnings) == 1 and warnings[0].type == "Warning"
+    assert status["monitoring"]["imbalancedSamples"] == 3 and status["monitoring"]["sampledAt"] == "2026-11-29T12:01:00Z"
+    restarted = decide(observe(job(status=status), pods=[pod(0), pod(1, phase="Failed", exit_code=1)],
+                               rank_table=completed)).status
+    assert "monitoring" not in restarted
+    assert next(c for c in restarted["conditions"] if c["type"] == "LoadImbalanced")["status"] == "False"

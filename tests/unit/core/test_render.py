@@ -131,6 +131,10 @@ def test_pod_shape(seed, seed_children):
         assert spec["restartPolicy"] == "Never"
         [container] = spec["containers"]
         assert container["name"] == "ascend"
+        # the trainer's last word (one JSON line) at the default path; a container that wrote none and failed
+        # leaves its log's tail there instead, so the operator always has something to read
+        assert container["terminationMessagePath"] == "/dev/termination-log"
+        assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
         assert container["resources"]["limits"] == {"huawei.com/Ascend910": "8"}
         assert container["resources"]["requests"] == {"huawei.com/Ascend910": "8"}
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
@@ -157,6 +161,7 @@ def test_env_of_design_section_8(seed, seed_children):
         assert "HCCL_SOCKET_IFNAME" not in env and "HCCL_IF_IP" not in env
         assert json.loads(values["AHJ_PARALLEL"]) == seed.degrees
         assert values["AHJ_JOB_CONFIG"] == "/etc/ascend-hybrid/job.json"
+        assert values["AHJ_TERMINATION_LOG"] == "/dev/termination-log"
         assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
         assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
         assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}

@@ -68,6 +68,8 @@ def test_an_operator_pod_becomes_the_trainer_entrypoint_with_its_env_and_local_p
     assert env["RANK_TABLE_FILE"] == str(rank_table)
     assert env["AHJ_JOB_CONFIG"] == str(layout.volume_dir("ascend-job-config") / "job.json")
     assert env["AHJ_CHECKPOINT_DIR"] == str(ROOT / "claims" / "ns" / "ckpt")
+    assert env["AHJ_TERMINATION_LOG"] == str(layout.termination_file)  # the container's terminationMessagePath
+    assert spec.files[layout.termination_file] == b""  # exists, empty, before the process starts
     assert env["PATH"] == BASE_ENV["PATH"] and env["PYTHONUNBUFFERED"] == "1"
     assert env["HOME"] == str(layout.home_dir) and env["HOSTNAME"] == "real-a1-1"
     assert spec.files[rank_table] == b'{"status":"completed"}'
@@ -91,7 +93,8 @@ def test_a_missing_configmap_is_a_failed_mount_and_an_optional_one_is_skipped():
     for volume in pod["spec"]["volumes"]:
         if "configMap" in volume:
             volume["configMap"]["optional"] = True
-    assert launch_spec(pod, {}, PodLayout.of(ROOT, pod), BASE_ENV).files == {}
+    layout = PodLayout.of(ROOT, pod)
+    assert launch_spec(pod, {}, layout, BASE_ENV).files == {layout.termination_file: b""}  # only the empty message
 
 
 def test_configmap_items_binary_data_and_unsafe_paths():
@@ -233,3 +236,34 @@ def test_cri_log_records():
     assert podstatus.cri_log_line(epoch_ns, "stdout", b'{"step": 1}\n') == (
         b'2026-11-29T17:00:00.000001234Z stdout F {"step": 1}\n')
     assert podstatus.cri_log_line(epoch_ns, "stderr", b"cut") == b"2026-11-29T17:00:00.000001234Z stderr P cut\n"
+
+
+def records(*lines: tuple[str, bytes]) -> bytes:
+    return b"".join(podstatus.cri_log_line(int(MOMENT.timestamp()) * 10**9, stream, chunk) for stream, chunk in lines)
+
+
+def test_the_termination_message_is_the_file_else_the_logs_tail_for_a_failed_container():
+    report = b'{"cause": "ConfigError", "rank": 0, "step": null, "detail": "training.steps=0"}\n'
+    log = records(("stdout", b'{"step": 1, "loss": 6.2}\n'), ("stderr", b"Traceback (most recent call last):\n"),
+                  ("stderr", b"ModuleNotFoundError: No module named "), ("stderr", b"'mindspore'\n"))
+    policy = "FallbackToLogsOnError"
+    assert podstatus.termination_message(report, log, policy, 2) == report.decode()
+    assert podstatus.termination_message(b"", log, policy, 3) == (
+        '{"step": 1, "loss": 6.2}\nTraceback (most recent call last):\nModuleNotFoundError: No module named '
+        "'mindspore'")
+    assert podstatus.termination_message(b"", log, policy, 0) is None  # a success never falls back
+    assert podstatus.termination_message(b"", log, "File", 3) is None
+    assert len(podstatus.termination_message(b"x" * 9000, b"", policy, 1)) == 4096
+
+
+def test_the_fallback_keeps_the_last_80_lines_and_at_most_2048_bytes():
+    many = records(*[("stdout", f"line {i}\n".encode()) for i in range(200)])
+    tail = podstatus.termination_message(b"", many, "FallbackToLogsOnError", 1).splitlines()
+    assert len(tail) == 80 and tail[0] == "line 120" and tail[-1] == "line 199"
+    wide = records(*[("stdout", b"y" * 100 + b"\n") for _ in range(60)])
+    assert len(podstatus.termination_message(b"", wide, "FallbackToLogsOnError", 1).encode()) <= 2048
+
+
+def test_the_message_reaches_the_terminated_state():
+    patch = podstatus.terminated_patch(small_pod(), 7, 3, MOMENT, MOMENT, message="ModuleNotFoundError")["status"]
+    assert patch["containerStatuses"][0]["state"]["terminated"]["message"] == "ModuleNotFoundError"

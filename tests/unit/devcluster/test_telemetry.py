@@ -127,6 +127,37 @@ def test_default_utilization_is_plausible_and_moves_with_time():
     assert len(set(readings)) > 1
 
 
+def test_one_chip_can_be_skewed_against_the_others_in_both_the_exporter_and_the_trainer():
+    pod = sim(chips=(0, 1, 2), annotations={figures.UTILIZATION_ANNOTATION: "90",
+                                            figures.CHIP_UTILIZATION_ANNOTATION: "1=12, 9=50, x=3, 2=oops"})
+    assert [figures.chip_utilization(pod, chip, T0 + 9) for chip in (0, 1, 2)] == [90.0, 12.0, 90.0]
+    reading = {row.chip: row.utilization for row in figures.exporter_readings([pod], {}, T0 + 9)}
+    assert reading == {0: 90.0, 1: 12.0, 2: 90.0}
+    assert figures.trainer_figures(pod, T0 + 9).npu_utilization == {"0": 90.0, "1": 12.0, "2": 90.0}
+    assert figures.chip_pins({figures.CHIP_UTILIZATION_ANNOTATION: "3=140,4=-1"}) == {3: 100.0, 4: 0.0}
+
+
+def test_a_stalled_trainer_stops_stepping_and_its_histogram_stops_observing():
+    pod = sim(annotations={figures.STEP_SECONDS_ANNOTATION: "0.5", figures.STALL_AFTER_ANNOTATION: "5"})
+    assert [figures.trainer_figures(pod, T0 + t).step for t in (4, 5, 6, 600)] == [8, 10, 10, 10]
+    read = samples(figures.trainer_text(pod, T0 + 600))
+    assert read[("ascend_trainer_step_seconds_count", ())] == 10 and read[("ascend_trainer_step", ())] == 10
+
+
+def test_a_slowed_trainer_steps_at_the_slow_pace_from_then_on():
+    pod = sim(annotations={figures.STEP_SECONDS_ANNOTATION: "0.5", figures.SLOW_AFTER_ANNOTATION: "10",
+                           figures.SLOW_STEP_SECONDS_ANNOTATION: "2"})
+    assert [figures.trainer_figures(pod, T0 + t).step for t in (10, 11.9, 12, 20)] == [20, 20, 21, 25]
+    slowed = figures.trainer_figures(pod, T0 + 20)
+    assert slowed.step_seconds == 2 and slowed.tokens_per_second == pytest.approx(figures.TOKENS_PER_STEP / 2, rel=0.03)
+    read = samples(figures.trainer_text(pod, T0 + 20))
+    assert read[("ascend_trainer_step_seconds_sum", ())] == pytest.approx(20 * 0.5 + 5 * 2)
+    assert read[("ascend_trainer_step_seconds_bucket", (("le", "0.5"),))] == 20
+    assert read[("ascend_trainer_step_seconds_bucket", (("le", "2.5"),))] == 25
+    sample = from_trainer_text({0: figures.trainer_text(pod, T0 + 20).decode()}, datetime.now(UTC), {0: "job-a1-0"})
+    assert sample.pod_step_seconds == (("job-a1-0", pytest.approx(20 / 25)),)
+
+
 def test_hbm_used_follows_the_annotation():
     pod = sim(annotations={figures.HBM_USED_PERCENT_ANNOTATION: "25"})
     assert figures.chip_hbm_used_mb(pod, 0, 65536) == 16384

@@ -5,7 +5,8 @@ rules over the trainer image's entrypoint), the env (downward API and ConfigMap 
 expanded), the files of its ConfigMap volumes, and the local directories its mounts map to. A container sees
 paths such as /user/serverid/devindex/config/hccl.json; a local process cannot, so env values and arguments that
 name a path under a mapped mount are rewritten to the local copy (the trainer reads RANK_TABLE_FILE,
-AHJ_JOB_CONFIG and AHJ_CHECKPOINT_DIR from its env, so that is all it needs).
+AHJ_JOB_CONFIG, AHJ_CHECKPOINT_DIR and AHJ_TERMINATION_LOG from its env, so that is all it needs). The container's
+terminationMessagePath is such a mount too: a file of the pod's directory, read back when the process ends.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ RUNTIME_ANNOTATION = "sim.hybrid.ascend.dev/runtime"
 PROCESS_RUNTIME = "process"
 CONTAINER_NAME = "ascend"
 DEFAULT_GRACE_SECONDS = 30.0
+DEFAULT_TERMINATION_PATH = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,11 @@ class PodLayout:
     @property
     def home_dir(self) -> Path:
         return self.directory / "home"
+
+    @property
+    def termination_file(self) -> Path:
+        """What the container sees at its terminationMessagePath (the kubelet mounts a file per container)."""
+        return self.directory / "termination-log"
 
     def volume_dir(self, volume: str) -> Path:
         return self.directory / "volumes" / volume
@@ -283,18 +290,23 @@ def configmap_files(pod: dict, configmaps: dict, layout: PodLayout) -> dict[Path
     return files
 
 
+def termination_path(container: dict) -> str:
+    return str(PurePosixPath(container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH))
+
+
 def launch_spec(pod: dict, configmaps: dict, layout: PodLayout, base_env: dict[str, str],
                 image: Image = TRAINER_IMAGE) -> LaunchSpec:
     """Everything needed to start the pod's container as a local process; NotRunnable says why not (yet)."""
     container = runtime_container(pod)
     roots = volume_roots(pod, layout)
-    mounts = mount_map(container, roots)
+    mounts = sorted([*mount_map(container, roots), (termination_path(container), layout.termination_file)],
+                    key=lambda pair: len(pair[0]), reverse=True)
     image_env = {**dict(image.env), **base_env, "HOSTNAME": (pod.get("spec") or {}).get("hostname")
                  or pod["metadata"]["name"], "HOME": str(layout.home_dir)}
     env = resolve_env(pod, container, configmaps, image_env)
     argv = tuple(map_path(word, mounts) for word in command_line(container, env, image))
     env = {key: map_path(value, mounts) for key, value in env.items()}
     directories = (layout.work_dir, layout.home_dir, *sorted(set(roots.values())))
-    return LaunchSpec(container=container["name"], argv=argv, env=env, cwd=layout.work_dir,
-                      files=configmap_files(pod, configmaps, layout), directories=directories,
-                      grace_seconds=grace_seconds(pod))
+    files = {**configmap_files(pod, configmaps, layout), layout.termination_file: b""}  # empty, as the kubelet's
+    return LaunchSpec(container=container["name"], argv=argv, env=env, cwd=layout.work_dir, files=files,
+                      directories=directories, grace_seconds=grace_seconds(pod))

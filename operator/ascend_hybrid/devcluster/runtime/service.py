@@ -61,6 +61,17 @@ class Handle:
     written: dict[Path, bytes]
 
 
+def _read(path: Path, tail: int | None = None) -> bytes:
+    """A file's bytes (its last `tail` bytes), b"" when it is gone."""
+    try:
+        with open(path, "rb") as handle:
+            if tail is not None:
+                handle.seek(max(handle.seek(0, os.SEEK_END) - tail, 0))
+            return handle.read()
+    except OSError:
+        return b""
+
+
 def _write_atomically(path: Path, content: bytes) -> None:
     """As the kubelet swaps a ConfigMap volume: a reader sees the old file or the new one, never a half."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -238,7 +249,11 @@ class ProcessRuntime:
     def report_exit(self, action: ReportExit, pod: dict) -> None:
         process, handle = self.tracked[action.uid], self.handles[action.uid]
         code, now = process.exit_code, datetime.now(UTC)
-        if self._status(pod, podstatus.terminated_patch(pod, process.pid, code, handle.started, now)):
+        message = podstatus.termination_message(_read(handle.layout.termination_file),
+                                                _read(handle.layout.log_file, tail=64 * 1024),
+                                                runtime_container(pod).get("terminationMessagePolicy"), code)
+        if self._status(pod, podstatus.terminated_patch(pod, process.pid, code, handle.started, now,
+                                                        message=message)):
             self.tracked[action.uid] = replace(process, reported=True)
             if code == 0:
                 self._record_event(pod, "Normal", "Completed", "Container exited with code 0")

@@ -12,6 +12,8 @@ from .launch import runtime_container
 EVENT_SOURCE = "sim-process-runtime"
 LOGS_GROUP, LOGS_VERSION, LOGS_PLURAL = "kwok.x-k8s.io", "v1alpha1", "logs"
 LOST_EXIT_CODE = 137  # what the kubelet reports for a container it can no longer find
+MAX_TERMINATION_BYTES = 4096     # the kubelet reads at most this much of the termination message file
+FALLBACK_LOG_BYTES, FALLBACK_LOG_LINES = 2048, 80  # FallbackToLogsOnError: the log's tail, the smaller of the two
 
 
 def timestamp(moment: datetime) -> str:
@@ -70,6 +72,30 @@ def terminated_patch(pod: dict, pid: int | None, exit_code: int, started: dateti
         "phase": "Succeeded" if succeeded else "Failed",
         "conditions": _conditions(finished, ready=False, reason=pod_reason),
         "containerStatuses": [_container_status(pod, {"terminated": terminated}, False, pid)]})
+
+
+def log_text(cri: bytes) -> str:
+    """The container's output out of CRI log records (`<time> <stream> F|P <text>`); P records continue."""
+    out: list[str] = []
+    for record in cri.split(b"\n"):
+        parts = record.split(b" ", 3)
+        if len(parts) < 3:
+            continue
+        text = parts[3] if len(parts) == 4 else b""
+        out.append(text.decode(errors="replace") + ("\n" if parts[2] == b"F" else ""))
+    return "".join(out)
+
+
+def termination_message(written: bytes, log_tail: bytes, policy: str | None, exit_code: int) -> str | None:
+    """What the kubelet puts in `terminated.message`: the termination message file (at most 4096 bytes), or, with
+    terminationMessagePolicy FallbackToLogsOnError, an empty file and a failed container, the log's last 80 lines
+    (at most 2048 bytes)."""
+    text = written[:MAX_TERMINATION_BYTES].decode(errors="replace")
+    if text.strip() or policy != "FallbackToLogsOnError" or exit_code == 0:
+        return text or None
+    lines = log_text(log_tail).splitlines()[-FALLBACK_LOG_LINES:]
+    tail = "\n".join(lines).encode()[-FALLBACK_LOG_BYTES:].decode(errors="ignore")
+    return tail or None
 
 
 def lost_patch(pod: dict, now: datetime) -> dict:

@@ -6,9 +6,17 @@ serves the same numbers, and two helpers would agree. Defaults differ from pod t
 namespace/name (a hash); tests pin them with the pod annotations below.
 
     sim.hybrid.ascend.dev/utilization        AI Core utilization of each chip, percent (default 70..95, wobbling)
+    sim.hybrid.ascend.dev/chip-utilization   some chips' own utilization, e.g. "3=20,5=10" (chip id=percent): skews
+                                             them against the others (LoadImbalanced)
     sim.hybrid.ascend.dev/step-seconds       seconds per training step (default 0.4..1.2)
+    sim.hybrid.ascend.dev/slow-after-seconds + …/slow-step-seconds
+                                             from that many seconds after the start, each step takes slow-step-seconds
+                                             (Straggling)
+    sim.hybrid.ascend.dev/stall-after-seconds  no step completes after that many seconds from the start
+                                             (TrainingStalled)
     sim.hybrid.ascend.dev/hbm-used-percent   HBM in use on each chip, percent (default 55..85)
     sim.hybrid.ascend.dev/runtime: process   the pod runs the real trainer, which serves :9400 itself
+The annotations are read at scrape time, so patching them on a running pod changes its figures from then on.
 """
 
 from __future__ import annotations
@@ -26,7 +34,11 @@ from ..deviceplugin.allocation import held_chips
 
 ANNOTATION_PREFIX = "sim.hybrid.ascend.dev/"
 UTILIZATION_ANNOTATION = ANNOTATION_PREFIX + "utilization"
+CHIP_UTILIZATION_ANNOTATION = ANNOTATION_PREFIX + "chip-utilization"
 STEP_SECONDS_ANNOTATION = ANNOTATION_PREFIX + "step-seconds"
+SLOW_AFTER_ANNOTATION = ANNOTATION_PREFIX + "slow-after-seconds"
+SLOW_STEP_SECONDS_ANNOTATION = ANNOTATION_PREFIX + "slow-step-seconds"
+STALL_AFTER_ANNOTATION = ANNOTATION_PREFIX + "stall-after-seconds"
 HBM_USED_PERCENT_ANNOTATION = ANNOTATION_PREFIX + "hbm-used-percent"
 RUNTIME_ANNOTATION = ANNOTATION_PREFIX + "runtime"
 PROCESS_RUNTIME = "process"
@@ -120,9 +132,26 @@ def step_seconds(pod: SimPod) -> float:
     return pinned if pinned is not None else round(0.4 + 0.8 * _unit(pod.training_key, "step-seconds"), 3)
 
 
+def chip_pins(annotations: dict) -> dict[int, float]:
+    """chip-utilization "3=20, 5=10" → {3: 20.0, 5: 10.0}, clamped to [0, 100]; unreadable items are skipped."""
+    pins: dict[int, float] = {}
+    for item in str(annotations.get(CHIP_UTILIZATION_ANNOTATION) or "").split(","):
+        chip, _, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if chip.strip().isdigit() and math.isfinite(number):
+            pins[int(chip)] = min(max(number, 0.0), 100.0)
+    return pins
+
+
 def chip_utilization(pod: SimPod, chip: int, now: float) -> float:
-    """Percent, an integer as npu-smi reports it. A pinned value is exact; a default one wobbles with time."""
-    pinned = _pinned(pod.annotations, UTILIZATION_ANNOTATION, 0.0, 100.0)
+    """Percent, an integer as npu-smi reports it. A pinned value is exact (a chip's own pin first); a default one
+    wobbles with time."""
+    pinned = chip_pins(pod.annotations).get(chip)
+    if pinned is None:
+        pinned = _pinned(pod.annotations, UTILIZATION_ANNOTATION, 0.0, 100.0)
     if pinned is not None:
         return float(round(pinned))
     base = 70.0 + 25.0 * _unit(pod.namespace, pod.name, "utilization")
@@ -153,17 +182,37 @@ class TrainerFigures:
     step_seconds: float
     samples_total: int
     npu_utilization: dict[str, float]  # device (chip id as text) → percent
+    phases: tuple[tuple[int, float], ...] = ()  # (steps, seconds each): what the step-time histogram observed
+
+
+def step_phases(pod: SimPod, now: float) -> tuple[tuple[int, float], ...]:
+    """(steps, seconds each) completed by `now`: at step-seconds, then at slow-step-seconds from slow-after-seconds
+    on; none after stall-after-seconds."""
+    base = step_seconds(pod)
+    elapsed = max(now - pod.started_at, 0.0)
+    stall = _pinned(pod.annotations, STALL_AFTER_ANNOTATION, 0.0, 1e9)
+    if stall is not None:
+        elapsed = min(elapsed, stall)
+    slow_after = _pinned(pod.annotations, SLOW_AFTER_ANNOTATION, 0.0, 1e9)
+    slow = _pinned(pod.annotations, SLOW_STEP_SECONDS_ANNOTATION, 0.01, 3600.0)
+    if slow_after is None or slow is None or elapsed <= slow_after:
+        return ((int(elapsed // base), base),)
+    first = int(slow_after // base)
+    return ((first, base), (int((elapsed - first * base) // slow), slow))
 
 
 def trainer_figures(pod: SimPod, now: float) -> TrainerFigures:
-    """What the pod's trainer reports `now`: one step every step_seconds since the pod started."""
-    seconds = step_seconds(pod)
-    step = max(int((now - pod.started_at) // seconds), 0)
+    """What the pod's trainer reports `now`: one step every step_seconds since the pod started (slower, or none,
+    where the annotations say)."""
+    phases = step_phases(pod, now)
+    step = sum(count for count, _ in phases)
+    seconds = phases[-1][1]
     jitter = 1.0 + 0.04 * (_unit(pod.training_key, "throughput", step) - 0.5)
     return TrainerFigures(step=step, loss=loss_at(pod.training_key, step),
                           tokens_per_second=TOKENS_PER_STEP / seconds * jitter, step_seconds=seconds,
                           samples_total=step * SAMPLES_PER_STEP,
-                          npu_utilization={str(c): chip_utilization(pod, c, now) for c in pod.chips})
+                          npu_utilization={str(c): chip_utilization(pod, c, now) for c in pod.chips},
+                          phases=phases)
 
 
 @dataclass(frozen=True)
@@ -205,10 +254,12 @@ def exposition(families: list) -> bytes:
     return generate_latest(registry)
 
 
-def histogram_buckets(observations: int, each_seconds: float) -> list[tuple[str, float]]:
-    """Cumulative buckets of `observations` steps that all took `each_seconds`."""
-    buckets = [(floatToGoString(bound), observations if each_seconds <= bound else 0) for bound in STEP_SECONDS_BUCKETS]
-    return buckets + [("+Inf", observations)]
+def histogram_buckets(observations: int, each_seconds: float, *more: tuple[int, float]) -> list[tuple[str, float]]:
+    """Cumulative buckets of `observations` steps that all took `each_seconds` (and of each (steps, seconds) more)."""
+    phases = ((observations, each_seconds), *more)
+    buckets = [(floatToGoString(bound), sum(count for count, seconds in phases if seconds <= bound))
+               for bound in STEP_SECONDS_BUCKETS]
+    return buckets + [("+Inf", sum(count for count, _ in phases))]
 
 
 def trainer_families(figures: TrainerFigures) -> list:
@@ -218,9 +269,10 @@ def trainer_families(figures: TrainerFigures) -> list:
     tokens = GaugeMetricFamily("ascend_trainer_tokens_per_second",
                                "Tokens of the global batch per second of step time, last step.",
                                value=figures.tokens_per_second)
+    phases = figures.phases or ((figures.step, figures.step_seconds),)
     seconds = HistogramMetricFamily("ascend_trainer_step_seconds", "Wall time of a training step.",
-                                    buckets=histogram_buckets(figures.step, figures.step_seconds),
-                                    sum_value=figures.step * figures.step_seconds)
+                                    buckets=histogram_buckets(*phases[0], *phases[1:]),
+                                    sum_value=sum(count * each for count, each in phases))
     samples = CounterMetricFamily("ascend_trainer_samples", "Samples of the global batch trained on since this "
                                   "process started.", value=figures.samples_total)
     utilization = GaugeMetricFamily("ascend_trainer_npu_utilization_percent",

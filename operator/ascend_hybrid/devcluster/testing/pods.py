@@ -11,10 +11,19 @@ GANG_GATE = "hybrid.ascend.dev/gang"
 OUTCOME_ANNOTATION = "sim.hybrid.ascend.dev/outcome"
 EXIT_CODE_ANNOTATION = "sim.hybrid.ascend.dev/exit-code"
 AFTER_SECONDS_ANNOTATION = "sim.hybrid.ascend.dev/after-seconds"
+TERMINATION_MESSAGE_ANNOTATION = "sim.hybrid.ascend.dev/termination-message"
+REASON_ANNOTATION = "sim.hybrid.ascend.dev/reason"
 
 
-def outcome_annotations(outcome: str, exit_code: int | None = None, after_seconds: float | None = None) -> dict:
-    """The annotations the kwok stages read: outcome run | succeed | fail, exit code, delay."""
+def termination_report(cause: str, rank: int | None = None, step: int | None = None, detail: str = "") -> str:
+    """The one JSON line the trainer writes to /dev/termination-log when it ends (docs/troubleshooting.md)."""
+    return json.dumps({"cause": cause, "rank": rank, "step": step, "detail": detail})
+
+
+def outcome_annotations(outcome: str, exit_code: int | None = None, after_seconds: float | None = None,
+                        termination_message: str | None = None, reason: str | None = None) -> dict:
+    """The annotations the kwok stages read: outcome run | succeed | fail, exit code, delay, and a failing
+    container's termination message and terminated reason (e.g. OOMKilled)."""
     if outcome not in ("run", "succeed", "fail"):
         raise ValueError(f"outcome {outcome!r} must be run, succeed or fail")
     annotations = {OUTCOME_ANNOTATION: outcome}
@@ -22,6 +31,10 @@ def outcome_annotations(outcome: str, exit_code: int | None = None, after_second
         annotations[EXIT_CODE_ANNOTATION] = str(exit_code)
     if after_seconds is not None:
         annotations[AFTER_SECONDS_ANNOTATION] = f"{after_seconds:g}"
+    if termination_message is not None:
+        annotations[TERMINATION_MESSAGE_ANNOTATION] = termination_message
+    if reason is not None:
+        annotations[REASON_ANNOTATION] = reason
     return annotations
 
 
