@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 toolchain: setup
-	$(BIN)/ascend-hybrid dev-cluster build --with-prometheus
+	$(BIN)/ascend-hybrid dev-cluster build --with-prometheus --with-kueue
 
 lint: setup
 	$(BIN)/ruff check operator trainer tests bench
