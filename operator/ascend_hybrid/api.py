@@ -178,7 +178,7 @@ class RunPolicy(ApiModel):
 class Scheduling(ApiModel):
     topology_tiers: list[str] = Field(default_factory=lambda: [RACK_LABEL], description="Node label keys of network tiers, innermost first; stages and DP groups are kept inside the fewest tier domains.")
     scheduler_name: str | None = Field(None, description="Scheduler that binds the (already placed) pods; default scheduler when empty.")
-    queue: str | None = Field(None, description="Queue name, passed to the pods as a label for batch schedulers.")
+    queue: str | None = Field(None, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="Kueue LocalQueue (in the job's namespace) that admits the job: each attempt's pods form one Kueue pod group, created gated and unplaced; the operator places and releases them only once Kueue has admitted the whole gang against its ClusterQueue's quota (condition Admitted; reason WaitingForQuota while Kueue holds it, Preempted after an eviction, which starts a new attempt without counting a restart). The namespace must be one Kueue manages (label kueue.x-k8s.io/managed=true). Empty: no queue, the gang is placed at once.")
 
 
 class AscendHybridJobSpec(ApiModel):
@@ -242,7 +242,7 @@ class UtilizationStatus(ApiModel):
 
 class AscendHybridJobStatus(ApiModel):
     phase: str | None = Field(None, description="Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended.")
-    conditions: list[Condition] = Field(default_factory=list, description="Created, Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended.")
+    conditions: list[Condition] = Field(default_factory=list, description="Created, Admitted (queued jobs), Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended.")
     world_size: int | None = Field(None, description="Ranks: data x tensor x pipeline.")
     attempt: int | None = Field(None, description="Current gang attempt, from 1.")
     restarts: int | None = Field(None, description="Whole-gang restarts so far.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-CONDITION_TYPES = ("Created", "Placed", "RankTableReady", "Running", "Restarting", "Succeeded", "Failed", "Suspended",
+CONDITION_TYPES = ("Created", "Admitted", "Placed", "RankTableReady", "Running", "Restarting", "Succeeded", "Failed", "Suspended",
                    "MetricsAvailable")
 JOB_PHASES = ("Pending", "Placing", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 TERMINAL_JOB_PHASES = frozenset({"Succeeded", "Failed"})

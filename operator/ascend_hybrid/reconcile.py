@@ -24,12 +24,12 @@ from .actions import (
     Place,
     PodToCreate,
     PostEvent,
-    RemoveGates,
     WriteRankTable,
 )
 from .ascend import DeviceInfo
 from .chips import CHIPS
 from .conditions import TERMINAL_JOB_PHASES, condition, parse_time, set_condition, timestamp
+from .kueue import EVICTED
 from .placement import GangRequest
 from .podview import (
     TERMINAL_POD_PHASES,
@@ -45,6 +45,7 @@ from .podview import (
     pod_index,
 )
 from .progress import Sample, training_status, utilization_status
+from .queueing import QueueSteps
 from .rules import ResolvedJob
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
@@ -67,6 +68,7 @@ class Observed:
     in_flight: frozenset[str] = frozenset()  # pods this process just created or released; the watch may lag
     telemetry: Sample | None = None           # latest progress/utilization reading of the current attempt
     device_infos: Mapping[str, DeviceInfo] = field(default_factory=dict)  # node → MindCluster deviceinfo
+    workload: Mapping | None = None           # the Kueue Workload of the current attempt (queued jobs; queueing.py)
 
 
 @dataclass
@@ -89,8 +91,8 @@ def pod_template_hash(effective: ResolvedJob) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class _Pass:
-    """One reconcile pass; methods read `observed`, write `decision`."""
+class _Pass(QueueSteps):
+    """One reconcile pass; methods read `observed`, write `decision` (a queued job's steps: queueing.py)."""
 
     def __init__(self, observed: Observed):
         self.o = observed
@@ -121,6 +123,9 @@ class _Pass:
     def delete(self, pods) -> None:
         doomed = live_names(pods)
         if doomed:
+            workloads = self.workloads_of(pods)
+            if workloads:
+                self.d.act(workloads)
             self.d.act(DeletePods(doomed))
 
     def new_attempt(self) -> None:
@@ -164,16 +169,21 @@ class _Pass:
         template_hash = pod_template_hash(e)
         if current and status.get("podTemplateHash") not in (None, template_hash):
             return self.restart_for_spec_change(list(current.values()))
+        verdict = self.kueue_verdict(current) if self.queue else None
+        if verdict is not None and verdict.state == EVICTED:
+            return self.preempted(verdict, current)
         placement = status.get("placement") or {}
         if placement.get("attempt") == attempt and len(placement.get("nodes") or ()) != e.pod_count:
             placement = {}  # made for another spec (its parallelism changed before any pod existed): place anew
-        if current and placement.get("attempt") == attempt:
+        if (current or self.queue) and placement.get("attempt") == attempt:
             failure = self.failure(current, placement)
             if failure:
                 return self.restart(*failure, current=list(current.values()))
             if len(current) == e.pod_count and all(phase_of(p) == "Succeeded" for p in current.values()):
                 return self.succeeded(list(current.values()))
         if placement.get("attempt") != attempt:
+            if verdict is not None:
+                return self.enqueued(current, stale, verdict, template_hash)
             if stale:
                 self.phase(status.get("phase") or "Pending", "waiting for the previous attempt's pods to go")
                 self.requeue(FAST_REQUEUE_SECONDS)
@@ -197,7 +207,7 @@ class _Pass:
         pods = list(current.values())
         status["pods"] = pod_counts(pods, e.pod_count)
         releasable = [(pod["metadata"]["name"], tuple(gate["name"] for gate in pod["spec"]["schedulingGates"]))
-                      for pod in pods if is_gated(pod) and not is_deleting(pod) and pod["metadata"]["name"] not in o.in_flight]
+                      for pod in pods if is_gated(pod) and not is_deleting(pod) and self.unreleased(pod)]
         if missing:
             created = tuple(PodToCreate(render.pod(e, self.meta["namespace"], self.meta["uid"], attempt, index,
                                                    nodes[index], o.sched_ip), nodes[index], e.per_pod)
@@ -206,7 +216,7 @@ class _Pass:
             # Creation answered means the pod exists: the gang is released in the same pass, not one watch later.
             releasable += [(pod.manifest["metadata"]["name"], (names.GANG_GATE,)) for pod in created]
         if releasable:
-            self.d.act(RemoveGates(tuple(releasable)))
+            self.d.act(self.release(releasable, current, nodes))
             self.phase("Starting", f"all {e.pod_count} pods exist; releasing the gang to the scheduler")
             self.d.emit("Normal", "GangReleased", f"all {e.pod_count} pods created; scheduling gates removed")
             self.requeue(FAST_REQUEUE_SECONDS)
@@ -272,6 +282,9 @@ class _Pass:
     def waiting_for_binding(self, pods: list[dict], unbound: list[dict]) -> Decision:
         e = self.o.effective
         created = min(parse_time(pod["metadata"].get("creationTimestamp")) or self.o.now for pod in pods)
+        admitted = condition(self.status, "Admitted")  # a queued gang waits for the scheduler from its admission
+        if admitted is not None and admitted["status"] == "True":
+            created = max(created, parse_time(admitted["lastTransitionTime"]) or created)
         waited = (self.o.now - created).total_seconds()
         limit = e.spec.run_policy.scheduling_timeout_seconds
         if waited >= limit:
@@ -312,7 +325,7 @@ class _Pass:
         attempt = int(self.status["attempt"])
         lost = [index for index in range(e.pod_count) if index not in current
                 and names.pod_name(self.meta["name"], attempt, index) not in self.o.in_flight]
-        if self.status.get("phase") in ("Starting", "Running") and lost:
+        if (self.status.get("phase") in ("Starting", "Running") or self.queue) and lost:
             name = names.pod_name(self.meta["name"], attempt, lost[0])
             return ("PodDeleted", f"pod {name} (index {lost[0]}) disappeared", [])
         return None
