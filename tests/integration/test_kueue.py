@@ -311,11 +311,10 @@ def test_deleted_pods_held_by_kueues_finalizer_terminate_under_kwok_and_the_proc
     core = kueue_cluster.core
     # Each a group of one, as the operator's pods are members of a group: Kueue drops its finalizer from a lone
     # pod as soon as it is deleted, but from a group's pods only once they are terminated.
-    simulated, real = (pod_manifest(name, node=node, chips=1, labels={
+    simulated, real = (pod_manifest(name, chips=1, labels={
         kueue.QUEUE_NAME_LABEL: QUEUE, kueue.POD_GROUP_LABEL: name}, annotations={
         kueue.GROUP_TOTAL_COUNT_ANNOTATION: "1", kueue.RETRIABLE_IN_GROUP_ANNOTATION: "false", **extra})
-        for name, node, extra in (("simulated", "node-001", {}),
-                                  ("real", "node-002", {"sim.hybrid.ascend.dev/runtime": "process"})))
+        for name, extra in (("simulated", {}), ("real", {"sim.hybrid.ascend.dev/runtime": "process"})))
     real["spec"]["containers"][0]["command"] = ["sleep", "300"]
     for manifest in (simulated, real):
         # a grace period, as the operator's pods have: with none, Kueue counts a deleted pod as gone at once

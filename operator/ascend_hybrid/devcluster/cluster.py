@@ -100,6 +100,9 @@ def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks:
     _check_pods_admitted(core)
     _ensure_process_runtime(paths, core, process_runtime, progress)
     if kueue or kueue_manager.configured(paths):
+        if "ahj-pod-terminate" not in paths.kwokctl_config.read_text():
+            progress("warning: this cluster's kwok stages predate ahj-pod-terminate: Running pods of queued jobs "
+                     "would stay Terminating once deleted (`down`, then `up --kueue`, to get it)")
         kueue_manager.ensure_running(paths, core.api_client, fleet.simulated_nodes(core), progress)
     if telemetry or with_prometheus:
         exporter.ensure_running(paths)
