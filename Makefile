@@ -3,12 +3,16 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test unit setup toolchain crd lint bench clean images
+.PHONY: demo demo-kueue test unit setup toolchain crd lint bench clean images
 
 demo: setup toolchain
 	mkdir -p build
 	$(BIN)/ascend-hybrid plan -f deploy/examples/seed-moe-128.yaml --evaluate --svg build/seed-moe-128.svg
 	$(BIN)/ascend-hybrid demo
+
+# Two teams' jobs against one Kueue quota: one runs, the other waits WaitingForQuota, then runs (README, Kueue).
+demo-kueue: setup toolchain
+	$(BIN)/ascend-hybrid demo --kueue
 
 test: setup toolchain lint
 	$(BIN)/ascend-hybrid crd check
@@ -31,7 +35,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 toolchain: setup
-	$(BIN)/ascend-hybrid dev-cluster build --with-prometheus
+	$(BIN)/ascend-hybrid dev-cluster build --with-prometheus --with-kueue
 
 lint: setup
 	$(BIN)/ruff check operator trainer tests bench

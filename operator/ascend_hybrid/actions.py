@@ -31,7 +31,8 @@ class Place:
 @dataclass(frozen=True)
 class PodToCreate:
     manifest: dict
-    node: str    # the node the placement chose (also in the manifest's required node affinity)
+    node: str | None  # the node the placement chose (also in the manifest's required node affinity); None for a
+                      # queued job's pods, created before Kueue admits them and placed after (queueing.py)
     chips: int   # NPUs it takes there, promised until the watch shows the pod
 
 
@@ -43,6 +44,21 @@ class CreatePods:
 @dataclass(frozen=True)
 class RemoveGates:
     pods: tuple[tuple[str, tuple[str, ...]], ...]  # (pod name, its gates as observed)
+
+
+@dataclass(frozen=True)
+class PinAndRelease:
+    """Pods of a queued gang Kueue admitted: pin each to its placed node and remove the gang gate, one JSON patch
+    per pod (kueue.release_patch)."""
+
+    pods: tuple[tuple[str, tuple[dict, ...]], ...]  # (pod name, the patch's operations)
+
+
+@dataclass(frozen=True)
+class DeleteWorkloads:
+    """Delete the Kueue Workloads of attempts being torn down (Kueue then releases their quota and finalizers)."""
+
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -67,4 +83,5 @@ class PostEvent:
     message: str
 
 
-Action = EnsureChildren | Place | CreatePods | RemoveGates | DeletePods | WriteRankTable | DeleteJob | PostEvent
+Action = (EnsureChildren | Place | CreatePods | RemoveGates | PinAndRelease | DeleteWorkloads | DeletePods | WriteRankTable
+          | DeleteJob | PostEvent)

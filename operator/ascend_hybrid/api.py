@@ -231,7 +231,7 @@ class Monitoring(ApiModel):
 class Scheduling(ApiModel):
     topology_tiers: list[Annotated[str, Field(max_length=LABEL_KEY_MAX)]] = Field(default_factory=lambda: [RACK_LABEL], max_length=MAX_TOPOLOGY_TIERS, description="Node label keys of network tiers, innermost first (at most 16); stages and DP groups are kept inside the fewest tier domains.")
     scheduler_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX, description="Scheduler that binds the (already placed) pods (a lowercase RFC 1123 subdomain); default scheduler when empty.")
-    queue: str | None = Field(None, max_length=LABEL_VALUE_MAX, description="Queue name (a label value), passed to the pods as a label for batch schedulers.")
+    queue: str | None = Field(None, max_length=LABEL_VALUE_MAX, description="Kueue LocalQueue (in the job's namespace) that admits the job: each attempt's pods form one Kueue pod group, created gated and unplaced; the operator places and releases them only once Kueue has admitted the whole gang against its ClusterQueue's quota (condition Admitted; reason WaitingForQuota while Kueue holds it, Preempted after an eviction, which starts a new attempt without counting a restart). The namespace must be one Kueue manages (label kueue.x-k8s.io/managed=true). Empty: no queue, the gang is placed at once.")
 
 
 class AscendHybridJobSpec(ApiModel):
@@ -357,7 +357,7 @@ class MonitoringStatus(ApiModel):
 
 class AscendHybridJobStatus(ApiModel):
     phase: str | None = Field(None, description="Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended.")
-    conditions: list[Condition] = Field(default_factory=list, description="Created, Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled.")
+    conditions: list[Condition] = Field(default_factory=list, description="Created, StrategyFits, Admitted (queued jobs), Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled.")
     world_size: int | None = Field(None, description="Ranks: data x tensor x pipeline.")
     attempt: int | None = Field(None, description="Current gang attempt, from 1.")
     restarts: int | None = Field(None, description="Whole-gang restarts after failures so far, disruptions and ignored failures included.")

@@ -16,8 +16,9 @@ IMAGE_EMPTY = "spec.template.image: must not be empty (the container image of ev
 _IMAGE_TEXT = f"spec.template.image=\"%s\" {k8s.IMAGE_REFERENCE_MESSAGE}"
 _SUBDOMAIN_TEXT = ("must be a lowercase RFC 1123 subdomain ({what} name): lower case alphanumeric characters, '-' or "
                    "'.', starting and ending with an alphanumeric character (e.g. 'example.com')")
-_QUEUE_TEXT = ("spec.scheduling.queue=\"%s\" is not a valid label value (the pods carry it as a label): "
-               f"{k8s.LABEL_VALUE_MESSAGE}, at most {k8s.LABEL_VALUE_MAX} characters")
+_QUEUE_TEXT = ("spec.scheduling.queue=\"%s\" must name a Kueue LocalQueue the pods can carry as a label: a lowercase "
+               "RFC 1123 subdomain (lower case alphanumeric characters, '-' or '.', starting and ending with an "
+               f"alphanumeric character) of at most {k8s.LABEL_VALUE_MAX} characters (e.g. 'team-a')")
 _TIER_TEXT = ("spec.scheduling.topologyTiers: \"%s\" is not a valid node label key: an optional DNS subdomain prefix "
               f"(at most {k8s.DNS1123_SUBDOMAIN_MAX} characters) and '/', then a name of at most "
               f"{k8s.LABEL_KEY_NAME_MAX} characters that {k8s.LABEL_KEY_NAME_MESSAGE} "
@@ -61,7 +62,9 @@ def _subdomain_rule(path: str, what: str, value_of: Callable[[AscendHybridJobSpe
 
 def _queue(e: ResolvedJob) -> str | None:
     queue = e.spec.scheduling.queue
-    return _shown(_QUEUE_TEXT, queue) if queue is not None and k8s.label_value_errors(queue) else None
+    if queue is None or (len(queue) <= k8s.LABEL_VALUE_MAX and not k8s.dns1123_subdomain_errors(queue)):
+        return None
+    return _shown(_QUEUE_TEXT, queue)
 
 
 def _topology_tiers(e: ResolvedJob) -> str | None:
@@ -85,7 +88,8 @@ FIELD_RULES: tuple[Rule, ...] = (
     _subdomain_rule("spec.training.checkpoint.claimName", "a PersistentVolumeClaim",
                     lambda s: s.training.checkpoint.claim_name if s.training.checkpoint else None,
                     "!has(self.training.checkpoint)"),
-    Rule(_queue, f"!has(self.scheduling.queue) || {cel_full_match('self.scheduling.queue', k8s.LABEL_VALUE)}",
+    Rule(_queue, f"!has(self.scheduling.queue) || (size(self.scheduling.queue) <= {k8s.LABEL_VALUE_MAX} && "
+                 f"{cel_full_match('self.scheduling.queue', k8s.DNS1123_SUBDOMAIN)})",
          cel_format(_QUEUE_TEXT, "self.scheduling.queue")),
     Rule(_topology_tiers,
          f"!has(self.scheduling.topologyTiers) || self.scheduling.topologyTiers.all(t, {_CEL_TIER_OK})",

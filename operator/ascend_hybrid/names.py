@@ -9,7 +9,6 @@ GANG_GATE = f"{GROUP}/gang"
 JOB_LABEL = f"{GROUP}/job"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
 POD_INDEX_LABEL = f"{GROUP}/pod-index"
-QUEUE_LABEL = f"{GROUP}/queue"
 MANAGED_BY = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
 RANK_INDEX_ANNOTATION = "hccl/rankIndex"
 CONTAINER_NAME = "ascend"

@@ -24,7 +24,6 @@ from .actions import (
     Place,
     PodToCreate,
     PostEvent,
-    RemoveGates,
     WriteRankTable,
 )
 from .ascend import DeviceInfo
@@ -33,6 +32,7 @@ from .conditions import TERMINAL_JOB_PHASES, condition, parse_time, set_conditio
 from .failure_policy import counters_after, judge, restart_text
 from .failures import Failure, Wait, find_failure, last_failure, summary
 from .hints import hint, prediction
+from .kueue import EVICTED
 from .placement import GangRequest
 from .planner.hardware import Hardware
 from .podview import (
@@ -46,8 +46,10 @@ from .podview import (
     pod_counts,
     pod_index,
 )
-from .progress import Sample, training_status, utilization_status
+from .progress import Sample
+from .queueing import QueueSteps
 from .rules import ResolvedJob
+from .telemetry_steps import TelemetrySteps
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
 SLOW_REQUEUE_SECONDS = 30.0
@@ -70,6 +72,7 @@ class Observed:
     telemetry: Sample | None = None           # latest progress/utilization reading of the current attempt
     device_infos: Mapping[str, DeviceInfo] = field(default_factory=dict)  # node → MindCluster deviceinfo
     hardware_profiles: Mapping[str, Hardware] = field(default_factory=dict)  # the planner's, by name (--hardware-profiles)
+    workload: Mapping | None = None           # the Kueue Workload of the current attempt (queued jobs; queueing.py)
 
 
 @dataclass
@@ -99,8 +102,8 @@ def pod_template_hash(effective: ResolvedJob) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class _Pass:
-    """One reconcile pass; methods read `observed`, write `decision`."""
+class _Pass(QueueSteps, TelemetrySteps):
+    """One reconcile pass; methods read `observed`, write `decision` (a queued job's steps: queueing.py)."""
 
     def __init__(self, observed: Observed):
         self.o = observed
@@ -131,6 +134,9 @@ class _Pass:
     def delete(self, pods) -> None:
         doomed = live_names(pods)
         if doomed:
+            workloads = self.workloads_of(pods)
+            if workloads:
+                self.d.act(workloads)
             self.d.act(DeletePods(doomed))
 
     def new_attempt(self) -> None:
@@ -186,10 +192,13 @@ class _Pass:
         template_hash = pod_template_hash(e)
         if current and status.get("podTemplateHash") not in (None, template_hash):
             return self.restart_for_spec_change(list(current.values()))
+        verdict = self.kueue_verdict(current) if self.queue else None
+        if verdict is not None and verdict.state == EVICTED:
+            return self.preempted(verdict, current)
         placement = status.get("placement") or {}
         if placement.get("attempt") == attempt and len(placement.get("nodes") or ()) != e.pod_count:
             placement = {}  # made for another spec (its parallelism changed before any pod existed): place anew
-        if current and placement.get("attempt") == attempt:
+        if (current or self.queue) and placement.get("attempt") == attempt:
             failure = self.failure(current, placement)
             if isinstance(failure, Failure):
                 return self.failed(failure, list(current.values()))
@@ -198,6 +207,8 @@ class _Pass:
             if len(current) == e.pod_count and all(phase_of(p) == "Succeeded" for p in current.values()):
                 return self.succeeded(list(current.values()))
         if placement.get("attempt") != attempt:
+            if verdict is not None:
+                return self.enqueued(current, stale, verdict, template_hash)
             if stale:
                 self.phase(status.get("phase") or "Pending", "waiting for the previous attempt's pods to go")
                 self.requeue(FAST_REQUEUE_SECONDS)
@@ -221,7 +232,7 @@ class _Pass:
         pods = list(current.values())
         status["pods"] = pod_counts(pods, e.pod_count)
         releasable = [(pod["metadata"]["name"], tuple(gate["name"] for gate in pod["spec"]["schedulingGates"]))
-                      for pod in pods if is_gated(pod) and not is_deleting(pod) and pod["metadata"]["name"] not in o.in_flight]
+                      for pod in pods if is_gated(pod) and not is_deleting(pod) and self.unreleased(pod)]
         if missing:
             created = tuple(PodToCreate(render.pod(e, self.meta["namespace"], self.meta["uid"], attempt, index,
                                                    nodes[index], o.sched_ip), nodes[index], e.per_pod)
@@ -230,7 +241,7 @@ class _Pass:
             # Creation answered means the pod exists: the gang is released in the same pass, not one watch later.
             releasable += [(pod.manifest["metadata"]["name"], (names.GANG_GATE,)) for pod in created]
         if releasable:
-            self.d.act(RemoveGates(tuple(releasable)))
+            self.d.act(self.release(releasable, current, nodes))
             self.phase("Starting", f"all {e.pod_count} pods exist; releasing the gang to the scheduler")
             self.d.emit("Normal", "GangReleased", f"all {e.pod_count} pods created; scheduling gates removed")
             self.requeue(FAST_REQUEUE_SECONDS)
@@ -269,44 +280,6 @@ class _Pass:
             self.requeue(FAST_REQUEUE_SECONDS)
         return self.d
 
-    def record_telemetry(self) -> None:
-        """Progress and utilization from the latest reading; a failed reading leaves the old figures (their
-        sampledAt tells their age) and says why, once, in a condition and an event."""
-        sample = self.o.telemetry
-        if sample is None:
-            return
-        if sample.ok:
-            self.status["training"] = training_status(sample, self.o.effective.spec.training.steps)
-            self.status["utilization"] = utilization_status(sample)
-            if self.status.get("plan"):
-                self.status["plan"] = strategy.measured(self.status["plan"], self.status["training"],
-                                                        self.status["utilization"])
-            self.cond("MetricsAvailable", True, "Sampled", f"read from {sample.source}")
-            self.record_anomalies(sample)
-            return
-        if sample.no_data_yet and "training" not in self.status:
-            self.cond("MetricsAvailable", False, "NoDataYet", sample.error)  # the first scrape has not happened
-            return
-        previous = condition(self.status, "MetricsAvailable")
-        if previous is None or previous["status"] == "True" or previous["reason"] == "NoDataYet":
-            self.d.emit("Warning", "MetricsUnavailable", f"{sample.error}; training and utilization figures go stale")
-        self.cond("MetricsAvailable", False, "SourceUnreachable", sample.error)
-
-    def record_anomalies(self, sample: Sample) -> None:
-        """LoadImbalanced, Straggling, TrainingStalled from this sample and the attempt's history in
-        status.monitoring; one Warning event when one turns on."""
-        e = self.o.effective
-        evaluation = prediction(e)
-        folded = anomalies.fold(self.status.get("monitoring"), sample, e.spec.monitoring,
-                                evaluation.time.step if evaluation is not None else None)
-        if folded is None:
-            return  # this sample was folded in by an earlier pass
-        self.status["monitoring"], changes = folded
-        for change in changes:
-            if change.on and (condition(self.status, change.kind) or {}).get("status") != "True":
-                self.d.emit("Warning", change.kind, change.message)
-            self.cond(change.kind, change.on, change.reason, change.message)
-
     def super_pods(self, nodes: list[str]) -> dict[str, str] | None:
         if not CHIPS[self.o.effective.chip].super_pods:
             return None
@@ -315,6 +288,9 @@ class _Pass:
     def waiting_for_binding(self, pods: list[dict], unbound: list[dict]) -> Decision:
         e = self.o.effective
         created = min(parse_time(pod["metadata"].get("creationTimestamp")) or self.o.now for pod in pods)
+        admitted = condition(self.status, "Admitted")  # a queued gang waits for the scheduler from its admission
+        if admitted is not None and admitted["status"] == "True":
+            created = max(created, parse_time(admitted["lastTransitionTime"]) or created)
         waited = (self.o.now - created).total_seconds()
         limit = e.spec.run_policy.scheduling_timeout_seconds
         if waited >= limit:
@@ -337,7 +313,7 @@ class _Pass:
         cause is not in yet; None while it is healthy (or a node is within its grace)."""
         e, attempt = self.o.effective, int(self.status["attempt"])
         lost = []
-        if self.status.get("phase") in ("Starting", "Running"):
+        if self.status.get("phase") in ("Starting", "Running") or self.queue:
             lost = [(index, names.pod_name(self.meta["name"], attempt, index)) for index in range(e.pod_count)
                     if index not in current]
             lost = [(index, name) for index, name in lost if name not in self.o.in_flight]

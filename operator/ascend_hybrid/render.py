@@ -14,8 +14,9 @@ from typing import Any
 import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from . import names
+from . import kueue, names
 from .api import GROUP, KIND, VERSION
+from .inventory import HOSTNAME_LABEL
 from .ranktable import INITIALIZING, dumps
 from .rules import ResolvedJob
 
@@ -158,20 +159,26 @@ def _volumes(effective: ResolvedJob) -> tuple[list[dict], list[dict]]:
     return volumes + list(spec.template.volumes), mounts + list(spec.template.volume_mounts)
 
 
-def pod(effective: ResolvedJob, namespace: str, uid: str, attempt: int, index: int, node: str, sched_ip: str) -> dict:
-    """One pod of the gang: gated, pinned to its placed node, owned by the job."""
+def pod(effective: ResolvedJob, namespace: str, uid: str, attempt: int, index: int, node: str | None, sched_ip: str,
+        node_requirements: list[dict] | tuple = ()) -> dict:
+    """One pod of the gang: gated, owned by the job, pinned to its placed node. A queued job's pods (node None)
+    carry their Kueue pod-group labels and annotations instead, and only `node_requirements` (the chip type):
+    they are placed and pinned once Kueue admits them (queueing.py)."""
     job, spec = effective.name, effective.spec
     template = spec.template
     labels = {**template.metadata.labels, **names.job_labels(job), names.ATTEMPT_LABEL: str(attempt),
               names.POD_INDEX_LABEL: str(index)}
-    if spec.scheduling.queue:
-        labels[names.QUEUE_LABEL] = spec.scheduling.queue
     annotations = {**template.metadata.annotations, names.RANK_INDEX_ANNOTATION: str(index)}
+    if spec.scheduling.queue:
+        group_labels, group_annotations = kueue.pod_metadata(job, attempt, effective.pod_count, spec.scheduling.queue)
+        labels.update(group_labels)
+        annotations.update(group_annotations)
+    requirements = [{"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}] if node else list(node_requirements)
     volumes, mounts = _volumes(effective)
     return _render(
         "pod.yaml.j2", name=names.pod_name(job, attempt, index), namespace=namespace, labels=labels,
         annotations=annotations, owner_references=owner_references(job, uid), subdomain=names.headless_service(job),
-        gate=names.GANG_GATE, node=node, scheduler_name=spec.scheduling.scheduler_name,
+        gate=names.GANG_GATE, node_requirements=requirements, scheduler_name=spec.scheduling.scheduler_name,
         service_account_name=template.service_account_name, priority_class_name=template.priority_class_name,
         node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
         image_pull_policy=template.image_pull_policy, command=template.command, args=template.args,

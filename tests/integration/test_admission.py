@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 # the new rules of the table that CEL checks at admission (the others are Python only: map keys, free-form objects)
 CEL_CASES = {"image-empty", "image-whitespace", "image-uppercase", "serviceAccountName", "priorityClassName",
-             "schedulerName", "claimName", "queue-label-value", "topologyTiers-label-key"}
+             "schedulerName", "claimName", "queue-name", "topologyTiers-label-key"}
 SCHEMA_CASES = {"imagePullPolicy-enum": "spec.template.imagePullPolicy", "tiers-at-most-16": "spec.scheduling.topologyTiers",
                 "seed-32-bit": "spec.training.seed"}
 

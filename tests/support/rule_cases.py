@@ -212,10 +212,10 @@ RULE_CASES = [
      'spec.training.checkpoint.claimName="": must be a lowercase RFC 1123 subdomain (a PersistentVolumeClaim name): '
      "lower case alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character "
      "(e.g. 'example.com')", spec_with(training={"checkpoint": {"claimName": "ckpt"}})),
-    ("queue-label-value", spec_with(scheduling={"queue": "team a"}),
-     'spec.scheduling.queue="team a" is not a valid label value (the pods carry it as a label): a valid label must '
-     "be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-     "alphanumeric character, at most 63 characters", spec_with(scheduling={"queue": "team_a"})),
+    ("queue-name", spec_with(scheduling={"queue": "Team_A"}),
+     'spec.scheduling.queue="Team_A" must name a Kueue LocalQueue the pods can carry as a label: a lowercase RFC 1123 '
+     "subdomain (lower case alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character) "
+     "of at most 63 characters (e.g. 'team-a')", spec_with(scheduling={"queue": "team-a"})),
     ("topologyTiers-label-key", spec_with(scheduling={"topologyTiers": ["huawei.com/topotree.rackid", "zone id"]}),
      'spec.scheduling.topologyTiers: "zone id" is not a valid node label key: an optional DNS subdomain prefix (at '
      "most 253 characters) and '/', then a name of at most 63 characters that must consist of alphanumeric "

@@ -17,7 +17,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from .. import api, names
+from .. import api, kueue, names
 from ..podview import holds_npus
 from .metrics import API_CALLS
 
@@ -129,8 +129,35 @@ class Kube:
                  {"op": "replace", "path": "/spec/schedulingGates", "value": kept}]
         self._call("patch", "pods", self.core.patch_namespaced_pod, name, namespace, patch, ok=(404, 422))
 
+    def patch_pod(self, namespace: str, name: str, patch: list[dict]) -> None:
+        """A JSON patch the core computed (kueue.release_patch: pin and release); 422 = a test op failed, i.e.
+        the pod changed since it was observed: the next pass reads it again."""
+        self._call("patch", "pods", self.core.patch_namespaced_pod, name, namespace, patch, ok=(404, 422))
+
     def delete_pod(self, namespace: str, name: str) -> None:
         self._call("delete", "pods", self.core.delete_namespaced_pod, name, namespace, ok=(404,))
+
+    # -- Kueue (queued jobs; the chart grants these with kueue.enabled) -----------------------------------------
+    def get_workload(self, namespace: str, name: str) -> dict | None:
+        """The Workload of a pod group; None when there is none (yet, or any more, or Kueue is not installed) and
+        when RBAC forbids it (the pods' gates still tell admission; the Workload adds Kueue's message)."""
+        try:
+            return self._call("get", kueue.WORKLOADS, self.custom.get_namespaced_custom_object, kueue.GROUP,
+                              kueue.WORKLOAD_VERSION, namespace, kueue.WORKLOADS, name, ok=(404,))
+        except ApiException as error:
+            if error.status != 403:
+                raise
+            _warn_once("cannot read Kueue Workloads (403): install the chart with kueue.enabled=true")
+            return None
+
+    def delete_workload(self, namespace: str, name: str) -> None:
+        try:
+            self._call("delete", kueue.WORKLOADS, self.custom.delete_namespaced_custom_object, kueue.GROUP,
+                       kueue.WORKLOAD_VERSION, namespace, kueue.WORKLOADS, name, ok=(404,))
+        except ApiException as error:
+            if error.status != 403:
+                raise
+            _warn_once("cannot delete Kueue Workloads (403): install the chart with kueue.enabled=true")
 
     # -- cluster-wide reads for placement when kopf watches only some namespaces -------------------------------
     def list_npu_pods(self) -> list[dict]:
@@ -164,6 +191,15 @@ class Kube:
             "reportingComponent": names.FIELD_MANAGER, "reportingInstance": names.FIELD_MANAGER,
         }
         self._call("create", "events", self.core.create_namespaced_event, meta["namespace"], body, ok=(409,))
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
 
 
 def rank_table_of(config_map: dict | None) -> dict | None:

@@ -17,12 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from .. import names, render
+from .. import kueue, names, render
 from ..actions import (
     CreatePods,
     DeleteJob,
     DeletePods,
+    DeleteWorkloads,
     EnsureChildren,
+    PinAndRelease,
     Place,
     PodToCreate,
     PostEvent,
@@ -30,9 +32,10 @@ from ..actions import (
     WriteRankTable,
 )
 from ..ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE, device_infos_by_node
-from ..inventory import build_inventory
+from ..inventory import build_inventory, pinned_node
 from ..placement import place
 from ..placement_record import record_placement
+from ..podview import attempt_of, node_of
 from ..progress import Sample
 from ..reconcile import FAST_REQUEUE_SECONDS, Decision, Observed, decide
 from ..rules import ResolvedJob, SpecError, parse
@@ -207,14 +210,24 @@ class Controller:
             record.rank_table = rank_table_of(self.kube.read_config_map(key[0], names.rank_table_config_map(key[1])))
             record.rank_table_read = True
         nodes = {node["metadata"]["name"]: node for node in self.indexes.nodes()}
+        pods = tuple(self.indexes.job_pods(key))
         return Observed(
-            job=job, effective=effective, spec_problems=problems, pods=tuple(self.indexes.job_pods(key)),
+            job=job, effective=effective, spec_problems=problems, pods=pods, workload=self.workload(key, job, effective, pods),
             rank_table=record.rank_table, children_ready=record.children_generation == job["metadata"].get("generation"),
             sched_ip=record.sched_ip, nodes=nodes, now=datetime.now(UTC),
             node_grace_seconds=self.settings.node_grace_seconds,
             in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample,
             device_infos=device_infos_by_node(self.indexes.device_infos()), hardware_profiles=self.hardware_profiles,
         )
+
+    def workload(self, key: JobKey, job: dict, effective, pods: tuple[dict, ...]) -> dict | None:
+        """The Kueue Workload of a queued job's current attempt, once its pods exist (one read per pass)."""
+        if effective is None or not effective.spec.scheduling.queue:
+            return None
+        attempt = int((job.get("status") or {}).get("attempt") or 1)
+        if not any(attempt_of(pod) == attempt for pod in pods):
+            return None
+        return self.kube.get_workload(key[0], kueue.group_name(key[1], attempt))
 
     def execute(self, key: JobKey, job: dict, observed: Observed, decision: Decision) -> Next:
         namespace, name = key
@@ -240,6 +253,11 @@ class Controller:
                 case RemoveGates():
                     self.each(lambda pod: self.kube.remove_gate(namespace, *pod), action.pods)
                     record.touched(pod_name for pod_name, _ in action.pods)
+                case PinAndRelease():
+                    self.each(lambda pod: self.kube.patch_pod(namespace, pod[0], list(pod[1])), action.pods)
+                    record.touched(pod_name for pod_name, _ in action.pods)
+                case DeleteWorkloads():
+                    self.each(lambda workload: self.kube.delete_workload(namespace, workload), action.names)
                 case DeletePods():
                     self.each(lambda pod_name: self.kube.delete_pod(namespace, pod_name), action.names)
                 case WriteRankTable():
@@ -304,7 +322,8 @@ class Controller:
         """Keeps the chips of pods about to be created counted until the watch shows them."""
         promised = self.record_of(key).promised
         for pod in pods:
-            promised[pod.manifest["metadata"]["name"]] = (pod.node, pod.chips)
+            if pod.node is not None:  # a queued job's pods hold no chips before they are placed
+                promised[pod.manifest["metadata"]["name"]] = (pod.node, pod.chips)
 
     def cluster_holdings(self) -> tuple[list[dict], list[dict]]:
         """(NPU pods, device health ConfigMaps) of the whole cluster. When kopf watches only some namespaces its
@@ -315,13 +334,16 @@ class Controller:
                 self.kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true"))
 
     def reserved(self, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
-        visible = {(pod["metadata"].get("namespace"), pod["metadata"]["name"]) for pod in npu_pods}
+        """Chips promised to other jobs' pods that the inventory cannot see on their nodes yet: not yet shown by
+        the watch, or (queued gangs, placed after Kueue admitted them) shown but not pinned yet."""
+        visible = {(pod["metadata"].get("namespace"), pod["metadata"]["name"]): pod for pod in npu_pods}
         totals: dict[str, int] = {}
         for key, record in list(self.jobs.items()):
             if key == exclude:
                 continue
             for pod_name, (node, chips) in list(record.promised.items()):
-                if (key[0], pod_name) in visible:
+                pod = visible.get((key[0], pod_name))
+                if pod is not None and (node_of(pod) or pinned_node(pod, {})):
                     del record.promised[pod_name]
                 else:
                     totals[node] = totals.get(node, 0) + chips
@@ -337,8 +359,11 @@ class Controller:
         record.attempt = attempt
         record.step_time_ratio = (new.get("plan") or {}).get("stepTimeRatio")
         placed = next((c for c in new.get("conditions", []) if c["type"] == "Placed"), None)
+        admitted = next((c for c in new.get("conditions", []) if c["type"] == "Admitted"), None)
         if record.phase == "Pending":
             record.pending_reason = placed["reason"] if placed and placed["status"] == "False" else "Waiting"
+            if admitted and admitted["status"] == "False":
+                record.pending_reason = admitted["reason"]  # WaitingForQuota, Preempted: Kueue holds the job
         if record.phase in ("Succeeded", "Failed", "Suspended", "Restarting"):
             record.promised = {}
         metrics.record_transition(key[0], job, old, new)

@@ -2,7 +2,8 @@
 
     dev-cluster build                    build the pinned binaries that are missing (etcd, kube-*, kwok, helm)
     dev-cluster build --with-prometheus  … and prometheus (for `up --prometheus`)
-    dev-cluster up [--nodes 4] [--chip 910B|910A|A3] [--racks 2] [--telemetry] [--prometheus]
+    dev-cluster build --with-kueue       … and Kueue with its CRDs (for `up --kueue`)
+    dev-cluster up [--nodes 4] [--chip 910B|910A|A3] [--racks 2] [--telemetry] [--prometheus] [--kueue]
                    [--process-runtime | --no-process-runtime]   real local processes for pods by default, or not
     dev-cluster down | status | kubeconfig | prometheus-url
     dev-cluster add-nodes N [--chip …]
@@ -33,7 +34,7 @@ def _fail(error: BaseException) -> int:
 
 def handle_build(args) -> int:
     try:
-        print(toolchain.ensure(with_prometheus=args.with_prometheus))
+        print(toolchain.ensure(with_prometheus=args.with_prometheus, with_kueue=args.with_kueue))
         return 0
     except EXPECTED_ERRORS as error:
         return _fail(error)
@@ -42,7 +43,7 @@ def handle_build(args) -> int:
 def handle_up(args) -> int:
     try:
         cluster.up(args.name, nodes=args.nodes, chip=args.chip, racks=args.racks, telemetry=args.telemetry,
-                   with_prometheus=args.prometheus, process_runtime=args.process_runtime)
+                   with_prometheus=args.prometheus, process_runtime=args.process_runtime, kueue=args.kueue)
         return 0
     except EXPECTED_ERRORS as error:
         return _fail(error)
@@ -135,6 +136,7 @@ def register(subparsers) -> None:
     build = command("build", handle_build, "build the missing pinned binaries into the cache "
                     f"(or check ${toolchain.BINARIES_ENV})")
     build.add_argument("--with-prometheus", action="store_true", help="also build prometheus")
+    build.add_argument("--with-kueue", action="store_true", help="also build Kueue (and copy its CRDs)")
 
     up = command("up", handle_up, "create or resume the cluster; returns once it accepts pods")
     up.add_argument("--nodes", type=_positive, default=4, help="nodes 1..N must exist (default %(default)s)")
@@ -148,6 +150,10 @@ def register(subparsers) -> None:
                     help="run every new pod's container as a real local process (a pod opts in by itself with "
                          "the annotation sim.hybrid.ascend.dev/runtime: process); --no-process-runtime undoes it "
                          "(default: leave the cluster's choice as it is)")
+    up.add_argument("--kueue", action="store_true",
+                    help="also run Kueue (builds it if missing): its pod integration for `default` and namespaces "
+                         "labelled kueue.x-k8s.io/managed=true, a ResourceFlavor per chip type, the ClusterQueue "
+                         "`ascend` (the nodes' NPUs as quota) and the LocalQueue default/ascend; kept on later `up`s")
 
     command("down", handle_down, "stop everything `up` started and remove the cluster's files")
     command("status", handle_status, "processes, nodes and kubeconfig of the cluster (exit 1 unless healthy)")

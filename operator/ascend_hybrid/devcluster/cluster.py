@@ -17,6 +17,7 @@ from .helpers import Helper, recorded_helpers
 from .kube import processes
 from .kube.client import api_client
 from .kube.waiting import wait_until
+from .kueue import manager as kueue_manager
 from .nodes import fleet
 from .nodes.manifests import nodes_per_rack, plan_nodes, profile
 from .paths import (
@@ -63,12 +64,13 @@ class Progress:
 
 def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks: int = 2,
        log=print, telemetry: bool = False, with_prometheus: bool = False,
-       process_runtime: bool | None = None) -> ClusterPaths:
+       process_runtime: bool | None = None, kueue: bool = False) -> ClusterPaths:
     """Creates (or resumes) the cluster with nodes 1..`nodes` and returns once it accepts pods. Idempotent: what
     exists is kept (faults too); `chip` defaults to the existing cluster's, else 910B. `telemetry` adds the
     simulated trainer endpoints and npu-exporter (telemetry/exporter.py); `with_prometheus` also a Prometheus scraping them.
     `process_runtime` True makes real local processes the default for new pods, False takes that back, None
-    leaves it as it is (devcluster/runtime/service.py; a pod always opts in by annotation)."""
+    leaves it as it is (devcluster/runtime/service.py; a pod always opts in by annotation). `kueue` adds Kueue
+    (devcluster/kueue/manager.py); a cluster that has it keeps it running on every later `up`."""
     progress = Progress(name, log)
     paths = cluster_paths(name)
     settings = load_settings(paths)
@@ -97,6 +99,11 @@ def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks:
     device_plugin(paths).wait_ready(plugin_pid)
     _check_pods_admitted(core)
     _ensure_process_runtime(paths, core, process_runtime, progress)
+    if kueue or kueue_manager.configured(paths):
+        if "ahj-pod-terminate" not in paths.kwokctl_config.read_text():
+            progress("warning: this cluster's kwok stages predate ahj-pod-terminate: Running pods of queued jobs "
+                     "would stay Terminating once deleted (`down`, then `up --kueue`, to get it)")
+        kueue_manager.ensure_running(paths, core.api_client, fleet.simulated_nodes(core), progress)
     if telemetry or with_prometheus:
         exporter.ensure_running(paths)
         progress(f"telemetry simulation serving; npu-exporter at {exporter.exporter_address(paths)}")
@@ -114,6 +121,7 @@ def _ensure_control_plane(paths: ClusterPaths, bin_dir: Path, progress) -> None:
         # The plugin's client holds the old apiserver's address and certificates: start it afresh later.
         device_plugin(paths).stop()
         runtime_helper.stop_running(paths)  # the same for the process runtime
+        kueue_manager.helper(paths).stop()  # and for Kueue
         if _restart_control_plane(paths, bin_dir, progress):
             return
         progress("its ports are taken by other processes now: creating the control plane afresh (state lost)")
@@ -270,6 +278,8 @@ def status(name: str = DEFAULT_NAME) -> tuple[bool, list[str]]:
         except RuntimeError as error:
             lines.append(f"  nodes: unknown ({error})")
             healthy = False
+        lines += kueue_manager.status_lines(paths, core.api_client)
+        healthy &= not kueue_manager.configured(paths) or "kueue" in alive
     else:
         lines.append("  apiserver: not answering")
         healthy = False

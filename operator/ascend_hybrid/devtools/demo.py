@@ -66,11 +66,11 @@ def operator_helper(paths) -> Helper:
     return Helper("operator", paths)
 
 
-def install_chart(kubeconfig: str) -> None:
+def install_chart(kubeconfig: str, *extra: str) -> None:
     """helm upgrade --install: the CRD and RBAC from the chart; the Deployment stays at 0 replicas, since here the
-    operator runs as a local process (the simulated nodes run no containers)."""
+    operator runs as a local process (the simulated nodes run no containers). `extra`: more helm arguments."""
     _run([toolchain.binary("helm"), "upgrade", "--install", RELEASE, str(chart_dir()), "--namespace", RELEASE_NAMESPACE,
-          "--create-namespace", "--kubeconfig", kubeconfig, "--set", "replicaCount=0", "--wait=false"],
+          "--create-namespace", "--kubeconfig", kubeconfig, "--set", "replicaCount=0", "--wait=false", *extra],
          "helm install of the chart")
 
 
@@ -89,7 +89,7 @@ def _listen_ports() -> tuple[int, int]:
     return chosen[0], chosen[1]
 
 
-def start_operator(paths, prometheus_url: str) -> tuple[int, int]:
+def start_operator(paths, prometheus_url: str | None) -> tuple[int, int]:
     """The operator as a local process (pid, metrics port); one already running for this cluster is reused."""
     operator = operator_helper(paths)
     pid = operator.pid()
@@ -102,7 +102,8 @@ def start_operator(paths, prometheus_url: str) -> tuple[int, int]:
     pid = operator.start([sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", str(paths.kubeconfig),
                           "--metrics-port", str(metrics_port), "--health-port", str(health_port),
                           "--bind-address", "127.0.0.1", "--telemetry-interval", "10",
-                          "--prometheus-url", prometheus_url, "--hardware-profiles", str(example(CPU_PROFILE))])
+                          *(["--prometheus-url", prometheus_url] if prometheus_url else []),
+                          "--hardware-profiles", str(example(CPU_PROFILE))])
     _operator_ports(paths).write_text(json.dumps({"metrics": metrics_port, "health": health_port}) + "\n")
     healthz = f"http://127.0.0.1:{health_port}/healthz"
     try:
@@ -267,6 +268,10 @@ def placement_report(body: dict, racks: dict[str, str]) -> list[str]:
 
 
 def run_demo(args) -> int:
+    if args.kueue:
+        from . import kueue_demo
+
+        return kueue_demo.run(args)
     started = time.monotonic()
     try:
         say("building the simulated cluster's toolchain if missing (first time ≈ 8-15 min on 2 cores)")
@@ -320,4 +325,6 @@ Stop everything: ascend-hybrid dev-cluster down --name {args.name}""")
 def register(subparsers) -> None:
     parser = subparsers.add_parser("demo", help="simulated cluster + operator + the example jobs, shown Running")
     parser.add_argument("--name", default=devcluster.DEFAULT_NAME)
+    parser.add_argument("--kueue", action="store_true",
+                        help="instead: two teams' jobs against one Kueue quota (devtools/kueue_demo.py)")
     parser.set_defaults(func=run_demo)

@@ -233,8 +233,12 @@ def test_template_is_applied(full_pods):
         meta, spec = pod["metadata"], pod["spec"]
         assert meta["labels"]["team"] == "nlp"
         assert meta["labels"]["hybrid.ascend.dev/job"] == "job", "the operator's labels win"
-        assert meta["labels"]["hybrid.ascend.dev/queue"] == "research"
-        assert meta["annotations"] == {"owner": "alice", "hccl/rankIndex": str(index)}
+        assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "research"
+        assert meta["labels"]["kueue.x-k8s.io/pod-group-name"] == "job-a2", "one Kueue pod group per attempt"
+        assert "hybrid.ascend.dev/queue" not in meta["labels"], "the label no scheduler read is gone"
+        assert meta["annotations"] == {"owner": "alice", "hccl/rankIndex": str(index),
+                                       "kueue.x-k8s.io/pod-group-total-count": "2",
+                                       "kueue.x-k8s.io/retriable-in-group": "false"}
         assert spec["schedulerName"] == "volcano"
         assert spec["serviceAccountName"] == "trainer" and spec["priorityClassName"] == "high"
         assert spec["nodeSelector"] == {"pool": "npu"}
@@ -260,7 +264,8 @@ def test_defaults_leave_optional_fields_out(examples):
     for key in ("command", "args", "imagePullPolicy"):
         assert key not in container
     assert container["image"] == "ascend-hybrid/trainer:0.1.0"
-    assert "hybrid.ascend.dev/queue" not in pod["metadata"]["labels"]
+    assert not [key for key in {**pod["metadata"]["labels"], **pod["metadata"]["annotations"]}
+                if key.startswith("kueue.x-k8s.io/")], "without a queue nothing of Kueue"
 
 
 @pytest.mark.parametrize("name, namespace", [("yes", "null"), ("on", "true"), ("n0", "0123")])
@@ -324,3 +329,25 @@ def test_template_json_reads_back_unchanged_with_libyaml(text):
 
     assert yaml.load(_json_for_yaml(text), Loader=yaml.CSafeLoader) == text
     assert yaml.load(_json_for_yaml("\\" + text), Loader=yaml.CSafeLoader) == "\\" + text
+
+
+def test_a_queued_pod_is_created_unpinned_with_its_chip_requirement_only():
+    """Kueue groups pods by the shape of their spec (affinity included) and refuses more than 8 shapes: a queued
+    gang's pods differ in nothing Kueue compares until they are pinned after admission (queueing.py)."""
+    effective = effective_of({"parallelism": {"data": 12, "tensor": 8}, "scheduling": {"queue": "team-a"}})
+    chip = [{"key": "accelerator-type", "operator": "In", "values": ["module-910b-8"]}]
+    pods = [render.pod(effective, "team-a", UID, 3, index, None, SCHED_IP, chip) for index in range(12)]
+    for pod in pods:
+        kubernetes_validate.validate(copy.deepcopy(pod), K8S, strict=True)
+        assert pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+            "nodeSelectorTerms": [{"matchExpressions": chip}]}
+        assert pod["spec"]["schedulingGates"] == [{"name": "hybrid.ascend.dev/gang"}]
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "job-a3"
+        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "12"
+    shapes = {json.dumps({key: pod["spec"].get(key) for key in ("affinity", "nodeSelector", "tolerations")}
+                         | {"resources": [c["resources"] for c in pod["spec"]["containers"]],
+                            "ports": [c["ports"] for c in pod["spec"]["containers"]]}, sort_keys=True)
+              for pod in pods}
+    assert len(shapes) == 1, "12 pods, one role for Kueue"
+    unlabelled = render.pod(effective, "team-a", UID, 3, 0, None, SCHED_IP)
+    assert "affinity" not in unlabelled["spec"]

@@ -30,7 +30,8 @@ from ascend_hybrid.devtools import generate as chartgen
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE_ENV = "AHJ_UPDATE_GOLDEN"
-VARIANTS = {"chart-default": (), "chart-namespaced-monitoring": (GOLDEN / "values-namespaced-monitoring.yaml",)}
+VARIANTS = {"chart-default": (), "chart-namespaced-monitoring": (GOLDEN / "values-namespaced-monitoring.yaml",),
+            "chart-kueue": (GOLDEN / "values-kueue.yaml",)}
 MONITORING_GROUP = "monitoring.coreos.com/v1"
 KUBERNETES_SCHEMA = "1.36.0"
 ROLE_KINDS = ("ClusterRole", "Role")
@@ -55,6 +56,9 @@ KUBE_PY_CALLS = {
     "list_pod_for_all_namespaces": {("", "pods", "list")},
     "list_namespaced_config_map": {("", "configmaps", "list")},
 }
+# Kube's calls for queued jobs (get_workload, delete_workload), granted only with kueue.enabled. They reuse the
+# custom-object methods above, so test_the_kueue_calls_of_kube_py_are_known reads them by the resource they name.
+KUEUE_NEEDS = {("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "delete")}
 # kopf itself: the CRD observer, and events it posts for handler warnings and errors.
 KOPF_OWN_NEEDS = {("apiextensions.k8s.io", "customresourcedefinitions", "list"),
                   ("apiextensions.k8s.io", "customresourcedefinitions", "watch"), ("", "events", "create")}
@@ -282,16 +286,40 @@ def test_kopf_writes_nothing_to_the_job():
     assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
 
 
-def operator_needs(namespaced: bool) -> set[tuple[str, str, str]]:
+def operator_needs(namespaced: bool, with_kueue: bool = False) -> set[tuple[str, str, str]]:
     needs = set().union(*KUBE_PY_CALLS.values()) | kopf_watch_needs() | KOPF_OWN_NEEDS
     if '"blockOwnerDeletion": True' in (Path(crd.__file__).parent / "render.py").read_text():
         needs |= OWNER_REFERENCE_NEEDS
-    return needs | (KOPF_NAMESPACED_NEEDS if namespaced else set())
+    return needs | (KOPF_NAMESPACED_NEEDS if namespaced else set()) | (KUEUE_NEEDS if with_kueue else set())
 
 
-@pytest.mark.parametrize("variant, namespaced", [("chart-default", False), ("chart-namespaced-monitoring", True)])
-def test_rbac_grants_exactly_what_the_operator_uses(variant, rendered, namespaced):
-    assert granted(objects_of(rendered[variant])) == operator_needs(namespaced)
+@pytest.mark.parametrize("variant, namespaced, with_kueue", [
+    ("chart-default", False, False), ("chart-namespaced-monitoring", True, False), ("chart-kueue", False, True)])
+def test_rbac_grants_exactly_what_the_operator_uses(variant, rendered, namespaced, with_kueue):
+    assert granted(objects_of(rendered[variant])) == operator_needs(namespaced, with_kueue)
+
+
+def test_the_kueue_calls_of_kube_py_are_known():
+    """Every Kube method that names Kueue's API calls a verb KUEUE_NEEDS lists, and no Kueue resource but
+    workloads is named: anything more needs the chart's kueue rule widened (and this test)."""
+    from ascend_hybrid import kueue
+
+    source = Path(kube.__file__).read_text()
+    methods = re.findall(r"    def (\w+)\(self[^)]*\)[^:]*:\n((?:        .*\n|\n)+)", source)
+    verbs = {body_verb for name, body in methods if "kueue." in body
+             for body_verb in re.findall(r'self\._call\("(\w+)", kueue\.WORKLOADS', body)}
+    assert verbs == {verb for _, _, verb in KUEUE_NEEDS}, verbs
+    assert {resource for _, resource, _ in KUEUE_NEEDS} == {kueue.WORKLOADS}
+    assert set(re.findall(r"\bkueue\.([A-Z_]+)\b", source)) == {"WORKLOADS", "GROUP", "WORKLOAD_VERSION"}
+
+
+def test_kueue_rbac_follows_the_watched_namespaces(tmp_path):
+    objects = objects_of(render_with(tmp_path, {"kueue": {"enabled": True}, "watchNamespaces": ["team-a", "team-b"]}))
+    job_roles = {o["metadata"]["namespace"]: granted([o]) for o in objects
+                 if o["kind"] == "Role" and ("", "pods", "create") in granted([o])}
+    assert set(job_roles) == {"team-a", "team-b"}
+    assert all(KUEUE_NEEDS <= needs for needs in job_roles.values())
+    assert not KUEUE_NEEDS & granted([o for o in objects if o["kind"] == "ClusterRole"])
 
 
 def test_cluster_mode_binds_everything_cluster_wide(rendered):

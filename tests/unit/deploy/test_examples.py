@@ -17,3 +17,21 @@ def test_the_demos_real_job_is_a_valid_dp2_job_on_two_single_chip_process_pods()
     assert manifest["spec"]["template"]["metadata"]["annotations"] == {RUNTIME_ANNOTATION: PROCESS_RUNTIME}
     assert demo.prometheus_queries("tiny-dp2-real")["step"] == (
         'ascend_trainer_step{namespace="default",pod="tiny-dp2-real-a1-0"}')
+
+
+def test_the_kueue_demos_teams_share_one_queue_that_fits_one_of_their_jobs():
+    from ascend_hybrid import rules
+    from ascend_hybrid.devcluster.nodes.manifests import node_manifest, plan_nodes
+    from ascend_hybrid.devtools import kueue_demo
+
+    jobs = [rules.parse(kueue_demo.job(team)) for team in kueue_demo.TEAMS]
+    assert [j.spec.scheduling.queue for j in jobs] == [kueue_demo.LOCAL_QUEUE] * 2
+    nodes = [node_manifest(n) for n in plan_nodes(1, kueue_demo.DEMO_NODES, "910B", 2)]
+    cluster_queue, *local_queues = kueue_demo.queue_objects(nodes)
+    (flavor,) = cluster_queue["spec"]["resourceGroups"][0]["flavors"]
+    quota = {r["name"]: int(r["nominalQuota"].rstrip("Gi")) for r in flavor["resources"]}
+    npus = [j.pod_count * j.per_pod for j in jobs]
+    assert npus[0] <= quota["huawei.com/Ascend910"] < sum(npus), "one job fits, both do not"
+    assert sum(npus) <= kueue_demo.DEMO_NODES * 8, "the nodes could hold both: only the quota makes one wait"
+    assert {(q["metadata"]["namespace"], q["spec"]["clusterQueue"]) for q in local_queues} == {
+        (team, kueue_demo.CLUSTER_QUEUE) for team in kueue_demo.TEAMS}

@@ -108,8 +108,27 @@ def test_the_stage_set_covers_the_whole_node_and_pod_lifecycle():
     for stage in stages:
         by_kind.setdefault(stage["spec"]["resourceRef"]["kind"], set()).add(stage["metadata"]["name"])
     assert by_kind["Node"] == {"ahj-node-initialize", "ahj-node-heartbeat-with-lease", "ahj-node-not-ready"}
-    assert by_kind["Pod"] == {"ahj-pod-running", "ahj-pod-succeed", "ahj-pod-fail", "ahj-pod-delete",
-                              "ahj-pod-process-address"}
+    assert by_kind["Pod"] == {"ahj-pod-running", "ahj-pod-succeed", "ahj-pod-fail", "ahj-pod-terminate",
+                              "ahj-pod-delete", "ahj-pod-process-address"}
+
+
+def test_a_deleted_pod_held_by_a_finalizer_is_terminated_first_as_a_kubelet_does():
+    """Kueue removes its finalizer only from terminated pods and ahj-pod-delete waits for the finalizers: a bound
+    pod being deleted turns Failed first (ahj-pod-terminate); the two stages never match the same pod."""
+    stages = {s["metadata"]["name"]: s for s in load_stages()}
+    terminate = {e["key"]: e for e in stages["ahj-pod-terminate"]["spec"]["selector"]["matchExpressions"]}
+    delete = {e["key"]: e for e in stages["ahj-pod-delete"]["spec"]["selector"]["matchExpressions"]}
+    assert terminate[".metadata.deletionTimestamp"]["operator"] == delete[".metadata.deletionTimestamp"]["operator"] == "Exists"
+    assert (terminate[".metadata.finalizers"]["operator"], delete[".metadata.finalizers"]["operator"]) == (
+        "Exists", "DoesNotExist")
+    assert terminate[".status.phase"] == {"key": ".status.phase", "operator": "In", "values": ["Pending", "Running"]}
+    assert terminate[".spec.nodeName"]["operator"] == "Exists", "unbound pods are the pod GC's, as in a cluster"
+    template = yaml.safe_load(stages["ahj-pod-terminate"]["spec"]["next"]["statusTemplate"]
+                              .replace("{{ $now := Now }}", "").replace("{{ $now | Quote }}", '"now"')
+                              .replace("{{ range .spec.containers }}", "").replace("{{ end }}", "")
+                              .replace("{{ .image | Quote }}", '"i"').replace("{{ .name | Quote }}", '"c"'))
+    assert template["phase"] == "Failed"
+    assert template["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
 
 
 def test_pods_requesting_npus_wait_for_the_device_annotation_and_outcomes_read_the_sim_annotations():

@@ -15,6 +15,7 @@ from ascend_hybrid.devcluster.runtime.plan import (
     Remove,
     ReportExit,
     ReportLost,
+    ReportStopped,
     Start,
     Stop,
     SyncVolumes,
@@ -27,11 +28,14 @@ NOW = 1000.0
 
 
 def pod(uid: str, phase: str = "Pending", ip: str | None = "127.16.0.1", workers: int | None = 1,
-        created: str = "2026-11-29T17:00:00Z", deleting: bool = False, grace: int | None = None) -> dict:
+        created: str = "2026-11-29T17:00:00Z", deleting: bool = False, grace: int | None = None,
+        finalizers: tuple[str, ...] = ()) -> dict:
     container: dict = {"name": "ascend"}
     if workers is not None:
         container["env"] = [{"name": "MS_LOCAL_WORKER", "value": str(workers)}]
     meta: dict = {"uid": uid, "name": uid, "namespace": "ns", "creationTimestamp": created}
+    if finalizers:
+        meta["finalizers"] = list(finalizers)
     if deleting:
         meta["deletionTimestamp"] = "2026-11-29T17:05:00Z"
         meta["deletionGracePeriodSeconds"] = 30 if grace is None else grace
@@ -95,6 +99,22 @@ def test_deleting_a_pod_stops_its_group_kills_it_after_the_grace_period_and_then
     assert plan(deleting, {"a": running(exit_code=143, stop_deadline=NOW + 1)}, capacity=4, now=NOW) == [Remove("a")]
     # never started (e.g. waiting for room): removed at once
     assert plan({"b": pod("b", deleting=True)}, {}, capacity=4, now=NOW) == [Remove("b")]
+
+
+def test_a_deleted_pod_held_by_a_finalizer_gets_its_terminal_phase_before_it_is_removed():
+    """Kueue lets go of a pod only once it is terminated: the runtime writes the end first, as a kubelet does."""
+    held = ("kueue.x-k8s.io/managed",)
+    deleting = {"a": pod("a", phase="Running", deleting=True, finalizers=held)}
+    assert plan(deleting, {"a": running()}, capacity=4, now=NOW) == [Stop("a", 30.0)]
+    ended = running(exit_code=143, stop_deadline=NOW + 1)
+    assert plan(deleting, {"a": ended}, capacity=4, now=NOW) == [ReportExit("a"), Remove("a")]
+    reported = {"a": pod("a", phase="Failed", deleting=True, finalizers=held)}
+    assert plan(reported, {"a": running(exit_code=143, reported=True)}, capacity=4, now=NOW) == [Remove("a")]
+    # never started here: a terminal phase all the same
+    assert plan({"b": pod("b", deleting=True, finalizers=held)}, {}, capacity=4, now=NOW) == [
+        ReportStopped("b"), Remove("b")]
+    assert plan({"c": pod("c", phase="Failed", deleting=True, finalizers=held)}, {}, capacity=4, now=NOW) == [
+        Remove("c")]
 
 
 def test_a_pod_gone_from_the_api_has_its_process_stopped_and_then_forgotten():

@@ -34,10 +34,14 @@ def fake_steps(monkeypatch):
                 built.append(name)
                 make_executables(out, [name])
 
-    def fake_install(packages, out, log):
+    def fake_install(packages, out, log, ldflags="-s -w"):
         names = [p.split("@")[0].rsplit("/", 1)[1] for p in packages]
         built.extend(names)
+        installed_with[tuple(names)] = ldflags
         make_executables(out, names)
+
+    installed_with: dict = {}
+    monkeypatch.setattr(toolchain, "_installed_with", installed_with, raising=False)
 
     monkeypatch.setattr(toolchain, "_build_etcd", lambda src, out, log: (built.append("etcd"),
                                                                         make_executables(out, ["etcd"])))
@@ -114,3 +118,55 @@ def test_the_build_lock_is_exclusive(tmp_path):
     with open(lock) as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     assert os.path.exists(lock)
+
+
+def fake_kueue_module(tmp_path: Path) -> dict:
+    """What `go mod download -json sigs.k8s.io/kueue@…` answers, over a module tree with Kueue's files."""
+    module = tmp_path / "kueue-module"
+    (module / "config/components/crd/bases").mkdir(parents=True)
+    for plural in ("workloads", "clusterqueues"):
+        (module / f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml").write_text(f"kind: {plural}\n")
+    (module / "config/components/webhook").mkdir(parents=True)
+    (module / "config/components/webhook/manifests.yaml").write_text("kind: MutatingWebhookConfiguration\n")
+    info = tmp_path / "v.info"
+    info.write_text('{"Version": "v0.17.0", "Time": "2026-03-31T10:20:15Z"}')
+    return {"Dir": str(module), "Info": str(info), "Sum": "h1:abc="}
+
+
+def test_kueue_is_built_only_on_request_with_its_version_and_its_crds_from_the_same_module(
+        cache, fake_steps, monkeypatch, tmp_path):
+    make_executables(toolchain.bin_dir(), toolchain.REQUIRED)
+    module = fake_kueue_module(tmp_path)
+    monkeypatch.setattr(toolchain, "_module_download", lambda name, version, cwd, log: module)
+    toolchain.ensure(log=lambda line: None)
+    assert fake_steps == [] and toolchain.missing(toolchain.KUEUE) == ["kueue"]
+    lines = []
+    toolchain.ensure(with_kueue=True, log=lines.append)
+    assert fake_steps == ["kueue"] and toolchain.missing(toolchain.KUEUE) == []
+    assert any(line.startswith("[toolchain] built kueue v0.17.0") for line in lines)
+    ldflags = toolchain._installed_with[("kueue",)]
+    assert "-X sigs.k8s.io/kueue/pkg/version.GitVersion=v0.17.0" in ldflags, "not v0.0.0-main"
+    assert "-X sigs.k8s.io/kueue/pkg/version.GitCommit=h1:abc=" in ldflags
+    assert "-X sigs.k8s.io/kueue/pkg/version.BuildDate=2026-03-31T10:20:15Z" in ldflags
+    manifests = toolchain.kueue_manifests_dir()
+    assert sorted(p.name for p in (manifests / "crds").iterdir()) == [
+        "kueue.x-k8s.io_clusterqueues.yaml", "kueue.x-k8s.io_workloads.yaml"]
+    assert (manifests / "webhooks.yaml").read_text().startswith("kind: MutatingWebhookConfiguration")
+
+
+def test_a_kueue_built_from_another_pin_or_without_its_crds_is_rebuilt(cache, fake_steps, monkeypatch, tmp_path):
+    make_executables(toolchain.bin_dir(), toolchain.REQUIRED)
+    module = fake_kueue_module(tmp_path)
+    monkeypatch.setattr(toolchain, "_module_download", lambda name, version, cwd, log: module)
+    toolchain.ensure(with_kueue=True, log=lambda line: None)
+    (toolchain.bin_dir() / ".kueue.version").write_text("v0.16.2\n")
+    assert toolchain.missing(toolchain.KUEUE) == ["kueue"]
+    toolchain.ensure(with_kueue=True, log=lambda line: None)
+    assert toolchain.missing(toolchain.KUEUE) == [] and fake_steps == ["kueue", "kueue"]
+    (toolchain.kueue_manifests_dir() / "webhooks.yaml").unlink()
+    assert toolchain.missing(toolchain.KUEUE) == ["kueue"]
+
+
+def test_a_module_without_kueues_files_is_a_clear_error(tmp_path):
+    with pytest.raises(RuntimeError, match="recipe needs updating"):
+        toolchain._copy_kueue_manifests(tmp_path, tmp_path / "out")

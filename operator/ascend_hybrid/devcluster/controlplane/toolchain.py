@@ -2,7 +2,8 @@
 
 No container engine and no binary downloads exist on the machines we target, so the real control plane
 (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), kubectl, kwok/kwokctl and helm are
-compiled from the Go module proxy. Versions are pinned here and nowhere else.
+compiled from the Go module proxy; so are the optional Prometheus and Kueue (whose CRDs and webhook manifest
+are copied out of the same module). Versions are pinned here and nowhere else.
 """
 
 from __future__ import annotations
@@ -24,11 +25,17 @@ ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.21.4"
 PROMETHEUS_MODULE_VERSION = "v0.316.0"
+KUEUE_VERSION = "v0.17.0"
+KUEUE_MODULE = "sigs.k8s.io/kueue"
 
 BINARIES_ENV = "AHJ_TOOLCHAIN_BIN"
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 REQUIRED = (*KUBE_COMMANDS, "etcd", "kwok", "kwokctl", "helm")
 OPTIONAL = ("prometheus",)
+KUEUE = ("kueue",)
+# Optional binaries whose version is not part of the cache's tag: a stamp file beside them names the version they
+# were built from, and a binary whose stamp differs from the pin counts as missing (it is rebuilt).
+STAMPED = {"kueue": KUEUE_VERSION}
 
 
 def versions_tag() -> str:
@@ -46,9 +53,29 @@ def bin_dir() -> Path:
     return Path(override) if override else cache_root() / "bin"
 
 
+def _stamp(directory: Path, name: str) -> Path:
+    return directory / f".{name}.version"
+
+
 def missing(names: tuple[str, ...] = REQUIRED) -> list[str]:
     directory = bin_dir()
-    return [name for name in names if not os.access(directory / name, os.X_OK)]
+    return [name for name in names if not os.access(directory / name, os.X_OK) or _stale(directory, name)]
+
+
+def _stale(directory: Path, name: str) -> bool:
+    if name not in STAMPED:
+        return False
+    if name == "kueue" and not (kueue_manifests_dir() / "webhooks.yaml").is_file():
+        return True
+    try:
+        return _stamp(directory, name).read_text().strip() != STAMPED[name]
+    except FileNotFoundError:
+        return True
+
+
+def kueue_manifests_dir() -> Path:
+    """Kueue's CRDs (crds/*.yaml) and webhook manifest (webhooks.yaml), copied from the module it was built from."""
+    return bin_dir().parent / f"kueue-{KUEUE_VERSION}"
 
 
 def binary(name: str) -> str:
@@ -176,10 +203,10 @@ def _build_etcd(src: Path, out: Path, log) -> None:
     (out / ".etcd.tmp").rename(out / "etcd")
 
 
-def _go_install(packages: list[str], out: Path, log) -> None:
+def _go_install(packages: list[str], out: Path, log, ldflags: str = "-s -w") -> None:
     env = _go_env()
     env["GOBIN"] = str(out)
-    result = subprocess.run(["go", "install", "-trimpath", "-ldflags", "-s -w", *packages], env=env,
+    result = subprocess.run(["go", "install", "-trimpath", "-ldflags", ldflags, *packages], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=out)
     if result.returncode != 0:
         log(result.stdout[-4000:])
@@ -196,12 +223,53 @@ def _build_prometheus(src: Path, out: Path, log) -> None:
     (out / ".prometheus.tmp").rename(out / "prometheus")
 
 
-def ensure(with_prometheus: bool = False, log=None) -> Path:
+KUEUE_CRDS = "config/components/crd/bases"
+KUEUE_WEBHOOKS = "config/components/webhook/manifests.yaml"
+
+
+def _module_download(module: str, version: str, cwd: Path, log) -> dict:
+    result = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], cwd=cwd, env=_go_env(),
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        log(result.stderr[-4000:] or result.stdout[-4000:])
+        raise RuntimeError(f"could not download the {module}@{version} module")
+    return json.loads(result.stdout)
+
+
+def _build_kueue(src: Path, out: Path, log) -> None:
+    """The manager from its module, with the version variables its Makefile sets (else it reports v0.0.0-main):
+    the commit is the module's checksum (the proxy does not carry the git commit), the date the module's."""
+    src.mkdir(parents=True, exist_ok=True)
+    module = _module_download(KUEUE_MODULE, KUEUE_VERSION, src, log)
+    released = json.loads(Path(module["Info"]).read_text()).get("Time", "")
+    version_package = f"{KUEUE_MODULE}/pkg/version"
+    ldflags = (f"-s -w -X {version_package}.GitVersion={KUEUE_VERSION} -X {version_package}.GitCommit={module['Sum']}"
+               f" -X {version_package}.BuildDate={released}")
+    _go_install([f"{KUEUE_MODULE}/cmd/kueue@{KUEUE_VERSION}"], out, log, ldflags=ldflags)
+    _copy_kueue_manifests(Path(module["Dir"]), kueue_manifests_dir())
+    _stamp(out, "kueue").write_text(KUEUE_VERSION + "\n")
+
+
+def _copy_kueue_manifests(module_dir: Path, target: Path) -> None:
+    crds = sorted((module_dir / KUEUE_CRDS).glob("*.yaml"))
+    if not crds or not (module_dir / KUEUE_WEBHOOKS).is_file():
+        raise RuntimeError(f"{module_dir} lacks {KUEUE_CRDS}/*.yaml or {KUEUE_WEBHOOKS}: the recipe needs updating")
+    staging = target.with_name(target.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "crds").mkdir(parents=True)
+    for crd in crds:
+        (staging / "crds" / crd.name).write_bytes(crd.read_bytes())
+    (staging / "webhooks.yaml").write_bytes((module_dir / KUEUE_WEBHOOKS).read_bytes())
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+
+
+def ensure(with_prometheus: bool = False, log=None, with_kueue: bool = False) -> Path:
     """Builds every binary that is missing; returns the bin directory. Idempotent, resumable, and safe to call
     from several processes at once (they wait on a lock)."""
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     out = bin_dir()
-    wanted = REQUIRED + (OPTIONAL if with_prometheus else ())
+    wanted = REQUIRED + (OPTIONAL if with_prometheus else ()) + (KUEUE if with_kueue else ())
     if not missing(wanted):
         return out
     if os.environ.get(BINARIES_ENV):
@@ -226,9 +294,10 @@ def _build(todo: list[str], out: Path, log) -> None:
         ("helm", f"helm {HELM_VERSION}", lambda: _go_install([f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], out, log)),
         ("kube", None, lambda: _build_kubernetes(src, out, log)),  # announces each of its four binaries
         ("prometheus", f"prometheus {PROMETHEUS_MODULE_VERSION}", lambda: _build_prometheus(src, out, log)),
+        ("kueue", f"kueue {KUEUE_VERSION} (and its CRDs)", lambda: _build_kueue(src / "kueue", out, log)),
     ]
     owners = {"etcd": "etcd", "kwok": "kwok", "kwokctl": "kwok", "helm": "helm", "prometheus": "prometheus",
-              **{name: "kube" for name in KUBE_COMMANDS}}
+              "kueue": "kueue", **{name: "kube" for name in KUBE_COMMANDS}}
     started = time.monotonic()
     log(f"[toolchain] building {', '.join(todo)} into {out} (first time only: ~15 min cold on 2 cores, "
         "~6 GB of Go caches)")
@@ -247,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with_prometheus = "--with-prometheus" in argv
     try:
-        path = ensure(with_prometheus=with_prometheus)
+        path = ensure(with_prometheus=with_prometheus, with_kueue="--with-kueue" in argv)
     except (RuntimeError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

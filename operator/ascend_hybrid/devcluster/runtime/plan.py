@@ -8,6 +8,8 @@ A kubelet's rules, for one container per pod with restartPolicy Never:
 - a process that ended is reported once (Succeeded or Failed with its exit code);
 - a pod being deleted gets SIGTERM, SIGKILL once its grace period is over, and is removed from the API only
   once its process group is gone (so kwok cannot hand its IP to a new pod while the old process holds it);
+  one that carries finalizers gets its terminal phase written first, since whoever holds a finalizer (Kueue)
+  may wait for that phase before letting it go;
 - a pod that the API shows Running but that has no process here was started by a runtime that stopped: lost.
 """
 
@@ -84,6 +86,12 @@ class ReportLost:
 
 
 @dataclass(frozen=True)
+class ReportStopped:
+    """A pod deleted before its process started here, held by finalizers: write its terminal phase."""
+    uid: str
+
+
+@dataclass(frozen=True)
 class Remove:
     """Delete the pod from the API (grace 0): its process group is gone."""
     uid: str
@@ -95,7 +103,7 @@ class Forget:
     uid: str
 
 
-Action = Start | Wait | Announce | SyncVolumes | Stop | Kill | ReportExit | ReportLost | Remove | Forget
+Action = Start | Wait | Announce | SyncVolumes | Stop | Kill | ReportExit | ReportLost | ReportStopped | Remove | Forget
 
 
 def _deleting(pod: dict) -> bool:
@@ -104,6 +112,15 @@ def _deleting(pod: dict) -> bool:
 
 def _phase(pod: dict) -> str:
     return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def _end_before_removal(uid: str, pod: dict, process: Tracked | None) -> list[Action]:
+    """A finalizer may wait for the terminal phase (Kueue's does): a kubelet writes it before the pod goes."""
+    if not pod["metadata"].get("finalizers") or _phase(pod) in ("Succeeded", "Failed"):
+        return []
+    if process is None:
+        return [ReportStopped(uid)]
+    return [] if process.reported else [ReportExit(uid)]
 
 
 def _ready_to_start(pod: dict) -> bool:
@@ -136,7 +153,7 @@ def plan(pods: dict[str, dict], tracked: dict[str, Tracked], capacity: int, now:
             if process is not None and process.running:
                 actions += _stop_or_kill(uid, process, grace_seconds(pod), now)
             else:
-                actions.append(Remove(uid))
+                actions += [*_end_before_removal(uid, pod, process), Remove(uid)]
         elif process is not None:
             if process.running:
                 actions += [SyncVolumes(uid)] if process.announced else [Announce(uid), SyncVolumes(uid)]

@@ -35,7 +35,21 @@ from . import status as podstatus
 from .forwarder import Forwarder, service_routes
 from .guard import default_capacity, requested_workers
 from .launch import NotRunnable, PodLayout, configmap_files, is_process_pod, launch_spec, runtime_container
-from .plan import Announce, Forget, Kill, Remove, ReportExit, ReportLost, Start, Stop, SyncVolumes, Tracked, Wait, plan
+from .plan import (
+    Announce,
+    Forget,
+    Kill,
+    Remove,
+    ReportExit,
+    ReportLost,
+    ReportStopped,
+    Start,
+    Stop,
+    SyncVolumes,
+    Tracked,
+    Wait,
+    plan,
+)
 from .process import PodProcess
 
 TICK_SECONDS = 0.2
@@ -168,7 +182,7 @@ class ProcessRuntime:
             self.forwarder.update(routes)
         handlers = {Start: self.start, Wait: self.tell_waiting, Announce: self.announce, SyncVolumes: self.sync_volumes,
                     Stop: self.stop, Kill: self.kill, ReportExit: self.report_exit, ReportLost: self.report_lost,
-                    Remove: self.remove, Forget: self.forget}
+                    ReportStopped: self.report_stopped, Remove: self.remove, Forget: self.forget}
         for action in plan(process_pods, dict(self.tracked), self.capacity, time.monotonic()):
             handlers[type(action)](action, process_pods.get(action.uid))
         for notes in (self.told, self.removing):  # what was noted about pods that are gone for good
@@ -266,6 +280,9 @@ class ProcessRuntime:
         if self._status(pod, patch):
             message = patch["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
             self._record_event(pod, "Warning", "ContainerLost", message)
+
+    def report_stopped(self, action: ReportStopped, pod: dict) -> None:
+        self._status(pod, podstatus.stopped_patch(pod, datetime.now(UTC)))
 
     def remove(self, action: Remove, pod: dict) -> None:
         if time.monotonic() - self.removing.get(action.uid, -RETRY_REMOVE_SECONDS) < RETRY_REMOVE_SECONDS:

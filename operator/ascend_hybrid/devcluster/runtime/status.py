@@ -106,6 +106,12 @@ def lost_patch(pod: dict, now: datetime) -> dict:
                             message="the process runtime restarted; the container's process is gone")
 
 
+def stopped_patch(pod: dict, now: datetime) -> dict:
+    """Deleted before its process started: Failed, as a kubelet reports a container it never ran."""
+    return terminated_patch(pod, None, LOST_EXIT_CODE, now, now, reason="ContainerStatusUnknown",
+                            message="the pod was deleted before its process started")
+
+
 def waiting_patch(pod: dict, reason: str, message: str, now: datetime) -> dict:
     """Still Pending, and why: `kubectl get pod` shows the reason, `describe` the message."""
     return _patch(pod, {

@@ -1,0 +1,38 @@
+"""The shell's promised chips (Controller.reserved): kept until the inventory can see a pod on its node."""
+
+from __future__ import annotations
+
+from ascend_hybrid.controller.reconciler import Controller, JobRecord
+
+
+def npu_pod(name: str, node: str | None = None, pinned: str | None = None) -> dict:
+    spec: dict = {"containers": [{"name": "ascend", "resources": {"limits": {"huawei.com/Ascend910": "8"}}}]}
+    if node:
+        spec["nodeName"] = node
+    if pinned:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "accelerator-type", "operator": "In", "values": ["module-910b-8"]},
+                                  {"key": "kubernetes.io/hostname", "operator": "In", "values": [pinned]}]}]}}}
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": spec}
+
+
+def test_a_queued_gangs_promise_holds_until_its_pods_show_pinned_or_bound():
+    controller = Controller(kube=None)
+    controller.jobs[("ns", "queued")] = JobRecord(promised={"queued-a1-0": ("node-001", 8), "queued-a1-1": ("node-002", 8)})
+    # seen by the watch, but as created: unpinned (Kueue admitted them, the pin is on its way)
+    unpinned = [npu_pod("queued-a1-0"), npu_pod("queued-a1-1")]
+    assert controller.reserved(unpinned, exclude=("ns", "other")) == {"node-001": 8, "node-002": 8}
+    shown = [npu_pod("queued-a1-0", pinned="node-001"), npu_pod("queued-a1-1", node="node-002")]
+    assert controller.reserved(shown, exclude=("ns", "other")) == {}
+    assert controller.jobs[("ns", "queued")].promised == {}
+    controller.queue.close()
+
+
+def test_pods_created_without_a_node_promise_nothing():
+    from ascend_hybrid.actions import PodToCreate
+
+    controller = Controller(kube=None)
+    controller.promise(("ns", "queued"), [PodToCreate({"metadata": {"name": "queued-a1-0"}}, None, 8),
+                                          PodToCreate({"metadata": {"name": "pinned-a1-0"}}, "node-003", 8)])
+    assert controller.jobs[("ns", "queued")].promised == {"pinned-a1-0": ("node-003", 8)}
+    controller.queue.close()
