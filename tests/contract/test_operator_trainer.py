@@ -88,3 +88,45 @@ def test_the_job_json_the_operator_renders_is_read_as_the_job_says(example):
     plan_parallel(config.parallelism, config.model, config.training)  # the trainer accepts what the operator did
 
 
+
+
+def crd_property(*path: str) -> dict | None:
+    schema = {"properties": SPEC}
+    for key in path:
+        schema = schema.get("properties", {}).get(key)
+        if schema is None:
+            return None
+    return schema
+
+
+@pytest.mark.parametrize("section, table", [("training", defaults.TRAINING_EXTENSIONS),
+                                            ("model", defaults.MODEL_EXTENSIONS)])
+def test_the_trainers_own_fields_agree_with_the_crd_once_it_has_them(section, table):
+    """Fields the trainer reads that the CRD does not define (yet): the moment the CRD defines one with a default,
+    it must be the trainer's."""
+    for key, value in table.items():
+        schema = crd_property(section, key)
+        if schema is not None and "default" in schema:
+            assert schema["default"] == value, f"{section}.{key}"
+
+
+def test_the_job_json_of_every_planner_field_is_read_as_the_job_says():
+    """A job using every field the planner can choose: the operator's job.json, read by the trainer, is the job."""
+    body = {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "metadata": {"name": "all"},
+            "spec": {"parallelism": {"data": 2, "tensor": 4, "pipeline": 2, "virtualPipelineStages": 2,
+                                     "microBatches": 4},
+                     "npu": {"perPod": 8},
+                     "model": {"preset": "gpt-1b", "kvHeads": 4, "ffnType": "swiglu"},
+                     "training": {"recompute": "selective", "sequenceParallel": True, "flashAttention": True,
+                                  "globalBatchSize": 16}}}
+    effective = rules.parse(body)
+    job = render.job_config(effective)
+    config = parse_job(job)
+    assert (config.model.kv_heads, config.model.ffn_type) == (4, "swiglu")
+    assert (config.training.recompute, config.training.sequence_parallel, config.training.flash_attention) == (
+        "selective", True, True)
+    assert config.parallelism.micro_batches == 4
+    assert config.parallelism.virtual_pipeline_stages == job["parallelism"].get("virtualPipelineStages", 1) == 2
+    plan = plan_parallel(config.parallelism, config.model, config.training)
+    assert plan.sequence_parallel and plan.flash_attention and plan.virtual_stages == 2
+    assert plan.micro_batch_size == effective.global_batch_size // (2 * 4)

@@ -193,7 +193,7 @@ def pod_launch_envs(tmp_path: Path, manifests: list[dict]) -> list[dict[str, str
     """Each pod's container env as rendered, with the files the pods would mount written under tmp_path:
     job.json from the job ConfigMap, hccl.json from the planning core's build_rank_table. Downward-API values
     are filled in (POD_IP 127.0.0.1); MS_SCHED_PORT and the metrics ports become free ports, so runs sharing
-    this machine do not collide."""
+    this machine do not collide; each pod's /dev/termination-log is termination_log(tmp_path, index)."""
     from ascend_hybrid.ranktable import build_rank_table
 
     pods = sorted((m for m in manifests if m["kind"] == "Pod"),
@@ -205,7 +205,7 @@ def pod_launch_envs(tmp_path: Path, manifests: list[dict]) -> list[dict[str, str
     (tmp_path / "hccl.json").write_text(json.dumps(table))
     sched_port = str(free_port())
     envs = []
-    for pod in pods:
+    for index, pod in enumerate(pods):
         (container,) = pod["spec"]["containers"]
         assert not container.get("command"), "the trainer image's entrypoint is the launcher"
         env = dict(os.environ)
@@ -218,9 +218,21 @@ def pod_launch_envs(tmp_path: Path, manifests: list[dict]) -> list[dict[str, str
                                       "status.podIP": LOCAL_HOST}[path]
         assert env["MS_SCHED_HOST"] == LOCAL_HOST
         env.update(MS_SCHED_PORT=sched_port, RANK_TABLE_FILE=str(tmp_path / "hccl.json"),
-                   AHJ_JOB_CONFIG=str(tmp_path / "job.json"), AHJ_METRICS_PORT=str(free_port()))
+                   AHJ_JOB_CONFIG=str(tmp_path / "job.json"), AHJ_METRICS_PORT=str(free_port()),
+                   AHJ_TERMINATION_LOG=str(termination_log(tmp_path, index)))
         envs.append(env)
     return envs
+
+
+def termination_log(tmp_path: Path, index: int) -> Path:
+    return tmp_path / f"termination-log-pod-{index}"
+
+
+def termination_record(tmp_path: Path, index: int) -> dict:
+    """The termination message pod `index` left (one line of JSON)."""
+    text = termination_log(tmp_path, index).read_text()
+    assert text.count("\n") == 1 and text.endswith("\n"), text
+    return json.loads(text)
 
 
 def scrape(port: int) -> str | None:

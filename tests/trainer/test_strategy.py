@@ -170,3 +170,88 @@ def test_the_mapping_and_the_launcher_do_not_import_mindspore():
              "ascend_hybrid_trainer.local; print('mindspore' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+# --- the fields the planner can choose (issue 14): Ascend mappings as pure data --------------------------------
+
+def test_sequence_parallel_splits_norms_and_residuals_along_the_tokens_and_reduce_scatters_the_row_outputs():
+    job = {"parallelism": {"data": 2, "tensor": 4}, "training": {"sequenceParallel": True, "globalBatchSize": 4}}
+    _, plan = plan_of(job)
+    shards = plan.shards
+    assert plan.sequence_parallel
+    assert shards.layer_norm == ((8, 1), (1,), (1,)) and shards.residual_add == ((8, 1), (8, 1))
+    assert shards.row_parallel_output == ((8, 1),)
+    assert shards.qkv == ((2, 1), (4, 1)) and shards.attention_output == ((2, 4), (1, 4))  # TP unchanged
+    _, without = plan_of({**job, "training": {"globalBatchSize": 4}})
+    assert without.shards.layer_norm == ((2, 1), (1,), (1,)) and without.shards.row_parallel_output is None
+
+
+def test_sequence_parallel_needs_the_sequence_to_split_and_means_nothing_without_tensor_parallelism():
+    with pytest.raises(ConfigError, match=r"training.seqLength=130 must be divisible by parallelism.tensor=4"):
+        plan_of({"parallelism": {"tensor": 4}, "training": {"sequenceParallel": True, "seqLength": 130}})
+    _, plan = plan_of({"parallelism": {"data": 2}, "training": {"sequenceParallel": True}})
+    assert not plan.sequence_parallel and plan.mode == DATA_PARALLEL
+
+
+def test_flash_attention_is_sharded_like_the_attention_heads():
+    _, plan = plan_of({"parallelism": {"data": 2, "tensor": 4}, "model": {"kvHeads": 4},
+                       "training": {"flashAttention": True, "globalBatchSize": 4}})
+    assert plan.flash_attention
+    assert plan.shards.flash_attention == ((2, 4, 1, 1), (2, 4, 1, 1), (2, 4, 1, 1), (1, 1))
+    assert plan.shards.attention_scores == ((2, 4, 1, 1), (2, 4, 1, 1))  # kv heads split like the QKV columns
+
+
+def test_grouped_query_attention_needs_whole_key_value_heads_per_tensor_rank():
+    with pytest.raises(ConfigError, match=r"model.kvHeads=2 must be divisible by parallelism.tensor=4"):
+        plan_of({"parallelism": {"tensor": 4}, "model": {"kvHeads": 2}})
+    _, plan = plan_of({"parallelism": {"tensor": 4}, "model": {"kvHeads": 4, "ffnType": "swiglu"}})
+    assert plan.shards.ffn_in == ((1, 1), (4, 1)) and plan.shards.gate_multiply == ((1, 4), (1, 4))
+
+
+def test_interleaved_pipeline_deals_chunks_round_robin_and_turns_on_the_interleaved_schedule():
+    config, plan = plan_of({"parallelism": {"pipeline": 4, "virtualPipelineStages": 3, "microBatches": 8},
+                            "training": {"globalBatchSize": 8}})
+    assert plan.context["pipeline_config"] == {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}
+    assert plan.virtual_stages == 3 and plan.pipeline_stages == 4
+    # 24 layers in 12 chunks of 2: chunk c on stage c % 4
+    assert plan.layer_stages == tuple((index // 2) % 4 for index in range(24))
+    assert [plan.layer_stages.count(stage) for stage in range(4)] == [6] * 4
+    _, plain = plan_of({"parallelism": {"pipeline": 4}, "training": {"globalBatchSize": 4}})
+    assert "pipeline_config" not in plain.context and plain.layer_stages == tuple(i // 6 for i in range(24))
+
+
+@given(st.integers(1, 6), st.integers(1, 4), st.integers(1, 3))
+def test_interleaved_stages_hold_equal_shares_of_the_layers(pipeline, virtual, per_chunk):
+    stages = layer_stages(pipeline * virtual * per_chunk, pipeline, virtual)
+    assert [stages.count(stage) for stage in range(pipeline)] == [virtual * per_chunk] * pipeline
+    assert stages[0] == 0 and stages[-1] == pipeline - 1  # embedding's stage first, the loss head's last
+
+
+@pytest.mark.parametrize("job, size, accumulates", [
+    ({"parallelism": {"data": 2, "microBatches": 4}, "training": {"globalBatchSize": 16}}, 2, True),
+    ({"parallelism": {"data": 2}, "training": {"globalBatchSize": 16}}, 8, False),
+    ({"parallelism": {"data": 2, "pipeline": 2, "microBatches": 4}, "model": {"layers": 4},
+      "training": {"globalBatchSize": 16}}, 2, False),
+    ({"parallelism": {"data": 2, "tensor": 2, "microBatches": 2}, "training": {"globalBatchSize": 8}}, 2, True),
+])
+def test_micro_batches_set_the_micro_batch_size_and_accumulate_without_a_pipeline(job, size, accumulates):
+    _, plan = plan_of(job)
+    assert plan.micro_batch_size == size and plan.accumulates_gradients == accumulates
+    assert plan.micro_batches == job["parallelism"].get("microBatches", job["parallelism"].get("pipeline", 1))
+
+
+@pytest.mark.parametrize("recompute, kind", [(True, "full"), ("selective", "selective"), ("none", "none")])
+def test_the_plan_carries_the_recompute_kind(recompute, kind):
+    _, plan = plan_of({"parallelism": {"tensor": 2}, "training": {"recompute": recompute}})
+    assert plan.recompute == kind
+
+
+def test_cpu_runs_selective_recompute_micro_batches_gqa_and_swiglu_but_not_flash_attention():
+    config, plan = plan_of({"parallelism": {"data": 2, "microBatches": 2}, "model": {"kvHeads": 2,
+                            "ffnType": "swiglu"}, "training": {"recompute": "selective", "globalBatchSize": 4}})
+    check_runnable(plan, config.parallelism, "CPU")
+    config, plan = plan_of({"parallelism": {"data": 2}, "training": {"flashAttention": True}})
+    with pytest.raises(ConfigError, match="training.flashAttention=true: flash_attention_score .* has kernels for "
+                                          "Ascend only"):
+        check_runnable(plan, config.parallelism, "CPU")
+    check_runnable(plan, config.parallelism, "Ascend")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ascend_hybrid_trainer import checkpoint, cli
-from ascend_hybrid_trainer.config import ConfigError
+from ascend_hybrid_trainer.config import ConfigError, DataError
 from ascend_hybrid_trainer.data import NumpyTokens, SyntheticTokens, open_token_source, rank_slice
 from ascend_hybrid_trainer.device import detect_device_target, logical_device_id, parse_aicore_usage
 from ascend_hybrid_trainer.launcher import describe_exit, exit_code_of, read_pod_launch, scheduler_env, worker_env
@@ -153,12 +153,15 @@ def test_numpy_dataset_stream_and_samples(tmp_path):
     assert isinstance(source, NumpyTokens)
     assert np.array_equal(source.global_batch(0, 2), stream[:20].reshape(2, 10))
     assert np.array_equal(source.global_batch(5, 2), stream[:20].reshape(2, 10))  # 10 windows: wraps around
-    with pytest.raises(ConfigError, match=r"token ids must lie in \[0, model.vocab=40\)"):
+    with pytest.raises(DataError, match=r"token ids must lie in \[0, model.vocab=40\)"):
         NumpyTokens(str(tmp_path / "stream.npy"), 9, vocab=40).global_batch(0, 10)
-    with pytest.raises(ConfigError, match="samples need at least seqLength\\+1=101 tokens"):
+    with pytest.raises(DataError, match="samples need at least seqLength\\+1=101 tokens"):
         NumpyTokens(str(tmp_path / "stream.npy"), 100, vocab=50)
-    with pytest.raises(ConfigError, match="expected a .npy file or a .mindrecord file"):
+    with pytest.raises(DataError, match="expected a .npy file or a .mindrecord file"):
         open_token_source(str(tmp_path), 50, 9, 0)
+    (tmp_path / "garbage.npy").write_bytes(b"not numpy")
+    with pytest.raises(DataError, match="garbage.npy: not a readable .npy array"):
+        open_token_source(str(tmp_path / "garbage.npy"), 50, 9, 0)
 
 
 def test_npu_smi_usage_is_parsed():

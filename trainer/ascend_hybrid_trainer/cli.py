@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import os
 import sys
 
-from . import defaults
+from . import defaults, failures
 
 INSTALL_HINT = ("install the trainer extra: pip install 'ascend-hybrid[trainer]' (MindSpore 2.10.0 and numpy "
                 "1.26.4; on Ascend use the MindSpore wheel that matches the image's CANN toolkit)")
@@ -42,6 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--layers", type=int, help="override the preset's layer count")
     local.add_argument("--experts", type=int, help="override the preset's MoE experts (0 = dense)")
     local.add_argument("--top-k", type=int, help="experts per token (MoE)")
+    local.add_argument("--kv-heads", type=int, help="key/value heads (grouped-query attention; default: heads)")
+    local.add_argument("--ffn-type", choices=("gelu", "swiglu"), help="feed-forward block (default gelu)")
+    local.add_argument("--micro-batches", type=int, help="micro-batches per step; without a pipeline the step "
+                                                          "accumulates their gradients (default 1)")
+    local.add_argument("--recompute", choices=("none", "selective", "full"),
+                       help=f"activation recomputation (default {defaults.TRAINING['recompute']})")
+    local.add_argument("--gradient-clip-norm", type=float,
+                       help="clip the global gradient norm to this (default 0: no clipping)")
+    local.add_argument("--divergence-loss-factor", type=float, help="stop when the loss exceeds this many times "
+                       f"its lowest value (default {defaults.TRAINING_EXTENSIONS['divergenceLossFactor']:g}, 0 off)")
+    local.add_argument("--divergence-grad-factor", type=float, help="stop when the gradient norm exceeds this many "
+                       f"times its running median (default "
+                       f"{defaults.TRAINING_EXTENSIONS['divergenceGradFactor']:g}, 0 off)")
     local.add_argument("--steps", type=int, default=defaults.TRAINING["steps"])
     local.add_argument("--seed", type=int, default=defaults.TRAINING["seed"])
     local.add_argument("--global-batch", type=int, help="samples per step over all ranks (default: data)")
@@ -65,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     problem = missing_runtime()
     if problem:
         print(f"error: {problem}", file=sys.stderr)
-        return 3
+        if args.command in ("launch", "worker", "scheduler"):  # a pod's process: say so in its termination message
+            failures.write_record(os.environ.get("AHJ_TERMINATION_LOG") or defaults.ENV["AHJ_TERMINATION_LOG"],
+                                  failures.TerminationRecord(failures.Cause.CONFIG_ERROR.value, None, 0, problem))
+        return failures.MISSING_RUNTIME_EXIT
     if args.command == "launch":
         from .launcher import main as launch_main
 

@@ -1,7 +1,8 @@
 """What one training run needs, read from the operator's contract (design §8: env, §3/§6: job.json).
 
-Pure: no MindSpore, no I/O beyond reading the job file named by AHJ_JOB_CONFIG. Every missing optional key takes
-the design's default, so a hand-written job.json with only {"parallelism": {"data": 2}} is enough.
+contract.py validates the documents as written (one line per violation, never a traceback); this module resolves
+them: model presets, the defaults of defaults.py, and the rules of design §3 that tie fields together. Pure: no
+MindSpore, no I/O beyond reading the file named by AHJ_JOB_CONFIG.
 """
 
 from __future__ import annotations
@@ -9,10 +10,22 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import defaults
+from .contract import (
+    DEFAULT_LOG_EVERY,
+    DEFAULT_METRICS_PORT,
+    ConfigError,
+    DataError,
+    EnvSettings,
+    JobDocument,
+    ModelDocument,
+    ParallelismDocument,
+    TrainingDocument,
+    validated,
+)
 
 # Same numbers as the operator's presets (design §3); the trainer keeps its own copy because it never imports the
 # operator package (the contract is env + files).
@@ -23,18 +36,16 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "moe-100b": {"layers": 64, "hidden": 5120, "heads": 40, "ffnHidden": 20480, "vocab": 64000, "experts": 8,
                  "topK": 2},
 }
-DEFAULT_TOP_K = 2  # custom models' and presets' default, as in the operator's rules.effective_model
-DEFAULT_CAPACITY_FACTOR = 1.25
-DEFAULT_AUX_LOSS_WEIGHT = 0.01
-DEFAULT_CHECKPOINT_DIR = "/checkpoints"
+DEFAULT_TOP_K = defaults.MODEL_EXTENSIONS["topK"]  # custom models' and presets' default, as in rules.effective_model
+DEFAULT_CAPACITY_FACTOR = defaults.MODEL_EXTENSIONS["capacityFactor"]
+DEFAULT_AUX_LOSS_WEIGHT = defaults.MODEL_EXTENSIONS["auxLossWeight"]
+DEFAULT_CHECKPOINT_DIR = defaults.CHECKPOINT_DIR
 DEFAULT_CHECKPOINT_EVERY = defaults.CHECKPOINT["everySteps"]
-DEFAULT_METRICS_PORT = 9400
-DEFAULT_LOG_EVERY = 10
+
+__all__ = ["ConfigError", "DataError", "EnvSettings"]  # the errors and settings callers know from here
 
 
-class ConfigError(ValueError):
-    """A setting the trainer cannot run with; the message names the setting and the rule."""
-
+# --- the resolved configuration the trainer runs with --------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Parallelism:
@@ -44,6 +55,7 @@ class Parallelism:
     expert: int = defaults.PARALLELISM["expert"]
     expert_placement: str = defaults.PARALLELISM["expertPlacement"]
     micro_batches: int = defaults.PARALLELISM["pipeline"]  # = pipeline
+    virtual_pipeline_stages: int = defaults.PARALLELISM["virtualPipelineStages"]
 
     @property
     def world_size(self) -> int:
@@ -65,10 +77,25 @@ class ModelConfig:
     top_k: int = DEFAULT_TOP_K
     capacity_factor: float = DEFAULT_CAPACITY_FACTOR
     aux_loss_weight: float = DEFAULT_AUX_LOSS_WEIGHT
+    kv_heads: int | None = None  # None: = heads (multi-head attention)
+    ffn_type: str = defaults.MODEL_EXTENSIONS["ffnType"]
+
+    def __post_init__(self) -> None:
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
 
     @property
     def is_moe(self) -> bool:
         return self.experts > 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def query_groups(self) -> int:
+        """Query heads sharing one key/value head (1: multi-head attention)."""
+        return self.heads // self.kv_heads
 
 
 @dataclass(frozen=True)
@@ -78,8 +105,13 @@ class TrainingConfig:
     seq_length: int = defaults.TRAINING["seqLength"]
     learning_rate: float = defaults.TRAINING["learningRate"]
     seed: int = defaults.TRAINING["seed"]
-    recompute: bool = defaults.TRAINING["recompute"] == "full"
+    recompute: str = defaults.TRAINING["recompute"]  # none | selective (the attention core) | full (each layer)
     optimizer_shard: bool = defaults.TRAINING["optimizerShard"]
+    sequence_parallel: bool = defaults.TRAINING["sequenceParallel"]
+    flash_attention: bool = defaults.TRAINING["flashAttention"]
+    gradient_clip_norm: float = defaults.TRAINING_EXTENSIONS["gradientClipNorm"]
+    divergence_loss_factor: float = defaults.TRAINING_EXTENSIONS["divergenceLossFactor"]
+    divergence_grad_factor: float = defaults.TRAINING_EXTENSIONS["divergenceGradFactor"]
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     checkpoint_claim: str | None = None
 
@@ -93,92 +125,61 @@ class RunConfig:
     dataset_path: str | None = None
     metrics_port: int = DEFAULT_METRICS_PORT
     log_every: int = DEFAULT_LOG_EVERY
+    checkpoint_keep: int = defaults.ENV["AHJ_CHECKPOINT_KEEP"]
+    env: EnvSettings = field(default_factory=lambda: EnvSettings.model_validate({}))
 
 
-def refuse_unimplemented(section: str, raw: Mapping[str, Any], only: Mapping[str, Any]) -> None:
-    """Settings the operator's API accepts but this trainer cannot run yet: refused by name, never ignored, so a
-    job never trains something other than what its spec says. A setting at its default value is fine."""
-    for key, default in only.items():
-        value = raw.get(key)
-        if value is not None and value != default:
-            raise ConfigError(f"{section}.{key}={value!r}: not implemented by this trainer yet (only {default!r}); "
-                              f"remove it or set it to {default!r}")
+def parse_parallelism(given: Mapping[str, Any]) -> Parallelism:
+    raw = {**defaults.PARALLELISM, **given}
+    pipeline = raw["pipeline"]
+    return Parallelism(
+        data=raw["data"], tensor=raw["tensor"], pipeline=pipeline, expert=raw["expert"],
+        expert_placement=raw["expertPlacement"], micro_batches=raw.get("microBatches") or pipeline,
+        virtual_pipeline_stages=raw["virtualPipelineStages"])
 
 
-def parse_recompute(raw: Mapping[str, Any]) -> bool:
-    """`recompute`: the old boolean, or none | selective | full. The trainer recomputes whole layers (full) only."""
-    value = raw.get("recompute", defaults.TRAINING["recompute"])
-    if isinstance(value, bool):
-        return value
-    if value in ("none", "full"):
-        return value == "full"
-    if value == "selective":
-        raise ConfigError("training.recompute='selective': not implemented by this trainer yet (only none or full)")
-    raise ConfigError(f"training.recompute={value!r}: must be none, selective, full, true or false")
-
-
-def parse_parallelism(raw: Mapping[str, Any]) -> Parallelism:
-    refuse_unimplemented("parallelism", raw, {"virtualPipelineStages": defaults.PARALLELISM["virtualPipelineStages"]})
-    raw = {**defaults.PARALLELISM, **{key: value for key, value in raw.items() if value is not None}}
-    pipeline = int(raw["pipeline"])
-    placement = raw["expertPlacement"]
-    if placement not in ("dataParallel", "intraNode"):
-        raise ConfigError(f"parallelism.expertPlacement={placement!r}: must be dataParallel or intraNode")
-    degrees = Parallelism(
-        data=int(raw["data"]), tensor=int(raw["tensor"]), pipeline=pipeline,
-        expert=int(raw["expert"]), expert_placement=placement,
-        micro_batches=int(raw.get("microBatches") or pipeline),
-    )
-    for name in ("data", "tensor", "pipeline", "expert", "micro_batches"):
-        if getattr(degrees, name) < 1:
-            raise ConfigError(f"parallelism.{name}={getattr(degrees, name)}: must be an integer >= 1")
-    return degrees
-
-
-def parse_model(raw: Mapping[str, Any]) -> ModelConfig:
-    preset = raw.get("preset") or defaults.MODEL["preset"]
-    if preset != "custom" and preset not in MODEL_PRESETS:
-        raise ConfigError(f"model.preset={preset!r}: must be one of {', '.join(MODEL_PRESETS)} or custom")
-    explicit = {key: value for key, value in raw.items() if value is not None and key != "preset"}
-    heads = explicit.get("heads", MODEL_PRESETS.get(preset, {}).get("heads"))
-    # kvHeads equal to heads is ordinary multi-head attention, which the trainer implements.
-    refuse_unimplemented("model", raw, {"kvHeads": heads, "ffnType": "gelu"})
+def parse_model(document: ModelDocument) -> ModelConfig:
+    explicit = document.given()
+    preset = explicit.pop("preset", defaults.MODEL["preset"])
     if preset == "custom":
         missing = [key for key in ("layers", "hidden", "heads", "vocab") if key not in explicit]
         if missing:
             raise ConfigError(f"model: preset custom needs {', '.join(missing)}")
-        merged: dict[str, Any] = {"experts": 0, "ffnHidden": 4 * int(explicit["hidden"]), **explicit}
+        merged: dict[str, Any] = {"experts": 0, "ffnHidden": 4 * explicit["hidden"], **explicit}
     else:
-        merged = {**MODEL_PRESETS[preset], **explicit}
+        merged = {**{key: value for key, value in MODEL_PRESETS[preset].items() if value is not None}, **explicit}
     model = ModelConfig(
-        layers=int(merged["layers"]), hidden=int(merged["hidden"]), heads=int(merged["heads"]),
-        ffn_hidden=int(merged["ffnHidden"]), vocab=int(merged["vocab"]), experts=int(merged.get("experts") or 0),
-        top_k=int(merged.get("topK") or DEFAULT_TOP_K),
-        capacity_factor=float(merged.get("capacityFactor") or DEFAULT_CAPACITY_FACTOR),
-        aux_loss_weight=float(merged.get("auxLossWeight", DEFAULT_AUX_LOSS_WEIGHT)),
-    )
+        layers=merged["layers"], hidden=merged["hidden"], heads=merged["heads"], ffn_hidden=merged["ffnHidden"],
+        vocab=merged["vocab"], experts=merged.get("experts", 0), top_k=merged.get("topK", DEFAULT_TOP_K),
+        capacity_factor=merged.get("capacityFactor", DEFAULT_CAPACITY_FACTOR),
+        aux_loss_weight=merged.get("auxLossWeight", DEFAULT_AUX_LOSS_WEIGHT),
+        kv_heads=merged.get("kvHeads"), ffn_type=merged.get("ffnType", defaults.MODEL_EXTENSIONS["ffnType"]))
+    problems = []
     if model.hidden % model.heads:
-        raise ConfigError(f"model.hidden={model.hidden} must be divisible by model.heads={model.heads}")
+        problems.append(f"model.hidden={model.hidden} must be divisible by model.heads={model.heads}")
+    if model.heads % model.kv_heads:
+        problems.append(f"model.kvHeads={model.kv_heads} must divide model.heads={model.heads} (each key/value "
+                        f"head serves an equal group of query heads)")
     if model.is_moe and model.top_k > model.experts:
-        raise ConfigError(f"model.topK={model.top_k} must not exceed model.experts={model.experts}")
+        problems.append(f"model.topK={model.top_k} must not exceed model.experts={model.experts}")
+    if problems:
+        raise ConfigError("; ".join(problems))
     return model
 
 
-def parse_training(raw: Mapping[str, Any], degrees: Parallelism) -> TrainingConfig:
-    refuse_unimplemented("training", raw, {key: defaults.TRAINING[key] for key in ("sequenceParallel", "flashAttention")})
-    checkpoint = {**defaults.CHECKPOINT, **(raw.get("checkpoint") or {})}
-    given = {**defaults.TRAINING, **{key: value for key, value in raw.items() if value is not None}}
+def parse_training(document: TrainingDocument, degrees: Parallelism) -> TrainingConfig:
+    given = {**defaults.TRAINING, **defaults.TRAINING_EXTENSIONS, **document.given()}
+    checkpoint = {**defaults.CHECKPOINT, **(document.checkpoint.given() if document.checkpoint else {})}
     training = TrainingConfig(
-        steps=int(given["steps"]),
+        steps=given["steps"],
         # The operator's default global batch: one sample per DP rank and micro-batch (design §3 / api.py).
-        global_batch_size=int(given.get("globalBatchSize") or degrees.data * degrees.micro_batches),
-        seq_length=int(given["seqLength"]),
-        learning_rate=float(given["learningRate"]),
-        seed=int(given["seed"]),
-        recompute=parse_recompute(given),
-        optimizer_shard=bool(given["optimizerShard"]),
-        checkpoint_every=int(checkpoint["everySteps"]),
-        checkpoint_claim=checkpoint.get("claimName") or None,
+        global_batch_size=given.get("globalBatchSize") or degrees.data * degrees.micro_batches,
+        seq_length=given["seqLength"], learning_rate=float(given["learningRate"]), seed=given["seed"],
+        recompute=given["recompute"], optimizer_shard=given["optimizerShard"], sequence_parallel=given["sequenceParallel"],
+        flash_attention=given["flashAttention"], gradient_clip_norm=float(given["gradientClipNorm"]),
+        divergence_loss_factor=float(given["divergenceLossFactor"]),
+        divergence_grad_factor=float(given["divergenceGradFactor"]),
+        checkpoint_every=checkpoint["everySteps"], checkpoint_claim=checkpoint.get("claimName") or None,
     )
     per_step_split = degrees.data * degrees.micro_batches
     if training.global_batch_size % per_step_split:
@@ -192,10 +193,22 @@ def check_model_fits_degrees(model: ModelConfig, degrees: Parallelism) -> None:
     """The validation rules of design §3 that involve the model; the operator checks them too, the trainer
     repeats them because it may be started by hand with a job.json of its own."""
     problems = []
-    if model.layers % degrees.pipeline:
-        problems.append(f"model.layers={model.layers} must be divisible by parallelism.pipeline={degrees.pipeline}")
+    chunks = degrees.pipeline * degrees.virtual_pipeline_stages
+    if model.layers % chunks:
+        problems.append(f"model.layers={model.layers} must be divisible by parallelism.pipeline={degrees.pipeline}"
+                        + (f" x virtualPipelineStages={degrees.virtual_pipeline_stages}"
+                           if degrees.virtual_pipeline_stages > 1 else ""))
     if model.heads % degrees.tensor:
         problems.append(f"model.heads={model.heads} must be divisible by parallelism.tensor={degrees.tensor}")
+    if model.kv_heads % degrees.tensor:
+        problems.append(f"model.kvHeads={model.kv_heads} must be divisible by parallelism.tensor={degrees.tensor} "
+                        f"(each tensor-parallel rank holds whole key/value heads)")
+    if degrees.virtual_pipeline_stages > 1 and degrees.pipeline == 1:
+        problems.append(f"parallelism.virtualPipelineStages={degrees.virtual_pipeline_stages} needs "
+                        f"parallelism.pipeline > 1 (interleaving splits each pipeline stage into model chunks)")
+    if degrees.pipeline > 1 and degrees.micro_batches < degrees.pipeline:
+        problems.append(f"parallelism.microBatches={degrees.micro_batches} must be >= parallelism.pipeline="
+                        f"{degrees.pipeline} (MindSpore's pipeline needs a micro-batch for every stage)")
     if degrees.expert > 1:
         if not model.is_moe or model.experts % degrees.expert:
             problems.append(f"parallelism.expert={degrees.expert} needs model.experts > 0 and divisible by it "
@@ -207,51 +220,63 @@ def check_model_fits_degrees(model: ModelConfig, degrees: Parallelism) -> None:
         raise ConfigError("; ".join(problems))
 
 
-def parse_job(job: Mapping[str, Any], env_parallel: Mapping[str, Any] | None = None) -> RunConfig:
+def parse_job(job: Any, env_parallel: Any = None) -> RunConfig:
     """job.json plus AHJ_PARALLEL (the env wins where both name a degree: it is what the pod was rendered with)."""
-    raw_parallel = {**(job.get("parallelism") or {}), **(env_parallel or {})}
-    degrees = parse_parallelism(raw_parallel)
-    model = parse_model(job.get("model") or {})
+    if not isinstance(job, Mapping):
+        raise ConfigError(f"job.json must be a JSON object, not {type(job).__name__}")
+    document = validated(JobDocument, job)
+    given_parallel = document.parallelism.given()
+    if env_parallel is not None:
+        given_parallel.update(validated(ParallelismDocument, env_parallel, prefix="AHJ_PARALLEL.").given())
+    degrees = parse_parallelism(given_parallel)
+    model = parse_model(document.model)
     check_model_fits_degrees(model, degrees)
-    return RunConfig(parallelism=degrees, model=model, training=parse_training(job.get("training") or {}, degrees))
+    if document.world_size is not None and document.world_size != degrees.world_size:
+        raise ConfigError(f"worldSize={document.world_size} but parallelism data x tensor x pipeline = "
+                          f"{degrees.world_size}")
+    return RunConfig(parallelism=degrees, model=model, training=parse_training(document.training, degrees))
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicates:
+        raise ConfigError(f"duplicate key {', '.join(map(repr, duplicates))}")
+    return dict(pairs)
+
+
+def _non_finite(token: str) -> float:
+    raise ConfigError(f"{token} is not JSON (a non-finite number); give a finite number")
+
+
+def read_json(text: str, what: str) -> Any:
+    """Strict JSON: no duplicate keys, no NaN/Infinity (Python's json module accepts both)."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_non_finite)
+    except ConfigError as error:
+        raise ConfigError(f"{what}: {error}") from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{what}: not valid JSON ({error})") from None
 
 
 def load_run_config(env: Mapping[str, str] = os.environ) -> RunConfig:
-    job: dict[str, Any] = {}
-    job_path = env.get("AHJ_JOB_CONFIG")
-    if job_path:
+    settings = EnvSettings.from_env(env)
+    job: Any = {}
+    if settings.job_config:
         try:
-            with open(job_path, encoding="utf-8") as handle:
-                job = json.load(handle)
+            with open(settings.job_config, encoding="utf-8") as handle:
+                text = handle.read()
         except FileNotFoundError:
-            raise ConfigError(f"AHJ_JOB_CONFIG={job_path}: no such file (the operator mounts the job ConfigMap "
-                              f"there)") from None
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"AHJ_JOB_CONFIG={job_path}: not valid JSON ({error})") from None
-    env_parallel = None
-    if env.get("AHJ_PARALLEL"):
-        try:
-            env_parallel = json.loads(env["AHJ_PARALLEL"])
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"AHJ_PARALLEL: not valid JSON ({error})") from None
+            raise ConfigError(f"AHJ_JOB_CONFIG={settings.job_config}: no such file (the operator mounts the job "
+                              f"ConfigMap there)") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"AHJ_JOB_CONFIG={settings.job_config}: cannot be read ({error})") from None
+        job = read_json(text, f"AHJ_JOB_CONFIG={settings.job_config}")
+    env_parallel = read_json(settings.parallel, "AHJ_PARALLEL") if settings.parallel else None
     config = parse_job(job, env_parallel)
     # The operator mounts the claim at /checkpoints only when the job names one (design §6).
-    checkpoint_dir = env.get("AHJ_CHECKPOINT_DIR") or (
+    checkpoint_dir = settings.checkpoint_dir or (
         DEFAULT_CHECKPOINT_DIR if config.training.checkpoint_claim else None)
-    return replace(
-        config,
-        checkpoint_dir=checkpoint_dir,
-        dataset_path=env.get("AHJ_DATASET_PATH") or None,
-        metrics_port=_int_env(env, "AHJ_METRICS_PORT", DEFAULT_METRICS_PORT),
-        log_every=max(1, _int_env(env, "AHJ_LOG_EVERY_STEPS", DEFAULT_LOG_EVERY)),
-    )
-
-
-def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
-    value = env.get(name)
-    if value in (None, ""):
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"{name}={value!r}: must be an integer") from None
+    return replace(config, checkpoint_dir=checkpoint_dir, dataset_path=settings.dataset_path,
+                   metrics_port=settings.metrics_port, log_every=settings.log_every_steps,
+                   checkpoint_keep=settings.checkpoint_keep, env=settings)

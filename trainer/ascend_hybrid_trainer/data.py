@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from .config import ConfigError
+from .config import DataError
 
 MINDRECORD_COLUMN = "input_ids"
 
@@ -57,16 +57,19 @@ class NumpyTokens:
 
     def __init__(self, path: str, seq_length: int, vocab: int):
         self.path, self.seq_length, self.vocab = path, seq_length, vocab
-        array = np.load(path, mmap_mode="r")
+        try:
+            array = np.load(path, mmap_mode="r")
+        except (OSError, ValueError) as error:  # not a numpy file, truncated, or an object array
+            raise DataError(f"AHJ_DATASET_PATH={path}: not a readable .npy array ({error})") from None
         window = seq_length + 1
         if array.ndim == 1:
             usable = (array.shape[0] // window) * window
             array = array[:usable].reshape(-1, window)
         elif array.ndim != 2:
-            raise ConfigError(f"AHJ_DATASET_PATH={path}: expected a 1-D token stream or 2-D [samples, tokens] "
+            raise DataError(f"AHJ_DATASET_PATH={path}: expected a 1-D token stream or 2-D [samples, tokens] "
                               f"array, got {array.ndim} dimensions")
         if array.shape[0] == 0 or array.shape[1] < window:
-            raise ConfigError(f"AHJ_DATASET_PATH={path}: samples need at least seqLength+1={window} tokens, "
+            raise DataError(f"AHJ_DATASET_PATH={path}: samples need at least seqLength+1={window} tokens, "
                               f"array has shape {array.shape}")
         self.samples = array
 
@@ -87,7 +90,7 @@ class MindRecordTokens:
         self._dataset_module = ds
         self.count = ds.MindDataset(path, columns_list=[MINDRECORD_COLUMN], shuffle=False).get_dataset_size()
         if self.count == 0:
-            raise ConfigError(f"AHJ_DATASET_PATH={path}: the MindRecord file holds no samples")
+            raise DataError(f"AHJ_DATASET_PATH={path}: the MindRecord file holds no samples")
         self._iterator = None
         self._next_index = None
 
@@ -106,7 +109,7 @@ class MindRecordTokens:
         self._next_index += 1
         row = np.asarray(row).reshape(-1)
         if row.shape[0] < self.seq_length + 1:
-            raise ConfigError(f"AHJ_DATASET_PATH={self.path}: sample with {row.shape[0]} tokens, seqLength+1="
+            raise DataError(f"AHJ_DATASET_PATH={self.path}: sample with {row.shape[0]} tokens, seqLength+1="
                               f"{self.seq_length + 1} needed")
         return row[:self.seq_length + 1]
 
@@ -122,18 +125,18 @@ def open_token_source(path: str | None, vocab: int, seq_length: int, seed: int):
     if not path:
         return SyntheticTokens(vocab, seq_length, seed)
     if not os.path.exists(path):
-        raise ConfigError(f"AHJ_DATASET_PATH={path}: no such file")
+        raise DataError(f"AHJ_DATASET_PATH={path}: no such file")
     if path.endswith(".npy"):
         return NumpyTokens(path, seq_length, vocab)
     if ".mindrecord" in os.path.basename(path):
         return MindRecordTokens(path, seq_length, vocab)
-    raise ConfigError(f"AHJ_DATASET_PATH={path}: expected a .npy file or a .mindrecord file")
+    raise DataError(f"AHJ_DATASET_PATH={path}: expected a .npy file or a .mindrecord file")
 
 
 def check_token_range(batch: np.ndarray, vocab: int, path: str) -> np.ndarray:
     """An id outside the vocabulary would make the embedding lookup return garbage without an error."""
     if batch.size and (batch.min() < 0 or batch.max() >= vocab):
-        raise ConfigError(f"AHJ_DATASET_PATH={path}: token ids must lie in [0, model.vocab={vocab}), found "
+        raise DataError(f"AHJ_DATASET_PATH={path}: token ids must lie in [0, model.vocab={vocab}), found "
                           f"{int(batch.min())}..{int(batch.max())}")
     return batch
 

@@ -2,21 +2,28 @@
 
 Waits for the rank table to be completed, starts the MindSpore scheduler in pod 0 (dynamic cluster), then the
 pod's MS_LOCAL_WORKER workers; exits 0 only when every local process succeeded. On the first failure it stops
-the other local processes and exits non-zero; its last log line names the failing rank and its exit code.
+the other local processes, decides the pod's cause from its processes' termination records and stderr
+(failures.pod_verdict), writes the pod's record to AHJ_TERMINATION_LOG (default /dev/termination-log) and exits
+with the cause's code; its last log lines name the failing rank and the cause.
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .config import ConfigError, load_run_config
+from . import defaults, failures
+from .config import ConfigError, EnvSettings, load_run_config
 from .device import detect_device_target, logical_device_id, visible_devices
 from .rank_table import RankTableTimeout, local_device_ids, wait_for_completed
 from .strategy import validate_run
@@ -66,20 +73,20 @@ def read_pod_launch(env: Mapping[str, str]) -> PodLaunch:
     mode = env.get("AHJ_LAUNCH_MODE") or DYNAMIC
     if mode not in (DYNAMIC, RANKTABLE):
         raise ConfigError(f"AHJ_LAUNCH_MODE={mode!r}: must be {DYNAMIC} (MindSpore scheduler) or {RANKTABLE}")
-    if env.get("MS_WORKER_NUM") and int(env["MS_WORKER_NUM"]) != world:
+    if env.get("MS_WORKER_NUM") and _required_int(env, "MS_WORKER_NUM") != world:
         raise ConfigError(f"MS_WORKER_NUM={env['MS_WORKER_NUM']} and RANK_SIZE={world} must be equal")
     if local_workers < 1 or rank_start < 0 or rank_start + local_workers > world:
         raise ConfigError(f"RANK_START={rank_start} + MS_LOCAL_WORKER={local_workers} must lie within RANK_SIZE="
                           f"{world}")
     if not env.get("RANK_TABLE_FILE"):
         raise ConfigError("RANK_TABLE_FILE is not set; the operator mounts hccl.json and names it there")
+    settings = EnvSettings.from_env(env)
     launch = PodLaunch(
-        pod_index=int(env.get("MS_NODE_RANK") or rank_start // local_workers), local_workers=local_workers,
-        rank_start=rank_start, world_size=world, sched_host=env.get("MS_SCHED_HOST"),
+        pod_index=_required_int(env, "MS_NODE_RANK") if env.get("MS_NODE_RANK") else rank_start // local_workers,
+        local_workers=local_workers, rank_start=rank_start, world_size=world, sched_host=env.get("MS_SCHED_HOST"),
         sched_port=env.get("MS_SCHED_PORT"), pod_ip=env.get("POD_IP") or None,
         rank_table_file=env["RANK_TABLE_FILE"], launch_mode=mode,
-        ranktable_timeout=float(env.get("AHJ_RANKTABLE_TIMEOUT_SECONDS") or 600),
-        stop_grace=float(env.get("AHJ_STOP_GRACE_SECONDS") or 10))
+        ranktable_timeout=settings.ranktable_timeout_seconds, stop_grace=settings.stop_grace_seconds)
     if mode == DYNAMIC and world > 1 and not (launch.sched_host and launch.sched_port):
         raise ConfigError("MS_SCHED_HOST and MS_SCHED_PORT must be set for the dynamic cluster launch")
     return launch
@@ -99,6 +106,7 @@ def worker_env(base: Mapping[str, str], launch: PodLaunch, local_index: int, dev
                AHJ_LOCAL_RANK=str(local_index), AHJ_LAUNCH_MODE=launch.launch_mode,
                AHJ_POD_CHIPS=",".join(pod_chips))
     env.setdefault("GLOG_v", "3")  # MindSpore's own INFO/WARNING chatter off unless asked for
+    set_topology_timeout(env)
     if launch.world_size > 1 and launch.launch_mode == DYNAMIC:
         env.update(MS_ROLE="MS_WORKER", MS_NODE_ID=str(rank), MS_WORKER_NUM=str(launch.world_size),
                    MS_SCHED_HOST=scheduler_host(launch), MS_SCHED_PORT=str(launch.sched_port))
@@ -112,7 +120,17 @@ def scheduler_env(base: Mapping[str, str], launch: PodLaunch) -> dict[str, str]:
     env.update(MS_ROLE="MS_SCHED", MS_SCHED_HOST=scheduler_host(launch), MS_SCHED_PORT=str(launch.sched_port),
                MS_WORKER_NUM=str(launch.world_size), RANK_ID="0")
     env.setdefault("GLOG_v", "3")
+    set_topology_timeout(env)
     return env
+
+
+def set_topology_timeout(env: dict[str, str]) -> None:
+    """One connect timeout for the job: MindSpore's cluster formation (MS_TOPO_TIMEOUT, 30 minutes by default)
+    waits as long as HCCL's link set-up (HCCL_CONNECT_TIMEOUT, the job's hccl.connectTimeoutSeconds), so a
+    scheduler that cannot be reached fails the pod as HCCLConnectTimeout in that time, on CPU too. An explicit
+    MS_TOPO_TIMEOUT wins."""
+    if env.get("HCCL_CONNECT_TIMEOUT") and not env.get("MS_TOPO_TIMEOUT"):
+        env["MS_TOPO_TIMEOUT"] = env["HCCL_CONNECT_TIMEOUT"]
 
 
 def exit_code_of(returncode: int) -> int:
@@ -121,18 +139,22 @@ def exit_code_of(returncode: int) -> int:
 
 
 def describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"code {returncode} (killed by {signal.Signals(-returncode).name})"
-        except ValueError:
-            return f"code {returncode} (killed by signal {-returncode})"
-    return f"code {returncode}"
+    return failures.describe_exit(returncode)
+
+
+TAIL_LINES = 200  # stderr lines kept per process for the classification
 
 
 @dataclass
 class Child:
     name: str
+    rank: int | None
     process: subprocess.Popen
+    record_path: str
+    tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
+    reader: threading.Thread | None = None
+    ended_at: float | None = None
+    stopped: bool = False
 
 
 def die_with_parent() -> None:
@@ -144,14 +166,31 @@ def die_with_parent() -> None:
         pass
 
 
-def start(name: str, role: str, env: Mapping[str, str]) -> Child:
+def forward(child: Child) -> None:
+    """Pass a child's stderr through to the pod's log, keeping its last lines (the MindSpore and CANN C++ logs
+    that say why it ended are there, not in the Python exception)."""
+    for raw in child.process.stderr:
+        line = raw.decode("utf-8", errors="replace")
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        child.tail.append(line.rstrip("\n"))
+
+
+def start(name: str, role: str, env: Mapping[str, str], rank: int | None, records: str) -> Child:
     command = [sys.executable, "-m", "ascend_hybrid_trainer", role]
-    return Child(name, subprocess.Popen(command, env=dict(env), preexec_fn=die_with_parent))
+    record_path = os.path.join(records, f"{role}-{'scheduler' if rank is None else rank}.json")
+    process = subprocess.Popen(command, env={**env, "AHJ_TERMINATION_LOG": record_path}, stderr=subprocess.PIPE,
+                               preexec_fn=die_with_parent)
+    child = Child(name, rank, process, record_path)
+    child.reader = threading.Thread(target=forward, args=(child,), daemon=True)
+    child.reader.start()
+    return child
 
 
 def stop(children: list[Child], grace: float) -> None:
     alive = [child for child in children if child.process.poll() is None]
     for child in alive:
+        child.stopped = True
         child.process.terminate()
     deadline = time.monotonic() + grace
     for child in alive:
@@ -163,19 +202,27 @@ def stop(children: list[Child], grace: float) -> None:
 
 
 class Launcher:
-    def __init__(self, launch: PodLaunch, log):
-        self.launch, self.log = launch, log
+    def __init__(self, launch: PodLaunch, log, termination_log: str = defaults.ENV["AHJ_TERMINATION_LOG"]):
+        self.launch, self.log, self.termination_log = launch, log, termination_log
         self.children: list[Child] = []
         self.stop_signal: int | None = None
+        self.records = tempfile.mkdtemp(prefix="ahj-records-")
+        self.oom_kills_at_start = failures.oom_kills()
 
     def _on_signal(self, signum, _frame) -> None:
         self.stop_signal = signum
+
+    def _note_exits(self) -> None:
+        for child in self.children:
+            if child.ended_at is None and child.process.poll() is not None:
+                child.ended_at = time.monotonic()
 
     def supervise(self) -> int:
         """Wait for every child; on the first failure (or a stop signal) stop the rest and report it last."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         while True:
+            self._note_exits()
             if self.stop_signal is not None:
                 stop(self.children, self.launch.stop_grace)
                 self.log(f"stopped by {signal.Signals(self.stop_signal).name}; stopped every local process")
@@ -183,17 +230,47 @@ class Launcher:
             failed = next((child for child in self.children
                            if child.process.poll() not in (None, 0)), None)
             if failed is not None:
-                stop(self.children, self.launch.stop_grace)
+                stop([child for child in self.children if child is not failed], self.launch.stop_grace)
+                self._note_exits()
                 code = failed.process.returncode
                 self.log(f"{failed.name} (pid {failed.process.pid}) exited with {describe_exit(code)}; stopped "
                          f"the other local processes")
-                return exit_code_of(code)
+                return self.conclude()
             if all(child.process.poll() == 0 for child in self.children):
                 self.log(f"all {len(self.children)} local processes succeeded")
                 return 0
             time.sleep(POLL_SECONDS)
 
+    def conclude(self) -> int:
+        """The pod's cause, from every process's record and stderr: written as the pod's termination record."""
+        for child in self.children:
+            if child.reader is not None:
+                child.reader.join(timeout=2)  # a helper MindSpore forked may hold the pipe open: do not wait on it
+        oom_now = failures.oom_kills()
+        oom_happened = oom_now is not None and self.oom_kills_at_start is not None and \
+            oom_now > self.oom_kills_at_start
+        ended = [failures.Ended(
+            name=child.name, rank=child.rank, returncode=child.process.returncode,
+            order=child.ended_at if child.ended_at is not None else time.monotonic(), stopped=child.stopped,
+            record=failures.read_record(child.record_path), tail=list(child.tail),
+            oom_killed=oom_happened and child.process.returncode == -signal.SIGKILL and not child.stopped)
+            for child in self.children]
+        verdict = failures.pod_verdict(ended)
+        failures.write_record(self.termination_log, verdict.record, self.log)
+        record = verdict.record
+        where = ", ".join(f"{name} {value}" for name, value in (("rank", record.rank), ("step", record.step))
+                          if value is not None)
+        self.log(f"cause {record.cause} (exit code {verdict.exit_code}){', ' + where if where else ''}: "
+                 f"{record.detail}")
+        return verdict.exit_code
+
     def run(self, env: Mapping[str, str]) -> int:
+        try:
+            return self._run(env)
+        finally:
+            shutil.rmtree(self.records, ignore_errors=True)
+
+    def _run(self, env: Mapping[str, str]) -> int:
         launch = self.launch
         last_report = [0.0]
 
@@ -207,11 +284,13 @@ class Launcher:
         visible = visible_devices(env)
         device_ids = [logical_device_id(chip, visible, rank) for chip, rank in zip(chips, launch.ranks)]
         if launch.runs_scheduler:
-            self.children.append(start("MindSpore scheduler", "scheduler", scheduler_env(env, launch)))
+            self.children.append(start("MindSpore scheduler", "scheduler", scheduler_env(env, launch), None,
+                                       self.records))
             self.log(f"started the MindSpore scheduler on {scheduler_host(launch)}:{launch.sched_port} "
                      f"(pid {self.children[-1].process.pid})")
         for index, rank in enumerate(launch.ranks):
-            child = start(f"rank {rank}", "worker", worker_env(env, launch, index, device_ids[index], chips))
+            child = start(f"rank {rank}", "worker", worker_env(env, launch, index, device_ids[index], chips), rank,
+                          self.records)
             self.children.append(child)
             self.log(f"started rank {rank} on device {device_ids[index]} (pid {child.process.pid})")
         return self.supervise()
@@ -223,13 +302,17 @@ def main(env: Mapping[str, str] = os.environ) -> int:
     def log(message: str) -> None:
         print(f"[launcher pod {pod[0]}] {message}", file=sys.stderr, flush=True)
 
+    termination_log = env.get("AHJ_TERMINATION_LOG") or defaults.ENV["AHJ_TERMINATION_LOG"]
+    rank = None
     try:
         launch = read_pod_launch(env)
-        pod[0] = str(launch.pod_index)
+        pod[0], rank = str(launch.pod_index), launch.rank_start
         config = load_run_config(env)
         validate_run(config.parallelism, config.model, config.training, launch.world_size,
                      detect_device_target(env), launch.launch_mode)
-        return Launcher(launch, log).run(env)
+        return Launcher(launch, log, termination_log).run(env)
     except (ConfigError, RankTableTimeout) as error:
+        record = failures.record_for_exception(error, rank, 0)
         log(f"error: {error}")
-        return 2
+        failures.write_record(termination_log, record, log)
+        return record.exit_code()

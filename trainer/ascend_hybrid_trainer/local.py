@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from . import failures
 from .config import ConfigError, parse_job
 from .launcher import POLL_SECONDS, die_with_parent, exit_code_of
 from .rank_table import local_pods_rank_table, write_json_atomically
@@ -46,16 +47,22 @@ def free_port(host: str = LOCAL_HOST) -> int:
 
 def job_document(args) -> dict:
     model = {"preset": args.preset}
-    for key, value in (("layers", args.layers), ("experts", args.experts), ("topK", args.top_k)):
+    for key, value in (("layers", args.layers), ("experts", args.experts), ("topK", args.top_k),
+                       ("kvHeads", args.kv_heads), ("ffnType", args.ffn_type)):
         if value is not None:
             model[key] = value
     training = {"steps": args.steps, "seqLength": args.seq_length, "learningRate": args.learning_rate,
                 "seed": args.seed, "checkpoint": {"everySteps": args.checkpoint_every}}
-    if args.global_batch is not None:
-        training["globalBatchSize"] = args.global_batch
-    return {"parallelism": {"data": args.data, "tensor": args.tensor, "pipeline": args.pipeline,
-                            "expert": args.expert},
-            "model": model, "training": training}
+    for key, value in (("globalBatchSize", args.global_batch), ("recompute", args.recompute),
+                       ("gradientClipNorm", args.gradient_clip_norm),
+                       ("divergenceLossFactor", args.divergence_loss_factor),
+                       ("divergenceGradFactor", args.divergence_grad_factor)):
+        if value is not None:
+            training[key] = value
+    parallelism = {"data": args.data, "tensor": args.tensor, "pipeline": args.pipeline, "expert": args.expert}
+    if args.micro_batches is not None:
+        parallelism["microBatches"] = args.micro_batches
+    return {"parallelism": parallelism, "model": model, "training": training}
 
 
 def pod_env(pod: int, pods: int, workdir: str, sched_port: int, metrics_port: int, checkpoint_dir: str,
@@ -68,10 +75,16 @@ def pod_env(pod: int, pods: int, workdir: str, sched_port: int, metrics_port: in
         "AHJ_PARALLEL": json.dumps(parallel), "AHJ_JOB_CONFIG": os.path.join(workdir, "job.json"),
         "POD_NAME": f"local-{pod}", "POD_NAMESPACE": "local", "POD_IP": LOCAL_HOST,
         "AHJ_CHECKPOINT_DIR": checkpoint_dir, "AHJ_METRICS_PORT": str(metrics_port), "AHJ_DEVICE_TARGET": "CPU",
+        "AHJ_TERMINATION_LOG": termination_log(workdir, pod),
     }
     if dataset:
         env["AHJ_DATASET_PATH"] = os.path.abspath(dataset)
     return env
+
+
+def termination_log(workdir: str, pod: int) -> str:
+    """Where pod `pod`'s launcher writes its termination record (a pod's /dev/termination-log)."""
+    return os.path.join(workdir, f"termination-pod-{pod}.json")
 
 
 @dataclass
@@ -91,6 +104,8 @@ def forward_stderr(pod: Pod) -> None:
 
 
 def run_pods(envs: list[dict[str, str]], stop_grace: float) -> int:
+    """Run one launcher per pod; on the first failure stop the others. The failing pod's termination record
+    (its cause) is printed last."""
     command = [sys.executable, "-m", "ascend_hybrid_trainer", "launch"]
     pods = [Pod(index, subprocess.Popen(command, env={**os.environ, **env}, stderr=subprocess.PIPE, text=True,
                                         bufsize=1, preexec_fn=die_with_parent))
@@ -127,6 +142,9 @@ def run_pods(envs: list[dict[str, str]], stop_grace: float) -> int:
     code = exit_code_of(failed.process.returncode)
     print(f"[local] pod {failed.index} failed with exit code {code}: {failed.last_line}", file=sys.stderr,
           flush=True)
+    record = failures.read_record(envs[failed.index]["AHJ_TERMINATION_LOG"])
+    if record is not None:
+        print(f"[local] pod {failed.index} termination message: {record.to_json()}", file=sys.stderr, flush=True)
     return code
 
 

@@ -40,6 +40,8 @@ class TrainerMetrics:
                                        "second of step time, last step.", registry=self.registry)
         self.step_seconds = Histogram("ascend_trainer_step_seconds", "Wall time of a training step.",
                                       buckets=STEP_SECONDS_BUCKETS, registry=self.registry)
+        self.grad_norm = Gauge("ascend_trainer_grad_norm", "Global L2 norm of the gradients of the whole global "
+                               "batch at the last step, before clipping.", registry=self.registry)
         self.samples = Counter("ascend_trainer_samples", "Samples of the global batch trained on since this "
                                "process started.", registry=self.registry)
         if npu_reader is not None:
@@ -50,9 +52,11 @@ class TrainerMetrics:
         server, _thread = start_http_server(port, addr=address, registry=self.registry)
         return server.server_port
 
-    def record_step(self, step: int, loss: float, seconds: float, samples: int, tokens: int) -> None:
+    def record_step(self, step: int, loss: float, seconds: float, samples: int, tokens: int,
+                    grad_norm: float) -> None:
         self.step.set(step)
         self.loss.set(loss)
+        self.grad_norm.set(grad_norm)
         self.step_seconds.observe(seconds)
         self.samples.inc(samples)
         if seconds > 0:

@@ -1,7 +1,9 @@
-"""GPT-style decoder with an optional MoE feed-forward, written with primitives that carry §9's shard strategies.
+"""GPT-style decoder, written with primitives that carry §9's shard strategies: grouped-query attention (kvHeads),
+a GeLU or SwiGLU feed-forward (ffnType), optionally top-k MoE experts.
 
 On CPU (stand-alone or data parallel) no strategy is set and the same cells run unsharded. Under Ascend
 semi-auto parallel the plan's strategies are attached to the primitives and each layer gets its pipeline stage.
+parameters.parameter_count counts exactly what this module builds (tests/contract/test_parameter_count.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import math
 import mindspore as ms
 from mindspore import Parameter, nn, ops
 from mindspore.common.initializer import Normal, One, Zero, initializer
+from mindspore.ops.auto_generate import SiLU
 
 from .config import ModelConfig
 from .strategy import ParallelPlan, ShardStrategies
@@ -19,9 +22,13 @@ INIT_STD = 0.02
 MASK_VALUE = -1e4  # large enough to zero a softmax entry, small enough for float16 on Ascend
 
 
-def _shard(primitive, strategy):
+def _shard(primitive, strategy, out_strategy=None):
     """Attach a strategy only in semi-auto mode: stand-alone and data-parallel runs keep the primitive as is."""
-    return primitive.shard(strategy) if strategy is not None else primitive
+    if strategy is None:
+        return primitive
+    if out_strategy is not None:
+        return primitive.shard(in_strategy=strategy, out_strategy=out_strategy)
+    return primitive.shard(strategy)
 
 
 def _weight(shape, name, std=INIT_STD):
@@ -37,10 +44,11 @@ def residual_std(layers: int) -> float:
 class Linear(nn.Cell):
     """y = x·Wᵀ with W [out, in]; the strategy decides column (split out) or row (split in) parallelism."""
 
-    def __init__(self, in_features: int, out_features: int, strategy=None, std: float = INIT_STD):
+    def __init__(self, in_features: int, out_features: int, strategy=None, std: float = INIT_STD,
+                 out_strategy=None):
         super().__init__()
         self.weight = _weight((out_features, in_features), "weight", std)
-        self.matmul = _shard(ops.MatMul(transpose_b=True), strategy)
+        self.matmul = _shard(ops.MatMul(transpose_b=True), strategy, out_strategy)
 
     def construct(self, x):
         return self.matmul(x, self.weight)
@@ -57,47 +65,115 @@ class LayerNorm(nn.Cell):
         return self.norm(x, self.gamma, self.beta)[0]
 
 
-class Attention(nn.Cell):
-    """Causal self-attention on tokens flattened to [batch·seq, hidden]."""
+class AttentionCore(nn.Cell):
+    """softmax(q·kᵀ/√d + causal) · v for query heads grouped by their key/value head: q [b, kv, groups·s, d],
+    k and v [b, kv, s, d] → [b, kv, groups·s, d]. One cell, so selective recompute can recompute exactly this
+    part (the scores and probabilities, the largest activations: 2·b·heads·s² per layer) in the backward pass."""
 
     def __init__(self, config: ModelConfig, seq_length: int, shards: ShardStrategies | None):
         super().__init__()
-        self.heads, self.head_dim, self.seq = config.heads, config.hidden // config.heads, seq_length
-        # QKV rows are ordered head by head ([heads, 3, head_dim]), so a column-parallel split of the 3·hidden
-        # rows hands each tensor-parallel rank whole heads with their q, k and v together.
-        self.qkv = Linear(config.hidden, 3 * config.hidden, shards and shards.qkv)
-        self.output = Linear(config.hidden, config.hidden, shards and shards.attention_output,
-                             residual_std(config.layers))
-        self.split = ops.Split(axis=-1, output_num=3)
-        self.transpose = ops.Transpose()
         self.scores = _shard(ops.BatchMatMul(transpose_b=True), shards and shards.attention_scores)
         self.softmax = _shard(ops.Softmax(axis=-1), shards and shards.attention_softmax)
         self.context = _shard(ops.BatchMatMul(), shards and shards.attention_context)
-        self.causal_bias = ms.Tensor([[0.0 if key <= query else MASK_VALUE for key in range(seq_length)]
-                                      for query in range(seq_length)], ms.float32)
-        self.scale = 1.0 / math.sqrt(self.head_dim)
+        causal = [[0.0 if key <= query else MASK_VALUE for key in range(seq_length)] for query in range(seq_length)]
+        # every query head of a group sees the same causal mask: the rows repeat once per head of the group
+        self.causal_bias = ms.Tensor(causal * config.query_groups, ms.float32)
+        self.scale = 1.0 / math.sqrt(config.head_dim)
+
+    def construct(self, query, key, value):
+        scores = self.scores(query, key) * self.scale + self.causal_bias
+        return self.context(self.softmax(scores), value)
+
+
+class FlashAttentionCore(nn.Cell):
+    """The same attention as AttentionCore through flash_attention_score (Ascend only: FlashAttentionScore has no CPU
+    kernel; check_runnable refuses it there). The scores are computed block by block and never stored, so no
+    recompute is needed for them. BNSD layout, query heads in (kv, group) order, which is the grouping the
+    operator expects (query head i uses key/value head i // groups); causal by the 2048x2048 compressed mask of
+    sparse_mode 2 (leftUpCausal). float16 inside, as the kernel requires."""
+
+    COMPRESSED_MASK = 2048
+
+    def __init__(self, config: ModelConfig, seq_length: int, shards: ShardStrategies | None):
+        super().__init__()
+        from mindspore.ops.operations.nn_ops import FlashAttentionScore
+
+        self.heads, self.kv_heads, self.groups, self.seq = (config.heads, config.kv_heads, config.query_groups,
+                                                            seq_length)
+        self.head_dim = config.head_dim
+        self.flash = _shard(FlashAttentionScore(head_num=config.heads, keep_prob=1.0,
+                                                scale_value=1.0 / math.sqrt(config.head_dim), pre_tokens=2147483647,
+                                                next_tokens=0, input_layout="BNSD", sparse_mode=2),
+                            shards and shards.flash_attention)
+        size = self.COMPRESSED_MASK
+        self.mask = ms.Tensor([[1 if key > query else 0 for key in range(size)] for query in range(size)], ms.uint8)
+
+    def construct(self, query, key, value):
+        batch = query.shape[0]
+        # [b, kv, groups·s, d] → [b, heads, s, d]
+        query = query.reshape(batch, self.heads, self.seq, self.head_dim)
+        half = ms.float16
+        output = self.flash(query.astype(half), key.astype(half), value.astype(half), None, None, None, self.mask)[3]
+        return output.astype(ms.float32).reshape(batch, self.kv_heads, self.groups * self.seq, self.head_dim)
+
+
+class Attention(nn.Cell):
+    """Causal self-attention on tokens flattened to [batch·seq, hidden], with kvHeads key/value heads each shared by
+    heads / kvHeads query heads (grouped-query attention; kvHeads = heads is multi-head attention)."""
+
+    def __init__(self, config: ModelConfig, seq_length: int, shards: ShardStrategies | None,
+                 flash_attention: bool = False):
+        super().__init__()
+        self.heads, self.kv_heads, self.groups = config.heads, config.kv_heads, config.query_groups
+        self.head_dim, self.seq = config.head_dim, seq_length
+        # The fused projection's rows are ordered by key/value group: [kv, (groups query heads, key, value), d].
+        # With groups = 1 that is the per-head [q, k, v] layout of multi-head attention; a column-parallel split
+        # of the rows hands each tensor-parallel rank whole groups (kvHeads % tensor == 0 is validated).
+        width = self.kv_heads * (self.groups + 2) * self.head_dim
+        self.qkv = Linear(config.hidden, width, shards and shards.qkv)
+        self.output = Linear(config.hidden, config.hidden, shards and shards.attention_output,
+                             residual_std(config.layers), shards and shards.row_parallel_output)
+        self.transpose = ops.Transpose()
+        self.core = (FlashAttentionCore if flash_attention else AttentionCore)(config, seq_length, shards)
 
     def construct(self, x):
         tokens = x.shape[0]
         batch = tokens // self.seq
-        qkv = self.qkv(x).reshape(batch, self.seq, self.heads, 3 * self.head_dim)
-        query, key, value = self.split(self.transpose(qkv, (0, 2, 1, 3)))
-        scores = self.scores(query, key) * self.scale + self.causal_bias
-        context = self.context(self.softmax(scores), value)
-        context = self.transpose(context, (0, 2, 1, 3)).reshape(tokens, self.heads * self.head_dim)
-        return self.output(context)
+        kv, groups, d, seq = self.kv_heads, self.groups, self.head_dim, self.seq
+        qkv = self.transpose(self.qkv(x).reshape(batch, seq, kv, (groups + 2) * d), (0, 2, 1, 3))
+        query, key, value = qkv[:, :, :, :groups * d], qkv[:, :, :, groups * d:(groups + 1) * d], qkv[:, :, :,
+                                                                                                   (groups + 1) * d:]
+        if groups > 1:  # [b, kv, s, groups·d] → [b, kv, groups·s, d]: the heads of a group stacked along the rows
+            query = self.transpose(query.reshape(batch, kv, seq, groups, d), (0, 1, 3, 2, 4))
+            query = query.reshape(batch, kv, groups * seq, d)
+        context = self.core(query, key, value)
+        if groups > 1:  # back to [b, s, heads·d] with head index = kv head · groups + j
+            context = self.transpose(context.reshape(batch, kv, groups, seq, d), (0, 3, 1, 2, 4))
+        else:
+            context = self.transpose(context, (0, 2, 1, 3))
+        return self.output(context.reshape(tokens, self.heads * d))
 
 
 class DenseFeedForward(nn.Cell):
+    """gelu: W2·GeLU(W1·x); swiglu: W2·(SiLU(Wg·x) ⊙ W1·x) (Shazeer 2020, as in Llama): three matrices."""
+
     def __init__(self, config: ModelConfig, shards: ShardStrategies | None):
         super().__init__()
+        self.swiglu = config.ffn_type == "swiglu"
         self.ffn_in = Linear(config.hidden, config.ffn_hidden, shards and shards.ffn_in)
+        if self.swiglu:
+            self.ffn_gate = Linear(config.hidden, config.ffn_hidden, shards and shards.ffn_in)
+            self.multiply = _shard(ops.Mul(), shards and shards.gate_multiply)
         self.ffn_out = Linear(config.ffn_hidden, config.hidden, shards and shards.ffn_out,
-                              residual_std(config.layers))
-        self.activation = _shard(ops.GeLU(), shards and shards.activation)
+                              residual_std(config.layers), shards and shards.row_parallel_output)
+        self.activation = _shard(SiLU() if self.swiglu else ops.GeLU(), shards and shards.activation)
 
     def construct(self, x):
-        return self.ffn_out(self.activation(self.ffn_in(x))), ops.zeros((), ms.float32)
+        if self.swiglu:
+            hidden = self.multiply(self.activation(self.ffn_gate(x)), self.ffn_in(x))
+        else:
+            hidden = self.activation(self.ffn_in(x))
+        return self.ffn_out(hidden), ops.zeros((), ms.float32)
 
 
 class MoEFeedForward(nn.Cell):
@@ -119,9 +195,13 @@ class MoEFeedForward(nn.Cell):
                              residual_std(config.layers))
         self.expert_in = _shard(ops.BatchMatMul(), shards and shards.expert_ffn_in)
         self.expert_out = _shard(ops.BatchMatMul(), shards and shards.expert_ffn_out)
+        self.swiglu = config.ffn_type == "swiglu"
+        if self.swiglu:  # every expert is a SwiGLU block: a gate matrix next to w_in
+            self.w_gate = _weight((config.experts, config.hidden, config.ffn_hidden), "expert_w_gate")
+            self.expert_gate = _shard(ops.BatchMatMul(), shards and shards.expert_ffn_in)
         self.gather_tokens = ops.BatchMatMul(transpose_a=True)
         self.scatter_tokens = ops.BatchMatMul()
-        self.activation = ops.GeLU()
+        self.activation = SiLU() if self.swiglu else ops.GeLU()
         self.softmax = ops.Softmax(axis=-1)
         self.top_k_op = ops.TopK(sorted=True)
         self.one_hot = ops.OneHot()
@@ -158,7 +238,12 @@ class MoEFeedForward(nn.Cell):
         expert_inputs = self.gather_tokens(dispatch.reshape(groups, tokens, experts * capacity), grouped)
         expert_inputs = expert_inputs.reshape(groups, experts, capacity, hidden).transpose(1, 0, 2, 3)
         expert_inputs = expert_inputs.reshape(experts, groups * capacity, hidden)
-        expert_outputs = self.expert_out(self.activation(self.expert_in(expert_inputs, self.w_in)), self.w_out)
+        if self.swiglu:
+            inner = self.activation(self.expert_gate(expert_inputs, self.w_gate)) * self.expert_in(expert_inputs,
+                                                                                                     self.w_in)
+        else:
+            inner = self.activation(self.expert_in(expert_inputs, self.w_in))
+        expert_outputs = self.expert_out(inner, self.w_out)
         expert_outputs = expert_outputs.reshape(experts, groups, capacity, hidden).transpose(1, 0, 2, 3)
         expert_outputs = expert_outputs.reshape(groups, experts * capacity, hidden)
         output = self.scatter_tokens(combine.reshape(groups, tokens, experts * capacity), expert_outputs)
@@ -170,10 +255,10 @@ class MoEFeedForward(nn.Cell):
 
 class DecoderLayer(nn.Cell):
     def __init__(self, config: ModelConfig, seq_length: int, micro_batch: int, routing_groups: int,
-                 shards: ShardStrategies | None):
+                 shards: ShardStrategies | None, flash_attention: bool = False):
         super().__init__()
         self.norm_attention = LayerNorm(config.hidden, shards and shards.layer_norm)
-        self.attention = Attention(config, seq_length, shards)
+        self.attention = Attention(config, seq_length, shards, flash_attention)
         self.norm_ffn = LayerNorm(config.hidden, shards and shards.layer_norm)
         if config.is_moe:
             tokens_per_group = micro_batch * seq_length // routing_groups
@@ -236,22 +321,27 @@ class GPTWithLoss(nn.Cell):
                  routing_groups: int = 1):
         super().__init__()
         self.embedding = Embedding(config, seq_length, plan.shards)
-        self.layers = nn.CellList([DecoderLayer(config, seq_length, micro_batch, routing_groups, plan.shards)
+        self.layers = nn.CellList([DecoderLayer(config, seq_length, micro_batch, routing_groups, plan.shards,
+                                                plan.flash_attention)
                                    for _ in range(config.layers)])
         self.loss_head = LossHead(config, plan.shards)
         self._place(plan)
 
     def _place(self, plan: ParallelPlan) -> None:
-        """Pipeline stages (Ascend semi-auto only): embedding first, layer i in stage i // (layers / pp), the loss
-        last. Recompute trades the layers' stored activations for a second forward pass in backward."""
+        """Pipeline stages (Ascend semi-auto only): embedding first, each layer in the stage of plan.layer_stages
+        (contiguous blocks, or chunks dealt round-robin when interleaved), the loss last. Recompute trades stored
+        activations for a second forward pass in backward: full = each whole layer from its input, selective =
+        the attention core only (Korthikanti et al. 2022, §5)."""
         if plan.uses_pipeline:
             self.embedding.pipeline_stage = 0
             self.loss_head.pipeline_stage = plan.pipeline_stages - 1
         for layer, stage in zip(self.layers, plan.layer_stages):
             if plan.uses_pipeline:
                 layer.pipeline_stage = stage
-            if plan.recompute:
+            if plan.recompute == "full":
                 layer.recompute()
+            elif plan.recompute == "selective" and not plan.flash_attention:  # flash attention stores no scores
+                layer.attention.core.recompute()
 
     def construct(self, input_ids, labels):
         x = self.embedding(input_ids)

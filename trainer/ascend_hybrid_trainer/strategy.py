@@ -1,8 +1,11 @@
-"""Degrees → MindSpore parallel context and per-layer shard strategies (design §9's table), as a pure function.
+"""Degrees and training flags → MindSpore parallel context and per-layer shard strategies (design §9's table), as a
+pure function.
 
 No MindSpore import: the mapping is unit-tested on any machine, and the model only reads the plan.
 Notation of the table: dp = data, mp = tensor, ep = expert; linear layers are `y = x·Wᵀ` (MatMul with
-transpose_b), so a weight [out, in] split by rows of W is a column-parallel layer.
+transpose_b), so a weight [out, in] split by rows of W is a column-parallel layer. Tokens are flattened to
+[batch·seq, hidden], batch-major, so splitting that axis dp·mp ways cuts each data-parallel slice into mp
+contiguous pieces of its sequence: that is sequence parallelism.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ SEMI_AUTO_PARALLEL = "semi_auto_parallel"
 class ShardStrategies:
     """One strategy per sharded primitive, the same in every layer (only the pipeline stage differs per layer)."""
 
-    qkv: Strategy               # column parallel: MatMul(x [tokens, h], W [3h, h])
+    qkv: Strategy               # column parallel: MatMul(x [tokens, h], W [kv·(groups+2)·d, h]), whole kv groups
     attention_output: Strategy  # row parallel: MatMul(ctx [tokens, h], W [h, h])
-    ffn_in: Strategy            # column parallel
+    ffn_in: Strategy            # column parallel (gelu's first linear; swiglu's up and gate projections)
     ffn_out: Strategy           # row parallel
     embedding: Strategy         # vocab-parallel Gather(table [vocab, h], ids [batch, seq])
     lm_head: Strategy           # vocab-parallel MatMul(x, table [vocab, h])
@@ -32,12 +35,18 @@ class ShardStrategies:
     expert_ffn_out: Strategy    # BatchMatMul(hidden [E, G·C, ffn], W2 [E, ffn, h])
     router: Strategy            # MatMul(x, Wr [E, h]): tiny, replicated over mp
     layer_norm: Strategy        # LayerNorm(x, gamma, beta)
-    attention_scores: Strategy  # BatchMatMul(q [b, heads, s, d], kᵀ): heads split like the QKV columns
+    attention_scores: Strategy  # BatchMatMul(q [b, kv, groups·s, d], kᵀ): kv heads split like the QKV columns
     attention_softmax: Strategy
     attention_context: Strategy
-    activation: Strategy        # GeLU on the column-parallel FFN output
+    activation: Strategy        # GeLU / SiLU on the column-parallel FFN output
+    gate_multiply: Strategy     # swiglu: SiLU(gate) ⊙ up, both column parallel
     residual_add: Strategy
     cross_entropy: Strategy     # SoftmaxCrossEntropyWithLogits: vocab gathered first (its axis cannot be split)
+    # flash_attention_score(q [b, heads, s, d], k, v [b, kv, s, d], causal mask [2048, 2048]) in BNSD layout
+    flash_attention: Strategy
+    # The output strategy of the row-parallel MatMuls: None = all-reduce over mp (the partial sums are added and
+    # every rank keeps all tokens); with sequence parallelism ((dp·mp, 1),) = reduce-scatter along the tokens.
+    row_parallel_output: Strategy | None = None
 
     @property
     def expert_weights(self) -> tuple[int, ...]:
@@ -52,23 +61,37 @@ class ParallelPlan:
     shards: ShardStrategies | None     # None unless semi_auto_parallel
     layer_stages: tuple[int, ...]      # pipeline stage of each transformer layer
     pipeline_stages: int
-    micro_batches: int
-    recompute: bool
+    micro_batches: int                 # pipeline micro-batches, or gradient-accumulation steps without a pipeline
+    recompute: str                     # none | selective (the attention core of every layer) | full (every layer)
     # True when every rank feeds the whole global batch (semi-auto, full_batch); False when each DP rank feeds
     # its own contiguous slice of it (data_parallel).
     full_batch: bool
+    micro_batch_size: int = 1          # samples one rank's forward pass sees: global batch / (data x micro-batches)
+    virtual_stages: int = 1            # model chunks per pipeline stage (interleaved 1F1B)
+    sequence_parallel: bool = False
+    flash_attention: bool = False
 
     @property
     def uses_pipeline(self) -> bool:
         return self.pipeline_stages > 1
 
+    @property
+    def accumulates_gradients(self) -> bool:
+        """microBatches > 1 without a pipeline: the step runs them one after the other and adds their gradients,
+        so a rank holds the activations of one micro-batch at a time (the memory the planner predicts)."""
+        return not self.uses_pipeline and self.micro_batches > 1
 
-def layer_stages(layers: int, pipeline: int) -> tuple[int, ...]:
-    """Layer i sits in stage i // (layers / pp): contiguous, equal blocks (layers % pp == 0 is validated)."""
-    if layers % pipeline:
-        raise ConfigError(f"model.layers={layers} must be divisible by parallelism.pipeline={pipeline}")
-    per_stage = layers // pipeline
-    return tuple(index // per_stage for index in range(layers))
+
+def layer_stages(layers: int, pipeline: int, virtual: int = 1) -> tuple[int, ...]:
+    """Layer i sits in stage i // (layers / pp): contiguous, equal blocks (layers % pp == 0 is validated). With v
+    virtual stages (interleaved 1F1B) the layers form pp·v equal chunks and chunk c runs on stage c % pp, so each
+    stage holds v chunks spread over the depth (Narayanan et al., SC'21, §2.2)."""
+    chunks = pipeline * virtual
+    if layers % chunks:
+        raise ConfigError(f"model.layers={layers} must be divisible by parallelism.pipeline={pipeline}"
+                          + (f" x virtualPipelineStages={virtual}" if virtual > 1 else ""))
+    per_chunk = layers // chunks
+    return tuple((index // per_chunk) % pipeline for index in range(layers))
 
 
 def expert_weight_strategy(degrees: Parallelism) -> tuple[int, ...]:
@@ -83,8 +106,12 @@ def expert_weight_strategy(degrees: Parallelism) -> tuple[int, ...]:
     return (ep, 1, mp)
 
 
-def shard_strategies(degrees: Parallelism) -> ShardStrategies:
+def shard_strategies(degrees: Parallelism, sequence_parallel: bool = False) -> ShardStrategies:
     dp, mp, ep = degrees.data, degrees.tensor, degrees.expert
+    # Sequence parallelism (Korthikanti et al. 2022, §4.2.2): the layer norms and residual adds, which TP leaves
+    # whole, work on 1/mp of the tokens; the row-parallel outputs reduce-scatter instead of all-reduce, and the
+    # framework all-gathers the tokens again before the next column-parallel MatMul.
+    tokens = dp * mp if sequence_parallel else dp
     weights = expert_weight_strategy(degrees)
     # The expert BatchMatMul's token operand: the expert axis takes ep, the rest of the stage's dp·mp ranks
     # split the tokens, so expert weights and tokens use every rank of the stage exactly once.
@@ -100,17 +127,20 @@ def shard_strategies(degrees: Parallelism) -> ShardStrategies:
         expert_ffn_in=((ep, token_split, 1), weights),
         expert_ffn_out=((ep, token_split, ffn_split), (ep, ffn_split, 1)),
         router=((dp, 1), (1, 1)),
-        layer_norm=((dp, 1), (1,), (1,)),
+        layer_norm=((tokens, 1), (1,), (1,)),
         attention_scores=((dp, mp, 1, 1), (dp, mp, 1, 1)),
         attention_softmax=((dp, mp, 1, 1),),
         attention_context=((dp, mp, 1, 1), (dp, mp, 1, 1)),
         activation=((dp, mp),),
-        residual_add=((dp, 1), (dp, 1)),
+        gate_multiply=((dp, mp), (dp, mp)),
+        residual_add=((tokens, 1), (tokens, 1)),
         cross_entropy=((dp, 1), (dp, 1)),
+        flash_attention=((dp, mp, 1, 1), (dp, mp, 1, 1), (dp, mp, 1, 1), (1, 1)),
+        row_parallel_output=((dp * mp, 1),) if sequence_parallel else None,
     )
 
 
-def check_shapes_divide(model: ModelConfig, degrees: Parallelism) -> None:
+def check_shapes_divide(model: ModelConfig, degrees: Parallelism, training: TrainingConfig) -> None:
     """Semi-auto parallel cuts tensors into equal slices: each sharded axis must divide by its degree."""
     mp, ep = degrees.tensor, degrees.expert
     rules = [
@@ -118,28 +148,40 @@ def check_shapes_divide(model: ModelConfig, degrees: Parallelism) -> None:
                            f"(vocab-parallel embedding and head)"),
         (model.ffn_hidden % mp, f"model.ffnHidden={model.ffn_hidden} must be divisible by parallelism.tensor={mp}"),
         (model.heads % mp, f"model.heads={model.heads} must be divisible by parallelism.tensor={mp}"),
+        (model.kv_heads % mp, f"model.kvHeads={model.kv_heads} must be divisible by parallelism.tensor={mp}"),
     ]
     if model.is_moe:
         rules.append((model.experts % ep, f"model.experts={model.experts} must be divisible by "
                                           f"parallelism.expert={ep}"))
+    if training.sequence_parallel and mp > 1:
+        rules.append((training.seq_length % mp, f"training.seqLength={training.seq_length} must be divisible by "
+                                                f"parallelism.tensor={mp} for sequenceParallel"))
     problems = [message for remainder, message in rules if remainder]
     if problems:
         raise ConfigError("; ".join(problems))
 
 
+def micro_batch_size(degrees: Parallelism, training: TrainingConfig) -> int:
+    """Samples in one forward pass of one data-parallel rank (the planner's b)."""
+    return training.global_batch_size // (degrees.data * degrees.micro_batches)
+
+
 def plan_parallel(degrees: Parallelism, model: ModelConfig, training: TrainingConfig) -> ParallelPlan:
-    stages = layer_stages(model.layers, degrees.pipeline)
+    stages = layer_stages(model.layers, degrees.pipeline, degrees.virtual_pipeline_stages)
+    common = {"recompute": training.recompute, "micro_batches": degrees.micro_batches,
+              "micro_batch_size": micro_batch_size(degrees, training), "flash_attention": training.flash_attention}
     if degrees.world_size == 1 and degrees.only_data_parallel:
         return ParallelPlan(mode=STAND_ALONE, context={"parallel_mode": STAND_ALONE}, shards=None,
-                            layer_stages=stages, pipeline_stages=1, micro_batches=1,
-                            recompute=training.recompute, full_batch=True)
+                            layer_stages=stages, pipeline_stages=1, full_batch=True, **common)
     if degrees.only_data_parallel:
         context = {"parallel_mode": DATA_PARALLEL, "device_num": degrees.data, "gradients_mean": True}
         if training.optimizer_shard:
             context["enable_parallel_optimizer"] = True
         return ParallelPlan(mode=DATA_PARALLEL, context=context, shards=None, layer_stages=stages,
-                            pipeline_stages=1, micro_batches=1, recompute=training.recompute, full_batch=False)
-    check_shapes_divide(model, degrees)
+                            pipeline_stages=1, full_batch=False, **common)
+    check_shapes_divide(model, degrees, training)
+    # Sequence parallelism splits within the TP group: with tensor = 1 there is nothing to split.
+    sequence_parallel = training.sequence_parallel and degrees.tensor > 1
     context = {
         "parallel_mode": SEMI_AUTO_PARALLEL,
         "device_num": degrees.world_size,
@@ -148,10 +190,13 @@ def plan_parallel(degrees: Parallelism, model: ModelConfig, training: TrainingCo
         "gradients_mean": True,
         "enable_parallel_optimizer": training.optimizer_shard,
     }
-    return ParallelPlan(mode=SEMI_AUTO_PARALLEL, context=context, shards=shard_strategies(degrees),
-                        layer_stages=stages, pipeline_stages=degrees.pipeline,
-                        micro_batches=degrees.micro_batches if degrees.pipeline > 1 else 1,
-                        recompute=training.recompute, full_batch=True)
+    if degrees.virtual_pipeline_stages > 1:
+        context["pipeline_config"] = {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}
+    return ParallelPlan(mode=SEMI_AUTO_PARALLEL, context=context,
+                        shards=shard_strategies(degrees, sequence_parallel), layer_stages=stages,
+                        pipeline_stages=degrees.pipeline, full_batch=True,
+                        virtual_stages=degrees.virtual_pipeline_stages, sequence_parallel=sequence_parallel,
+                        **common)
 
 
 CPU_LIMITS = ("MindSpore refuses semi_auto_parallel and pipeline parallel on the CPU backend (\"Invalid backend: "
@@ -174,6 +219,10 @@ def check_runnable(plan: ParallelPlan, degrees: Parallelism, device_target: str)
         raise ConfigError(
             "training.optimizerShard=true: the parallel optimizer needs ReduceScatter, which has no CPU kernel; "
             "set it to false on CPU")
+    if plan.flash_attention:
+        raise ConfigError(
+            "training.flashAttention=true: flash_attention_score (FlashAttentionScore) has kernels for Ascend "
+            "only, none for CPU; set it to false on CPU (the trainer does not change the strategy by itself)")
 
 
 def validate_run(degrees: Parallelism, model: ModelConfig, training: TrainingConfig, world_size: int,

@@ -1,7 +1,9 @@
 """One training worker (one rank): the process the launcher starts with MS_ROLE=MS_WORKER or a rank-table env.
 
-Prints one JSON line per step on stdout from global rank 0 (`{"step": n, "loss": x}`, x the loss of the whole
-global batch); everything else goes to stderr.
+Prints one JSON line per step on stdout from global rank 0 (`{"step": n, "loss": x, "gradNorm": g}`, x the loss
+of the whole global batch, g the global norm of its gradients before clipping); everything else goes to stderr.
+However it ends, it writes its termination record (failures.py) to AHJ_TERMINATION_LOG and exits with the code of
+its cause.
 """
 
 from __future__ import annotations
@@ -10,20 +12,27 @@ import json
 import os
 import sys
 import time
+import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 from mindspore.communication import GlobalComm, create_group, get_group_size, get_rank, init
 
-from . import checkpoint
-from .config import ConfigError, RunConfig, load_run_config
+from . import checkpoint, defaults, failures
+from .config import RunConfig, load_run_config
 from .data import inputs_and_labels, open_token_source, rank_slice
 from .device import detect_device_target, read_npu_utilization
+from .divergence import DivergenceMonitor
 from .metrics import TrainerMetrics
 from .model import GPTWithLoss
 from .strategy import DATA_PARALLEL, SEMI_AUTO_PARALLEL, ParallelPlan, validate_run
+
+
+@dataclass
+class Progress:
+    step: int = 0  # the training step in progress; 0 before the first one (cluster formation, compilation)
 
 
 @dataclass(frozen=True)
@@ -69,13 +78,41 @@ def start_mindspore(identity: WorkerIdentity, device_target: str, plan: Parallel
     ms.set_auto_parallel_context(**plan.context)
 
 
-def build_train_step(network, optimizer, plan: ParallelPlan, data_degree: int):
-    """A compiled step: forward, backward, gradient reduction for the mode, optimizer update; returns the loss of
-    the whole global batch on every rank that reports it."""
-    if plan.uses_pipeline:  # Ascend only: micro-batches flow through the stages, gradients accumulate per stage
-        from mindspore.parallel.nn import Pipeline, PipelineGradReducer
+def global_norm(grads):
+    """The L2 norm of all gradients together (one scalar; cheap next to the backward pass that made them)."""
+    return ops.sqrt(ops.addn([ops.reduce_sum(ops.square(grad)) for grad in grads]))
 
-        network = Pipeline(network, plan.micro_batches)
+
+def clipped(grads, norm, clip_norm: float):
+    """Global-norm clipping: every gradient scaled by clip / max(norm, clip), so the update keeps its direction
+    and its norm is at most clip (Pascanu et al. 2013)."""
+    scale = clip_norm / ops.maximum(norm, clip_norm)
+    return tuple([grad * scale for grad in grads])
+
+
+def pipeline_group(identity: WorkerIdentity, stages: int) -> str:
+    """The ranks at this rank's position in every pipeline stage (Ascend only), created once."""
+    stage_size = identity.world_size // stages
+    position = identity.rank % stage_size
+    name = f"ahj_pipeline_{position}"
+    create_group(name, list(range(position, identity.world_size, stage_size)))
+    return name
+
+
+def build_train_step(network, optimizer, plan: ParallelPlan, data_degree: int, clip_norm: float,
+                     stage_group: str | None = None):
+    """A compiled step: forward, backward, gradient reduction for the mode, global gradient norm, optional
+    clipping, optimizer update. Returns (loss, gradient norm): the loss of the whole global batch on every rank
+    that reports it, the norm of the reduced (mean) gradients before clipping, the same number on every rank.
+
+    microBatches > 1 without a pipeline accumulates: on CPU (stand-alone, data parallel) the step runs the
+    micro-batches one after the other and adds their gradients before the one reduction and update; in semi-auto
+    (Ascend) MindSpore's GradAccumulation cell does it."""
+    if plan.uses_pipeline or (plan.mode == SEMI_AUTO_PARALLEL and plan.accumulates_gradients):
+        # Ascend only: micro-batches flow through the stages (or one after the other), gradients accumulate
+        from mindspore.parallel.nn import GradAccumulation, Pipeline, PipelineGradReducer
+
+        network = (Pipeline if plan.uses_pipeline else GradAccumulation)(network, plan.micro_batches)
         reduce_gradients = PipelineGradReducer(optimizer.parameters)
     elif plan.mode == DATA_PARALLEL:
         reduce_gradients = nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=data_degree,
@@ -83,39 +120,60 @@ def build_train_step(network, optimizer, plan: ParallelPlan, data_degree: int):
     else:  # stand-alone, or semi-auto where the framework inserts the gradient all-reduce itself
         reduce_gradients = ops.identity
     grad_fn = ms.value_and_grad(network, None, optimizer.parameters)
+    sum_over_ranks = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if plan.mode == DATA_PARALLEL else None
+    # Under a pipeline each stage holds its own layers: the squared norms of the stages are added up.
+    sum_over_stages = ops.AllReduce(group=stage_group) if stage_group else None
 
-    if plan.mode == DATA_PARALLEL:
-        sum_over_ranks = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP)
+    def finish(loss, grads):
+        grads = reduce_gradients(grads)
+        if sum_over_stages is not None:
+            norm = ops.sqrt(sum_over_stages(ops.addn([ops.reduce_sum(ops.square(grad)) for grad in grads])))
+        else:
+            norm = global_norm(grads)
+        if clip_norm:
+            grads = clipped(grads, norm, clip_norm)
+        optimizer(grads)
+        if sum_over_ranks is not None:
+            loss = sum_over_ranks(loss) / data_degree  # each rank's loss is the mean of its equal slice
+        return loss, norm
 
-        @ms.jit
-        def step(input_ids, labels):
-            loss, grads = grad_fn(input_ids, labels)
-            optimizer(reduce_gradients(grads))
-            return sum_over_ranks(loss) / data_degree  # each rank's loss is the mean of its equal slice
-    else:
-        @ms.jit
-        def step(input_ids, labels):
-            loss, grads = grad_fn(input_ids, labels)
-            optimizer(reduce_gradients(grads))
-            return loss
-    return step
+    @ms.jit
+    def step(input_ids, labels):
+        loss, grads = grad_fn(input_ids, labels)
+        return finish(loss, grads)
+
+    if plan.mode == SEMI_AUTO_PARALLEL or not plan.accumulates_gradients:
+        return step
+
+    micro_batches = plan.micro_batches
+
+    @ms.jit
+    def accumulating_step(input_ids, labels):  # the loop is unrolled at compile time: one graph, one call
+        rows = input_ids.shape[0] // micro_batches
+        total_loss, total_grads = grad_fn(input_ids[:rows], labels[:rows])
+        for index in range(1, micro_batches):
+            loss, grads = grad_fn(input_ids[index * rows:(index + 1) * rows],
+                                  labels[index * rows:(index + 1) * rows])
+            total_loss = total_loss + loss
+            total_grads = tuple([total + grad for total, grad in zip(total_grads, grads)])
+        return finish(total_loss / micro_batches, tuple([grad / micro_batches for grad in total_grads]))
+
+    return accumulating_step
 
 
-def make_loss_reporter(plan: ParallelPlan, identity: WorkerIdentity):
+def make_loss_reporter(plan: ParallelPlan, identity: WorkerIdentity, stage_group: str | None):
     """Under pipeline parallelism only the last stage computes the loss: every rank all-reduces over its pipeline
     group (the ranks at the same position of each stage), the other stages contributing zero, so rank 0 prints
-    it and each pod's metrics show it. The Pipeline cell sums the micro-batch losses, so their mean is the
-    global-batch loss. Ascend only."""
-    if not plan.uses_pipeline:
-        return lambda loss: float(loss)
-    stage_size = identity.world_size // plan.pipeline_stages
-    position = identity.rank % stage_size
-    group_name = f"ahj_loss_{position}"
-    create_group(group_name, list(range(position, identity.world_size, stage_size)))
-    is_last_stage = identity.rank // stage_size == plan.pipeline_stages - 1
-    all_reduce = ops.AllReduce(group=group_name)
-    micro_batches = plan.micro_batches
-    return lambda loss: float(all_reduce(loss if is_last_stage else ops.zeros_like(loss))) / micro_batches
+    it and each pod's metrics show it. The Pipeline and GradAccumulation cells sum the micro-batch losses, so
+    their mean is the global-batch loss. Ascend only."""
+    if plan.uses_pipeline:
+        is_last_stage = identity.rank // (identity.world_size // plan.pipeline_stages) == plan.pipeline_stages - 1
+        all_reduce = ops.AllReduce(group=stage_group)
+        micro_batches = plan.micro_batches
+        return lambda loss: float(all_reduce(loss if is_last_stage else ops.zeros_like(loss))) / micro_batches
+    if plan.mode == SEMI_AUTO_PARALLEL and plan.accumulates_gradients:
+        return lambda loss: float(loss) / plan.micro_batches
+    return lambda loss: float(loss)
 
 
 def make_optimizer(parameters, learning_rate: float, plan: ParallelPlan):
@@ -190,24 +248,30 @@ def start_metrics(config: RunConfig, identity: WorkerIdentity, env: Mapping[str,
     return metrics
 
 
-def train(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str]) -> int:
+def termination_log(env: Mapping[str, str]) -> str:
+    return env.get("AHJ_TERMINATION_LOG") or defaults.ENV["AHJ_TERMINATION_LOG"]
+
+
+def train(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str], progress: Progress) -> int:
     degrees, model_config, training = config.parallelism, config.model, config.training
     device_target = detect_device_target(env)
     plan = validate_run(degrees, model_config, training, identity.world_size, device_target, identity.launch_mode)
     source = open_token_source(config.dataset_path, model_config.vocab, training.seq_length, training.seed)
     start_mindspore(identity, device_target, plan)
     ms.set_seed(training.seed)  # identical initial weights on every rank and at every DP degree
-    if plan.mode == SEMI_AUTO_PARALLEL:
+    if plan.mode == SEMI_AUTO_PARALLEL:  # full batch: one forward pass sees a micro-batch of the global batch
         micro_batch, routing_groups = training.global_batch_size // plan.micro_batches, degrees.data
-    else:
-        micro_batch, routing_groups = training.global_batch_size // degrees.data, 1
+    else:  # each DP rank its slice, one micro-batch of it per forward pass
+        micro_batch, routing_groups = plan.micro_batch_size, 1
     network = GPTWithLoss(model_config, plan, training.seq_length, micro_batch, routing_groups)
     optimizer = make_optimizer(network.trainable_params(), training.learning_rate, plan)
-    step_fn = build_train_step(network, optimizer, plan, degrees.data)
-    report_loss = make_loss_reporter(plan, identity)
+    stage_group = pipeline_group(identity, plan.pipeline_stages) if plan.uses_pipeline else None
+    step_fn = build_train_step(network, optimizer, plan, degrees.data, training.gradient_clip_norm, stage_group)
+    report_loss = make_loss_reporter(plan, identity, stage_group)
+    monitor = DivergenceMonitor(training.divergence_loss_factor, training.divergence_grad_factor)
     state = TrainState(network, optimizer)
     per_rank = plan.mode == SEMI_AUTO_PARALLEL or bool(plan.context.get("enable_parallel_optimizer"))
-    keep = int(env.get("AHJ_CHECKPOINT_KEEP") or 2)
+    keep = config.checkpoint_keep
     start_step = resume(state, config.checkpoint_dir, per_rank, identity) if config.checkpoint_dir else 0
     metrics = start_metrics(config, identity, env)
     if metrics is not None:
@@ -218,30 +282,48 @@ def train(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str]) -
     tokens_per_step = training.global_batch_size * training.seq_length
     log(identity, f"training {plan.mode} on {device_target}: steps {start_step + 1}..{training.steps}, global "
                   f"batch {training.global_batch_size}, seq {training.seq_length}")
+    writer = failures.ProgressWriter(termination_log(env), identity.rank, lambda message: log(identity, message))
     for step in range(start_step + 1, training.steps + 1):
+        progress.step = step
+        writer.step(step)
         batch = source.global_batch(step, training.global_batch_size)
         if not plan.full_batch:
             batch = rank_slice(batch, identity.rank, degrees.data)
         input_ids, labels = inputs_and_labels(batch)
         started = time.perf_counter()
-        loss = report_loss(step_fn(Tensor(input_ids), Tensor(labels)))
+        raw_loss, raw_norm = step_fn(Tensor(input_ids), Tensor(labels))
+        loss, grad_norm = report_loss(raw_loss), float(raw_norm)
         seconds = time.perf_counter() - started
         if identity.rank == 0:
-            print(json.dumps({"step": step, "loss": loss}), flush=True)
+            print(json.dumps({"step": step, "loss": loss, "gradNorm": grad_norm}), flush=True)
         if metrics is not None:
-            metrics.record_step(step, loss, seconds, training.global_batch_size, tokens_per_step)
+            metrics.record_step(step, loss, seconds, training.global_batch_size, tokens_per_step, grad_norm)
+        monitor.observe(step, loss, grad_norm)  # every rank sees the same numbers: all stop at the same step
         if step % config.log_every == 0 or step == training.steps:
             log(identity, f"step {step}/{training.steps} loss {loss:.5f} step {seconds:.3f} s "
                           f"{tokens_per_step / seconds:.0f} tokens/s")
         if config.checkpoint_dir and (step % training.checkpoint_every == 0 or step == training.steps):
             save(state, config.checkpoint_dir, step, loss, identity, plan, per_rank, keep)
+    writer.clear()
     return 0
 
 
 def main(env: Mapping[str, str] = os.environ) -> int:
     identity = WorkerIdentity.from_env(env)
+    progress = Progress()
     try:
-        return train(load_run_config(env), identity, env)
-    except ConfigError as error:
-        log(identity, f"error: {error}")
-        return 2
+        return train(load_run_config(env), identity, env, progress)
+    except Exception as error:  # noqa: BLE001 - every end is classified, written down and given its exit code
+        record = failures.record_for_exception(error, identity.rank, progress.step)
+        if record.cause == failures.Cause.HCCL_CONNECT_TIMEOUT.value and env.get("MS_SCHED_HOST"):
+            record = replace(record, detail=(
+                f"the MindSpore cluster did not form within MS_TOPO_TIMEOUT={env.get('MS_TOPO_TIMEOUT', '1800')} s "
+                f"(scheduler {env['MS_SCHED_HOST']}:{env.get('MS_SCHED_PORT')}, {identity.world_size} ranks): "
+                f"{record.detail}"))
+        if record.cause == failures.Cause.UNKNOWN.value:
+            traceback.print_exc()  # an unforeseen error: the whole story, for whoever debugs it
+        else:
+            log(identity, f"error: {error}")
+        log(identity, f"ended with {record.cause} at step {progress.step}")
+        failures.write_record(termination_log(env), record, lambda message: log(identity, message))
+        return record.exit_code()

@@ -73,8 +73,13 @@ class Workload:
 
     @cached_property
     def total_parameters(self) -> int:
-        """Transformer layers plus an untied embedding and LM head (norms and biases left out: < 0.1 %)."""
-        return self.layers * self.layer_parameters + 2 * self.vocab * self.hidden
+        """Every parameter of the bundled trainer's model (trainer/ascend_hybrid_trainer/parameters.py; equal by
+        tests/contract/test_parameter_count.py): the layers' matrices, two layer norms per layer and a final one
+        (gamma and beta, 2h each), learned positions (seq·h), an untied embedding and LM head; no biases. The
+        memory model counts the matrices, embedding and head only (the norms and positions are < 0.1 %)."""
+        h = self.hidden
+        norms = (2 * self.layers + 1) * 2 * h
+        return self.layers * self.layer_parameters + norms + self.seq_length * h + 2 * self.vocab * h
 
     @cached_property
     def tokens_per_step(self) -> int:

@@ -174,10 +174,20 @@ def loss_at(training_key: str, step: int) -> float:
     return (floor + (INITIAL_LOSS - floor) * math.exp(-step / steps_to_settle)) * noise
 
 
+def grad_norm_at(training_key: str, step: int) -> float:
+    """Settles with the loss from about 2 towards a floor of 0.3-0.6, with ±10% noise: far inside the trainer's
+    divergence check (100 × the running median), as a healthy run is."""
+    floor = 0.3 + 0.3 * _unit(training_key, "grad-floor")
+    steps_to_settle = 200.0 + 400.0 * _unit(training_key, "tau")
+    noise = 1.0 + 0.2 * (_unit(training_key, "grad-noise", step) - 0.5)
+    return (floor + (2.0 - floor) * math.exp(-step / steps_to_settle)) * noise
+
+
 @dataclass(frozen=True)
 class TrainerFigures:
     step: int
     loss: float
+    grad_norm: float
     tokens_per_second: float
     step_seconds: float
     samples_total: int
@@ -209,6 +219,7 @@ def trainer_figures(pod: SimPod, now: float) -> TrainerFigures:
     seconds = phases[-1][1]
     jitter = 1.0 + 0.04 * (_unit(pod.training_key, "throughput", step) - 0.5)
     return TrainerFigures(step=step, loss=loss_at(pod.training_key, step),
+                          grad_norm=grad_norm_at(pod.training_key, step),
                           tokens_per_second=TOKENS_PER_STEP / seconds * jitter, step_seconds=seconds,
                           samples_total=step * SAMPLES_PER_STEP,
                           npu_utilization={str(c): chip_utilization(pod, c, now) for c in pod.chips},
@@ -266,6 +277,8 @@ def trainer_families(figures: TrainerFigures) -> list:
     step = GaugeMetricFamily("ascend_trainer_step", "Last completed training step.", value=figures.step)
     loss = GaugeMetricFamily("ascend_trainer_loss", "Loss of the whole global batch at the last step.",
                              value=figures.loss)
+    grad_norm = GaugeMetricFamily("ascend_trainer_grad_norm", "Global L2 norm of the gradients of the whole global "
+                                  "batch at the last step, before clipping.", value=figures.grad_norm)
     tokens = GaugeMetricFamily("ascend_trainer_tokens_per_second",
                                "Tokens of the global batch per second of step time, last step.",
                                value=figures.tokens_per_second)
@@ -279,7 +292,7 @@ def trainer_families(figures: TrainerFigures) -> list:
                                     "AI Core utilization of each NPU of this pod, from npu-smi.", labels=["device"])
     for device, value in sorted(figures.npu_utilization.items(), key=lambda item: int(item[0])):
         utilization.add_metric([device], value)
-    return [step, loss, tokens, seconds, samples, utilization]
+    return [step, loss, grad_norm, tokens, seconds, samples, utilization]
 
 
 EXPORTER_LABELS = ["id", "model_name", "namespace", "pod_name", "container_name"]

@@ -176,14 +176,36 @@ TRAINER_JOB = {"parallelism": {"data": 2}, "model": {"preset": "tiny"}, "trainin
 
 @pytest.mark.parametrize("section, key, value", [
     ("model", "ffnType", "swiglu"), ("model", "kvHeads", 4), ("training", "sequenceParallel", True),
-    ("training", "flashAttention", True), ("parallelism", "virtualPipelineStages", 2),
-    ("training", "recompute", "selective"),
+    ("training", "flashAttention", True), ("training", "recompute", "selective"),
 ])
-def test_trainer_refuses_what_it_does_not_implement_naming_the_field(section, key, value):
+def test_trainer_reads_every_field_the_planner_can_choose(section, key, value):
     raw = copy.deepcopy(TRAINER_JOB)
     raw[section][key] = value
-    with pytest.raises(ConfigError, match=f"{section}.{key}=.*not implemented"):
-        parse_job(raw)
+    config = parse_job(raw)
+    resolved = {"ffnType": config.model.ffn_type, "kvHeads": config.model.kv_heads,
+                "sequenceParallel": config.training.sequence_parallel,
+                "flashAttention": config.training.flash_attention, "recompute": config.training.recompute}
+    assert resolved[key] == value
+
+
+@pytest.mark.parametrize("change, refusal", [
+    ({"training": {"flashAttention": True}}, "training.flashAttention=true: flash_attention_score"),
+    ({"parallelism": {"pipeline": 2, "virtualPipelineStages": 2}, "model": {"layers": 4}},
+     "parallelism pipeline=2: the CPU backend can run only data parallel"),
+    ({"parallelism": {"tensor": 2}, "training": {"sequenceParallel": True}},
+     "parallelism tensor=2: the CPU backend can run only data parallel"),
+])
+def test_trainer_refuses_on_cpu_what_the_cpu_cannot_run_naming_the_field(change, refusal):
+    from ascend_hybrid_trainer.strategy import validate_run
+
+    raw = copy.deepcopy(TRAINER_JOB)
+    for section, values in change.items():
+        raw[section] = {**raw[section], **values}
+    config = parse_job(raw)
+    world = config.parallelism.world_size
+    with pytest.raises(ConfigError, match=refusal.replace("(", r"\(")):
+        validate_run(config.parallelism, config.model, config.training, world, "CPU", "dynamic")
+    validate_run(config.parallelism, config.model, config.training, world, "Ascend", "dynamic")
 
 
 @pytest.mark.parametrize("section, key, value", [
@@ -196,9 +218,10 @@ def test_trainer_accepts_the_defaults_written_out(section, key, value):
     parse_job(raw)
 
 
-@pytest.mark.parametrize("value, full", [(True, True), (False, False), ("full", True), ("none", False)])
-def test_trainer_reads_recompute_as_boolean_or_kind(value, full):
-    assert parse_job({**TRAINER_JOB, "training": {"recompute": value}}).training.recompute is full
+@pytest.mark.parametrize("value, kind", [(True, "full"), (False, "none"), ("full", "full"), ("none", "none"),
+                                         ("selective", "selective")])
+def test_trainer_reads_recompute_as_boolean_or_kind(value, kind):
+    assert parse_job({**TRAINER_JOB, "training": {"recompute": value}}).training.recompute == kind
 
 
 def test_trainer_runs_the_job_json_the_operator_renders_for_the_default_fields(examples):
@@ -206,4 +229,4 @@ def test_trainer_runs_the_job_json_the_operator_renders_for_the_default_fields(e
 
     [body] = [d for d in yaml.safe_load_all((examples / "seed-moe-128.yaml").read_text()) if d]
     config = parse_job(render.job_config(rules.parse(body)))
-    assert config.training.recompute is True and config.parallelism.pipeline == 8
+    assert config.training.recompute == "full" and config.parallelism.pipeline == 8
