@@ -8,7 +8,7 @@ namespace/name (a hash); tests pin them with the pod annotations below.
     sim.hybrid.ascend.dev/utilization        AI Core utilization of each chip, percent (default 70..95, wobbling)
     sim.hybrid.ascend.dev/step-seconds       seconds per training step (default 0.4..1.2)
     sim.hybrid.ascend.dev/hbm-used-percent   HBM in use on each chip, percent (default 55..85)
-    sim.hybrid.ascend.dev/runtime: process   the pod runs the real trainer, which serves :9400 itself
+    sim.hybrid.ascend.dev/runtime: process or container   the pod runs the real trainer, which serves :9400 itself
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ STEP_SECONDS_ANNOTATION = ANNOTATION_PREFIX + "step-seconds"
 HBM_USED_PERCENT_ANNOTATION = ANNOTATION_PREFIX + "hbm-used-percent"
 RUNTIME_ANNOTATION = ANNOTATION_PREFIX + "runtime"
 PROCESS_RUNTIME = "process"
+CONTAINER_RUNTIME = "container"
+REAL_RUNTIMES = (PROCESS_RUNTIME, CONTAINER_RUNTIME)  # the trainer really runs and serves its own endpoint
 JOB_LABEL = "hybrid.ascend.dev/job"
 ATTEMPT_LABEL = "hybrid.ascend.dev/attempt"
 
@@ -64,8 +66,8 @@ class SimPod:
 
     @property
     def serves_trainer_metrics(self) -> bool:
-        """False when the real trainer runs in a process and serves its own endpoint."""
-        return self.annotations.get(RUNTIME_ANNOTATION) != PROCESS_RUNTIME
+        """False when the real trainer runs (in a process or a container) and serves its own endpoint."""
+        return self.annotations.get(RUNTIME_ANNOTATION) not in REAL_RUNTIMES
 
     @property
     def trainer_address(self) -> str:
