@@ -14,8 +14,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -32,6 +30,8 @@ from ascend_hybrid.devcluster.runtime.launch import RUNTIME_ANNOTATION, claim_di
 from ascend_hybrid.devcluster.telemetry import exporter, prometheus
 from ascend_hybrid.devcluster.testing import procnet
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
+from support.losses import local_losses as run_locally
+from support.losses import step_records
 from support.operator_harness import Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
 from support.paths import EXAMPLES
 
@@ -116,20 +116,6 @@ def rss_bytes(pids: list[int]) -> int:
     return total
 
 
-def step_records(text: str) -> list[dict]:
-    """The trainer's per-step JSON lines ({"step": n, "loss": x}) out of a log."""
-    records = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if "step" in record and "loss" in record:
-                records.append(record)
-    return records
-
-
 def describe(cluster, jobs: Jobs, name: str) -> str:
     runtime_log = runtime_helper.log_file(cluster.paths)
     tail = "\n".join(runtime_log.read_text(errors="replace").splitlines()[-20:]) if runtime_log.exists() else ""
@@ -137,12 +123,7 @@ def describe(cluster, jobs: Jobs, name: str) -> str:
 
 
 def local_losses(steps: int) -> list[float]:
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "ascend-hybrid-trainer"), "local", "--data", "2", "--steps", str(steps),
-         "--global-batch", "2", "--seq-length", str(SEQ_LENGTH), "--seed", str(SEED), "--metrics-port", "0"],
-        capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return [record["loss"] for record in step_records(result.stdout)]
+    return run_locally(steps, seed=SEED, seq_length=SEQ_LENGTH, global_batch=2)
 
 
 def test_a_dp2_job_trains_for_real_and_matches_the_local_runner(cluster, prometheus_url, jobs, namespace):

@@ -88,9 +88,12 @@ def bind_indexes(memo, ahj_nodes, ahj_npu_pods, ahj_job_pods, ahj_device_infos, 
 
 @kopf.on.login()
 def login(**kwargs):
-    """An explicit --kubeconfig (exported as KUBECONFIG) wins; in a pod, the ServiceAccount; else ~/.kube/config."""
+    """An explicit --kubeconfig (exported as KUBECONFIG) wins; in a pod, the ServiceAccount; else ~/.kube/config.
+    In a pod the apiserver is KUBERNETES_SERVICE_HOST:PORT, as client-go's in-cluster config and Kube (the
+    client's load_incluster_config) find it: kopf's login_with_service_account would use
+    https://kubernetes.default.svc, which only resolves where the pod has cluster DNS."""
     if not os.environ.get("KUBECONFIG") and os.path.exists(SERVICE_ACCOUNT_TOKEN):
-        return kopf.login_with_service_account(**kwargs)
+        return kopf.login_via_client(**kwargs)
     return kopf.login_with_kubeconfig(**kwargs)
 
 

@@ -5,6 +5,7 @@
     dev-cluster build --with-kueue       … and Kueue with its CRDs (for `up --kueue`)
     dev-cluster up [--nodes 4] [--chip 910B|910A|A3] [--racks 2] [--telemetry] [--prometheus] [--kueue]
                    [--process-runtime | --no-process-runtime]   real local processes for pods by default, or not
+                   [--container-runtime | --no-container-runtime]   podman containers of their images, or not
     dev-cluster down | status | kubeconfig | prometheus-url
     dev-cluster add-nodes N [--chip …]
     dev-cluster fault NODE --not-ready | --ready | --chip-unhealthy ID | --chip-healthy ID
@@ -43,7 +44,8 @@ def handle_build(args) -> int:
 def handle_up(args) -> int:
     try:
         cluster.up(args.name, nodes=args.nodes, chip=args.chip, racks=args.racks, telemetry=args.telemetry,
-                   with_prometheus=args.prometheus, process_runtime=args.process_runtime, kueue=args.kueue)
+                   with_prometheus=args.prometheus, process_runtime=args.process_runtime,
+                   container_runtime=args.container_runtime, kueue=args.kueue)
         return 0
     except EXPECTED_ERRORS as error:
         return _fail(error)
@@ -154,6 +156,10 @@ def register(subparsers) -> None:
                     help="also run Kueue (builds it if missing): its pod integration for `default` and namespaces "
                          "labelled kueue.x-k8s.io/managed=true, a ResourceFlavor per chip type, the ClusterQueue "
                          "`ascend` (the nodes' NPUs as quota) and the LocalQueue default/ascend; kept on later `up`s")
+    up.add_argument("--container-runtime", action=argparse.BooleanOptionalAction, default=None,
+                    help="run every new pod's image as a podman container on the host network (the images `make "
+                         "images` built; a pod opts in by itself with sim.hybrid.ascend.dev/runtime: container); "
+                         "--no-container-runtime undoes it (default: leave the cluster's choice as it is)")
 
     command("down", handle_down, "stop everything `up` started and remove the cluster's files")
     command("status", handle_status, "processes, nodes and kubeconfig of the cluster (exit 1 unless healthy)")

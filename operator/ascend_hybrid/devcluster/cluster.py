@@ -64,13 +64,17 @@ class Progress:
 
 def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks: int = 2,
        log=print, telemetry: bool = False, with_prometheus: bool = False,
-       process_runtime: bool | None = None, kueue: bool = False) -> ClusterPaths:
+       process_runtime: bool | None = None, container_runtime: bool | None = None,
+       kueue: bool = False) -> ClusterPaths:
     """Creates (or resumes) the cluster with nodes 1..`nodes` and returns once it accepts pods. Idempotent: what
     exists is kept (faults too); `chip` defaults to the existing cluster's, else 910B. `telemetry` adds the
     simulated trainer endpoints and npu-exporter (telemetry/exporter.py); `with_prometheus` also a Prometheus scraping them.
     `process_runtime` True makes real local processes the default for new pods, False takes that back, None
-    leaves it as it is (devcluster/runtime/service.py; a pod always opts in by annotation). `kueue` adds Kueue
+    leaves it as it is (devcluster/runtime/service.py; a pod always opts in by annotation); `container_runtime` the
+    same for podman containers of the pods' images (devcluster/runtime/container.py). `kueue` adds Kueue
     (devcluster/kueue/manager.py); a cluster that has it keeps it running on every later `up`."""
+    if process_runtime and container_runtime:
+        raise ValueError("--process-runtime and --container-runtime exclude each other: pods get one default")
     progress = Progress(name, log)
     paths = cluster_paths(name)
     settings = load_settings(paths)
@@ -98,7 +102,7 @@ def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks:
     fleet.wait_nodes_ready(core, {n.name for n in wanted}, timeout=120)
     device_plugin(paths).wait_ready(plugin_pid)
     _check_pods_admitted(core)
-    _ensure_process_runtime(paths, core, process_runtime, progress)
+    _ensure_process_runtime(paths, core, process_runtime, progress, container_runtime)
     if kueue or kueue_manager.configured(paths):
         if "ahj-pod-terminate" not in paths.kwokctl_config.read_text():
             progress("warning: this cluster's kwok stages predate ahj-pod-terminate: Running pods of queued jobs "
@@ -163,18 +167,24 @@ def _check_pods_admitted(core: client.CoreV1Api) -> None:
                60, "the apiserver to admit pods")
 
 
-def _ensure_process_runtime(paths: ClusterPaths, core: client.CoreV1Api, default: bool | None, progress) -> None:
+def _ensure_process_runtime(paths: ClusterPaths, core: client.CoreV1Api, default: bool | None, progress,
+                            containers: bool | None = None) -> None:
     """The process runtime (devcluster/runtime/service.py) runs in every cluster: a pod opts in by annotation."""
     pid = runtime_helper.ensure_running(paths)
     if pid is None:
         progress("no process runtime: this cluster's kwok stages predate it (`down`, then `up`, to get it)")
-        if default:
+        if default or containers:
             raise RuntimeError(f"cluster {paths.name} cannot run pods as processes: recreate it (down, then up)")
         return
-    if default is not None:
-        runtime_default.set_cluster_default(core.api_client, default)
-    chosen = "default for new pods" if runtime_default.is_cluster_default(core) else "opt-in per pod"
-    progress(f"process runtime running (pid {pid}); real processes: {chosen}")
+    if containers and not runtime_helper.runs_containers(paths):
+        raise RuntimeError(f"cluster {paths.name} predates the container runtime: recreate it (down, then up)")
+    for choice, runtime in ((default, "process"), (containers, "container")):
+        if choice is not None:
+            runtime_default.set_cluster_default(core.api_client, choice, runtime=runtime)
+    chosen = runtime_default.cluster_default(core)
+    kinds = "processes and podman containers" if runtime_helper.runs_containers(paths) else "processes"
+    progress(f"process runtime running (pid {pid}); real {kinds}: "
+             + (f"{chosen} is the default for new pods" if chosen else "opt-in per pod"))
 
 
 def device_plugin(paths: ClusterPaths) -> Helper:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 
 import kopf
 import pytest
@@ -110,3 +111,20 @@ def test_a_chip_turning_unhealthy_wakes_every_job_but_a_rewrite_with_the_same_he
     handlers.device_info_changed(name=name, type="MODIFIED", body=broken, memo=memo)
     woken = {controller.queue.get(timeout=2), controller.queue.get(timeout=2)}
     assert woken == {("ns", "pending"), ("ns", "running")}  # the running gang may hold chip 3
+
+
+def test_in_a_pod_the_login_finds_the_apiserver_by_kubernetes_service_host_and_port(tmp_path, monkeypatch):
+    """As client-go does, and as the operator's own client does: no cluster DNS needed (kubernetes.default.svc)."""
+    from kubernetes.config import incluster_config
+
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("the-pod-token")  # as the kubelet writes it: no newline
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setattr(handlers, "SERVICE_ACCOUNT_TOKEN", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "23456")
+    info = handlers.login(logger=logging.getLogger("test"), settings=kopf.OperatorSettings())
+    assert (info.server, info.token, info.ca_path) == ("https://127.0.0.1:23456", "the-pod-token", str(ca))

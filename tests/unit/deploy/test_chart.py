@@ -241,6 +241,17 @@ def test_deployment_runs_one_locked_down_operator(rendered):
     assert one(objects, "Service")["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
 
 
+def test_bind_address_pod_ip_binds_the_endpoints_to_the_pods_ip_only(tmp_path, rendered):
+    """For pods that share the node's network (the simulated cluster's container runtime): the kubelet expands
+    $(POD_IP) in args from the downward-API variable the chart then defines."""
+    default = one(objects_of(rendered["chart-default"]), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "POD_IP" not in {entry["name"] for entry in default["env"]}
+    deployment = one(objects_of(render_with(tmp_path, {"bindAddress": "$(POD_IP)"})), "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "--bind-address=$(POD_IP)" in container["args"]
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in container["env"]
+
+
 def test_watch_namespaces_prometheus_and_placement_values_reach_the_pod(rendered):
     values = yaml.safe_load(VARIANTS["chart-namespaced-monitoring"][0].read_text())
     pod = one(objects_of(rendered["chart-namespaced-monitoring"]), "Deployment")["spec"]["template"]["spec"]

@@ -1,10 +1,12 @@
-"""`dev-cluster up --process-runtime`: the process runtime as the cluster's default.
+"""`dev-cluster up --process-runtime` (or `--container-runtime`): the process runtime (or its container mode) as the
+cluster's default.
 
 A MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.36) writes
-`sim.hybrid.ascend.dev/runtime: process` onto every pod created without that annotation. The choice is thus on
-each pod, where kwok's stages, the runtime and the simulated metrics exporter all read it; a pod opts out with
-`sim.hybrid.ascend.dev/runtime: kwok`. `--no-process-runtime` removes the policy (pods already created keep
-their annotation).
+`sim.hybrid.ascend.dev/runtime: process` (or `container`) onto every pod created without that annotation. The
+choice is thus on each pod, where kwok's stages, the runtime and the simulated metrics exporter all read it; a
+pod opts out with `sim.hybrid.ascend.dev/runtime: kwok`. One policy at a time: choosing the other runtime
+replaces it. `--no-process-runtime` (`--no-container-runtime`) removes the policy when it makes that runtime the
+default (pods already created keep their annotation).
 """
 
 from __future__ import annotations
@@ -13,16 +15,19 @@ from kubernetes import client
 
 from ..kube.client import with_retries
 from ..kube.waiting import wait_until
+from .container import CONTAINER_RUNTIME
 from .launch import PROCESS_RUNTIME, RUNTIME_ANNOTATION
 
 POLICY_NAME = "sim-process-runtime-default"
+RUNTIMES = (PROCESS_RUNTIME, CONTAINER_RUNTIME)
 
 
-def policy() -> dict:
-    annotate = f'Object{{metadata: Object.metadata{{annotations: {{"{RUNTIME_ANNOTATION}": "{PROCESS_RUNTIME}"}}}}}}'
+def policy(runtime: str = PROCESS_RUNTIME) -> dict:
+    annotate = f'Object{{metadata: Object.metadata{{annotations: {{"{RUNTIME_ANNOTATION}": "{runtime}"}}}}}}'
     return {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME},
+        # the runtime it writes, for the next `up` to read (a policy without it is the process runtime's)
+        "metadata": {"name": POLICY_NAME, "annotations": {RUNTIME_ANNOTATION: runtime}},
         "spec": {
             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
                                                     "resources": ["pods"]}]},
@@ -47,18 +52,47 @@ def _probe_annotations(core: client.CoreV1Api) -> dict:
     return created.metadata.annotations or {}
 
 
-def is_cluster_default(core: client.CoreV1Api) -> bool:
-    """What a new pod gets, asked of the apiserver itself (a dry-run create)."""
-    return _probe_annotations(core).get(RUNTIME_ANNOTATION) == PROCESS_RUNTIME
+def cluster_default(core: client.CoreV1Api) -> str | None:
+    """The runtime a new pod gets (process or container), asked of the apiserver itself (a dry-run create)."""
+    chosen = _probe_annotations(core).get(RUNTIME_ANNOTATION)
+    return chosen if chosen in RUNTIMES else None
 
 
-def set_cluster_default(api: client.ApiClient, enabled: bool, timeout: float = 30) -> None:
-    """Installs (or removes) the policy and returns once new pods get (or no longer get) the annotation: the
+def is_cluster_default(core: client.CoreV1Api, runtime: str = PROCESS_RUNTIME) -> bool:
+    return cluster_default(core) == runtime
+
+
+def _installed_runtime(admission: client.AdmissionregistrationV1Api) -> str | None:
+    try:
+        installed = admission.read_mutating_admission_policy(POLICY_NAME, _request_timeout=5)
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+        return None
+    return (installed.metadata.annotations or {}).get(RUNTIME_ANNOTATION, PROCESS_RUNTIME)
+
+
+def _remove(admission: client.AdmissionregistrationV1Api) -> None:
+    for delete in (admission.delete_mutating_admission_policy_binding, admission.delete_mutating_admission_policy):
+        try:
+            delete(POLICY_NAME, _request_timeout=5)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+
+
+def set_cluster_default(api: client.ApiClient, enabled: bool, timeout: float = 30,
+                        runtime: str = PROCESS_RUNTIME) -> None:
+    """Installs (or removes) the policy for `runtime` and returns once new pods get (or no longer get) it: the
     apiserver loads policies asynchronously, about a second later."""
     admission, core = client.AdmissionregistrationV1Api(api), client.CoreV1Api(api)
+    installed = _installed_runtime(admission)
     if enabled:
+        if installed not in (None, runtime):
+            _remove(admission)  # the other runtime's
         for create, read, body in (
-                (admission.create_mutating_admission_policy, admission.read_mutating_admission_policy, policy()),
+                (admission.create_mutating_admission_policy, admission.read_mutating_admission_policy,
+                 policy(runtime)),
                 (admission.create_mutating_admission_policy_binding,
                  admission.read_mutating_admission_policy_binding, binding())):
             try:
@@ -68,12 +102,7 @@ def set_cluster_default(api: client.ApiClient, enabled: bool, timeout: float = 3
                     raise
                 with_retries(lambda create=create, body=body: create(body, _request_timeout=5),
                              f"create {body['kind']} {POLICY_NAME}")
-    else:
-        for delete in (admission.delete_mutating_admission_policy_binding, admission.delete_mutating_admission_policy):
-            try:
-                delete(POLICY_NAME, _request_timeout=5)
-            except client.ApiException as error:
-                if error.status != 404:
-                    raise
-    wait_until(lambda: is_cluster_default(core) == enabled, timeout,
-               f"new pods to {'get' if enabled else 'lose'} {RUNTIME_ANNOTATION}={PROCESS_RUNTIME} by default")
+    elif installed == runtime:
+        _remove(admission)
+    wait_until(lambda: is_cluster_default(core, runtime) == enabled, timeout,
+               f"new pods to {'get' if enabled else 'lose'} {RUNTIME_ANNOTATION}={runtime} by default")

@@ -266,32 +266,42 @@ def configmap_files(pod: dict, configmaps: dict, layout: PodLayout) -> dict[Path
     """The files of every ConfigMap volume (all keys, or the listed items), as the kubelet projects them."""
     namespace, files = pod["metadata"]["namespace"], {}
     for name, volume in _volume_kinds(pod).items():
-        source = volume.get("configMap")
-        if source is None:
-            continue
-        configmap = configmaps.get((namespace, source.get("name")))
-        if configmap is None:
+        if "configMap" in volume:
+            files.update(configmap_source_files(namespace, name, volume["configMap"], configmaps,
+                                                layout.volume_dir(name)))
+    return files
+
+
+def configmap_source_files(namespace: str, volume: str, source: dict, configmaps: dict,
+                           directory: Path) -> dict[Path, bytes]:
+    """One ConfigMap's files under `directory`: a ConfigMap volume, or a ConfigMap source of a projected one."""
+    configmap, files = configmaps.get((namespace, source.get("name"))), {}
+    if configmap is None:
+        if source.get("optional"):
+            return files
+        raise NotRunnable("FailedMount", f"MountVolume.SetUp failed for volume {volume!r}: configmap "
+                          f"{source.get('name')!r} not found")
+    contents = {key: value.encode() for key, value in (configmap.get("data") or {}).items()}
+    contents.update({key: base64.b64decode(value) for key, value in (configmap.get("binaryData") or {}).items()})
+    items = source.get("items") or [{"key": key, "path": key} for key in sorted(contents)]
+    for item in items:
+        if item["key"] not in contents:
             if source.get("optional"):
                 continue
-            raise NotRunnable("FailedMount", f"MountVolume.SetUp failed for volume {name!r}: configmap "
-                              f"{source.get('name')!r} not found")
-        contents = {key: value.encode() for key, value in (configmap.get("data") or {}).items()}
-        contents.update({key: base64.b64decode(value) for key, value in (configmap.get("binaryData") or {}).items()})
-        items = source.get("items") or [{"key": key, "path": key} for key in sorted(contents)]
-        for item in items:
-            if item["key"] not in contents:
-                if source.get("optional"):
-                    continue
-                raise NotRunnable("FailedMount", f"configmap {source.get('name')!r} has no key {item['key']!r}")
-            relative = PurePosixPath(item["path"])
-            if relative.is_absolute() or ".." in relative.parts:
-                raise NotRunnable("FailedMount", f"volume {name!r}: item path {item['path']!r} must be relative")
-            files[layout.volume_dir(name) / relative] = contents[item["key"]]
+            raise NotRunnable("FailedMount", f"configmap {source.get('name')!r} has no key {item['key']!r}")
+        files[directory / relative_item_path(volume, item["path"])] = contents[item["key"]]
     return files
 
 
 def termination_path(container: dict) -> str:
     return str(PurePosixPath(container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH))
+
+
+def relative_item_path(volume: str, path: str) -> PurePosixPath:
+    relative = PurePosixPath(path)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise NotRunnable("FailedMount", f"volume {volume!r}: item path {path!r} must be relative")
+    return relative
 
 
 def launch_spec(pod: dict, configmaps: dict, layout: PodLayout, base_env: dict[str, str],

@@ -5,7 +5,9 @@ A kubelet's rules, for one container per pod with restartPolicy Never:
 - a bound, Pending pod with its IP (kwok gives it one once the device plugin annotated it) starts, oldest
   first, while the runtime guard has room; the first one that does not fit holds the later ones back (a gang
   must not be overtaken forever), except one that can never fit, which only waits itself;
-- a process that ended is reported once (Succeeded or Failed with its exit code);
+- a process that ended is reported once (Succeeded or Failed with its exit code); a container-runtime pod's
+  container that ended is restarted instead when its restartPolicy says so, after the kubelet's back-off
+  (restart.py);
 - a pod being deleted gets SIGTERM, SIGKILL once its grace period is over, and is removed from the API only
   once its process group is gone (so kwok cannot hand its IP to a new pod while the old process holds it);
   one that carries finalizers gets its terminal phase written first, since whoever holds a finalizer (Kueue)
@@ -19,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from .guard import WAITING_REASON, admit, requested_workers
 from .launch import NotRunnable, grace_seconds, runtime_container
+from .restart import restart_delay
 
 
 @dataclass(frozen=True)
@@ -32,10 +35,24 @@ class Tracked:
     stop_deadline: float | None = None  # when SIGKILL is due, once SIGTERM went out
     announced: bool = False         # the pod's status says Running
     reported: bool = False          # its end is in the pod's status
+    restarts: int = 0               # the container's restartCount (container runtime)
+    streak: int = 0                 # restarts since the back-off last started afresh
+    started_at: float = 0.0         # monotonic, when this run started
+    finished_at: float | None = None
+    restart_at: float | None = None  # when the ended container starts again (it restarts, after its back-off)
 
     @property
     def running(self) -> bool:
         return self.exit_code is None
+
+    @property
+    def holds_workers(self) -> bool:
+        """Running, or ended and about to restart: its workers stay counted."""
+        return self.running or self.restart_at is not None
+
+    @property
+    def ran_seconds(self) -> float:
+        return (self.finished_at - self.started_at) if self.finished_at is not None else 0.0
 
     def stopping(self, deadline: float) -> Tracked:
         return replace(self, stop_deadline=deadline)
@@ -77,6 +94,14 @@ class Kill:
 
 @dataclass(frozen=True)
 class ReportExit:
+    """The container ended: report it (restart_in None), or note that it starts again in restart_in seconds."""
+    uid: str
+    restart_in: float | None = None
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Start the pod's ended container again (restartCount + 1)."""
     uid: str
 
 
@@ -103,7 +128,8 @@ class Forget:
     uid: str
 
 
-Action = Start | Wait | Announce | SyncVolumes | Stop | Kill | ReportExit | ReportLost | ReportStopped | Remove | Forget
+Action = (Start | Wait | Announce | SyncVolumes | Stop | Kill | ReportExit | Restart | ReportLost | ReportStopped | Remove
+          | Forget)
 
 
 def _deleting(pod: dict) -> bool:
@@ -158,7 +184,10 @@ def plan(pods: dict[str, dict], tracked: dict[str, Tracked], capacity: int, now:
             if process.running:
                 actions += [SyncVolumes(uid)] if process.announced else [Announce(uid), SyncVolumes(uid)]
             elif not process.reported:
-                actions.append(ReportExit(uid))
+                actions.append(ReportExit(uid, restart_delay(pod, process.exit_code, process.streak,
+                                                             process.ran_seconds)))
+            elif process.restart_at is not None and now >= process.restart_at:
+                actions.append(Restart(uid))
         elif _phase(pod) == "Running":
             actions.append(ReportLost(uid))
         elif _ready_to_start(pod):
@@ -167,7 +196,7 @@ def plan(pods: dict[str, dict], tracked: dict[str, Tracked], capacity: int, now:
 
 
 def _admit_in_order(candidates: list[dict], tracked: dict[str, Tracked], capacity: int) -> list[Action]:
-    in_use = sum(process.workers for process in tracked.values() if process.running)
+    in_use = sum(process.workers for process in tracked.values() if process.holds_workers)
     candidates.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp") or "", pod["metadata"]["namespace"],
                                      pod["metadata"]["name"]))
     actions: list[Action] = []

@@ -47,6 +47,10 @@ class PodProcess:
         assert self.process is not None
         return self.process.pid
 
+    def container_id(self) -> str | None:
+        """The runtime's ID of the container: process://<pgid> (the group leads its own session)."""
+        return f"process://{self.pid}"
+
     def start(self) -> int:
         """Starts the group and its log pumps; raises OSError when the command cannot be executed. Must be called
         from a thread that lives as long as the runtime: PR_SET_PDEATHSIG fires when the forking thread ends."""
@@ -74,10 +78,14 @@ class PodProcess:
         """The container's exit code once the leader ended (the rest of its group is then killed), else None."""
         if self.exit_code is None and self.process is not None and self.process.poll() is not None:
             self.exit_code = exit_code_of(self.process.returncode)
-            self.signal_group(signal.SIGKILL)
+            self.end_rest()
             for pump in self.pumps:
                 pump.join(timeout=2)  # the last lines reach the log before the end is reported
         return self.exit_code
+
+    def end_rest(self) -> None:
+        """The leader ended: what is left of its group goes with it."""
+        self.signal_group(signal.SIGKILL)
 
     def signal_group(self, signum: int) -> None:
         if self.process is None:

@@ -1,15 +1,18 @@
 """The process runtime: a helper process of the dev cluster (`up` starts it, `down` stops it by pid) that runs
 the `ascend` container of every pod annotated `sim.hybrid.ascend.dev/runtime: process` as a real local process
-group, and forwards every ClusterIP Service to its ready pods (forwarder.py).
+group, that of every pod annotated `…/runtime: container` as a podman container of its image (kubelet.py: the
+two modes; container.py), and forwards every ClusterIP Service to its ready pods (forwarder.py).
 
 kwok gives such a pod its IPs once the device plugin annotated it and otherwise leaves it alone
 (devcluster/controlplane/stages.yaml); from there this runtime is its kubelet: it writes the ConfigMap volumes into the pod's
 directory (and keeps them in sync), starts the process with the container's env (launch.py), turns the pod
 Running, serves its output to `kubectl logs` through a kwok Logs object, reports Succeeded or Failed with the
-exit code, stops the group on deletion (SIGTERM, SIGKILL after the grace period) and then deletes the pod. The
-decisions are plan.plan() (plan.py); this module carries them out.
+exit code (or restarts a container as its restartPolicy says: restart.py), stops the group on deletion (SIGTERM,
+SIGKILL after the grace period) and then deletes the pod. The decisions are plan.plan() (plan.py); this module
+carries them out.
 
-    python -m ascend_hybrid.devcluster.runtime.service --kubeconfig FILE --cluster-dir DIR [--ready-file F] [--capacity N]
+    python -m ascend_hybrid.devcluster.runtime.service --kubeconfig FILE --cluster-dir DIR [--ready-file F]
+        [--capacity N] [--containers]
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from ..kube.processes import helper_main, log, run_until_signalled
 from . import status as podstatus
 from .forwarder import Forwarder, service_routes
 from .guard import default_capacity, requested_workers
-from .launch import NotRunnable, PodLayout, configmap_files, is_process_pod, launch_spec, runtime_container
+from .kubelet import ContainerMode, Modes, ProcessMode, read_bytes, write_atomically
+from .launch import NotRunnable, PodLayout, runtime_container
 from .plan import (
     Announce,
     Forget,
@@ -43,6 +47,7 @@ from .plan import (
     ReportExit,
     ReportLost,
     ReportStopped,
+    Restart,
     Start,
     Stop,
     SyncVolumes,
@@ -51,6 +56,8 @@ from .plan import (
     plan,
 )
 from .process import PodProcess
+from .restart import next_streak
+from .volumes import VolumeFile
 
 TICK_SECONDS = 0.2
 ROUTES_EVERY_SECONDS = 0.5
@@ -72,30 +79,15 @@ class Handle:
     process: PodProcess
     layout: PodLayout
     started: datetime
-    written: dict[Path, bytes]
-
-
-def _read(path: Path, tail: int | None = None) -> bytes:
-    """A file's bytes (its last `tail` bytes), b"" when it is gone."""
-    try:
-        with open(path, "rb") as handle:
-            if tail is not None:
-                handle.seek(max(handle.seek(0, os.SEEK_END) - tail, 0))
-            return handle.read()
-    except OSError:
-        return b""
-
-
-def _write_atomically(path: Path, content: bytes) -> None:
-    """As the kubelet swaps a ConfigMap volume: a reader sees the old file or the new one, never a half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_bytes(content)
-    os.replace(temporary, path)
+    written: dict[Path, VolumeFile]
+    mode: ProcessMode | ContainerMode
+    log_file: Path
+    previous_log_file: Path | None = None  # the run before a restart (`kubectl logs --previous`)
+    last_state: dict | None = None          # how that run ended (lastState)
 
 
 class ProcessRuntime:
-    def __init__(self, api: client.ApiClient, root: Path, capacity: int, log=log):
+    def __init__(self, api: client.ApiClient, root: Path, capacity: int, log=log, containers: bool = False):
         self.core, self.custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         self.root, self.capacity, self.log = root, capacity, log
         self.lock = threading.Lock()
@@ -113,6 +105,7 @@ class ProcessRuntime:
         self.forwarder = Forwarder(log)
         bin_dir = str(Path(sys.executable).parent)  # the trainer's console script lives beside this Python
         self.base_env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+        self.modes = Modes(ProcessMode(self.base_env), ContainerMode(api, root, log) if containers else None)
 
     # Informer callbacks (their threads). Only what process pods depend on wakes the loop at once: in a
     # simulation of thousands of kwok pods, their events only mark the forwarder's routes for the next tick.
@@ -132,12 +125,12 @@ class ProcessRuntime:
 
     def sync_pods(self, items: list[dict]) -> None:
         self._store_all(self.pods, items, _uid)
-        self._store_all(self.process_pods, [pod for pod in items if is_process_pod(pod)], _uid)
+        self._store_all(self.process_pods, [pod for pod in items if self.modes.runs(pod)], _uid)
         self.wake.set()
 
     def pod_event(self, kind: str, item: dict) -> None:
         self._store_one(self.pods, kind, item, _uid)
-        if is_process_pod(item):
+        if self.modes.runs(item):
             self._store_one(self.process_pods, kind, item, _uid)
             self.wake.set()
 
@@ -171,7 +164,7 @@ class ProcessRuntime:
         for uid, handle in self.handles.items():
             process = self.tracked[uid]
             if process.running and handle.process.poll() is not None:
-                self.tracked[uid] = replace(process, exit_code=handle.process.exit_code)
+                self.tracked[uid] = replace(process, exit_code=handle.process.exit_code, finished_at=time.monotonic())
         with self.lock:
             process_pods, self.configmap_view = dict(self.process_pods), dict(self.configmaps)
             routes = None
@@ -181,8 +174,9 @@ class ProcessRuntime:
         if routes is not None:
             self.forwarder.update(routes)
         handlers = {Start: self.start, Wait: self.tell_waiting, Announce: self.announce, SyncVolumes: self.sync_volumes,
-                    Stop: self.stop, Kill: self.kill, ReportExit: self.report_exit, ReportLost: self.report_lost,
-                    ReportStopped: self.report_stopped, Remove: self.remove, Forget: self.forget}
+                    Stop: self.stop, Kill: self.kill, ReportExit: self.report_exit, Restart: self.restart,
+                    ReportLost: self.report_lost, ReportStopped: self.report_stopped, Remove: self.remove,
+                    Forget: self.forget}
         for action in plan(process_pods, dict(self.tracked), self.capacity, time.monotonic()):
             handlers[type(action)](action, process_pods.get(action.uid))
         for notes in (self.told, self.removing):  # what was noted about pods that are gone for good
@@ -191,40 +185,55 @@ class ProcessRuntime:
 
     # Actions ---------------------------------------------------------------------------------------------
     def start(self, action: Start, pod: dict) -> None:
-        layout = PodLayout.of(self.root, pod)
+        self._launch(action.uid, pod)
+
+    def restart(self, action: Restart, pod: dict) -> None:
+        process, handle = self.tracked[action.uid], self.handles[action.uid]
+        self._launch(action.uid, pod, process.restarts + 1, next_streak(process.streak, process.ran_seconds) + 1,
+                     handle)
+
+    def _launch(self, uid: str, pod: dict, restarts: int = 0, streak: int = 0, before: Handle | None = None) -> None:
+        """Starts the pod's container (a restart when `before` is its last run's handle)."""
+        layout, mode = PodLayout.of(self.root, pod), self.modes.of(pod)
         try:
-            spec = launch_spec(pod, self.configmap_view, layout, self.base_env)
+            prepared = mode.prepare(pod, self.configmap_view, layout, restarts)
         except NotRunnable as error:
-            self.tell_waiting(Wait(action.uid, error.reason, error.message), pod)
+            self.tell_waiting(Wait(uid, error.reason, error.message), pod)
             return
-        for directory in spec.directories:
-            directory.mkdir(parents=True, exist_ok=True)
-        for path, content in spec.files.items():
-            _write_atomically(path, content)
-        process, now = PodProcess(spec.argv, spec.env, spec.cwd, layout.log_file), datetime.now(UTC)
+        prepared.lay_out()
+        process, now = prepared.process, datetime.now(UTC)
         workers = requested_workers(runtime_container(pod))
+        previous, last_state = (before.log_file, before.last_state) if before else (None, None)
+        handle = Handle(process, layout, now, dict(prepared.files), mode, prepared.log_file, previous, last_state)
         try:
             pid = process.start()
         except OSError as error:
-            self.tracked[action.uid] = Tracked(pid=0, workers=0, grace=spec.grace_seconds, exit_code=128,
-                                               reported=True)
-            self.handles[action.uid] = Handle(process, layout, now, spec.files)
-            message = f"cannot run {' '.join(spec.argv)}: {error}"
-            self._status(pod, podstatus.terminated_patch(pod, None, 128, now, now, "StartError", message))
+            self.tracked[uid] = Tracked(pid=0, workers=0, grace=prepared.grace_seconds, exit_code=128, reported=True,
+                                        restarts=restarts)
+            self.handles[uid] = handle
+            message = f"cannot run {prepared.what}: {error}"
+            self._status(pod, podstatus.terminated_patch(pod, None, 128, now, now, "StartError", message,
+                                                         restarts=restarts, last_state=last_state))
             self._record_event(pod, "Warning", "Failed", message)
             return
-        self.tracked[action.uid] = Tracked(pid=pid, workers=workers, grace=spec.grace_seconds)
-        self.handles[action.uid] = Handle(process, layout, now, dict(spec.files))
-        self.told.pop(action.uid, None)
-        self._publish_logs(pod, layout)
-        self.announce(Announce(action.uid), pod)
-        self._record_event(pod, "Normal", "Started", f"Started container {spec.container} as process group {pid}: "
-                                                     f"{' '.join(spec.argv)}")
-        self.log(f"started {self._name(pod)}: pid {pid}, {workers} worker(s)")
+        self.tracked[uid] = Tracked(pid=pid, workers=workers, grace=prepared.grace_seconds, restarts=restarts,
+                                    streak=streak, started_at=time.monotonic())
+        self.handles[uid] = handle
+        self.told.pop(uid, None)
+        self._publish_logs(pod, prepared.log_file, previous)
+        self.announce(Announce(uid), pod)
+        self._record_event(pod, "Normal", "Started", f"Started container {prepared.container} as {prepared.what} "
+                                                     f"(pid {pid})")
+        self.log(f"started {self._name(pod)}: pid {pid}, {workers} worker(s)"
+                 + (f", restart {restarts}" if restarts else ""))
 
     def announce(self, action: Announce, pod: dict) -> None:
         process, handle = self.tracked[action.uid], self.handles[action.uid]
-        if self._status(pod, podstatus.running_patch(pod, process.pid, handle.started)):
+        container_id = handle.process.container_id()
+        if container_id is None:
+            return  # podman has not created the container yet: Running once it has
+        if self._status(pod, podstatus.running_patch(pod, process.pid, handle.started, container_id=container_id,
+                                                     restarts=process.restarts, last_state=handle.last_state)):
             self.tracked[action.uid] = replace(process, announced=True)
 
     def tell_waiting(self, action: Wait, pod: dict) -> None:
@@ -232,7 +241,9 @@ class ProcessRuntime:
         if previous == (action.reason, action.message):
             return
         self.told[action.uid] = (action.reason, action.message)
-        self._status(pod, podstatus.waiting_patch(pod, action.reason, action.message, datetime.now(UTC)))
+        process, handle = self.tracked.get(action.uid), self.handles.get(action.uid)  # set while it restarts
+        counts = {"restarts": process.restarts, "last_state": handle.last_state} if process and handle else {}
+        self._status(pod, podstatus.waiting_patch(pod, action.reason, action.message, datetime.now(UTC), **counts))
         if previous is None or previous[0] != action.reason:
             self._record_event(pod, "Warning", action.reason, action.message)
             self.log(f"waiting: {self._name(pod)}: {action.reason}: {action.message}")
@@ -240,13 +251,13 @@ class ProcessRuntime:
     def sync_volumes(self, action: SyncVolumes, pod: dict) -> None:
         handle = self.handles[action.uid]
         try:
-            files = configmap_files(pod, self.configmap_view, handle.layout)
+            files = handle.mode.files(pod, self.configmap_view, handle.layout)  # refreshes tokens as due
         except NotRunnable:
             return  # a ConfigMap went away: the kubelet keeps the last content, so do we
-        for path, content in files.items():
-            if handle.written.get(path) != content:
-                _write_atomically(path, content)
-                handle.written[path] = content
+        for path, file in files.items():
+            if handle.written.get(path) != file:
+                write_atomically(path, file)
+                handle.written[path] = file
 
     def stop(self, action: Stop, pod: dict | None) -> None:
         handle = self.handles[action.uid]
@@ -263,17 +274,35 @@ class ProcessRuntime:
     def report_exit(self, action: ReportExit, pod: dict) -> None:
         process, handle = self.tracked[action.uid], self.handles[action.uid]
         code, now = process.exit_code, datetime.now(UTC)
-        message = podstatus.termination_message(_read(handle.layout.termination_file),
-                                                _read(handle.layout.log_file, tail=64 * 1024),
+        container_id = handle.process.container_id()
+        message = podstatus.termination_message(read_bytes(handle.layout.termination_file),
+                                                read_bytes(handle.log_file, tail=64 * 1024),
                                                 runtime_container(pod).get("terminationMessagePolicy"), code)
-        if self._status(pod, podstatus.terminated_patch(pod, process.pid, code, handle.started, now,
-                                                        message=message)):
+        if action.restart_in is not None:
+            self._restarts_later(action, pod, podstatus.terminated_state(code, handle.started, now, message=message,
+                                                                         container_id=container_id))
+            return
+        if self._status(pod, podstatus.terminated_patch(pod, process.pid, code, handle.started, now, message=message,
+                                                        container_id=container_id, restarts=process.restarts,
+                                                        last_state=handle.last_state)):
             self.tracked[action.uid] = replace(process, reported=True)
             if code == 0:
                 self._record_event(pod, "Normal", "Completed", "Container exited with code 0")
             else:
                 self._record_event(pod, "Warning", "Failed", f"Container exited with code {code}")
             self.log(f"ended {self._name(pod)}: exit code {code}")
+
+    def _restarts_later(self, action: ReportExit, pod: dict, ended: dict) -> None:
+        """The container ended and its restartPolicy restarts it: now (the first time), or after its back-off."""
+        process, handle = self.tracked[action.uid], self.handles[action.uid]
+        delay, code = action.restart_in, ended["terminated"]["exitCode"]
+        if delay > 0:
+            if not self._status(pod, podstatus.back_off_patch(pod, process.restarts, ended, delay, datetime.now(UTC))):
+                return
+            self._record_event(pod, "Warning", "BackOff", f"Back-off {delay:g}s restarting failed container")
+        handle.last_state = ended
+        self.tracked[action.uid] = replace(process, reported=True, restart_at=time.monotonic() + delay)
+        self.log(f"ended {self._name(pod)}: exit code {code}; restarts in {delay:g}s")
 
     def report_lost(self, action: ReportLost, pod: dict) -> None:
         patch = podstatus.lost_patch(pod, datetime.now(UTC))
@@ -303,6 +332,7 @@ class ProcessRuntime:
         self.removing.pop(action.uid, None)
         handle = self.handles.pop(action.uid, None)
         if handle is not None:
+            handle.mode.forget(action.uid)
             shutil.rmtree(handle.layout.directory, ignore_errors=True)
 
     # API writes ------------------------------------------------------------------------------------------
@@ -334,8 +364,8 @@ class ProcessRuntime:
         except Exception as error:  # noqa: BLE001 - an event is worth a try, not a failure
             self.log(f"event {reason} for {self._name(pod)} not recorded: {describe(error)}")
 
-    def _publish_logs(self, pod: dict, layout: PodLayout) -> None:
-        body = podstatus.logs_object(pod, str(layout.log_file))
+    def _publish_logs(self, pod: dict, log_file: Path, previous: Path | None = None) -> None:
+        body = podstatus.logs_object(pod, str(log_file), str(previous) if previous else None)
         meta = pod["metadata"]
         args = (podstatus.LOGS_GROUP, podstatus.LOGS_VERSION, meta["namespace"], podstatus.LOGS_PLURAL)
         try:
@@ -364,14 +394,20 @@ class ProcessRuntime:
             handle.process.poll()
         try:
             self.forwarder.stop()
+            if self.modes.container is not None:
+                self.modes.container.sweep()
         except Exception:  # noqa: BLE001 - leaving anyway
             pass
 
 
-def serve(kubeconfig: str, root: Path, capacity: int, ready_file: Path | None, stop: threading.Event) -> None:
+def serve(kubeconfig: str, root: Path, capacity: int, ready_file: Path | None, stop: threading.Event,
+          containers: bool = False) -> None:
     api = api_client(kubeconfig)
     core = client.CoreV1Api(api)
-    runtime = ProcessRuntime(api, root, capacity)
+    runtime = ProcessRuntime(api, root, capacity, containers=containers)
+    if runtime.modes.container is not None:  # what a killed runtime left: its pods are reported lost below
+        for name in runtime.modes.container.sweep():
+            log(f"removed container {name}, left by an earlier runtime")
     synced = start_informers((
         Source("services", core.list_service_for_all_namespaces, runtime.sync_services, runtime.service_event),
         Source("configmaps", core.list_config_map_for_all_namespaces, runtime.sync_configmaps,
@@ -381,7 +417,8 @@ def serve(kubeconfig: str, root: Path, capacity: int, ready_file: Path | None, s
     # Ready (and running its tick loop) only once the ConfigMaps and Services pods need are known.
     if wait_synced(synced, stop) and ready_file:
         ready_file.write_text(f"{os.getpid()}\n")
-    log(f"process runtime ready: up to {capacity} trainer workers at once; pods in {root / 'pods'}")
+    log(f"process runtime ready: up to {capacity} trainer workers at once; pods in {root / 'pods'}"
+        + ("; container pods run with podman" if containers else ""))
     runtime.run(stop)
 
 
@@ -393,10 +430,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-file", type=Path, help="written (with the pid) once the first lists are in")
     parser.add_argument("--capacity", type=int, default=0,
                         help="trainer workers allowed at once (default 0: 2 per core)")
+    parser.add_argument("--containers", action="store_true",
+                        help="also run pods annotated sim.hybrid.ascend.dev/runtime: container, with podman")
     args = parser.parse_args(argv)
     capacity = args.capacity or default_capacity()
     run_until_signalled(lambda stop: serve(args.kubeconfig, args.cluster_dir / RUNTIME_DIR, capacity,
-                                           args.ready_file, stop), args.ready_file)
+                                           args.ready_file, stop, args.containers), args.ready_file)
     log("process runtime stopped")
     return 0
 

@@ -33,14 +33,21 @@ def _conditions(moment: datetime, ready: bool, reason: str | None = None, messag
             condition("Ready", ready), condition("ContainersReady", ready)]
 
 
-def _container_status(pod: dict, state: dict, ready: bool, pid: int | None) -> dict:
+def _container_status(pod: dict, state: dict, ready: bool, pid: int | None, container_id: str | None = None,
+                      restarts: int = 0, last_state: dict | None = None) -> dict:
+    """container_id: the runtime's ID of the container (default process://<pid>); restarts and last_state: the
+    restartCount and lastState of a container the container runtime restarted."""
     container = runtime_container(pod)
     status = {"name": container["name"], "image": container.get("image", ""), "imageID": "", "ready": ready,
-              "started": "running" in state, "restartCount": 0,
+              "started": "running" in state, "restartCount": restarts,
               # The other states are nulled: a strategic merge would otherwise keep the old one beside the new.
               "state": {kind: state.get(kind) for kind in ("waiting", "running", "terminated")}}
-    if pid is not None:
-        status["containerID"] = f"process://{pid}"
+    if last_state is not None:
+        status["lastState"] = {kind: last_state.get(kind) for kind in ("waiting", "running", "terminated")}
+    if container_id is None and pid is not None:
+        container_id = f"process://{pid}"
+    if container_id is not None:
+        status["containerID"] = container_id
     return status
 
 
@@ -48,30 +55,52 @@ def _patch(pod: dict, status: dict) -> dict:
     return {"metadata": {"uid": pod["metadata"]["uid"]}, "status": status}
 
 
-def running_patch(pod: dict, pid: int, moment: datetime) -> dict:
-    """The process started: Running and Ready (no probes), containerID process://<pid> (its process group)."""
+def running_patch(pod: dict, pid: int, moment: datetime, **container) -> dict:
+    """The process started: Running and Ready (no probes), containerID process://<pid> (its process group).
+    `container`: container_id, restarts, last_state (see _container_status)."""
     started = timestamp(moment)
     return _patch(pod, {
         "phase": "Running", "reason": None, "message": None,
         "startTime": (pod.get("status") or {}).get("startTime") or started,
         "conditions": _conditions(moment, ready=True),
-        "containerStatuses": [_container_status(pod, {"running": {"startedAt": started}}, True, pid)]})
+        "containerStatuses": [_container_status(pod, {"running": {"startedAt": started}}, True, pid, **container)]})
+
+
+def terminated_state(exit_code: int, started: datetime, finished: datetime, reason: str | None = None,
+                     message: str | None = None, container_id: str | None = None) -> dict:
+    """A container state `terminated`: Completed on exit code 0, else Error (unless `reason` says otherwise)."""
+    terminated = {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+                  "startedAt": timestamp(started), "finishedAt": timestamp(finished)}
+    if message:
+        terminated["message"] = message
+    if container_id:
+        terminated["containerID"] = container_id
+    return {"terminated": terminated}
 
 
 def terminated_patch(pod: dict, pid: int | None, exit_code: int, started: datetime, finished: datetime,
-                     reason: str | None = None, message: str | None = None) -> dict:
+                     reason: str | None = None, message: str | None = None, **container) -> dict:
     """Succeeded on exit code 0, else Failed, with the exit code where `kubectl get pod` and the operator read it."""
     succeeded = exit_code == 0
-    reason = reason or ("Completed" if succeeded else "Error")
-    terminated = {"exitCode": exit_code, "reason": reason, "startedAt": timestamp(started),
-                  "finishedAt": timestamp(finished)}
-    if message:
-        terminated["message"] = message
+    state = terminated_state(exit_code, started, finished, reason, message, container.get("container_id"))
     pod_reason = "PodCompleted" if succeeded else "PodFailed"
     return _patch(pod, {
         "phase": "Succeeded" if succeeded else "Failed",
         "conditions": _conditions(finished, ready=False, reason=pod_reason),
-        "containerStatuses": [_container_status(pod, {"terminated": terminated}, False, pid)]})
+        "containerStatuses": [_container_status(pod, state, False, pid, **container)]})
+
+
+def back_off_patch(pod: dict, restarts: int, last_state: dict, delay: float, now: datetime) -> dict:
+    """The container ended and restarts in `delay` seconds: still Running, not Ready, CrashLoopBackOff."""
+    container = runtime_container(pod)["name"]
+    message = (f"back-off {delay:g}s restarting failed container={container} pod={pod['metadata']['name']}_"
+               f"{pod['metadata']['namespace']}({pod['metadata']['uid']})")
+    return _patch(pod, {
+        "phase": "Running",
+        "conditions": _conditions(now, ready=False, reason="ContainersNotReady",
+                                  message=f"containers with unready status: [{container}]"),
+        "containerStatuses": [_container_status(pod, {"waiting": {"reason": "CrashLoopBackOff", "message": message}},
+                                                False, None, restarts=restarts, last_state=last_state)]})
 
 
 def log_text(cri: bytes) -> str:
@@ -112,13 +141,14 @@ def stopped_patch(pod: dict, now: datetime) -> dict:
                             message="the pod was deleted before its process started")
 
 
-def waiting_patch(pod: dict, reason: str, message: str, now: datetime) -> dict:
-    """Still Pending, and why: `kubectl get pod` shows the reason, `describe` the message."""
+def waiting_patch(pod: dict, reason: str, message: str, now: datetime, **container) -> dict:
+    """Still Pending (or, for a container about to restart, Running), and why: `kubectl get pod` shows the
+    reason, `describe` the message. `container`: restarts, last_state (see _container_status)."""
     return _patch(pod, {
         "conditions": [{"type": "ContainersReady", "status": "False", "reason": reason, "message": message,
                         "lastTransitionTime": timestamp(now)}],
         "containerStatuses": [_container_status(pod, {"waiting": {"reason": reason, "message": message}}, False,
-                                                None)]})
+                                                None, **container)]})
 
 
 def event(pod: dict, kind: str, reason: str, message: str, now: datetime) -> dict:
@@ -136,14 +166,18 @@ def event(pod: dict, kind: str, reason: str, message: str, now: datetime) -> dic
     }
 
 
-def logs_object(pod: dict, log_file: str) -> dict:
-    """kwok serves `kubectl logs` from this file (CRI format); owned by the pod, so it goes with it."""
+def logs_object(pod: dict, log_file: str, previous_log_file: str | None = None) -> dict:
+    """kwok serves `kubectl logs` from this file (CRI format), and `kubectl logs --previous` from the one before a
+    restart; owned by the pod, so it goes with it."""
     meta = pod["metadata"]
     owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    logs = {"containers": [runtime_container(pod)["name"]], "logsFile": log_file, "follow": True}
+    if previous_log_file:
+        logs["previousLogsFile"] = previous_log_file
     return {
         "apiVersion": f"{LOGS_GROUP}/{LOGS_VERSION}", "kind": "Logs",
         "metadata": {"name": meta["name"], "namespace": meta["namespace"], "ownerReferences": [owner]},
-        "spec": {"logs": [{"containers": [runtime_container(pod)["name"]], "logsFile": log_file, "follow": True}]},
+        "spec": {"logs": [logs]},
     }
 
 

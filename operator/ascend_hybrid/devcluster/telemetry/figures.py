@@ -15,7 +15,7 @@ namespace/name (a hash); tests pin them with the pod annotations below.
     sim.hybrid.ascend.dev/stall-after-seconds  no step completes after that many seconds from the start
                                              (TrainingStalled)
     sim.hybrid.ascend.dev/hbm-used-percent   HBM in use on each chip, percent (default 55..85)
-    sim.hybrid.ascend.dev/runtime: process   the pod runs the real trainer, which serves :9400 itself
+    sim.hybrid.ascend.dev/runtime: process or container   the pod runs the real trainer, which serves :9400 itself
 The annotations are read at scrape time, so patching them on a running pod changes its figures from then on.
 """
 
@@ -42,6 +42,8 @@ STALL_AFTER_ANNOTATION = ANNOTATION_PREFIX + "stall-after-seconds"
 HBM_USED_PERCENT_ANNOTATION = ANNOTATION_PREFIX + "hbm-used-percent"
 RUNTIME_ANNOTATION = ANNOTATION_PREFIX + "runtime"
 PROCESS_RUNTIME = "process"
+CONTAINER_RUNTIME = "container"
+REAL_RUNTIMES = (PROCESS_RUNTIME, CONTAINER_RUNTIME)  # the trainer really runs and serves its own endpoint
 JOB_LABEL = "hybrid.ascend.dev/job"
 ATTEMPT_LABEL = "hybrid.ascend.dev/attempt"
 
@@ -76,8 +78,8 @@ class SimPod:
 
     @property
     def serves_trainer_metrics(self) -> bool:
-        """False when the real trainer runs in a process and serves its own endpoint."""
-        return self.annotations.get(RUNTIME_ANNOTATION) != PROCESS_RUNTIME
+        """False when the real trainer runs (in a process or a container) and serves its own endpoint."""
+        return self.annotations.get(RUNTIME_ANNOTATION) not in REAL_RUNTIMES
 
     @property
     def trainer_address(self) -> str:
