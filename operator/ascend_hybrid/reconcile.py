@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from . import names, ranktable, render
+from . import names, ranktable, refusals, render
 from .actions import (
     Action,
     CreatePods,
@@ -45,6 +45,7 @@ from .podview import (
     pod_index,
 )
 from .progress import Sample, training_status, utilization_status
+from .refusals import Refusal
 from .rules import ResolvedJob
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
@@ -67,6 +68,7 @@ class Observed:
     in_flight: frozenset[str] = frozenset()  # pods this process just created or released; the watch may lag
     telemetry: Sample | None = None           # latest progress/utilization reading of the current attempt
     device_infos: Mapping[str, DeviceInfo] = field(default_factory=dict)  # node → MindCluster deviceinfo
+    refusal: Refusal | None = None            # the apiserver's last refusal of this job's writes (refusals.py)
 
 
 @dataclass
@@ -137,6 +139,10 @@ class _Pass:
         status.setdefault("restarts", 0)
         if status.get("phase") in TERMINAL_JOB_PHASES:
             return self.finished()
+        if o.refusal is not None and self.refused(o.refusal):
+            return self.d
+        if o.refusal is None:
+            refusals.allow(status, o.now, self.generation)
         if not status.get("attempt"):
             status["attempt"] = 1
             self.cond("Created", True, "Created", f"world {e.world_size}: {e.pod_count} pods × {e.per_pod} NPUs")
@@ -167,11 +173,12 @@ class _Pass:
         placement = status.get("placement") or {}
         if placement.get("attempt") == attempt and len(placement.get("nodes") or ()) != e.pod_count:
             placement = {}  # made for another spec (its parallelism changed before any pod existed): place anew
-        if current and placement.get("attempt") == attempt:
+        # Every pod gone (the only pod of a one-pod gang deleted) is a failure too, not a gang to create again.
+        if placement.get("attempt") == attempt and (current or status.get("phase") in ("Starting", "Running")):
             failure = self.failure(current, placement)
             if failure:
                 return self.restart(*failure, current=list(current.values()))
-            if len(current) == e.pod_count and all(phase_of(p) == "Succeeded" for p in current.values()):
+            if current and len(current) == e.pod_count and all(phase_of(p) == "Succeeded" for p in current.values()):
                 return self.succeeded(list(current.values()))
         if placement.get("attempt") != attempt:
             if stale:
@@ -244,6 +251,19 @@ class _Pass:
             self.phase("Starting", f"waiting for {len(waiting)} pods: {waiting[0]}")
             self.requeue(FAST_REQUEUE_SECONDS)
         return self.d
+
+    def refused(self, refusal: Refusal) -> bool:
+        """A refusal no retry can fix fails the job now; a 403 is named in a condition and retried later.
+        True when this pass stops here."""
+        if refusal.permanent:
+            self.fail(refusals.INVALID_POD_TEMPLATE, refusal.describe())
+            return True
+        if refusal.waited(self.o.now) >= refusals.RETRY_SECONDS:
+            return False
+        if refusals.forbid(self.status, refusal, self.o.now, self.generation):
+            self.d.emit("Warning", refusals.FORBIDDEN, refusal.describe())
+        self.requeue(refusals.RETRY_SECONDS - refusal.waited(self.o.now))
+        return True
 
     def record_telemetry(self) -> None:
         """Progress and utilization from the latest reading; a failed reading leaves the old figures (their

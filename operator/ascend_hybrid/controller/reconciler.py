@@ -35,10 +35,12 @@ from ..placement import place
 from ..placement_record import record_placement
 from ..progress import Sample
 from ..reconcile import FAST_REQUEUE_SECONDS, Decision, Observed, decide
+from ..refusals import Refusal
 from ..rules import SpecError, parse
 from ..summary import node_domains
 from . import metrics
 from .kube import Kube, rank_table_of, service_ip
+from .refused import Refused
 from .settings import OperatorSettings
 from .workqueue import WorkQueue
 
@@ -52,6 +54,7 @@ class Next(enum.Enum):
     DECIDE_AGAIN = "decide again"    # nothing it did needs the watch to show it
     WAIT = "wait"                    # requeue after the decision's delay (or the next event)
     FORGET = "forget"                # the job was deleted
+    REFUSED = "refused"              # the apiserver refused a write: decide again before writing the status
 
 
 @dataclass
@@ -70,6 +73,7 @@ class JobRecord:
     rank_table: dict | None = None
     rank_table_read: bool = False
     in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
+    refusal: Refusal | None = None              # the apiserver's last refusal of a write, until one succeeds
 
     def recent(self, horizon_seconds: float) -> frozenset[str]:
         horizon = time.monotonic() - horizon_seconds
@@ -103,6 +107,7 @@ class Controller:
     jobs: dict[JobKey, JobRecord] = field(default_factory=dict)
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
+    leadership: object | None = None  # leader.LeaderElector under --leader-elect: workers take keys only while leading
 
     def __post_init__(self) -> None:
         if self.pool is None:
@@ -122,6 +127,8 @@ class Controller:
         self.queue.close()
         for thread in self._threads:
             thread.join(timeout=10)
+        if self.leadership is not None:
+            self.leadership.release()  # after the last pass: a standby takes over within one retry
 
     def record_of(self, key: JobKey) -> JobRecord:
         record = self.jobs.get(key)
@@ -151,6 +158,11 @@ class Controller:
     def _work(self) -> None:
         backoff = self.settings.error_backoff_seconds
         while True:
+            if self.leadership is not None and not self.leadership.leading():
+                if self.queue.closed:
+                    return
+                self.leadership.wait_leading(1.0)  # a standby's keys wait in the queue, deduplicated
+                continue
             key = self.queue.get()
             if key is None:
                 return
@@ -181,6 +193,8 @@ class Controller:
             decision = decide(observed)
             old_status = job.get("status") or {}
             after = self.execute(key, job, observed, decision)
+            if after is Next.REFUSED:
+                continue
             patched = self.kube.patch_job_status(namespace, name, old_status, decision.status)
             self.record(key, job, old_status, decision.status)
             if patched is not None:
@@ -211,10 +225,31 @@ class Controller:
             sched_ip=record.sched_ip, nodes=nodes, now=datetime.now(UTC),
             node_grace_seconds=self.settings.node_grace_seconds,
             in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample,
-            device_infos=device_infos_by_node(self.indexes.device_infos()),
+            device_infos=device_infos_by_node(self.indexes.device_infos()), refusal=record.refusal,
         )
 
     def execute(self, key: JobKey, job: dict, observed: Observed, decision: Decision) -> Next:
+        """Runs the actions in order. A write the apiserver refuses (400/403/422) ends the run: the refusal is the
+        next decide()'s observation (a Failed or Authorized condition), made in this same pass."""
+        record = self.record_of(key)
+        try:
+            after = self._execute(key, job, observed, decision)
+        except Refused as refused:
+            log.warning("%s/%s: %s", key[0], key[1], refused)
+            record.refusal = refused.refusal(key[0])
+            return Next.REFUSED
+        if any(not isinstance(action, PostEvent) for action in decision.actions):
+            record.refusal = None
+        return after
+
+    def post_event(self, job: dict, event_type: str, reason: str, message: str) -> None:
+        """Events are best effort: one the apiserver refuses is logged, never a reason to stop reconciling."""
+        try:
+            self.kube.post_event(job, event_type, reason, message)
+        except Refused as refused:
+            log.warning("event %s not posted: %s", reason, refused)
+
+    def _execute(self, key: JobKey, job: dict, observed: Observed, decision: Decision) -> Next:
         namespace, name = key
         record = self.record_of(key)
         after = Next.WAIT
@@ -223,7 +258,7 @@ class Controller:
                 log.info("%s/%s: %s", namespace, name, _describe(action))
             match action:
                 case PostEvent():
-                    self.kube.post_event(job, action.type, action.reason, action.message)
+                    self.post_event(job, action.type, action.reason, action.message)
                 case EnsureChildren():
                     self.ensure_children(key, job, observed)
                     after = Next.DECIDE_AGAIN
@@ -266,6 +301,8 @@ class Controller:
             manifests.append(render.job_config_map(observed.effective, namespace, uid))
         if record.rank_table is None:
             manifests.append(render.rank_table_config_map(name, namespace, uid))
+        if self.settings.network_policy:
+            manifests.append(render.network_policy(name, namespace, uid, list(self.settings.metrics_peers)))
         live: dict[str, dict] = {}
         self.each(lambda manifest: live.__setitem__(manifest["metadata"]["name"], self.kube.apply(manifest)), manifests)
         if record.rank_table is None:
@@ -296,7 +333,7 @@ class Controller:
         decision.status = outcome.status
         decision.requeue_after = outcome.requeue_after
         for event in outcome.actions:
-            self.kube.post_event(job, event.type, event.reason, event.message)
+            self.post_event(job, event.type, event.reason, event.message)
         return placement.ok
 
     def promise(self, key: JobKey, pods: Iterable[PodToCreate]) -> None:
