@@ -13,7 +13,7 @@ import os
 
 import kopf
 
-from .. import names
+from .. import backlog, names
 from ..api import GROUP, PLURAL, VERSION
 from ..ascend import DEVICEINFO_LABEL
 from ..podview import TERMINAL_POD_PHASES, holds_npus, ready_condition
@@ -80,10 +80,11 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
 
 
 @kopf.on.startup()
-def bind_indexes(memo, ahj_nodes, ahj_npu_pods, ahj_job_pods, ahj_device_infos, **_) -> None:
+def bind_indexes(memo, ahj_nodes, ahj_npu_pods, ahj_job_pods, ahj_device_infos, ahj_jobs, **_) -> None:
     controller_of(memo).indexes = Indexes(
         nodes=lambda: _copy(ahj_nodes), npu_pods=lambda: _copy(ahj_npu_pods),
-        job_pods=lambda key: _copy(ahj_job_pods, key), device_infos=lambda: _copy(ahj_device_infos))
+        job_pods=lambda key: _copy(ahj_job_pods, key), device_infos=lambda: _copy(ahj_device_infos),
+        jobs=lambda: _copy(ahj_jobs))
 
 
 @kopf.on.login()
@@ -117,6 +118,12 @@ def ahj_job_pods(namespace, labels, body, **_):
 @kopf.index("configmaps", labels={DEVICEINFO_LABEL: "true"})
 def ahj_device_infos(name, body, **_):
     return {name: _indexed(body)}
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def ahj_jobs(namespace, name, body, **_):
+    """Each job's placement as its status holds it (backlog.Entry): chips promised to pods not created yet."""
+    return {(namespace, name): backlog.entry(body)}
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

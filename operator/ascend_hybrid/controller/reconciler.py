@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from .. import names, render
+from .. import backlog, names, render
 from ..actions import (
     CreatePods,
     DeleteJob,
@@ -74,6 +74,9 @@ class JobRecord:
     rank_table_read: bool = False
     in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
     refusal: Refusal | None = None              # the apiserver's last refusal of a write, until one succeeds
+    waiting: bool = False                       # Pending for chips that others hold: younger jobs wait behind it
+    chip: str = ""
+    queue_key: backlog.QueueKey = ("", "", "")
 
     def recent(self, horizon_seconds: float) -> frozenset[str]:
         horizon = time.monotonic() - horizon_seconds
@@ -95,6 +98,7 @@ class Indexes:
     npu_pods: Callable[[], list[dict]]
     job_pods: Callable[[JobKey], list[dict]]
     device_infos: Callable[[], list[dict]]
+    jobs: Callable[[], list[backlog.Entry]] = list  # every job's placement as its status says (handlers.ahj_jobs)
 
 
 @dataclass
@@ -315,12 +319,23 @@ class Controller:
         effective, request = observed.effective, action.request
         record = self.record_of(key)
         with self.placement_lock:
+            record.chip = effective.chip
+            record.queue_key = backlog.queue_key(job["metadata"].get("creationTimestamp"), *key)
+            blocker = backlog.ahead(record.queue_key, effective.chip, self.waiting(exclude=key))
+            if blocker is not None:
+                record.waiting, record.promised = True, {}
+                outcome = backlog.record_queued(decision.status, blocker, observed.now, job["metadata"].get("generation"))
+                decision.status, decision.requeue_after = outcome.status, outcome.requeue_after
+                return False
             started = time.perf_counter()
             npu_pods, device_infos = self.cluster_holdings()
             inventory = build_inventory(self.indexes.nodes(), npu_pods, device_infos,
                                         reserved=self.reserved(npu_pods, exclude=key))
             placement = place(request, inventory)
             metrics.PLACEMENT_SECONDS.observe(time.perf_counter() - started)
+            # it blocks younger jobs only if the cluster could hold it once others free their chips
+            record.waiting = not placement.ok and place(request, build_inventory(
+                self.indexes.nodes(), [], device_infos)).ok
             tier = request.tier_labels[0] if request.tier_labels else ""
             outcome = record_placement(decision.status, effective, placement, observed.now,
                                        job["metadata"].get("generation"), node_domains(inventory, tier))
@@ -350,9 +365,15 @@ class Controller:
         return (self.kube.list_npu_pods(),
                 self.kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true"))
 
+    def waiting(self, exclude: JobKey) -> list[backlog.Waiting]:
+        return [backlog.Waiting(record.queue_key, record.chip) for key, record in list(self.jobs.items())
+                if key != exclude and record.phase == "Pending" and record.waiting]
+
     def reserved(self, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
+        """Chips per node promised to gangs whose pods the watch has not shown: this process's promises, and the
+        placements other jobs' statuses hold (made by a process that died before creating every pod)."""
         visible = {(pod["metadata"].get("namespace"), pod["metadata"]["name"]) for pod in npu_pods}
-        totals: dict[str, int] = {}
+        promised = backlog.unseen_placements(self.indexes.jobs(), visible, exclude)
         for key, record in list(self.jobs.items()):
             if key == exclude:
                 continue
@@ -360,13 +381,19 @@ class Controller:
                 if (key[0], pod_name) in visible:
                     del record.promised[pod_name]
                 else:
-                    totals[node] = totals.get(node, 0) + chips
+                    promised[(key[0], pod_name)] = (node, chips)
+        totals: dict[str, int] = {}
+        for node, chips in promised.values():
+            totals[node] = totals.get(node, 0) + chips
         return totals
 
     def record(self, key: JobKey, job: dict, old: dict, new: dict) -> None:
         """Bookkeeping and metrics after a status change."""
         record = self.record_of(key)
-        record.phase = new.get("phase") or "Pending"
+        was_pending, record.phase = record.phase == "Pending", new.get("phase") or "Pending"
+        if was_pending and record.phase != "Pending" and record.waiting:
+            record.waiting = False
+            self.wake_pending()  # the head of the queue moved: the jobs behind it try again
         attempt = int(new.get("attempt") or 1)
         if attempt != record.attempt:
             record.sample = None  # a reading of the previous attempt's pods says nothing of this one
@@ -379,7 +406,9 @@ class Controller:
         metrics.record_transition(key[0], job, old, new)
 
     def forget(self, key: JobKey) -> None:
-        self.jobs.pop(key, None)
+        record = self.jobs.pop(key, None)
+        if record is not None and record.waiting:
+            self.wake_pending()
 
     def running_jobs(self) -> list[tuple[JobKey, int]]:
         return [(key, record.attempt) for key, record in list(self.jobs.items()) if record.phase == "Running"]
