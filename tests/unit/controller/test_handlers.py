@@ -61,8 +61,11 @@ def test_the_echo_of_our_own_status_write_queues_no_pass_but_anything_newer_does
 def test_startup_hands_the_live_indexes_to_the_controller(memo):
     nodes = {"n1": [{"metadata": {"name": "n1"}}]}
     pods = {("ns", "job"): [{"metadata": {"name": "job-a1-0"}}]}
-    handlers.bind_indexes(memo=memo, ahj_nodes=nodes, ahj_npu_pods={}, ahj_job_pods=pods, ahj_device_infos={})
+    jobs = {("ns", "job"): [handlers.backlog.entry({"metadata": {"name": "job", "namespace": "ns"}})]}
+    handlers.bind_indexes(memo=memo, ahj_nodes=nodes, ahj_npu_pods={}, ahj_job_pods=pods, ahj_device_infos={},
+                          ahj_jobs=jobs)
     indexes = memo.controller.indexes
+    assert [entry.name for entry in indexes.jobs()] == ["job"]
     assert indexes.nodes() == [{"metadata": {"name": "n1"}}] and indexes.npu_pods() == []
     pods[("ns", "job")].append({"metadata": {"name": "job-a1-1"}})  # kopf keeps filling the same index
     assert [pod["metadata"]["name"] for pod in indexes.job_pods(("ns", "job"))] == ["job-a1-0", "job-a1-1"]
