@@ -68,12 +68,15 @@ def controller_of(memo) -> Controller:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_) -> None:
+def configure(settings: kopf.OperatorSettings, memo, **_) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = EventHandlersOnlyDiffBase(prefix=GROUP)
     settings.posting.level = logging.WARNING
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+    # A watch ends after `server_timeout` (the apiserver closes it; kopf watches again from its resourceVersion),
+    # and a connection that went silent is given up after `client_timeout` (then kopf relists).
+    watch_seconds = controller_of(memo).settings.watch_timeout_seconds
+    settings.watching.server_timeout = watch_seconds
+    settings.watching.client_timeout = watch_seconds + max(5, watch_seconds // 10)
     settings.watching.connect_timeout = 10
     settings.peering.standalone = True
     settings.execution.max_workers = 16
@@ -138,6 +141,17 @@ def job_changed(namespace, name, type, meta, memo, **_) -> None:
 @kopf.on.event("pods", labels={names.JOB_LABEL: kopf.PRESENT})
 def job_pod_changed(namespace, labels, memo, **_) -> None:
     controller_of(memo).enqueue((namespace, labels[names.JOB_LABEL]))
+
+
+@kopf.on.event("configmaps", labels={names.JOB_LABEL: kopf.PRESENT})
+def job_config_map_changed(namespace, name, labels, type, body, memo, **_) -> None:
+    """A child changed or went (a user deleted it, a rival rewrote the rank table): the job's next pass repairs it."""
+    controller_of(memo).child_changed((namespace, labels[names.JOB_LABEL]), "ConfigMap", name, type, body)
+
+
+@kopf.on.event("services", labels={names.JOB_LABEL: kopf.PRESENT})
+def job_service_changed(namespace, name, labels, type, body, memo, **_) -> None:
+    controller_of(memo).child_changed((namespace, labels[names.JOB_LABEL]), "Service", name, type, body)
 
 
 @kopf.on.event("pods", when=_holds_npus)

@@ -28,6 +28,9 @@ def add_arguments(parser) -> None:
                           help="how long the leader keeps leading without a successful renewal")
     election.add_argument("--lease-retry-seconds", type=float, default=defaults.lease_retry_seconds,
                           help="seconds between renewals (leader) and between tries (standby)")
+    parser.add_argument("--watch-timeout-seconds", type=int, default=defaults.watch_timeout_seconds,
+                        help="seconds a watch runs before it is renewed; a silent connection is dropped ~10%% "
+                        "later and the operator lists again")
     security = parser.add_argument_group("security")
     security.add_argument("--metrics-auth", action="store_true",
                           help="serve /metrics over HTTPS, only to bearer tokens that a TokenReview authenticates "
@@ -54,7 +57,7 @@ def settings_of(args) -> dict:
             "lease_renew_deadline_seconds": args.lease_renew_deadline_seconds,
             "lease_retry_seconds": args.lease_retry_seconds, "metrics_auth": args.metrics_auth,
             "metrics_cert_dir": args.metrics_cert_dir, "network_policy": args.network_policy,
-            "metrics_peers": tuple(peers)}
+            "metrics_peers": tuple(peers), "watch_timeout_seconds": args.watch_timeout_seconds}
 
 
 def _exit_on_lost_leadership() -> None:

@@ -121,6 +121,12 @@ class Kube:
         result = self._call("apply", kind.lower() + "s", patch, meta["name"], meta["namespace"], manifest, **APPLY)
         return self.client.sanitize_for_serialization(result)
 
+    def create_service(self, manifest: dict) -> None:
+        """Creates a Service that must keep a given clusterIP (a deleted `<job>-sched` whose IP the pods' env holds);
+        one that exists is fine. A create, not an apply: the IP is then not a field the later applies own."""
+        self._call("create", "services", self.core.create_namespaced_service, manifest["metadata"]["namespace"],
+                   manifest, field_manager=names.FIELD_MANAGER, ok=(409,))
+
     def read_config_map(self, namespace: str, name: str) -> dict | None:
         result = self._call("get", "configmaps", self.core.read_namespaced_config_map, name, namespace, ok=(404,))
         return None if result is None else self.client.sanitize_for_serialization(result)

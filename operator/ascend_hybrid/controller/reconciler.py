@@ -38,8 +38,8 @@ from ..reconcile import FAST_REQUEUE_SECONDS, Decision, Observed, decide
 from ..refusals import Refusal
 from ..rules import SpecError, parse
 from ..summary import node_domains
-from . import metrics
-from .kube import Kube, rank_table_of, service_ip
+from . import children, metrics
+from .kube import Kube, rank_table_of
 from .refused import Refused
 from .settings import OperatorSettings
 from .workqueue import WorkQueue
@@ -297,22 +297,11 @@ class Controller:
                 raise error
 
     def ensure_children(self, key: JobKey, job: dict, observed: Observed) -> None:
-        namespace, name = key
-        uid = job["metadata"]["uid"]
-        record = self.record_of(key)
-        manifests = render.services(name, namespace, uid)
-        if observed.effective is not None:
-            manifests.append(render.job_config_map(observed.effective, namespace, uid))
-        if record.rank_table is None:
-            manifests.append(render.rank_table_config_map(name, namespace, uid))
-        if self.settings.network_policy:
-            manifests.append(render.network_policy(name, namespace, uid, list(self.settings.metrics_peers)))
-        live: dict[str, dict] = {}
-        self.each(lambda manifest: live.__setitem__(manifest["metadata"]["name"], self.kube.apply(manifest)), manifests)
-        if record.rank_table is None:
-            record.rank_table = {"status": "initializing"}
-        record.sched_ip = service_ip(live[names.sched_service(name)])
-        record.children_generation = job["metadata"].get("generation")
+        children.ensure_children(self, key, job, observed)
+
+    def child_changed(self, key: JobKey, kind: str, name: str, event_type: str, body: dict) -> None:
+        """A kopf handler saw a labelled Service or ConfigMap change or go (children.py)."""
+        children.child_changed(self, key, kind, name, event_type, body)
 
     def place(self, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
         """Places the gang under the one lock; the core records the outcome, this executes its events."""

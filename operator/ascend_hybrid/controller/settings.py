@@ -19,6 +19,7 @@ class OperatorSettings:
     prometheus_url: str | None = None
     telemetry_interval: float = 30.0
     log_level: str = "INFO"
+    watch_timeout_seconds: int = 300           # the watches' server timeout (client timeout: +10 %, ≥ 5 s)
     # reconcile loop
     max_steps_per_pass: int = 6                # decide → execute rounds per pass before waiting for the watch
     error_backoff_seconds: tuple[float, ...] = (1, 2, 5, 10, 30, 60)

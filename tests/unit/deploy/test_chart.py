@@ -47,6 +47,7 @@ KUBE_PY_CALLS = {
     "delete_namespaced_custom_object": {("hybrid.ascend.dev", "ascendhybridjobs", "delete")},
     # Only ever called as server-side apply: an object that does not exist yet is created by the patch.
     "patch_namespaced_service": {("", "services", "patch"), ("", "services", "create")},
+    "create_namespaced_service": {("", "services", "create")},
     "patch_namespaced_config_map": {("", "configmaps", "patch"), ("", "configmaps", "create")},
     "read_namespaced_config_map": {("", "configmaps", "get")},
     "create_namespaced_pod": {("", "pods", "create")},
