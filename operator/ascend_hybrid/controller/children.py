@@ -5,20 +5,21 @@ rewrites them (the kopf handlers report each change of a labelled child here).
   decide() writes the right one back;
 - a child deleted: the job's children count as not applied, so the next pass applies them again;
 - `<job>-sched` deleted: its ClusterIP is baked into the running pods' MS_SCHED_HOST, so it is created again with
-  that same IP (free again once the Service is gone) before the usual apply — the gang keeps running.
+  that same IP (free again a moment after the Service is gone) before the usual apply — the gang keeps running.
+  (Deleted while no operator ran, it comes back with a new IP: the gang then fails and restarts.)
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from .. import names, render
-from ..podview import attempt_of, container_env
 from .kube import rank_table_of, service_ip
 from .refused import Refused
 
 log = logging.getLogger(__name__)
-SCHED_HOST_ENV = "MS_SCHED_HOST"
+KEEP_IP_SECONDS = 10.0  # how long a deleted Service's IP may take to be released before another is taken
 
 
 def ensure_children(controller, key, job: dict, observed) -> None:
@@ -26,9 +27,9 @@ def ensure_children(controller, key, job: dict, observed) -> None:
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
     services = render.services(name, namespace, uid)
-    keep_ip = record.sched_ip or _pods_sched_ip(observed)
-    if keep_ip and observed.pods:
-        _recreate_with_ip(controller, services[0], keep_ip)
+    if record.lost_sched_ip:
+        _recreate_with_ip(controller, services[0], record.lost_sched_ip)
+        record.lost_sched_ip = None
     manifests = list(services)
     if observed.effective is not None:
         manifests.append(render.job_config_map(observed.effective, namespace, uid))
@@ -45,22 +46,21 @@ def ensure_children(controller, key, job: dict, observed) -> None:
     record.children_generation = job["metadata"].get("generation")
 
 
-def _pods_sched_ip(observed) -> str | None:
-    attempt = int((observed.job.get("status") or {}).get("attempt") or 0)
-    for pod in observed.pods:
-        if attempt_of(pod) == attempt and (ip := container_env(pod, SCHED_HOST_ENV)):
-            return ip
-    return None
-
-
 def _recreate_with_ip(controller, service: dict, ip: str) -> None:
-    """Creates `<job>-sched` with the IP the pods know (409 if it exists: nothing to do). If the IP went to another
-    Service meanwhile the create is refused; the apply then makes one with a new IP (the gang then fails, restarts)."""
+    """Creates `<job>-sched` with the IP the pods know; 409: it exists again, nothing to do. The apiserver releases
+    a deleted Service's IP a moment later ("provided IP is already allocated" until then): tried for
+    KEEP_IP_SECONDS, then the apply makes one with a new IP (the gang then fails and restarts)."""
     wanted = {**service, "spec": {**service["spec"], "clusterIP": ip, "clusterIPs": [ip]}}
-    try:
-        controller.kube.create_service(wanted)
-    except Refused as refused:
-        log.warning("%s: could not keep ClusterIP %s: %s", service["metadata"]["name"], ip, refused)
+    deadline = time.monotonic() + KEEP_IP_SECONDS
+    while True:
+        try:
+            controller.kube.create_service(wanted)
+            return
+        except Refused as refused:
+            if refused.status != 422 or time.monotonic() > deadline:
+                log.warning("%s: could not keep ClusterIP %s: %s", service["metadata"]["name"], ip, refused)
+                return
+        time.sleep(0.5)
 
 
 def child_changed(controller, key, kind: str, name: str, event_type: str, body: dict) -> None:
@@ -72,6 +72,8 @@ def child_changed(controller, key, kind: str, name: str, event_type: str, body: 
         record.children_generation = None
         if kind == "ConfigMap" and name == names.rank_table_config_map(job):
             record.rank_table = None
+        if kind == "Service" and name == names.sched_service(job):
+            record.lost_sched_ip = service_ip(body) or record.sched_ip
         controller.enqueue(key, 0.0)
         return
     if kind == "ConfigMap" and name == names.rank_table_config_map(job):
