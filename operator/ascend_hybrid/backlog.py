@@ -82,6 +82,16 @@ class Waiting:
     chip: str
 
 
+def waiting(known: Iterable[Waiting], entries: Iterable[Entry], tried: set[tuple[str, str]]) -> list[Waiting]:
+    """The jobs that wait for chips: those this process tried to place and found waiting (`known`), and every
+    Pending job it has not tried yet (`entries` not in `tried`) — until its first try says whether it can fit, an
+    older job keeps its place in the queue (else a burst of new jobs would be placed in whatever order their
+    events arrive)."""
+    untried = [Waiting(job.queue_key, job.chip) for job in entries
+               if (job.namespace, job.name) not in tried and job.phase == "Pending" and job.placed_attempt is None]
+    return [*known, *untried]
+
+
 def ahead(me: QueueKey, chip: str, waiting: Iterable[Waiting]) -> QueueKey | None:
     """The oldest job of the same chip type that waits and is older than `me`, or None: then `me` may be placed."""
     older = [job.key for job in waiting if job.chip == chip and job.key < me]

@@ -10,7 +10,7 @@ from support.faults import CaseResult, Monitor, Proxy, check_job, converge, kube
 from support.operator_harness import Jobs, job_manifest, wait_for
 
 FAIL = {"sim.hybrid.ascend.dev/outcome": "fail", "sim.hybrid.ascend.dev/exit-code": "3"}
-DOWN_SECONDS = 3.0
+DOWN_SECONDS = 2.0
 
 
 def api_answers(cluster) -> bool:

@@ -150,9 +150,17 @@ class Controller:
         return resource_version is not None and record is not None and record.last_written == resource_version
 
     def wake_pending(self) -> None:
-        """Capacity may have changed: let every job that waits for placement try again."""
-        for key, record in list(self.jobs.items()):
-            if record.phase == "Pending":
+        """Capacity may have changed: let the jobs that wait for placement try again — those not queued yet, and of
+        the queue (oldest first, backlog.py) only its head: the rest could only find it still there. Each head that
+        leaves Pending wakes the next (`record`)."""
+        pending = [(key, record) for key, record in list(self.jobs.items()) if record.phase == "Pending"]
+        queued: dict[str, list] = {}
+        for key, record in sorted(pending, key=lambda item: item[1].queue_key):
+            if record.waiting:
+                queued.setdefault(record.chip, []).append(key)
+        heads = {key for keys in queued.values() for key in keys[:self.settings.workers * 2]}
+        for key, record in pending:
+            if not record.waiting or key in heads:
                 self.queue.add(key, 0.5)
 
     def wake_all(self) -> None:
@@ -309,6 +317,7 @@ class Controller:
         effective, request = observed.effective, action.request
         record = self.record_of(key)
         with self.placement_lock:
+            first_try = not record.queue_key[0]
             record.chip = effective.chip
             record.queue_key = backlog.queue_key(job["metadata"].get("creationTimestamp"), *key)
             blocker = backlog.ahead(record.queue_key, effective.chip, self.waiting(exclude=key))
@@ -326,6 +335,8 @@ class Controller:
             # it blocks younger jobs only if the cluster could hold it once others free their chips
             record.waiting = not placement.ok and place(request, build_inventory(
                 self.indexes.nodes(), [], device_infos)).ok
+            if first_try and not placement.ok and not record.waiting:
+                self.wake_pending()  # it can never fit: the jobs queued behind it while untried go ahead
             tier = request.tier_labels[0] if request.tier_labels else ""
             outcome = record_placement(decision.status, effective, placement, observed.now,
                                        job["metadata"].get("generation"), node_domains(inventory, tier))
@@ -356,8 +367,10 @@ class Controller:
                 self.kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true"))
 
     def waiting(self, exclude: JobKey) -> list[backlog.Waiting]:
-        return [backlog.Waiting(record.queue_key, record.chip) for key, record in list(self.jobs.items())
-                if key != exclude and record.phase == "Pending" and record.waiting]
+        tried = {key: record for key, record in list(self.jobs.items()) if record.queue_key[0]}
+        known = [backlog.Waiting(record.queue_key, record.chip) for key, record in tried.items()
+                 if key != exclude and record.phase == "Pending" and record.waiting]
+        return backlog.waiting(known, self.indexes.jobs(), set(tried) | {exclude})
 
     def reserved(self, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
         """Chips per node promised to gangs whose pods the watch has not shown: this process's promises, and the
@@ -381,9 +394,9 @@ class Controller:
         """Bookkeeping and metrics after a status change."""
         record = self.record_of(key)
         was_pending, record.phase = record.phase == "Pending", new.get("phase") or "Pending"
-        if was_pending and record.phase != "Pending" and record.waiting:
+        if was_pending and record.phase != "Pending":
             record.waiting = False
-            self.wake_pending()  # the head of the queue moved: the jobs behind it try again
+            self.wake_pending()  # the queue moved: the jobs behind it try again
         attempt = int(new.get("attempt") or 1)
         if attempt != record.attempt:
             record.sample = None  # a reading of the previous attempt's pods says nothing of this one

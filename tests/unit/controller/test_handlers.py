@@ -95,3 +95,20 @@ def test_deletion_always_queues_a_pass(memo):
     controller.record_of(("ns", "job")).last_written = "41"
     assert job_event(memo, "DELETED", "41")
     assert not controller.wrote_last(("ns", "job"), None)
+
+
+def test_a_capacity_change_wakes_the_head_of_each_queue_and_every_job_not_queued(memo):
+    controller = memo.controller
+    for index in range(20):
+        record = controller.record_of(("ns", f"q{index:02d}"))
+        record.phase, record.waiting, record.chip = "Pending", True, "910A" if index == 19 else "910B"
+        record.queue_key = (f"2026-12-01T10:00:{index:02d}Z", "ns", f"q{index:02d}")
+    controller.record_of(("ns", "fresh")).phase = "Pending"
+    controller.record_of(("ns", "running")).phase = "Running"
+    controller.wake_pending()
+    woken = set()
+    while (key := controller.queue.get(timeout=2)) is not None:
+        woken.add(key[1])
+        controller.queue.done(key)
+    heads = {f"q{index:02d}" for index in range(controller.settings.workers * 2)}
+    assert woken == heads | {"q19", "fresh"}

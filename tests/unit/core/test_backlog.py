@@ -47,3 +47,12 @@ def test_a_queued_job_is_pending_with_the_reason_and_no_event():
     placed = next(c for c in outcome.status["conditions"] if c["type"] == "Placed")
     assert (placed["status"], placed["reason"]) == ("False", "Queued") and "ns/old" in placed["message"]
     assert outcome.actions == [] and outcome.status["phase"] == "Pending"
+
+
+def test_an_untried_pending_job_keeps_its_place_until_tried():
+    known = [Waiting(queue_key("t1", "ns", "known"), "910B")]
+    entries = [entry(body("new", phase="Pending", placed=None, created="t0")),
+               entry(body("tried", phase="Pending", placed=None, created="t0")),
+               entry(body("placed", phase="Placing", created="t0"))]
+    found = backlog.waiting(known, entries, tried={("ns", "tried")})
+    assert [w.key[2] for w in found] == ["known", "new"]
