@@ -34,6 +34,7 @@ from .placement import GangRequest
 from .podview import (
     TERMINAL_POD_PHASES,
     attempt_of,
+    container_env,
     exit_code,
     is_deleting,
     is_gated,
@@ -335,6 +336,11 @@ class _Pass:
         if self.status.get("phase") in ("Starting", "Running") and lost:
             name = names.pod_name(self.meta["name"], attempt, lost[0])
             return ("PodDeleted", f"pod {name} (index {lost[0]}) disappeared", [])
+        given = {container_env(pod, render.SCHED_HOST_ENV) for pod in current.values()} - {None}
+        if self.o.sched_ip and given and given != {self.o.sched_ip}:
+            # <job>-sched was deleted and came back with another ClusterIP: the pods' MS_SCHED_HOST is dead
+            return ("SchedServiceChanged", f"{names.sched_service(self.meta['name'])} has ClusterIP "
+                    f"{self.o.sched_ip}, the pods were given {', '.join(sorted(given))}", [])
         return None
 
     def restart(self, reason: str, message: str, avoid: list[str], current: list[dict]) -> Decision:

@@ -19,6 +19,7 @@ from .api import GROUP, KIND, VERSION
 from .ranktable import INITIALIZING, dumps
 from .rules import ResolvedJob
 
+SCHED_HOST_ENV = "MS_SCHED_HOST"
 RANK_VARIABLES = frozenset({"MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_LOCAL_WORKER",
                             "MS_NODE_RANK", "RANK_TABLE_FILE", "RANK_SIZE", "RANK_START"})
 

@@ -18,13 +18,13 @@ def test_deleted_rank_table_and_services_come_back_with_the_gang_untouched(jobs,
     table = jobs.rank_table(name)
     with Monitor(fault_cluster.core) as monitor:
         started = time.monotonic()
-        jobs.core.delete_namespaced_config_map(names.rank_table_config_map(name), jobs.namespace)
-        jobs.core.delete_namespaced_service(names.headless_service(name), jobs.namespace)
         jobs.core.delete_namespaced_service(names.sched_service(name), jobs.namespace)
-        wait_for(lambda: _table(jobs, name) == table, 60, "the rank table back, completed", lambda: jobs.describe(name))
         wait_for(lambda: _ip(jobs, names.sched_service(name)) == sched_ip, 60, f"{name}-sched back on {sched_ip}",
                  lambda: jobs.describe(name))
+        jobs.core.delete_namespaced_service(names.headless_service(name), jobs.namespace)
         wait_for(lambda: _ip(jobs, names.headless_service(name)) == "None", 60, "the headless Service back")
+        jobs.core.delete_namespaced_config_map(names.rank_table_config_map(name), jobs.namespace)
+        wait_for(lambda: _table(jobs, name) == table, 60, "the rank table back, completed", lambda: jobs.describe(name))
         seconds = time.monotonic() - started
     status = converge(jobs, name)
     assert status["attempt"] == 1 and status["restarts"] == 0  # the running gang was never touched

@@ -6,7 +6,8 @@ rewrites them (the kopf handlers report each change of a labelled child here).
 - a child deleted: the job's children count as not applied, so the next pass applies them again;
 - `<job>-sched` deleted: its ClusterIP is baked into the running pods' MS_SCHED_HOST, so it is created again with
   that same IP (free again a moment after the Service is gone) before the usual apply — the gang keeps running.
-  (Deleted while no operator ran, it comes back with a new IP: the gang then fails and restarts.)
+  (Deleted while no operator ran, or its IP taken meanwhile, it comes back with a new IP: decide() then restarts
+  the gang, reason SchedServiceChanged, since the pods' MS_SCHED_HOST leads nowhere.)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def ensure_children(controller, key, job: dict, observed) -> None:
     namespace, name = key
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
+    epoch = record.children_epoch  # a deletion seen while this runs means: apply again next pass
     services = render.services(name, namespace, uid)
     if record.lost_sched_ip:
         _recreate_with_ip(controller, services[0], record.lost_sched_ip)
@@ -43,7 +45,8 @@ def ensure_children(controller, key, job: dict, observed) -> None:
     if record.rank_table is None:
         record.rank_table = {"status": "initializing"}
     record.sched_ip = service_ip(live[names.sched_service(name)])
-    record.children_generation = job["metadata"].get("generation")
+    if record.children_epoch == epoch:
+        record.children_generation = job["metadata"].get("generation")
 
 
 def _recreate_with_ip(controller, service: dict, ip: str) -> None:
@@ -70,6 +73,7 @@ def child_changed(controller, key, kind: str, name: str, event_type: str, body: 
     job = key[1]
     if event_type == "DELETED":
         record.children_generation = None
+        record.children_epoch += 1
         if kind == "ConfigMap" and name == names.rank_table_config_map(job):
             record.rank_table = None
         if kind == "Service" and name == names.sched_service(job):

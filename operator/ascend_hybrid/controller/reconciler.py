@@ -75,6 +75,7 @@ class JobRecord:
     in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
     refusal: Refusal | None = None              # the apiserver's last refusal of a write, until one succeeds
     lost_sched_ip: str | None = None            # <job>-sched was deleted: create it again with this IP
+    children_epoch: int = 0                     # counts children deleted; a pass that saw one applies again
     waiting: bool = False                       # Pending for chips that others hold: younger jobs wait behind it
     chip: str = ""
     queue_key: backlog.QueueKey = ("", "", "")

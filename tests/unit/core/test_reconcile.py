@@ -417,3 +417,15 @@ def test_a_forbidden_write_is_a_condition_naming_verb_and_resource_then_retried(
     assert next(c for c in cleared.status["conditions"] if c["type"] == "Authorized")["status"] == "True"
     assert not [c for c in decide(observe(job(status=placed_status()))).status["conditions"]
                 if c["type"] == "Authorized"]
+
+
+def test_a_sched_service_back_with_another_ip_restarts_the_gang():
+    body = job(status=placed_status(phase="Running"))
+    pods = [pod(0), pod(1)]
+    for p in pods:
+        p["spec"]["containers"] = [{"name": "ascend", "env": [{"name": "MS_SCHED_HOST", "value": "127.32.0.10"}]}]
+    assert decide(observe(body, pods=pods)).status["phase"] == "Running"
+    moved = decide(dataclasses.replace(observe(body, pods=pods), sched_ip="127.32.0.99"))
+    assert moved.status["phase"] == "Restarting" and moved.status["restarts"] == 1
+    restarting = next(c for c in moved.status["conditions"] if c["type"] == "Restarting")
+    assert restarting["reason"] == "SchedServiceChanged" and "127.32.0.99" in restarting["message"]
