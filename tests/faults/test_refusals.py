@@ -4,6 +4,7 @@ forbidden verb is named in a condition; the per-job NetworkPolicy is accepted as
 from __future__ import annotations
 
 import base64
+import time
 from pathlib import Path
 
 import yaml
@@ -23,8 +24,10 @@ def test_an_unfixable_pod_template_fails_at_once_with_the_apiservers_message(job
     body = job_manifest(name, data=2, tensor=4, per_pod=4)
     # the schema accepts it; the apiserver's pod validation never will (a mount of a volume that does not exist)
     body["spec"]["template"] = {"volumeMounts": [{"name": "no-such-volume", "mountPath": "/data"}]}
+    started = time.monotonic()
     jobs.create(body)
     status = jobs.wait_phase(name, "Failed", timeout=60)
+    seconds = time.monotonic() - started
     failed = condition(jobs, name, "Failed")
     assert failed["reason"] == "InvalidPodTemplate"
     assert 'Pod "unfixable-a1-' in failed["message"] and "no-such-volume" in failed["message"], failed
@@ -33,7 +36,7 @@ def test_an_unfixable_pod_template_fails_at_once_with_the_apiservers_message(job
     assert len(warnings) == 1
     log = jobs.operator.log_path.read_text()
     assert log.count("create pods unfixable-a1-") <= 2, "refused once per pod, never retried"
-    report.add(CaseResult("pod template the apiserver refuses (422)", 1, 0, 0, 0.0,
+    report.add(CaseResult("pod template the apiserver refuses (422)", 1, 0, 0, seconds,
                           f"Failed/InvalidPodTemplate: {failed['message'][:90]}…"))
 
 
@@ -76,14 +79,16 @@ def test_a_forbidden_pod_creation_is_a_condition_naming_verb_and_resource(fault_
         kubeconfig = _token_kubeconfig(fault_cluster, namespace, account, tmp_path / "limited.kubeconfig")
         jobs = Jobs(fault_cluster.api, namespace, start_operator("--namespace", namespace,
                                                                  kubeconfig=str(kubeconfig)))
+        started = time.monotonic()
         jobs.create(job_manifest("forbidden", data=2, tensor=4, per_pod=4))
         wait_for(lambda: condition(jobs, "forbidden", "Authorized"), 60, "the Authorized condition",
                  lambda: jobs.describe("forbidden"))
+        seconds = time.monotonic() - started
         authorized = condition(jobs, "forbidden", "Authorized")
         assert authorized["status"] == "False" and authorized["reason"] == "Forbidden"
         assert f"create pods in namespace {namespace}" in authorized["message"], authorized
         assert jobs.status("forbidden")["phase"] != "Failed"  # an administrator may still grant it
-        report.add(CaseResult("pod creation forbidden by RBAC (403)", 1, 0, 0, 0.0,
+        report.add(CaseResult("pod creation forbidden by RBAC (403)", 1, 0, 0, seconds,
                               f"Authorized=False/Forbidden: {authorized['message'][:80]}…"))
         jobs.delete_all()
     finally:
@@ -95,8 +100,10 @@ def test_the_network_policy_is_accepted_by_the_apiserver(fault_cluster, namespac
     peers = '[{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}, ' \
             '"podSelector": {"matchLabels": {"app.kubernetes.io/name": "ascend-hybrid-operator"}}}]'
     jobs = Jobs(fault_cluster.api, namespace, start_operator("--network-policy", "--metrics-peers", peers))
+    started = time.monotonic()
     jobs.create(job_manifest("fenced", data=2, tensor=4, per_pod=4))
     converge(jobs, "fenced")
+    seconds = time.monotonic() - started
     policy = client.NetworkingV1Api(fault_cluster.api).read_namespaced_network_policy(
         names.network_policy("fenced"), namespace)
     assert policy.metadata.owner_references[0].name == "fenced"
@@ -106,6 +113,6 @@ def test_the_network_policy_is_accepted_by_the_apiserver(fault_cluster, namespac
     assert [(p.port, p.end_port) for p in same_job.ports] == [(1, names.METRICS_PORT - 1), (names.METRICS_PORT + 1, 65535)]
     assert [p.port for p in metrics.ports] == [names.METRICS_PORT]
     assert metrics._from[0].namespace_selector.match_labels == {"kubernetes.io/metadata.name": "ops"}
-    report.add(CaseResult("per-job NetworkPolicy created on the real apiserver", 0, 0, 0, 0.0,
+    report.add(CaseResult("per-job NetworkPolicy created on the real apiserver", 0, 0, 0, seconds,
                           "accepted as rendered (no CNI here enforces it)"))
     jobs.delete_all()
