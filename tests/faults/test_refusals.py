@@ -62,6 +62,7 @@ def test_a_forbidden_pod_creation_is_a_condition_naming_verb_and_resource(fault_
     fault_cluster.core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
     role = f"{namespace}-limited"
     rules = [(["" ], ["nodes"], ["list", "watch"]),
+             ([""], ["namespaces"], ["list", "watch"]),  # kopf's namespace observer (--namespace), as the chart
              (["apiextensions.k8s.io"], ["customresourcedefinitions"], ["get", "list", "watch"]),
              (["hybrid.ascend.dev"], ["ascendhybridjobs"], ["get", "list", "watch", "delete"]),
              (["hybrid.ascend.dev"], ["ascendhybridjobs/status"], ["patch"]),
