@@ -199,7 +199,7 @@ _SOFTWARE_TEXT = " and ".join(sorted(SOFTWARE_CAUSES))
 
 
 class FailurePolicyRule(ApiModel):
-    causes: list[Cause] | None = Field(None, min_length=1, max_length=len(CAUSES), description="Matches when the cause of the failure (status.lastFailure.cause) is one of these: what the trainer's termination message says, or NodeNotReady, ChipUnhealthy, PodDeleted as the operator sees them.")
+    causes: list[Cause] | None = Field(None, min_length=1, max_length=len(CAUSES), description="Matches when the cause of the failure (status.lastFailure.cause) is one of these: what the trainer's termination message says, or NodeNotReady, ChipUnhealthy, PodDeleted, SchedServiceChanged as the operator sees them.")
     exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(None, min_length=1, max_length=64, description="Matches when the first failed container exited with one of these codes.")
     pod_conditions: list[Annotated[str, Field(min_length=1, max_length=316)]] | None = Field(None, min_length=1, max_length=16, description="Matches when one of these pod condition types (e.g. DisruptionTarget) is True on the first failed pod.")
     action: FailureAction = Field(description=f"FailJob: the job fails at once. RestartJob: the whole gang restarts, counted against backoffLimit. RestartJobAvoidingNode: the same, and the node of the first failed rank is not used again (never for {_SOFTWARE_TEXT}). Ignore: the whole gang restarts without counting against backoffLimit (counted in status.ignoredFailures): MindSpore needs every rank, so one rank cannot be replaced alone.")
@@ -333,7 +333,7 @@ class PlanStatus(ApiModel):
     measured: MeasuredStep | None = Field(None, description="What the running job measures (from status.training and status.utilization).")
     step_time_ratio: float | None = Field(None, description="Measured / predicted step seconds.")
 class FailureStatus(ApiModel):
-    cause: str = Field(description="Why the attempt ended: the trainer's cause (HCCLConnectTimeout, DeviceOutOfMemory, …) or NodeNotReady, ChipUnhealthy, PodDeleted.")
+    cause: str = Field(description="Why the attempt ended: the trainer's cause (HCCLConnectTimeout, DeviceOutOfMemory, …) or NodeNotReady, ChipUnhealthy, PodDeleted, SchedServiceChanged.")
     action: str | None = Field(None, description="What the failure policy did: FailJob, RestartJob, RestartJobAvoidingNode or Ignore.")
     attempt: int | None = Field(None, description="The attempt that failed.")
     pod: str | None = Field(None, description="The first failed pod.")

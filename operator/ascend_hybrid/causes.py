@@ -1,14 +1,14 @@
 """The names of failure causes and failure-policy actions, and what the operator does by default (pure data).
 
 The trainer reports the first nine in its termination message (docs/troubleshooting.md, "Causes and exit codes");
-the last three only the operator can see. The CRD's `spec.runPolicy.failurePolicy.rules[].causes` takes these.
+the last four only the operator can see. The CRD's `spec.runPolicy.failurePolicy.rules[].causes` takes these.
 """
 
 from __future__ import annotations
 
 TRAINER_CAUSES = ("HCCLConnectTimeout", "HCCLExecTimeout", "DeviceOutOfMemory", "NumericalDivergence",
                   "RankTableTimeout", "ConfigError", "DataError", "PeerFailed", "Unknown")
-OPERATOR_CAUSES = ("NodeNotReady", "ChipUnhealthy", "PodDeleted")
+OPERATOR_CAUSES = ("NodeNotReady", "ChipUnhealthy", "PodDeleted", "SchedServiceChanged")
 CAUSES = TRAINER_CAUSES + OPERATOR_CAUSES
 
 # Restarts for these are disruptions (JobSet's and Kueue's word): the node or chip broke, not the job, so they

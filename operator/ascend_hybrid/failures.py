@@ -218,7 +218,7 @@ def find_failure(pods: dict[int, Mapping], placed: list[str], nodes: Mapping[str
 
 def summary(failure: Failure) -> str:
     """One line: which pod, where, how it ended, and what it said."""
-    if failure.cause in FAULT_CAUSES or failure.cause == "PodDeleted":
+    if failure.cause in FAULT_CAUSES or failure.cause in ("PodDeleted", "SchedServiceChanged"):
         return f"{failure.cause}: {failure.detail}" + (f" (pod {failure.pod})" if failure.pod else "")
     where = [f"exit code {failure.exit_code}" + (f" ({failure.reason})" if failure.reason else "")]
     where += [f"rank {failure.rank}"] if failure.rank is not None else []

@@ -84,6 +84,9 @@ def hint(failure: Failure, effective: ResolvedJob, evaluation: search.Evaluation
                           "check `npu-smi info` and the fault codes there"),
         "PodDeleted": ("a pod of the running gang was deleted by someone else (kubectl delete, an eviction, a "
                        "preemption); MindSpore cannot replace one rank, so the whole gang restarts"),
+        "SchedServiceChanged": (f"the Service {job}-sched was deleted and came back with another ClusterIP, so the "
+                                "MS_SCHED_HOST the pods were started with leads nowhere: the gang restarts with the new "
+                                "address. Keep the operator's Services (owned by the job) out of cleanup scripts"),
     }
     return table.get(failure.cause, (
         f"see `kubectl logs {failure.pod or '<pod>'}`: its last error line is in the message; a rule in "

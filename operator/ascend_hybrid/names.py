@@ -38,6 +38,10 @@ def rank_table_config_map(job: str) -> str:
     return f"rings-config-{job}"
 
 
+def network_policy(job: str) -> str:
+    return f"{job}-network"
+
+
 def job_config_map(job: str) -> str:
     return f"{job}-config"
 

@@ -51,6 +51,15 @@ def exit_code(pod: Mapping) -> int | None:
     return None
 
 
+def container_env(pod: Mapping, name: str) -> str | None:
+    """The literal value of env `name` in the first container that sets it (None for valueFrom or absent)."""
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        for entry in container.get("env") or ():
+            if entry.get("name") == name and "value" in entry:
+                return entry["value"]
+    return None
+
+
 def is_gated(pod: Mapping) -> bool:
     return any(gate.get("name") == names.GANG_GATE for gate in (pod.get("spec") or {}).get("schedulingGates") or [])
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from . import anomalies, names, ranktable, render, strategy
+from . import anomalies, names, ranktable, refusals, render, strategy
 from .actions import (
     Action,
     CreatePods,
@@ -30,7 +30,8 @@ from .ascend import DeviceInfo
 from .chips import CHIPS
 from .conditions import TERMINAL_JOB_PHASES, condition, parse_time, set_condition, timestamp
 from .failure_policy import counters_after, judge, restart_text
-from .failures import Failure, Wait, find_failure, last_failure, summary
+from .failure_steps import FailureSteps
+from .failures import Failure, last_failure, summary
 from .hints import hint, prediction
 from .kueue import EVICTED
 from .placement import GangRequest
@@ -48,6 +49,7 @@ from .podview import (
 )
 from .progress import Sample
 from .queueing import QueueSteps
+from .refusals import Refusal
 from .rules import ResolvedJob
 from .telemetry_steps import TelemetrySteps
 
@@ -73,6 +75,7 @@ class Observed:
     device_infos: Mapping[str, DeviceInfo] = field(default_factory=dict)  # node → MindCluster deviceinfo
     hardware_profiles: Mapping[str, Hardware] = field(default_factory=dict)  # the planner's, by name (--hardware-profiles)
     workload: Mapping | None = None           # the Kueue Workload of the current attempt (queued jobs; queueing.py)
+    refusal: Refusal | None = None            # the apiserver's last refusal of this job's writes (refusals.py)
 
 
 @dataclass
@@ -102,7 +105,7 @@ def pod_template_hash(effective: ResolvedJob) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class _Pass(QueueSteps, TelemetrySteps):
+class _Pass(QueueSteps, TelemetrySteps, FailureSteps):
     """One reconcile pass; methods read `observed`, write `decision` (a queued job's steps: queueing.py)."""
 
     def __init__(self, observed: Observed):
@@ -165,6 +168,10 @@ class _Pass(QueueSteps, TelemetrySteps):
         status.setdefault("restarts", 0)
         if status.get("phase") in TERMINAL_JOB_PHASES:
             return self.finished()
+        if o.refusal is not None and self.refused(o.refusal):
+            return self.d
+        if o.refusal is None:
+            refusals.allow(status, o.now, self.generation)
         if not status.get("attempt"):
             status["attempt"] = 1
             self.cond("Created", True, "Created", f"world {e.world_size}: {e.pod_count} pods × {e.per_pod} NPUs")
@@ -198,13 +205,15 @@ class _Pass(QueueSteps, TelemetrySteps):
         placement = status.get("placement") or {}
         if placement.get("attempt") == attempt and len(placement.get("nodes") or ()) != e.pod_count:
             placement = {}  # made for another spec (its parallelism changed before any pod existed): place anew
-        if (current or self.queue) and placement.get("attempt") == attempt:
+        # Every pod gone (the only pod of a one-pod gang deleted) is a failure too, not a gang to create again.
+        if placement.get("attempt") == attempt and (current or self.queue
+                                                    or status.get("phase") in ("Starting", "Running")):
             failure = self.failure(current, placement)
             if isinstance(failure, Failure):
                 return self.failed(failure, list(current.values()))
             if failure is not None:  # broken, its cause not in yet
                 return self.d
-            if len(current) == e.pod_count and all(phase_of(p) == "Succeeded" for p in current.values()):
+            if current and len(current) == e.pod_count and all(phase_of(p) == "Succeeded" for p in current.values()):
                 return self.succeeded(list(current.values()))
         if placement.get("attempt") != attempt:
             if verdict is not None:
@@ -307,22 +316,6 @@ class _Pass(QueueSteps, TelemetrySteps):
         self.phase("Starting", f"{len(unbound)} of {len(pods)} pods waiting for the scheduler")
         self.requeue(min(FAST_REQUEUE_SECONDS, limit - waited))
         return self.d
-
-    def failure(self, current: dict, placement: dict) -> Failure | Wait | None:
-        """The first failure of this attempt (failures.find_failure); a Wait that holds the attempt while its
-        cause is not in yet; None while it is healthy (or a node is within its grace)."""
-        e, attempt = self.o.effective, int(self.status["attempt"])
-        lost = []
-        if self.status.get("phase") in ("Starting", "Running") or self.queue:
-            lost = [(index, names.pod_name(self.meta["name"], attempt, index)) for index in range(e.pod_count)
-                    if index not in current]
-            lost = [(index, name) for index, name in lost if name not in self.o.in_flight]
-        found = find_failure(current, placement["nodes"], self.o.nodes, self.o.device_infos, self.o.now,
-                             self.o.node_grace_seconds, lost)
-        if isinstance(found, Wait):
-            self.requeue(found.seconds)
-            return found if found.hold else None
-        return found
 
     def failed(self, failure: Failure, current: list[dict]) -> Decision:
         """The failure policy's verdict: fail, or restart the whole gang (counted against backoffLimit, or as a

@@ -20,6 +20,7 @@ from .inventory import HOSTNAME_LABEL
 from .ranktable import INITIALIZING, dumps
 from .rules import ResolvedJob
 
+SCHED_HOST_ENV = "MS_SCHED_HOST"
 RANK_VARIABLES = frozenset({"MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_LOCAL_WORKER",
                             "MS_NODE_RANK", "RANK_TABLE_FILE", "RANK_SIZE", "RANK_START"})
 
@@ -68,6 +69,22 @@ def services(job: str, namespace: str, uid: str) -> list[dict]:
                 owner_references=owners, headless=True, selector={names.JOB_LABEL: job}, port_name="metrics",
                 port=names.METRICS_PORT),
     ]
+
+
+MAX_PORT = 65535
+
+
+def network_policy(job: str, namespace: str, uid: str, metrics_peers: list[dict]) -> dict:
+    """The job's NetworkPolicy (opt-in, `--network-policy`): its pods admit the job's own pods on every TCP port
+    but the metrics port (the MindSpore scheduler, the workers' ports, HCCL's host ports), and `metrics_peers`
+    (the operator, Prometheus: NetworkPolicyPeer objects) on the metrics port; nothing else reaches them."""
+    metrics = names.METRICS_PORT
+    peer_ports = [{"protocol": "TCP", "port": 1, "endPort": metrics - 1},
+                  {"protocol": "TCP", "port": metrics + 1, "endPort": MAX_PORT}]
+    return _render("networkpolicy.yaml.j2", name=names.network_policy(job), namespace=namespace,
+                   labels=names.job_labels(job), owner_references=owner_references(job, uid),
+                   selector={names.JOB_LABEL: job}, peer_ports=peer_ports, metrics_peers=list(metrics_peers),
+                   metrics_port=metrics)
 
 
 def job_config(effective: ResolvedJob) -> dict:

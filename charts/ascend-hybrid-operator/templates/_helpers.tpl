@@ -43,3 +43,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail "serviceMonitor.enabled and prometheusRule.enabled need metrics.enabled=true" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+NetworkPolicyPeers allowed to the trainers' metrics port (--metrics-peers, one line of JSON): the operator's own
+pods (it reads progress there) and Prometheus.
+*/}}
+{{- define "ahj.metricsPeers" -}}
+{{- $operator := dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace)) "podSelector" (dict "matchLabels" (fromYaml (include "ahj.selectorLabels" .))) -}}
+{{- $prometheus := dict "namespaceSelector" .Values.networkPolicy.prometheus.namespaceSelector "podSelector" .Values.networkPolicy.prometheus.podSelector -}}
+{{- list $operator $prometheus | toJson -}}
+{{- end -}}

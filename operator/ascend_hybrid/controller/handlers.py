@@ -13,7 +13,7 @@ import os
 
 import kopf
 
-from .. import names
+from .. import backlog, names
 from ..api import GROUP, PLURAL, VERSION
 from ..ascend import DEVICEINFO_LABEL, parse_deviceinfo
 from ..podview import TERMINAL_POD_PHASES, holds_npus, ready_condition
@@ -68,22 +68,26 @@ def controller_of(memo) -> Controller:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_) -> None:
+def configure(settings: kopf.OperatorSettings, memo, **_) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = EventHandlersOnlyDiffBase(prefix=GROUP)
     settings.posting.level = logging.WARNING
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+    # A watch ends after `server_timeout` (the apiserver closes it; kopf watches again from its resourceVersion),
+    # and a connection that went silent is given up after `client_timeout` (then kopf relists).
+    watch_seconds = controller_of(memo).settings.watch_timeout_seconds
+    settings.watching.server_timeout = watch_seconds
+    settings.watching.client_timeout = watch_seconds + max(5, watch_seconds // 10)
     settings.watching.connect_timeout = 10
     settings.peering.standalone = True
     settings.execution.max_workers = 16
 
 
 @kopf.on.startup()
-def bind_indexes(memo, ahj_nodes, ahj_npu_pods, ahj_job_pods, ahj_device_infos, **_) -> None:
+def bind_indexes(memo, ahj_nodes, ahj_npu_pods, ahj_job_pods, ahj_device_infos, ahj_jobs, **_) -> None:
     controller_of(memo).indexes = Indexes(
         nodes=lambda: _copy(ahj_nodes), npu_pods=lambda: _copy(ahj_npu_pods),
-        job_pods=lambda key: _copy(ahj_job_pods, key), device_infos=lambda: _copy(ahj_device_infos))
+        job_pods=lambda key: _copy(ahj_job_pods, key), device_infos=lambda: _copy(ahj_device_infos),
+        jobs=lambda: _copy(ahj_jobs))
 
 
 @kopf.on.login()
@@ -122,6 +126,12 @@ def ahj_device_infos(name, body, **_):
     return {name: _indexed(body)}
 
 
+@kopf.index(GROUP, VERSION, PLURAL)
+def ahj_jobs(namespace, name, body, **_):
+    """Each job's placement as its status holds it (backlog.Entry): chips promised to pods not created yet."""
+    return {(namespace, name): backlog.entry(body)}
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def job_changed(namespace, name, type, meta, memo, **_) -> None:
     controller = controller_of(memo)
@@ -134,6 +144,17 @@ def job_changed(namespace, name, type, meta, memo, **_) -> None:
 @kopf.on.event("pods", labels={names.JOB_LABEL: kopf.PRESENT})
 def job_pod_changed(namespace, labels, memo, **_) -> None:
     controller_of(memo).enqueue((namespace, labels[names.JOB_LABEL]))
+
+
+@kopf.on.event("configmaps", labels={names.JOB_LABEL: kopf.PRESENT})
+def job_config_map_changed(namespace, name, labels, type, body, memo, **_) -> None:
+    """A child changed or went (a user deleted it, a rival rewrote the rank table): the job's next pass repairs it."""
+    controller_of(memo).child_changed((namespace, labels[names.JOB_LABEL]), "ConfigMap", name, type, body)
+
+
+@kopf.on.event("services", labels={names.JOB_LABEL: kopf.PRESENT})
+def job_service_changed(namespace, name, labels, type, body, memo, **_) -> None:
+    controller_of(memo).child_changed((namespace, labels[names.JOB_LABEL]), "Service", name, type, body)
 
 
 @kopf.on.event("pods", when=_holds_npus)

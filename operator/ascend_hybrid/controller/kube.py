@@ -1,7 +1,9 @@
 """The only module of the operator that talks to the Kubernetes API.
 
 Blocking calls of the official client, made from worker threads (never from the event loop). Transient
-errors (409 on updates, 429, 5xx, connection resets) are retried with exponential backoff; the rest raise.
+errors (409 on updates, 429, 5xx, connection resets) are retried with exponential backoff; the rest raise, a
+refusal no retry can fix (400, 403, 422) as `Refused`, which names the call. With leader election on, `fence`
+is checked before every attempt of every mutating call: a replica that is not leading writes nothing.
 """
 
 from __future__ import annotations
@@ -20,22 +22,26 @@ from kubernetes.client.exceptions import ApiException
 from .. import api, kueue, names
 from ..podview import holds_npus
 from .metrics import API_CALLS
+from .refused import Refused, is_refusal
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RETRIED_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+MUTATING_VERBS = frozenset({"create", "apply", "patch", "update", "delete"})
 APPLY = {"field_manager": names.FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
 
 
 class Kube:
     def __init__(self, api_client: client.ApiClient | None = None, *, attempts: int = 6,
-                 first_backoff_seconds: float = 0.2):
+                 first_backoff_seconds: float = 0.2, fence: Callable[[], None] | None = None):
         self.attempts, self.first_backoff_seconds = attempts, first_backoff_seconds
+        self.fence = fence  # raises when this replica must not write (leader.LeaderElector.fence)
         self.client = api_client or client.ApiClient()
         self.core = client.CoreV1Api(self.client)
         self.custom = client.CustomObjectsApi(self.client)
         self.extensions = client.ApiextensionsV1Api(self.client)
+        self.networking = client.NetworkingV1Api(self.client)
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None, *, parallel_calls: int = 16, **options) -> Kube:
@@ -54,12 +60,16 @@ class Kube:
         """One API call with retries; statuses in `ok` mean "already done" and return None."""
         delay = self.first_backoff_seconds
         for attempt in range(1, self.attempts + 1):
+            if self.fence is not None and verb in MUTATING_VERBS:
+                self.fence()
             API_CALLS.labels(verb=verb, resource=resource).inc()
             try:
                 return fn(*args, **kwargs)
             except ApiException as error:
                 if error.status in ok:
                     return None
+                if is_refusal(error):
+                    raise Refused(error, verb, resource, args, kwargs) from error
                 if error.status not in RETRIED_STATUSES or attempt == self.attempts:
                     raise
                 retry_after = (error.headers or {}).get("Retry-After") if error.headers else None
@@ -103,12 +113,19 @@ class Kube:
 
     # -- children --------------------------------------------------------------------------------------------
     def apply(self, manifest: dict) -> dict:
-        """Server-side apply of a Service or ConfigMap with our field manager; returns the live object."""
+        """Server-side apply of a Service, ConfigMap or NetworkPolicy with our field manager; returns the live object."""
         kind, meta = manifest["kind"], manifest["metadata"]
         patch = {"Service": self.core.patch_namespaced_service,
-                 "ConfigMap": self.core.patch_namespaced_config_map}[kind]
+                 "ConfigMap": self.core.patch_namespaced_config_map,
+                 "NetworkPolicy": self.networking.patch_namespaced_network_policy}[kind]
         result = self._call("apply", kind.lower() + "s", patch, meta["name"], meta["namespace"], manifest, **APPLY)
         return self.client.sanitize_for_serialization(result)
+
+    def create_service(self, manifest: dict) -> None:
+        """Creates a Service that must keep a given clusterIP (a deleted `<job>-sched` whose IP the pods' env holds);
+        one that exists is fine. A create, not an apply: the IP is then not a field the later applies own."""
+        self._call("create", "services", self.core.create_namespaced_service, manifest["metadata"]["namespace"],
+                   manifest, field_manager=names.FIELD_MANAGER, ok=(409,))
 
     def read_config_map(self, namespace: str, name: str) -> dict | None:
         result = self._call("get", "configmaps", self.core.read_namespaced_config_map, name, namespace, ok=(404,))

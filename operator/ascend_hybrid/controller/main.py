@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from . import hardening
 from .settings import OperatorSettings
 
 EXIT_NOT_READY = 2
@@ -36,6 +37,7 @@ def register(subparsers) -> None:
                         "profile named like a chip (910A, 910B, A3) replaces the built-in one, others are chosen by "
                         "spec.npu.hardwareProfile")
     parser.add_argument("--log-level", default=defaults.log_level, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    hardening.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -44,7 +46,8 @@ def settings_from(args) -> OperatorSettings:
         namespaces=tuple(args.namespace), kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
         health_port=args.health_port, bind_address=args.bind_address, workers=args.workers,
         node_grace_seconds=args.node_grace_seconds, prometheus_url=args.prometheus_url,
-        telemetry_interval=args.telemetry_interval, log_level=args.log_level, hardware_profiles=args.hardware_profiles)
+        telemetry_interval=args.telemetry_interval, log_level=args.log_level, hardware_profiles=args.hardware_profiles,
+        **hardening.settings_of(args))
 
 
 def load_hardware_profiles(path: str | None) -> dict:
@@ -74,7 +77,6 @@ def run(args) -> int:
     import kopf
     import urllib3
     from kubernetes.client.exceptions import ApiException
-    from prometheus_client import start_http_server
 
     from . import handlers  # noqa: F401 - registers the kopf handlers
     from .kube import Kube
@@ -97,9 +99,13 @@ def run(args) -> int:
         kube = Kube.from_environment(settings.kubeconfig, parallel_calls=settings.parallel_calls,
                                      attempts=settings.api_attempts,
                                      first_backoff_seconds=settings.first_backoff_seconds)
+        elector = hardening.leader_elector(settings, kube.client)
         installed = kube.crd_installed()
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
         print(f"error: cannot reach the Kubernetes API: {str(error).splitlines()[0]}", file=sys.stderr)
+        return EXIT_NOT_READY
+    except ValueError as error:  # leader election settings that cannot work
+        print(f"error: {error}", file=sys.stderr)
         return EXIT_NOT_READY
     except Exception as error:  # noqa: BLE001 - a broken kubeconfig must be one line, not a traceback
         print(f"error: cannot load Kubernetes credentials: {error}", file=sys.stderr)
@@ -109,10 +115,13 @@ def run(args) -> int:
               "`kubectl apply --server-side -f crds/` or `helm install ascend-hybrid charts/ascend-hybrid-operator`",
               file=sys.stderr)
         return EXIT_NOT_READY
-    controller = Controller(kube, settings=settings, hardware_profiles=profiles)
+    if elector is not None:
+        kube.fence = elector.fence  # checked before every mutating call
+    controller = Controller(kube, settings=settings, hardware_profiles=profiles, leadership=elector)
     source = TelemetrySource(settings.prometheus_url, timeout_seconds=settings.telemetry_http_timeout)
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port, addr=settings.bind_address)
+    hardening.serve_metrics(settings, kube.client)
+    if elector is not None:
+        elector.start()
     controller.start(publishing_loop(controller), sampling_loop(controller, source, settings.telemetry_interval))
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
     memo = kopf.Memo(controller=controller, node_signatures={})

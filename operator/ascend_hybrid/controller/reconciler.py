@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from .. import kueue, names, render
+from .. import backlog, kueue, names, render
 from ..actions import (
     CreatePods,
     DeleteJob,
@@ -31,17 +31,15 @@ from ..actions import (
     RemoveGates,
     WriteRankTable,
 )
-from ..ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE, device_infos_by_node
-from ..inventory import build_inventory, pinned_node
-from ..placement import place
-from ..placement_record import record_placement
-from ..podview import attempt_of, node_of
+from ..ascend import device_infos_by_node
+from ..podview import attempt_of
 from ..progress import Sample
 from ..reconcile import FAST_REQUEUE_SECONDS, Decision, Observed, decide
+from ..refusals import Refusal
 from ..rules import ResolvedJob, SpecError, parse
-from ..summary import node_domains
-from . import metrics
-from .kube import Kube, rank_table_of, service_ip
+from . import children, metrics, placing
+from .kube import Kube, rank_table_of
+from .refused import Refused
 from .settings import OperatorSettings
 from .workqueue import WorkQueue
 
@@ -55,6 +53,7 @@ class Next(enum.Enum):
     DECIDE_AGAIN = "decide again"    # nothing it did needs the watch to show it
     WAIT = "wait"                    # requeue after the decision's delay (or the next event)
     FORGET = "forget"                # the job was deleted
+    REFUSED = "refused"              # the apiserver refused a write: decide again before writing the status
 
 
 @dataclass
@@ -74,6 +73,12 @@ class JobRecord:
     rank_table: dict | None = None
     rank_table_read: bool = False
     in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
+    refusal: Refusal | None = None              # the apiserver's last refusal of a write, until one succeeds
+    lost_sched_ip: str | None = None            # <job>-sched was deleted: create it again with this IP
+    children_epoch: int = 0                     # counts children deleted; a pass that saw one applies again
+    waiting: bool = False                       # Pending for chips that others hold: younger jobs wait behind it
+    chip: str = ""
+    queue_key: backlog.QueueKey = ("", "", "")
 
     def recent(self, horizon_seconds: float) -> frozenset[str]:
         horizon = time.monotonic() - horizon_seconds
@@ -95,6 +100,7 @@ class Indexes:
     npu_pods: Callable[[], list[dict]]
     job_pods: Callable[[JobKey], list[dict]]
     device_infos: Callable[[], list[dict]]
+    jobs: Callable[[], list[backlog.Entry]] = list  # every job's placement as its status says (handlers.ahj_jobs)
 
 
 @dataclass
@@ -108,6 +114,7 @@ class Controller:
     hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
+    leadership: object | None = None  # leader.LeaderElector under --leader-elect: workers take keys only while leading
 
     def __post_init__(self) -> None:
         if self.pool is None:
@@ -127,6 +134,8 @@ class Controller:
         self.queue.close()
         for thread in self._threads:
             thread.join(timeout=10)
+        if self.leadership is not None:
+            self.leadership.release()  # after the last pass: a standby takes over within one retry
 
     def record_of(self, key: JobKey) -> JobRecord:
         record = self.jobs.get(key)
@@ -143,9 +152,17 @@ class Controller:
         return resource_version is not None and record is not None and record.last_written == resource_version
 
     def wake_pending(self) -> None:
-        """Capacity may have changed: let every job that waits for placement try again."""
-        for key, record in list(self.jobs.items()):
-            if record.phase == "Pending":
+        """Capacity may have changed: let the jobs that wait for placement try again — those not queued yet, and of
+        the queue (oldest first, backlog.py) only its head: the rest could only find it still there. Each head that
+        leaves Pending wakes the next (`record`)."""
+        pending = [(key, record) for key, record in list(self.jobs.items()) if record.phase == "Pending"]
+        queued: dict[str, list] = {}
+        for key, record in sorted(pending, key=lambda item: item[1].queue_key):
+            if record.waiting:
+                queued.setdefault(record.chip, []).append(key)
+        heads = {key for keys in queued.values() for key in keys[:self.settings.workers * 2]}
+        for key, record in pending:
+            if not record.waiting or key in heads:
                 self.queue.add(key, 0.5)
 
     def wake_all(self) -> None:
@@ -156,6 +173,11 @@ class Controller:
     def _work(self) -> None:
         backoff = self.settings.error_backoff_seconds
         while True:
+            if self.leadership is not None and not self.leadership.leading():
+                if self.queue.closed:
+                    return
+                self.leadership.wait_leading(1.0)  # a standby's keys wait in the queue, deduplicated
+                continue
             key = self.queue.get()
             if key is None:
                 return
@@ -186,6 +208,8 @@ class Controller:
             decision = decide(observed)
             old_status = job.get("status") or {}
             after = self.execute(key, job, observed, decision)
+            if after is Next.REFUSED:
+                continue
             patched = self.kube.patch_job_status(namespace, name, old_status, decision.status)
             self.record(key, job, old_status, decision.status)
             if patched is not None:
@@ -218,6 +242,7 @@ class Controller:
             node_grace_seconds=self.settings.node_grace_seconds,
             in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample,
             device_infos=device_infos_by_node(self.indexes.device_infos()), hardware_profiles=self.hardware_profiles,
+            refusal=record.refusal,
         )
 
     def workload(self, key: JobKey, job: dict, effective, pods: tuple[dict, ...]) -> dict | None:
@@ -230,6 +255,27 @@ class Controller:
         return self.kube.get_workload(key[0], kueue.group_name(key[1], attempt))
 
     def execute(self, key: JobKey, job: dict, observed: Observed, decision: Decision) -> Next:
+        """Runs the actions in order. A write the apiserver refuses (400/403/422) ends the run: the refusal is the
+        next decide()'s observation (a Failed or Authorized condition), made in this same pass."""
+        record = self.record_of(key)
+        try:
+            after = self._execute(key, job, observed, decision)
+        except Refused as refused:
+            log.warning("%s/%s: %s", key[0], key[1], refused)
+            record.refusal = refused.refusal(key[0])
+            return Next.REFUSED
+        if any(not isinstance(action, PostEvent) for action in decision.actions):
+            record.refusal = None
+        return after
+
+    def post_event(self, job: dict, event_type: str, reason: str, message: str) -> None:
+        """Events are best effort: one the apiserver refuses is logged, never a reason to stop reconciling."""
+        try:
+            self.kube.post_event(job, event_type, reason, message)
+        except Refused as refused:
+            log.warning("event %s not posted: %s", reason, refused)
+
+    def _execute(self, key: JobKey, job: dict, observed: Observed, decision: Decision) -> Next:
         namespace, name = key
         record = self.record_of(key)
         after = Next.WAIT
@@ -238,7 +284,7 @@ class Controller:
                 log.info("%s/%s: %s", namespace, name, _describe(action))
             match action:
                 case PostEvent():
-                    self.kube.post_event(job, action.type, action.reason, action.message)
+                    self.post_event(job, action.type, action.reason, action.message)
                 case EnsureChildren():
                     self.ensure_children(key, job, action.job)
                     after = Next.DECIDE_AGAIN
@@ -278,45 +324,18 @@ class Controller:
                 raise error
 
     def ensure_children(self, key: JobKey, job: dict, effective: ResolvedJob) -> None:
-        namespace, name = key
-        uid = job["metadata"]["uid"]
-        record = self.record_of(key)
-        manifests = render.services(name, namespace, uid)
-        manifests.append(render.job_config_map(effective, namespace, uid))
-        if record.rank_table is None:
-            manifests.append(render.rank_table_config_map(name, namespace, uid))
-        live: dict[str, dict] = {}
-        self.each(lambda manifest: live.__setitem__(manifest["metadata"]["name"], self.kube.apply(manifest)), manifests)
-        if record.rank_table is None:
-            record.rank_table = {"status": "initializing"}
-        record.sched_ip = service_ip(live[names.sched_service(name)])
-        record.children_generation = job["metadata"].get("generation")
+        children.ensure_children(self, key, job, effective)
+
+    def child_changed(self, key: JobKey, kind: str, name: str, event_type: str, body: dict) -> None:
+        """A kopf handler saw a labelled Service or ConfigMap change or go (children.py)."""
+        children.child_changed(self, key, kind, name, event_type, body)
 
     def place(self, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
-        """Places the gang under the one lock; the core records the outcome, this executes its events."""
-        effective, request = action.job, action.request
-        record = self.record_of(key)
-        with self.placement_lock:
-            started = time.perf_counter()
-            npu_pods, device_infos = self.cluster_holdings()
-            inventory = build_inventory(self.indexes.nodes(), npu_pods, device_infos,
-                                        reserved=self.reserved(npu_pods, exclude=key))
-            placement = place(request, inventory)
-            metrics.PLACEMENT_SECONDS.observe(time.perf_counter() - started)
-            tier = request.tier_labels[0] if request.tier_labels else ""
-            outcome = record_placement(decision.status, effective, placement, observed.now,
-                                       job["metadata"].get("generation"), node_domains(inventory, tier))
-            if placement.ok:
-                attempt = outcome.status["attempt"]
-                record.promised = {names.pod_name(key[1], attempt, index): (node, effective.per_pod)
-                                   for index, node in enumerate(placement.nodes)}
-            else:
-                record.promised = {}
-        decision.status = outcome.status
-        decision.requeue_after = outcome.requeue_after
-        for event in outcome.actions:
-            self.kube.post_event(job, event.type, event.reason, event.message)
-        return placement.ok
+        """Places the gang under the one lock (placing.py); the core records the outcome."""
+        return placing.place(self, key, job, observed, decision, action)
+
+    def reserved(self, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
+        return placing.reserved(self, npu_pods, exclude)
 
     def promise(self, key: JobKey, pods: Iterable[PodToCreate]) -> None:
         """Keeps the chips of pods about to be created counted until the watch shows them."""
@@ -325,34 +344,13 @@ class Controller:
             if pod.node is not None:  # a queued job's pods hold no chips before they are placed
                 promised[pod.manifest["metadata"]["name"]] = (pod.node, pod.chips)
 
-    def cluster_holdings(self) -> tuple[list[dict], list[dict]]:
-        """(NPU pods, device health ConfigMaps) of the whole cluster. When kopf watches only some namespaces its
-        indexes miss the NPUs held elsewhere and the kube-system ConfigMaps: those are listed cluster-wide."""
-        if self.settings.watches_cluster:
-            return self.indexes.npu_pods(), self.indexes.device_infos()
-        return (self.kube.list_npu_pods(),
-                self.kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true"))
-
-    def reserved(self, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
-        """Chips promised to other jobs' pods that the inventory cannot see on their nodes yet: not yet shown by
-        the watch, or (queued gangs, placed after Kueue admitted them) shown but not pinned yet."""
-        visible = {(pod["metadata"].get("namespace"), pod["metadata"]["name"]): pod for pod in npu_pods}
-        totals: dict[str, int] = {}
-        for key, record in list(self.jobs.items()):
-            if key == exclude:
-                continue
-            for pod_name, (node, chips) in list(record.promised.items()):
-                pod = visible.get((key[0], pod_name))
-                if pod is not None and (node_of(pod) or pinned_node(pod, {})):
-                    del record.promised[pod_name]
-                else:
-                    totals[node] = totals.get(node, 0) + chips
-        return totals
-
     def record(self, key: JobKey, job: dict, old: dict, new: dict) -> None:
         """Bookkeeping and metrics after a status change."""
         record = self.record_of(key)
-        record.phase = new.get("phase") or "Pending"
+        was_pending, record.phase = record.phase == "Pending", new.get("phase") or "Pending"
+        if was_pending and record.phase != "Pending":
+            record.waiting = False
+            self.wake_pending()  # the queue moved: the jobs behind it try again
         attempt = int(new.get("attempt") or 1)
         if attempt != record.attempt:
             record.sample = None  # a reading of the previous attempt's pods says nothing of this one
@@ -369,7 +367,9 @@ class Controller:
         metrics.record_transition(key[0], job, old, new)
 
     def forget(self, key: JobKey) -> None:
-        self.jobs.pop(key, None)
+        record = self.jobs.pop(key, None)
+        if record is not None and record.waiting:
+            self.wake_pending()
 
     def running_jobs(self) -> list[tuple[JobKey, int]]:
         return [(key, record.attempt) for key, record in list(self.jobs.items()) if record.phase == "Running"]

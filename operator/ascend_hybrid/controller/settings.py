@@ -20,6 +20,7 @@ class OperatorSettings:
     telemetry_interval: float = 30.0
     hardware_profiles: str | None = None       # a YAML file of planner hardware profiles (--hardware-profiles)
     log_level: str = "INFO"
+    watch_timeout_seconds: int = 300           # the watches' server timeout (client timeout: +10 %, ≥ 5 s)
     # reconcile loop
     max_steps_per_pass: int = 6                # decide → execute rounds per pass before waiting for the watch
     error_backoff_seconds: tuple[float, ...] = (1, 2, 5, 10, 30, 60)
@@ -30,6 +31,18 @@ class OperatorSettings:
     first_backoff_seconds: float = 0.2
     # telemetry
     telemetry_http_timeout: float = 3.0
+    # leader election (leader.py): off unless --leader-elect; the namespace defaults to the operator's own
+    leader_elect: bool = False
+    lease_name: str = "ascend-hybrid-operator"
+    lease_namespace: str | None = None
+    lease_seconds: int = 10
+    lease_renew_deadline_seconds: float = 7.0
+    lease_retry_seconds: float = 2.0
+    # security (metrics_auth.py, network policies)
+    metrics_auth: bool = False                 # /metrics only for a token allowed to get it (TokenReview + SAR)
+    metrics_cert_dir: str | None = None        # tls.crt + tls.key for the metrics endpoint; default: self-signed
+    network_policy: bool = False               # one NetworkPolicy per job (render.network_policy)
+    metrics_peers: tuple = ()                  # NetworkPolicyPeers admitted to the trainers' :9400
 
     @property
     def watches_cluster(self) -> bool:

@@ -62,8 +62,11 @@ def test_the_echo_of_our_own_status_write_queues_no_pass_but_anything_newer_does
 def test_startup_hands_the_live_indexes_to_the_controller(memo):
     nodes = {"n1": [{"metadata": {"name": "n1"}}]}
     pods = {("ns", "job"): [{"metadata": {"name": "job-a1-0"}}]}
-    handlers.bind_indexes(memo=memo, ahj_nodes=nodes, ahj_npu_pods={}, ahj_job_pods=pods, ahj_device_infos={})
+    jobs = {("ns", "job"): [handlers.backlog.entry({"metadata": {"name": "job", "namespace": "ns"}})]}
+    handlers.bind_indexes(memo=memo, ahj_nodes=nodes, ahj_npu_pods={}, ahj_job_pods=pods, ahj_device_infos={},
+                          ahj_jobs=jobs)
     indexes = memo.controller.indexes
+    assert [entry.name for entry in indexes.jobs()] == ["job"]
     assert indexes.nodes() == [{"metadata": {"name": "n1"}}] and indexes.npu_pods() == []
     pods[("ns", "job")].append({"metadata": {"name": "job-a1-1"}})  # kopf keeps filling the same index
     assert [pod["metadata"]["name"] for pod in indexes.job_pods(("ns", "job"))] == ["job-a1-0", "job-a1-1"]
@@ -128,3 +131,20 @@ def test_in_a_pod_the_login_finds_the_apiserver_by_kubernetes_service_host_and_p
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "23456")
     info = handlers.login(logger=logging.getLogger("test"), settings=kopf.OperatorSettings())
     assert (info.server, info.token, info.ca_path) == ("https://127.0.0.1:23456", "the-pod-token", str(ca))
+
+
+def test_a_capacity_change_wakes_the_head_of_each_queue_and_every_job_not_queued(memo):
+    controller = memo.controller
+    for index in range(20):
+        record = controller.record_of(("ns", f"q{index:02d}"))
+        record.phase, record.waiting, record.chip = "Pending", True, "910A" if index == 19 else "910B"
+        record.queue_key = (f"2026-12-01T10:00:{index:02d}Z", "ns", f"q{index:02d}")
+    controller.record_of(("ns", "fresh")).phase = "Pending"
+    controller.record_of(("ns", "running")).phase = "Running"
+    controller.wake_pending()
+    woken = set()
+    while (key := controller.queue.get(timeout=2)) is not None:
+        woken.add(key[1])
+        controller.queue.done(key)
+    heads = {f"q{index:02d}" for index in range(controller.settings.workers * 2)}
+    assert woken == heads | {"q19", "fresh"}

@@ -32,6 +32,7 @@ DEFAULTS = {
     "ChipUnhealthy": ("RestartJobAvoidingNode", False, ("node-7",)),
     "RankTableTimeout": ("RestartJob", True, ()), "PeerFailed": ("RestartJob", True, ()),
     "Unknown": ("RestartJob", True, ()), "PodDeleted": ("RestartJob", True, ()),
+    "SchedServiceChanged": ("RestartJob", True, ()),
 }
 
 

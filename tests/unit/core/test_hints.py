@@ -32,6 +32,7 @@ def failure(cause, **fields):
     ("NodeNotReady", ["node-3", "status.disruptions"]),
     ("ChipUnhealthy", ["chip 5 of node-3", "mindx-dl-deviceinfo-node-3"]),
     ("PodDeleted", ["eviction"]),
+    ("SchedServiceChanged", ["big-sched", "MS_SCHED_HOST"]),
     ("Unknown", ["kubectl logs big-a1-1", "failurePolicy"]),
 ])
 def test_each_cause_says_what_to_change(cause, words):

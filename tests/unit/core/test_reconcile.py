@@ -503,3 +503,68 @@ def test_anomalies_turn_on_with_one_warning_and_a_restart_starts_them_afresh():
                                rank_table=completed)).status
     assert "monitoring" not in restarted
     assert next(c for c in restarted["conditions"] if c["type"] == "LoadImbalanced")["status"] == "False"
+
+
+def test_the_only_pod_of_a_one_pod_job_deleted_is_a_counted_whole_gang_restart():
+    body = job({"parallelism": {"data": 1, "tensor": 4}}, status=placed_status(phase="Running"))
+    body["status"]["placement"]["nodes"] = ["node-a"]
+    decision = decide(observe(body, pods=[]))
+    assert decision.status["phase"] == "Restarting" and decision.status["restarts"] == 1
+    assert decision.status["attempt"] == 2 and "create_pods" not in kinds(decision)
+    assert ("Warning", "PodDeleted") in events(decision)
+    assert "demo-a1-0" in decision.status["message"]
+    # before the gang ever started, no pod is no failure: the pod is (re)created in the same attempt
+    placing = job({"parallelism": {"data": 1, "tensor": 4}}, status=placed_status(phase="Placing"))
+    placing["status"]["placement"]["nodes"] = ["node-a"]
+    assert "create_pods" in kinds(decide(observe(placing, pods=[])))
+
+
+def refusal(status, at=NOW, resource="pods", message="boom"):
+    return reconcile.Refusal(verb="create", resource=resource, name="demo-a1-0", namespace="ns", status=status,
+                             message=message, at=at)
+
+
+@pytest.mark.parametrize("code", [400, 422])
+def test_a_pod_the_apiserver_refuses_fails_the_job_with_its_message(code):
+    message = 'Pod "demo-a1-0" is invalid: spec.containers[0].env[9].name: Invalid value: "1BAD"'
+    observed = observe(job(status=placed_status(phase="Placing")), pods=[pod(1, gated=True)])
+    decision = decide(dataclasses.replace(observed, refusal=refusal(code, message=message)))
+    assert decision.status["phase"] == "Failed"
+    failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidPodTemplate" and message in failed["message"]
+    assert ("Warning", "InvalidPodTemplate") in events(decision)
+    assert "create_pods" not in kinds(decision)
+    assert action(decision, "delete_pods").names == ("demo-a1-1",)  # cleanPodPolicy Running: none left behind
+
+
+def test_a_forbidden_write_is_a_condition_naming_verb_and_resource_then_retried():
+    observed = observe(job(status=placed_status(phase="Placing")))
+    message = 'pods is forbidden: User "system:serviceaccount:x:y" cannot create resource "pods"'
+    fresh = decide(dataclasses.replace(observed, refusal=refusal(403, message=message)))
+    authorized = next(c for c in fresh.status["conditions"] if c["type"] == "Authorized")
+    assert authorized["status"] == "False" and authorized["reason"] == "Forbidden"
+    assert "may not create pods in namespace ns" in authorized["message"] and message in authorized["message"]
+    assert kinds(fresh) == ["event"] and fresh.status["phase"] == "Placing"
+    assert fresh.requeue_after == pytest.approx(reconcile.refusals.RETRY_SECONDS)
+    again = decide(dataclasses.replace(observe(job(status=fresh.status)),
+                                       refusal=refusal(403, message=message, at=NOW - timedelta(seconds=5))))
+    assert kinds(again) == [] and again.requeue_after == pytest.approx(10)  # one event, not one per pass
+    later = decide(dataclasses.replace(observe(job(status=fresh.status)),
+                                       refusal=refusal(403, at=NOW - timedelta(seconds=20))))
+    assert "create_pods" in kinds(later)  # tried again
+    cleared = decide(observe(job(status=fresh.status)))
+    assert next(c for c in cleared.status["conditions"] if c["type"] == "Authorized")["status"] == "True"
+    assert not [c for c in decide(observe(job(status=placed_status()))).status["conditions"]
+                if c["type"] == "Authorized"]
+
+
+def test_a_sched_service_back_with_another_ip_restarts_the_gang():
+    body = job(status=placed_status(phase="Running"))
+    pods = [pod(0), pod(1)]
+    for p in pods:
+        p["spec"]["containers"] = [{"name": "ascend", "env": [{"name": "MS_SCHED_HOST", "value": "127.32.0.10"}]}]
+    assert decide(observe(body, pods=pods)).status["phase"] == "Running"
+    moved = decide(dataclasses.replace(observe(body, pods=pods), sched_ip="127.32.0.99"))
+    assert moved.status["phase"] == "Restarting" and moved.status["restarts"] == 1
+    restarting = next(c for c in moved.status["conditions"] if c["type"] == "Restarting")
+    assert restarting["reason"] == "SchedServiceChanged" and "127.32.0.99" in restarting["message"]

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid import render, rules
+from ascend_hybrid import names, render, rules
 from ascend_hybrid.ranktable import INITIALIZING
 from support.strategies import valid_specs
 
@@ -351,3 +351,25 @@ def test_a_queued_pod_is_created_unpinned_with_its_chip_requirement_only():
     assert len(shapes) == 1, "12 pods, one role for Kueue"
     unlabelled = render.pod(effective, "team-a", UID, 3, 0, None, SCHED_IP)
     assert "affinity" not in unlabelled["spec"]
+
+
+def test_network_policy_admits_only_the_jobs_pods_and_the_metrics_peers():
+    rendering = render
+    operator = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ascend-hybrid-operator"}}}
+    policy = rendering.network_policy("demo", "team", "uid-1", [operator])
+    assert policy["kind"] == "NetworkPolicy" and policy["metadata"]["name"] == "demo-network"
+    kubernetes_validate.validate(copy.deepcopy(policy), K8S, strict=True)
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": {names.JOB_LABEL: "demo"}} and spec["policyTypes"] == ["Ingress"]
+    peers, metrics = spec["ingress"]
+    assert peers["from"] == [{"podSelector": {"matchLabels": {names.JOB_LABEL: "demo"}}}]
+
+    def admitted(rule, port):
+        return any(p["port"] <= port <= p.get("endPort", p["port"]) for p in rule["ports"])
+    for port in (names.SCHED_PORT, 60000, 60015, 8118):  # scheduler, HCCL host ports, MindSpore worker ports
+        assert admitted(peers, port) and not admitted(metrics, port)
+    assert not admitted(peers, names.METRICS_PORT) and admitted(metrics, names.METRICS_PORT)
+    assert metrics["from"] == [operator]
+    assert [r for r in rendering.network_policy("demo", "team", "u", [])["spec"]["ingress"]] == [peers]

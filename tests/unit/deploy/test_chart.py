@@ -9,6 +9,7 @@ Needs the toolchain's helm (`ascend-hybrid dev-cluster build`); without it the t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -23,7 +24,9 @@ from ascend_hybrid import crd
 from ascend_hybrid.controller import (
     handlers,  # noqa: F401 - importing it registers the operator's kopf handlers
     kube,
+    leader,
     metrics,
+    metrics_auth,
 )
 from ascend_hybrid.devcluster.controlplane import toolchain
 from ascend_hybrid.devtools import generate as chartgen
@@ -46,6 +49,7 @@ KUBE_PY_CALLS = {
     "delete_namespaced_custom_object": {("hybrid.ascend.dev", "ascendhybridjobs", "delete")},
     # Only ever called as server-side apply: an object that does not exist yet is created by the patch.
     "patch_namespaced_service": {("", "services", "patch"), ("", "services", "create")},
+    "create_namespaced_service": {("", "services", "create")},
     "patch_namespaced_config_map": {("", "configmaps", "patch"), ("", "configmaps", "create")},
     "read_namespaced_config_map": {("", "configmaps", "get")},
     "create_namespaced_pod": {("", "pods", "create")},
@@ -55,10 +59,22 @@ KUBE_PY_CALLS = {
     # Placement's cluster-wide reads when only some namespaces are watched.
     "list_pod_for_all_namespaces": {("", "pods", "list")},
     "list_namespaced_config_map": {("", "configmaps", "list")},
+    # --network-policy: <job>-network by server-side apply.
+    "patch_namespaced_network_policy": {("networking.k8s.io", "networkpolicies", "patch"),
+                                        ("networking.k8s.io", "networkpolicies", "create")},
 }
 # Kube's calls for queued jobs (get_workload, delete_workload), granted only with kueue.enabled. They reuse the
 # custom-object methods above, so test_the_kueue_calls_of_kube_py_are_known reads them by the resource they name.
 KUEUE_NEEDS = {("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "delete")}
+NETWORK_POLICY_CALLS = {"patch_namespaced_network_policy"}
+# controller/leader.py (--leader-elect) and controller/metrics_auth.py (--metrics-auth): their calls and needs.
+LEADER_CALLS = {"read_namespaced_lease": ("coordination.k8s.io", "leases", "get"),
+                "create_namespaced_lease": ("coordination.k8s.io", "leases", "create"),
+                "replace_namespaced_lease": ("coordination.k8s.io", "leases", "update")}
+METRICS_AUTH_CALLS = {"create_token_review": ("authentication.k8s.io", "tokenreviews", "create"),
+                      "create_subject_access_review": ("authorization.k8s.io", "subjectaccessreviews", "create")}
+# The role the chart makes for Prometheus under metrics.auth (bound to readers, never to the operator).
+METRICS_READER = "ascend-hybrid-operator-metrics-reader"
 # kopf itself: the CRD observer, and events it posts for handler warnings and errors.
 KOPF_OWN_NEEDS = {("apiextensions.k8s.io", "customresourcedefinitions", "list"),
                   ("apiextensions.k8s.io", "customresourcedefinitions", "watch"), ("", "events", "create")}
@@ -96,7 +112,9 @@ def render_with(tmp_path: Path, values: dict) -> str:
 
 
 def granted(objects: list[dict]) -> set[tuple[str, str, str]]:
-    return {(group, resource, verb) for role in objects if role["kind"] in ROLE_KINDS for rule in role["rules"]
+    """What the operator's roles grant (the metrics-reader role is Prometheus', not the operator's)."""
+    return {(group, resource, verb) for role in objects if role["kind"] in ROLE_KINDS
+            and role["metadata"]["name"] != METRICS_READER for rule in role["rules"]
             for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
 
 
@@ -211,6 +229,9 @@ def test_monitoring_objects_need_metrics(tmp_path):
     ({"prometheusUrl": "prometheus:9090"}, "prometheusUrl"),
     ({"metrics": {"enabled": True, "port": 0}}, "port"),
     ({"replicas": 2}, "replicas"),
+    ({"replicaCount": 2, "leaderElection": {"enabled": False, "leaseDurationSeconds": 10, "renewDeadlineSeconds": 7,
+                                            "retryPeriodSeconds": 2}}, "needs leaderElection.enabled"),
+    ({"networkPolicy": {"enabled": "yes"}}, "networkPolicy"),
 ])
 def test_values_schema_refuses_bad_values(tmp_path, values, complaint):
     with pytest.raises(chartgen.ChartError, match=complaint):
@@ -219,15 +240,29 @@ def test_values_schema_refuses_bad_values(tmp_path, values, complaint):
 
 # --- the Deployment --------------------------------------------------------------------------------------------
 
-def test_deployment_runs_one_locked_down_operator(rendered):
+def test_deployment_runs_two_locked_down_replicas_behind_a_lease(rendered):
     objects = objects_of(rendered["chart-default"])
     deployment = one(objects, "Deployment")
     spec, pod = deployment["spec"], deployment["spec"]["template"]["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     (container,) = pod["containers"]
     assert container["image"] == "ascend-hybrid/operator:0.1.0"
     assert container["command"] == ["ascend-hybrid"]
-    assert container["args"] == ["run", "--metrics-port=8080", "--health-port=8081", "--log-level=INFO"]
+    assert container["args"] == ["run", "--metrics-port=8080", "--health-port=8081", "--log-level=INFO",
+                                 "--leader-elect", "--lease-name=ascend-hybrid-operator",
+                                 "--lease-duration-seconds=10", "--lease-renew-deadline-seconds=7",
+                                 "--lease-retry-seconds=2"]
+    env = {entry["name"]: entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for entry in container["env"]}
+    assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": selector}}
+    budget = one(objects, "PodDisruptionBudget")
+    assert budget["spec"] == {"minAvailable": 1, "selector": {"matchLabels": selector}}
+    lease_role = one(objects, "Role", "ascend-hybrid-operator-leader-election")
+    assert lease_role["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert granted([lease_role]) == set(LEADER_CALLS.values())
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
     for probe in (container["livenessProbe"], container["readinessProbe"]):
@@ -269,7 +304,7 @@ def test_watch_namespaces_prometheus_and_placement_values_reach_the_pod(rendered
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_rbac_has_no_secrets_and_no_wildcards(variant, rendered):
-    roles = [o for o in objects_of(rendered[variant]) if o["kind"] in ROLE_KINDS]
+    roles = [o for o in objects_of(rendered[variant]) if o["kind"] in ROLE_KINDS and o["metadata"]["name"] != METRICS_READER]
     assert roles
     for role in roles:
         for rule in role["rules"]:
@@ -280,9 +315,35 @@ def test_rbac_has_no_secrets_and_no_wildcards(variant, rendered):
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
 
 
+def test_one_replica_without_a_lease_is_recreated_and_has_no_budget(tmp_path):
+    objects = objects_of(render_with(tmp_path, {"replicaCount": 1, "leaderElection": {
+        "enabled": False, "leaseDurationSeconds": 10, "renewDeadlineSeconds": 7, "retryPeriodSeconds": 2}}))
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert "--leader-elect" not in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [o for o in objects if o["kind"] == "PodDisruptionBudget" or "leader" in o["metadata"]["name"]]
+
+
+def test_security_values_reach_the_operator_and_prometheus(rendered):
+    values = yaml.safe_load(VARIANTS["chart-namespaced-monitoring"][0].read_text())
+    objects = objects_of(rendered["chart-namespaced-monitoring"])
+    args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--metrics-auth" in args and "--network-policy" in args
+    (peers,) = [json.loads(arg.split("=", 1)[1]) for arg in args if arg.startswith("--metrics-peers=")]
+    operator_labels = one(objects, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert peers == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": chartgen.NAMESPACE}},
+                      "podSelector": {"matchLabels": operator_labels}}, values["networkPolicy"]["prometheus"]]
+    reader = one(objects, "ClusterRole", METRICS_READER)
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    binding = one(objects, "ClusterRoleBinding", METRICS_READER)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", **values["metrics"]["auth"]["readers"][0]}]
+    (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["bearerTokenFile"].endswith("serviceaccount/token")
+
+
 def test_every_api_call_of_kube_py_is_known():
     source = Path(kube.__file__).read_text()
-    calls = set(re.findall(r"self\.(?:core|custom|extensions)\.(\w+)", source))
+    calls = set(re.findall(r"self\.(?:core|custom|extensions|networking)\.(\w+)", source))
     assert calls, "no API call found in kube.py: the pattern no longer matches its style"
     assert calls <= set(KUBE_PY_CALLS), f"kube.py makes calls the chart's RBAC does not know: {calls - set(KUBE_PY_CALLS)}"
     assert set(KUBE_PY_CALLS) <= calls, f"no longer called (drop from RBAC): {set(KUBE_PY_CALLS) - calls}"
@@ -297,17 +358,30 @@ def test_kopf_writes_nothing_to_the_job():
     assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
 
 
-def operator_needs(namespaced: bool, with_kueue: bool = False) -> set[tuple[str, str, str]]:
-    needs = set().union(*KUBE_PY_CALLS.values()) | kopf_watch_needs() | KOPF_OWN_NEEDS
+def calls_of(module, pattern: str) -> set[str]:
+    return set(re.findall(pattern, Path(module.__file__).read_text()))
+
+
+def test_every_api_call_of_leader_election_and_metrics_auth_is_known():
+    assert calls_of(leader, r"self\.api\.(\w+)") == set(LEADER_CALLS)
+    assert calls_of(metrics_auth, r"self\.auth[nz]\.(\w+)") == set(METRICS_AUTH_CALLS)
+
+
+def operator_needs(namespaced: bool, secured: bool = False, with_kueue: bool = False) -> set[tuple[str, str, str]]:
+    calls = {name: needs for name, needs in KUBE_PY_CALLS.items() if secured or name not in NETWORK_POLICY_CALLS}
+    needs = set().union(*calls.values()) | kopf_watch_needs() | KOPF_OWN_NEEDS | set(LEADER_CALLS.values())
     if '"blockOwnerDeletion": True' in (Path(crd.__file__).parent / "render.py").read_text():
         needs |= OWNER_REFERENCE_NEEDS
+    if secured:
+        needs |= set(METRICS_AUTH_CALLS.values())
     return needs | (KOPF_NAMESPACED_NEEDS if namespaced else set()) | (KUEUE_NEEDS if with_kueue else set())
 
 
 @pytest.mark.parametrize("variant, namespaced, with_kueue", [
     ("chart-default", False, False), ("chart-namespaced-monitoring", True, False), ("chart-kueue", False, True)])
 def test_rbac_grants_exactly_what_the_operator_uses(variant, rendered, namespaced, with_kueue):
-    assert granted(objects_of(rendered[variant])) == operator_needs(namespaced, with_kueue)
+    assert granted(objects_of(rendered[variant])) == operator_needs(namespaced, secured=namespaced,
+                                                                    with_kueue=with_kueue)
 
 
 def test_the_kueue_calls_of_kube_py_are_known():
@@ -335,7 +409,8 @@ def test_kueue_rbac_follows_the_watched_namespaces(tmp_path):
 
 def test_cluster_mode_binds_everything_cluster_wide(rendered):
     objects = objects_of(rendered["chart-default"])
-    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
+    namespaced = [o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "RoleBinding")]
+    assert namespaced == ["ascend-hybrid-operator-leader-election"] * 2  # only the Lease is namespaced
     account = one(objects, "ServiceAccount")["metadata"]
     for binding in (o for o in objects if o["kind"] == "ClusterRoleBinding"):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"],
@@ -350,7 +425,10 @@ def test_cluster_mode_binds_everything_cluster_wide(rendered):
 def test_namespaced_mode_uses_roles_per_namespace(rendered):
     values = yaml.safe_load(VARIANTS["chart-namespaced-monitoring"][0].read_text())
     objects = objects_of(rendered["chart-namespaced-monitoring"])
+    reviews = set(METRICS_AUTH_CALLS.values())  # metrics.auth: cluster-wide by nature, create only
     cluster_wide = granted([o for o in objects if o["kind"] == "ClusterRole"])
+    assert cluster_wide & reviews == reviews
+    cluster_wide -= reviews
     assert {resource for _, resource, _ in cluster_wide} == {"nodes", "customresourcedefinitions", "namespaces", "pods"}
     assert {verb for _, resource, verb in cluster_wide if resource == "pods"} == {"list"}
     assert {verb for _, _, verb in cluster_wide} == {"get", "list", "watch"}
@@ -375,7 +453,7 @@ def test_deploy_manifest_drift_is_detected(tmp_path):
     assert chartgen.deploy_manifest_stale(copy)
     chartgen.write_deploy_manifest(copy)
     assert not chartgen.deploy_manifest_stale(copy)
-    copy.write_text(copy.read_text().replace("replicas: 1", "replicas: 2"))
+    copy.write_text(copy.read_text().replace("replicas: 2", "replicas: 3"))
     assert chartgen.deploy_manifest_stale(copy)
 
 
@@ -389,6 +467,7 @@ def test_deploy_manifest_is_the_namespace_crd_and_chart():
     namespaced = [o for o in objects if "namespace" in o["metadata"]]
     assert {o["metadata"]["namespace"] for o in namespaced} == {chartgen.NAMESPACE}
     assert {o["kind"] for o in objects} == {"Namespace", "CustomResourceDefinition", "ServiceAccount",
-                                           "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"}
+                                           "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
+                                           "Deployment", "PodDisruptionBudget"}
     for obj in objects:
         kubernetes_validate.validate(obj, KUBERNETES_SCHEMA, strict=True)

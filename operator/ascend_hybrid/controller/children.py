@@ -1,0 +1,87 @@
+"""The job's Services, ConfigMaps and NetworkPolicy: applied by the shell, and repaired when someone else deletes or
+rewrites them (the kopf handlers report each change of a labelled child here).
+
+- the rank table rewritten by someone else: what the ConfigMap now holds becomes the observed table, so the next
+  decide() writes the right one back;
+- a child deleted: the job's children count as not applied, so the next pass applies them again;
+- `<job>-sched` deleted: its ClusterIP is baked into the running pods' MS_SCHED_HOST, so it is created again with
+  that same IP (free again a moment after the Service is gone) before the usual apply — the gang keeps running.
+  (Deleted while no operator ran, or its IP taken meanwhile, it comes back with a new IP: decide() then restarts
+  the gang, reason SchedServiceChanged, since the pods' MS_SCHED_HOST leads nowhere.)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from .. import names, render
+from .kube import rank_table_of, service_ip
+from .refused import Refused
+
+log = logging.getLogger(__name__)
+KEEP_IP_SECONDS = 10.0  # how long a deleted Service's IP may take to be released before another is taken
+
+
+def ensure_children(controller, key, job: dict, effective) -> None:
+    """Applies the job's Services and ConfigMaps (job.json from `effective`, the resolved job the pods run)."""
+    namespace, name = key
+    uid = job["metadata"]["uid"]
+    record = controller.record_of(key)
+    epoch = record.children_epoch  # a deletion seen while this runs means: apply again next pass
+    services = render.services(name, namespace, uid)
+    if record.lost_sched_ip:
+        _recreate_with_ip(controller, services[0], record.lost_sched_ip)
+        record.lost_sched_ip = None
+    manifests = list(services)
+    manifests.append(render.job_config_map(effective, namespace, uid))
+    if record.rank_table is None:
+        manifests.append(render.rank_table_config_map(name, namespace, uid))
+    if controller.settings.network_policy:
+        manifests.append(render.network_policy(name, namespace, uid, list(controller.settings.metrics_peers)))
+    live: dict[str, dict] = {}
+    controller.each(lambda manifest: live.__setitem__(manifest["metadata"]["name"], controller.kube.apply(manifest)),
+                    manifests)
+    if record.rank_table is None:
+        record.rank_table = {"status": "initializing"}
+    record.sched_ip = service_ip(live[names.sched_service(name)])
+    if record.children_epoch == epoch:
+        record.children_generation = job["metadata"].get("generation")
+
+
+def _recreate_with_ip(controller, service: dict, ip: str) -> None:
+    """Creates `<job>-sched` with the IP the pods know; 409: it exists again, nothing to do. The apiserver releases
+    a deleted Service's IP a moment later ("provided IP is already allocated" until then): tried for
+    KEEP_IP_SECONDS, then the apply makes one with a new IP (the gang then fails and restarts)."""
+    wanted = {**service, "spec": {**service["spec"], "clusterIP": ip, "clusterIPs": [ip]}}
+    deadline = time.monotonic() + KEEP_IP_SECONDS
+    while True:
+        try:
+            controller.kube.create_service(wanted)
+            return
+        except Refused as refused:
+            if refused.status != 422 or time.monotonic() > deadline:
+                log.warning("%s: could not keep ClusterIP %s: %s", service["metadata"]["name"], ip, refused)
+                return
+        time.sleep(0.5)
+
+
+def child_changed(controller, key, kind: str, name: str, event_type: str, body: dict) -> None:
+    record = controller.jobs.get(key)
+    if record is None:
+        return  # not reconciled by this process yet: its first pass reads and applies everything anyway
+    job = key[1]
+    if event_type == "DELETED":
+        record.children_generation = None
+        record.children_epoch += 1
+        if kind == "ConfigMap" and name == names.rank_table_config_map(job):
+            record.rank_table = None
+        if kind == "Service" and name == names.sched_service(job):
+            record.lost_sched_ip = service_ip(body) or record.sched_ip
+        controller.enqueue(key, 0.0)
+        return
+    if kind == "ConfigMap" and name == names.rank_table_config_map(job):
+        table = rank_table_of(body)
+        if table != record.rank_table:
+            record.rank_table = table
+            controller.enqueue(key, 0.0)

@@ -1,0 +1,100 @@
+"""Placing a gang (IO side): under the controller's one placement lock, the cluster's inventory from the watch,
+the chips other gangs hold or were promised, and the oldest-first queue per chip type (backlog.py); the core then
+records the outcome (placement_record.py)."""
+
+from __future__ import annotations
+
+import time
+
+from .. import backlog, names
+from ..actions import Place
+from ..ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
+from ..inventory import build_inventory, pinned_node
+from ..placement import place as place_on
+from ..placement_record import record_placement
+from ..podview import node_of
+from ..reconcile import Decision, Observed
+from ..summary import node_domains
+from . import metrics
+
+JobKey = tuple[str, str]
+
+
+def place(controller, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
+    """Places the gang under the one lock; the core records the outcome, this executes its events."""
+    effective, request = action.job, action.request
+    record = controller.record_of(key)
+    with controller.placement_lock:
+        queued = bool(effective.spec.scheduling.queue)  # admitted by Kueue, in Kueue's order: never held here
+        first_try = not record.queue_key[0]
+        record.chip = effective.chip
+        record.queue_key = backlog.queue_key(job["metadata"].get("creationTimestamp"), *key)
+        blocker = None if queued else backlog.ahead(record.queue_key, effective.chip, waiting(controller, exclude=key))
+        if blocker is not None:
+            record.waiting, record.promised = True, {}
+            outcome = backlog.record_queued(decision.status, blocker, observed.now, job["metadata"].get("generation"))
+            decision.status, decision.requeue_after = outcome.status, outcome.requeue_after
+            return False
+        started = time.perf_counter()
+        npu_pods, device_infos = cluster_holdings(controller)
+        inventory = build_inventory(controller.indexes.nodes(), npu_pods, device_infos,
+                                    reserved=reserved(controller, npu_pods, exclude=key))
+        placement = place_on(request, inventory)
+        metrics.PLACEMENT_SECONDS.observe(time.perf_counter() - started)
+        # it blocks younger jobs only if the cluster could hold it once others free their chips
+        record.waiting = not queued and not placement.ok and place_on(request, build_inventory(
+            controller.indexes.nodes(), [], device_infos)).ok
+        if first_try and not placement.ok and not record.waiting:
+            controller.wake_pending()  # it can never fit: the jobs queued behind it while untried go ahead
+        tier = request.tier_labels[0] if request.tier_labels else ""
+        outcome = record_placement(decision.status, effective, placement, observed.now,
+                                   job["metadata"].get("generation"), node_domains(inventory, tier))
+        if placement.ok:
+            attempt = outcome.status["attempt"]
+            record.promised = {names.pod_name(key[1], attempt, index): (node, effective.per_pod)
+                               for index, node in enumerate(placement.nodes)}
+        else:
+            record.promised = {}
+    decision.status = outcome.status
+    decision.requeue_after = outcome.requeue_after
+    for event in outcome.actions:
+        controller.post_event(job, event.type, event.reason, event.message)
+    return placement.ok
+
+
+def cluster_holdings(controller) -> tuple[list[dict], list[dict]]:
+    """(NPU pods, device health ConfigMaps) of the whole cluster. When kopf watches only some namespaces its
+    indexes miss the NPUs held elsewhere and the kube-system ConfigMaps: those are listed cluster-wide."""
+    if controller.settings.watches_cluster:
+        return controller.indexes.npu_pods(), controller.indexes.device_infos()
+    return (controller.kube.list_npu_pods(),
+            controller.kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true"))
+
+
+def waiting(controller, exclude: JobKey) -> list[backlog.Waiting]:
+    tried = {key: record for key, record in list(controller.jobs.items()) if record.queue_key[0]}
+    known = [backlog.Waiting(record.queue_key, record.chip) for key, record in tried.items()
+             if key != exclude and record.phase == "Pending" and record.waiting]
+    return backlog.waiting(known, controller.indexes.jobs(), set(tried) | {exclude})
+
+
+def reserved(controller, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
+    """Chips per node promised to gangs the inventory cannot see on their nodes yet: this process's promises
+    and the placements other jobs' statuses hold (made by a process that died before creating every pod), until
+    their pods are shown bound or pinned (a queued gang's pods exist unpinned until Kueue admits them)."""
+    visible = {(pod["metadata"].get("namespace"), pod["metadata"]["name"]): pod for pod in npu_pods}
+    placed = {key for key, pod in visible.items() if node_of(pod) or pinned_node(pod, {})}
+    promised = backlog.unseen_placements(controller.indexes.jobs(), placed, exclude)
+    for key, record in list(controller.jobs.items()):
+        if key == exclude:
+            continue
+        for pod_name, (node, chips) in list(record.promised.items()):
+            pod = visible.get((key[0], pod_name))
+            if pod is not None and (node_of(pod) or pinned_node(pod, {})):
+                del record.promised[pod_name]
+            else:
+                promised[(key[0], pod_name)] = (node, chips)
+    totals: dict[str, int] = {}
+    for node, chips in promised.values():
+        totals[node] = totals.get(node, 0) + chips
+    return totals

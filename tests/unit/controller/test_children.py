@@ -1,0 +1,93 @@
+"""children.py: the job's children applied, and repaired when someone else deletes or rewrites them — against a
+recording fake of Kube (what each call would send), no cluster."""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from ascend_hybrid import names
+from ascend_hybrid.controller import children
+from ascend_hybrid.controller.reconciler import Controller
+from ascend_hybrid.controller.refused import Refused
+from ascend_hybrid.rules import parse
+from support.builders import job_body
+
+KEY = ("default", "job")
+
+
+class FakeKube:
+    def __init__(self, allocated_for: int = 0):
+        self.applied, self.created = [], []
+        self.allocated_for = allocated_for  # creates refused as "already allocated" before the IP is free
+
+    def apply(self, manifest):
+        self.applied.append(manifest)
+        ip = "127.32.0.7" if manifest["metadata"]["name"] == names.sched_service("job") else "None"
+        return {**manifest, "spec": {**manifest.get("spec", {}), "clusterIP": ip}}
+
+    def create_service(self, manifest):
+        self.created.append(manifest["spec"]["clusterIP"])
+        if len(self.created) <= self.allocated_for:
+            error = ApiException(status=422, reason="Unprocessable Entity")
+            error.body = json.dumps({"message": "provided IP is already allocated"})
+            raise Refused(error, "create", "services")
+
+
+def effective(body):
+    return parse(body)
+
+
+def controller(kube) -> Controller:
+    return Controller(kube=kube)
+
+
+def test_children_are_applied_and_the_sched_ip_recorded():
+    body = {**job_body(name="job"), "metadata": {"name": "job", "namespace": "default", "uid": "u", "generation": 3}}
+    kube = FakeKube()
+    ctl = controller(kube)
+    children.ensure_children(ctl, KEY, body, effective(body))
+    record = ctl.record_of(KEY)
+    assert sorted(m["metadata"]["name"] for m in kube.applied) == sorted(
+        ["job", "job-sched", "job-config", "rings-config-job"])
+    assert (record.sched_ip, record.children_generation, record.rank_table) == ("127.32.0.7", 3, {"status": "initializing"})
+    assert kube.created == []  # nothing was deleted: no create with a kept IP
+
+
+def test_a_deleted_sched_service_comes_back_on_its_ip_once_the_apiserver_frees_it(monkeypatch):
+    monkeypatch.setattr(children.time, "sleep", lambda _: None)
+    body = {**job_body(name="job"), "metadata": {"name": "job", "namespace": "default", "uid": "u", "generation": 1}}
+    kube = FakeKube(allocated_for=2)
+    ctl = controller(kube)
+    children.ensure_children(ctl, KEY, body, effective(body))
+    deleted = {"metadata": {"name": "job-sched"}, "spec": {"clusterIP": "127.32.0.7"}}
+    ctl.child_changed(KEY, "Service", "job-sched", "DELETED", deleted)
+    record = ctl.record_of(KEY)
+    assert record.children_generation is None and record.lost_sched_ip == "127.32.0.7"
+    children.ensure_children(ctl, KEY, body, effective(body))
+    assert kube.created == ["127.32.0.7"] * 3 and record.lost_sched_ip is None and record.children_generation == 1
+
+
+def test_a_rewritten_rank_table_becomes_the_observed_one_and_a_deleted_one_is_applied_again():
+    ctl = controller(FakeKube())
+    record = ctl.record_of(KEY)
+    record.rank_table, record.children_generation = {"status": "completed", "version": "1.0"}, 1
+    rival = {"metadata": {"name": "rings-config-job"}, "data": {"hccl.json": json.dumps({"status": "initializing"})}}
+    ctl.child_changed(KEY, "ConfigMap", "rings-config-job", "MODIFIED", rival)
+    assert record.rank_table == {"status": "initializing"} and record.children_generation == 1
+    assert ctl.queue.get(timeout=1) == KEY
+    ctl.queue.done(KEY)
+    ctl.child_changed(KEY, "ConfigMap", "rings-config-job", "DELETED", rival)
+    assert record.rank_table is None and record.children_generation is None and record.children_epoch == 1
+
+
+def test_changes_of_jobs_this_process_has_not_seen_are_left_to_their_first_pass():
+    ctl = controller(FakeKube())
+    ctl.child_changed(("default", "other"), "Service", "other", "DELETED", {})
+    assert ctl.jobs == {} and ctl.queue.get(timeout=0.1) is None
+
+
+def test_refused_is_still_a_client_exception():
+    assert issubclass(Refused, client.ApiException)
