@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kubernetes import client
 
+from ..files import replace_file
 from .container import ContainerSpec, ImageConfig, container_spec, is_container_pod, log_file, run_arguments
 from .launch import NotRunnable, PodLayout, configmap_files, is_process_pod, launch_spec, runtime_container
 from .podman import ContainerProcess, Podman, PodmanUnavailable
@@ -54,11 +55,7 @@ def read_bytes(path: Path, tail: int | None = None) -> bytes:
 
 def write_atomically(path: Path, file: VolumeFile) -> None:
     """As the kubelet swaps a ConfigMap volume: a reader sees the old file or the new one, never a half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_bytes(file.content)
-    temporary.chmod(file.mode)
-    os.replace(temporary, path)
+    replace_file(path, file.content, file.mode)
 
 
 def runtime_id(root: Path) -> str:

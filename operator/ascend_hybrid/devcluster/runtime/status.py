@@ -130,7 +130,7 @@ def termination_message(written: bytes, log_tail: bytes, policy: str | None, exi
 def lost_patch(pod: dict, now: datetime) -> dict:
     """Running in the API, but no process of this runtime: it stopped (and took its processes with it)."""
     started = ((pod.get("status") or {}).get("startTime"))
-    started_at = datetime.fromisoformat(started.replace("Z", "+00:00")) if started else now
+    started_at = datetime.fromisoformat(started) if started else now
     return terminated_patch(pod, None, LOST_EXIT_CODE, started_at, now, reason="ContainerStatusUnknown",
                             message="the process runtime restarted; the container's process is gone")
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from kubernetes import client
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from ..files import replace_file
 from ..helpers import Helper
 from ..kube import processes
 from ..kube.client import api_client
@@ -78,10 +79,7 @@ def write_atomically(path: Path, text: str) -> bool:
             return False
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    replace_file(path, text.encode())
     return True
 
 

@@ -90,7 +90,7 @@ def _epoch(timestamp: str | None) -> float | None:
     if not timestamp:
         return None
     try:
-        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(timestamp).timestamp()
     except ValueError:
         return None
 
