@@ -4,6 +4,7 @@ forbidden verb is named in a condition; the per-job NetworkPolicy is accepted as
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
 from pathlib import Path
 
@@ -19,24 +20,60 @@ def condition(jobs: Jobs, name: str, kind: str) -> dict | None:
     return next((c for c in jobs.status(name).get("conditions", []) if c["type"] == kind), None)
 
 
-def test_an_unfixable_pod_template_fails_at_once_with_the_apiservers_message(jobs, report):
+DENIAL = "this namespace admits no pods of job unfixable (a cluster policy)"
+
+
+@contextlib.contextmanager
+def _pods_of_job_denied(fault_cluster, namespace: str, job: str):
+    """A ValidatingAdmissionPolicy that refuses the job's pods with 422 Invalid, as a cluster's own policy would
+    refuse what the operator's validation cannot know about: enforced on entry, gone on exit."""
+    admission = client.AdmissionregistrationV1Api(fault_cluster.api)
+    name = f"{namespace}-deny"
+    label = f"object.metadata.labels['{names.JOB_LABEL}']"
+    admission.create_validating_admission_policy({"metadata": {"name": name}, "spec": {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                                "resources": ["pods"]}]},
+        "validations": [{"expression": f"!has(object.metadata.labels) || !('{names.JOB_LABEL}' in "
+                                       f"object.metadata.labels) || {label} != '{job}'",
+                         "message": DENIAL, "reason": "Invalid"}]}})
+    admission.create_validating_admission_policy_binding({"metadata": {"name": name}, "spec": {
+        "policyName": name, "validationActions": ["Deny"],
+        "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}}})
+    probe = {"metadata": {"name": "probe", "labels": {names.JOB_LABEL: job}},
+             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+
+    def enforced() -> bool:
+        try:
+            fault_cluster.core.create_namespaced_pod(namespace, probe, dry_run="All")
+        except client.ApiException as error:
+            return error.status == 422
+        return False
+    try:
+        wait_for(enforced, timeout=30, what="the admission policy to be enforced")
+        yield
+    finally:
+        admission.delete_validating_admission_policy_binding(name)
+        admission.delete_validating_admission_policy(name)
+
+
+def test_an_unfixable_pod_template_fails_at_once_with_the_apiservers_message(fault_cluster, namespace, jobs, report):
     name = "unfixable"
-    body = job_manifest(name, data=2, tensor=4, per_pod=4)
-    # the schema accepts it; the apiserver's pod validation never will (a mount of a volume that does not exist)
-    body["spec"]["template"] = {"volumeMounts": [{"name": "no-such-volume", "mountPath": "/data"}]}
-    started = time.monotonic()
-    jobs.create(body)
-    status = jobs.wait_phase(name, "Failed", timeout=60)
-    seconds = time.monotonic() - started
+    body = job_manifest(name, data=2, tensor=4, per_pod=4)  # valid by every rule the operator knows
+    with _pods_of_job_denied(fault_cluster, namespace, name):
+        started = time.monotonic()
+        jobs.create(body)
+        status = jobs.wait_phase(name, "Failed", timeout=60)
+        seconds = time.monotonic() - started
     failed = condition(jobs, name, "Failed")
     assert failed["reason"] == "InvalidPodTemplate"
-    assert 'Pod "unfixable-a1-' in failed["message"] and "no-such-volume" in failed["message"], failed
+    assert "unfixable-a1-" in failed["message"] and DENIAL in failed["message"], failed
     assert status["restarts"] == 0 and status["attempt"] == 1
     warnings = [e for e in jobs.events(name) if e[:2] == ("Warning", "InvalidPodTemplate")]
     assert len(warnings) == 1
     log = jobs.operator.log_path.read_text()
     assert log.count("create pods unfixable-a1-") <= 2, "refused once per pod, never retried"
-    report.add(CaseResult("pod template the apiserver refuses (422)", 1, 0, 0, seconds,
+    report.add(CaseResult("pod the apiserver refuses (422, an admission policy)", 1, 0, 0, seconds,
                           f"Failed/InvalidPodTemplate: {failed['message'][:90]}…"))
 
 

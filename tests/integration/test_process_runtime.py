@@ -159,6 +159,7 @@ def test_a_dp2_job_trains_for_real_and_matches_the_local_runner(cluster, prometh
           f"{len(training_seen)} times from status.training, {len(scraped)} from Prometheus; measured/predicted "
           f"step time {ratios[-1] if ratios else None} (cpu-2core profile)")
     assert phase == "Succeeded", describe(cluster, jobs, "real-dp2")
+    assert status.get("attempt") == 1, f"restarted: {status.get('lastFailure')}; {describe(cluster, jobs, 'real-dp2')}"
     assert "Running" in phases and phases.index("Running") < phases.index("Succeeded"), phases
 
     pods = jobs.pods("real-dp2")
