@@ -14,7 +14,6 @@ collected at the end of the run into build/fault-matrix.json and the terminal su
 from __future__ import annotations
 
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +24,9 @@ from ascend_hybrid.devcluster import cluster
 from ascend_hybrid.devcluster.controlplane import toolchain
 from ascend_hybrid.devcluster.controlplane.restart import ControlPlane
 from ascend_hybrid.devcluster.kube.client import api_client
-from ascend_hybrid.devcluster.kube.waiting import wait_until
 from ascend_hybrid.devcluster.paths import ClusterPaths
 from support.faults import Report, Supervisor
+from support.namespaces import namespace_name, scratch_namespace
 from support.operator_harness import Jobs, OperatorProcess, install_crd
 
 FAULTS_CLUSTER = "ahj-faults"
@@ -93,17 +92,8 @@ def report() -> Report:
 
 @pytest.fixture
 def namespace(request, fault_cluster) -> str:
-    stem = "".join(ch if ch.isalnum() else "-" for ch in request.node.name.lower())[:36].strip("-")
-    name = f"f-{stem}-{uuid.uuid4().hex[:5]}"
-    core = fault_cluster.core
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    wait_until(lambda: core.read_namespaced_service_account("default", name), 30, f"namespace {name}'s ServiceAccount")
-    yield name
-    try:
-        core.delete_namespace(name, propagation_policy="Background")
-    except client.ApiException as error:
-        if error.status != 404:
-            raise
+    with scratch_namespace(fault_cluster.core, namespace_name("f", request.node.name, 36, 5)) as name:
+        yield name
 
 
 @pytest.fixture

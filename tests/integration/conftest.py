@@ -35,7 +35,6 @@ device plugin's log.
 from __future__ import annotations
 
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +49,7 @@ from ascend_hybrid.devcluster.nodes import fleet
 from ascend_hybrid.devcluster.nodes.manifests import ACCELERATOR_TYPE_LABEL, PROFILES, plan_nodes
 from ascend_hybrid.devcluster.paths import ClusterPaths, load_settings
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
+from support.namespaces import namespace_name, scratch_namespace
 
 TEST_CLUSTER = "ahj-test"
 REUSE_ENV = "AHJ_KUBECONFIG"
@@ -161,18 +161,8 @@ def wait_until():
 
 @pytest.fixture
 def namespace(request, dev_cluster) -> str:
-    stem = "".join(ch if ch.isalnum() else "-" for ch in request.node.name.lower())[:40].strip("-")
-    name = f"t-{stem}-{uuid.uuid4().hex[:6]}"
-    core = dev_cluster.core
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    _wait_until(lambda: core.read_namespaced_service_account("default", name), 30,
-                f"the default ServiceAccount of namespace {name}")
-    yield name
-    try:
-        core.delete_namespace(name, propagation_policy="Background")
-    except client.ApiException as error:
-        if error.status != 404:
-            raise
+    with scratch_namespace(dev_cluster.core, namespace_name("t", request.node.name, 40, 6)) as name:
+        yield name
 
 
 @pytest.fixture

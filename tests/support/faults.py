@@ -105,22 +105,32 @@ def double_booked(pods: list[dict]) -> list[str]:
     return bad + [f"{node}: {count} chips requested" for node, count in requested.items() if count > CHIPS_PER_NODE]
 
 
-class Monitor:
-    """Samples every pod of the cluster twice a second while a fault runs; keeps the worst it saw."""
+class BackgroundLoop:
+    """A daemon thread running `_run` from `with` to its end; `_stop` tells it to end."""
 
-    def __init__(self, core: client.CoreV1Api, interval: float = 0.5):
-        self.core, self.interval = core, interval
-        self.max_duplicates, self.double_booked, self.samples = 0, [], 0
+    def _start_loop(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Monitor:
+    def __enter__(self):
         self._thread.start()
         return self
 
     def __exit__(self, *_) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Monitor(BackgroundLoop):
+    """Samples every pod of the cluster twice a second while a fault runs; keeps the worst it saw."""
+
+    def __init__(self, core: client.CoreV1Api, interval: float = 0.5):
+        self.core, self.interval = core, interval
+        self.max_duplicates, self.double_booked, self.samples = 0, [], 0
+        self._start_loop()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -171,21 +181,12 @@ def check_job(jobs: Jobs, name: str, pod_count: int, *, phase: str = "Running") 
     return duplicated, lost
 
 
-class Supervisor:
+class Supervisor(BackgroundLoop):
     """Every second, starts again any control-plane component that died (devcluster ControlPlane.revive)."""
 
     def __init__(self, control_plane, interval: float = 1.0):
         self.control_plane, self.interval, self.revived = control_plane, interval, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Supervisor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+        self._start_loop()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
