@@ -59,8 +59,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(REPORT.table())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def fault_cluster() -> FaultCluster:
+    # Package scope (this folder has an __init__.py): the cluster goes down after the folder's last test, so
+    # the suites that follow (the MindSpore trainer tests) do not share the two cores with an idle cluster.
     reused = os.environ.get(REUSE_ENV)
     if reused:
         root = Path(reused).parent

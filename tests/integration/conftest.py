@@ -117,8 +117,10 @@ def _ensure_ring_nodes(core: client.CoreV1Api, paths: ClusterPaths | None) -> No
     fleet.wait_nodes_ready(core, {n.name for n in wanted}, timeout=60)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def dev_cluster() -> DevCluster:
+    # Package scope (this folder has an __init__.py): the cluster goes down after the folder's last test, so
+    # the suites that follow (the MindSpore trainer tests) do not share the two cores with an idle cluster.
     reused = os.environ.get(REUSE_ENV)
     if reused:
         if not Path(reused).is_file():
@@ -144,12 +146,12 @@ def dev_cluster() -> DevCluster:
         cluster.down(TEST_CLUSTER)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kube_api(dev_cluster) -> client.ApiClient:
     return dev_cluster.api
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def core_v1(dev_cluster) -> client.CoreV1Api:
     return dev_cluster.core
 
