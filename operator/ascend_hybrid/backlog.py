@@ -100,6 +100,12 @@ def ahead(me: QueueKey, chip: str, waiting: Iterable[Waiting]) -> QueueKey | Non
     return min(older) if older else None
 
 
+def head(chip: str, waiting: Iterable[Waiting]) -> QueueKey | None:
+    """The oldest job of a chip type that waits: the one to try next once the job before it has been placed."""
+    keys = [job.key for job in waiting if job.chip == chip]
+    return min(keys) if keys else None
+
+
 def queued_message(blocker: QueueKey) -> str:
     _, namespace, name = blocker
     return f"queued: oldest first, {namespace}/{name} waits for chips before this job"

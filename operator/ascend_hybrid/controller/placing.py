@@ -32,6 +32,7 @@ def place(controller, key: JobKey, job: dict, observed: Observed, decision: Deci
         blocker = None if queued else backlog.ahead(record.queue_key, effective.chip, waiting(controller, exclude=key))
         if blocker is not None:
             record.waiting, record.promised = True, {}
+            _try_first(controller, blocker, only_untried=True)
             outcome = backlog.record_queued(decision.status, blocker, observed.now, job["metadata"].get("generation"))
             decision.status, decision.requeue_after = outcome.status, outcome.requeue_after
             return False
@@ -53,6 +54,8 @@ def place(controller, key: JobKey, job: dict, observed: Observed, decision: Deci
             attempt = outcome.status["attempt"]
             record.promised = {names.pod_name(key[1], attempt, index): (node, effective.per_pod)
                                for index, node in enumerate(placement.nodes)}
+            if not queued:  # the queue moved now, not when this job's status says so: the next job goes at once
+                _try_first(controller, backlog.head(effective.chip, waiting(controller, exclude=key)))
         else:
             record.promised = {}
     decision.status = outcome.status
@@ -60,6 +63,18 @@ def place(controller, key: JobKey, job: dict, observed: Observed, decision: Deci
     for event in outcome.actions:
         controller.post_event(job, event.type, event.reason, event.message)
     return placement.ok
+
+
+def _try_first(controller, job: backlog.QueueKey | None, *, only_untried: bool = False) -> None:
+    """Puts a pass of `job` before every pass already due. A job held back by an older one that this process has
+    not tried yet asks for that one (a job already tried and waiting for chips is woken when chips free)."""
+    if job is None:
+        return
+    key = (job[1], job[2])
+    record = controller.jobs.get(key)
+    if only_untried and record is not None and record.queue_key[0]:
+        return
+    controller.queue.add(key, first=True)
 
 
 def cluster_holdings(controller) -> tuple[list[dict], list[dict]]:

@@ -52,3 +52,15 @@ def test_close_wakes_every_waiting_worker():
     queue.close()
     waiter.join(timeout=2)
     assert got == [None] and queue.closed
+
+
+def test_a_key_added_first_goes_before_every_key_already_due_and_first_ones_keep_their_order():
+    queue = WorkQueue()
+    for index in range(5):
+        queue.add(f"burst-{index}")
+    queue.add("head", first=True)
+    queue.add("next-head", first=True)
+    queue.add("burst-3", first=True)  # already due: moved before the rest of the burst too
+    taken = [queue.get(timeout=1) for _ in range(7)]
+    assert taken == ["head", "next-head", "burst-3", "burst-0", "burst-1", "burst-2", "burst-4"]
+    queue.close()

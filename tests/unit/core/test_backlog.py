@@ -64,3 +64,12 @@ def test_a_job_waiting_for_kueue_holds_no_place_in_this_queue():
     kueue_job["spec"]["scheduling"] = {"queue": "team-a"}
     assert entry(kueue_job).queued and not entry(body("plain")).queued
     assert backlog.waiting([], [entry(kueue_job)], tried=set()) == []
+
+
+def test_the_head_of_a_chip_types_queue_is_its_oldest_waiting_job_whoever_asks():
+    waiting = [backlog.Waiting(("2026-12-01T00:00:02Z", "ns", "b"), "910B"),
+               backlog.Waiting(("2026-12-01T00:00:01Z", "ns", "z"), "910B"),
+               backlog.Waiting(("2026-12-01T00:00:00Z", "ns", "a"), "910A")]
+    assert backlog.head("910B", waiting) == ("2026-12-01T00:00:01Z", "ns", "z")
+    assert backlog.head("910A", waiting) == ("2026-12-01T00:00:00Z", "ns", "a")
+    assert backlog.head("A3", waiting) is None
