@@ -181,8 +181,10 @@ class Controller:
             key = self.queue.get()
             if key is None:
                 return
+            started, outcome = time.perf_counter(), "error"
             try:
                 delay = self.reconcile(key)
+                outcome = "requeued" if delay is not None else "forgotten"
                 if key in self.jobs:
                     self.jobs[key].failures = 0
             except Exception:
@@ -192,6 +194,7 @@ class Controller:
                 metrics.RECONCILE_ERRORS.labels(namespace=key[0]).inc()
                 log.exception("reconcile %s/%s failed; retrying in %ss", key[0], key[1], delay)
             finally:
+                metrics.RECONCILE_SECONDS.labels(outcome=outcome).observe(time.perf_counter() - started)
                 self.queue.done(key)
             if delay is not None:
                 self.queue.add(key, delay)
