@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from . import names
-from .ascend import RESOURCE
+from .ascend import DEVICE_ANNOTATION, DEVICE_NAME_ANNOTATIONS, RESOURCE
 from .conditions import parse_time
 
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
@@ -138,3 +138,54 @@ def node_not_ready_since(node: Mapping | None) -> datetime | None:
     if condition is not None and condition.get("status") != "True":
         return parse_time(condition.get("lastTransitionTime"))
     return None
+
+
+# -- the projection the watch keeps -------------------------------------------------------------------------------
+# What any reader above (and ascend, inventory, ranktable, failures, kueue, reconcile, telemetry) takes off a pod;
+# the rest of a pod (managedFields, images, volumes, most of its env, probes, …) is most of its bytes and nobody
+# here reads it. A new reader of a pod field adds the field here: tests/unit/core/test_podview.py checks that every
+# accessor answers the same on a pod and on its projection.
+PROJECTED_METADATA = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "labels")
+PROJECTED_ANNOTATIONS = (DEVICE_ANNOTATION, *DEVICE_NAME_ANNOTATIONS)
+PROJECTED_SPEC = ("nodeName", "schedulingGates", "nodeSelector", "tolerations")
+PROJECTED_ENV = frozenset({names.SCHED_HOST_ENV})
+PROJECTED_STATUS = ("phase", "podIP", "hostIP", "reason", "message", "startTime", "conditions")
+PROJECTED_CONTAINER_STATUS = ("name", "state", "restartCount")
+
+
+def _some(source: Mapping, keys) -> dict:
+    return {key: source[key] for key in keys if source.get(key) is not None}
+
+
+def _container(container: Mapping) -> dict:
+    resources = container.get("resources") or {}
+    kept: dict = {"name": container.get("name")}
+    npus = {kind: {RESOURCE: resources[kind][RESOURCE]} for kind in ("requests", "limits")
+            if RESOURCE in (resources.get(kind) or {})}
+    if npus:
+        kept["resources"] = npus
+    env = [entry for entry in container.get("env") or () if entry.get("name") in PROJECTED_ENV and "value" in entry]
+    if env:
+        kept["env"] = env
+    return kept
+
+
+def project_pod(pod: Mapping) -> dict:
+    """The part of a pod the operator reads, shaped as the pod itself (every accessor works on either)."""
+    metadata, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    kept_metadata = _some(metadata, PROJECTED_METADATA)
+    annotations = _some(metadata.get("annotations") or {}, PROJECTED_ANNOTATIONS)
+    if annotations:
+        kept_metadata["annotations"] = annotations
+    kept_spec = _some(spec, PROJECTED_SPEC)
+    if "affinity" in spec:  # only the node affinity is read; an affinity without one still tells kueue's patch
+        node_affinity = (spec.get("affinity") or {}).get("nodeAffinity")
+        kept_spec["affinity"] = {} if node_affinity is None else {"nodeAffinity": node_affinity}
+    for kind in ("containers", "initContainers"):
+        if spec.get(kind):
+            kept_spec[kind] = [_container(container) for container in spec[kind]]
+    kept_status = _some(status, PROJECTED_STATUS)
+    if status.get("containerStatuses"):
+        kept_status["containerStatuses"] = [_some(entry, PROJECTED_CONTAINER_STATUS)
+                                            for entry in status["containerStatuses"]]
+    return {"metadata": kept_metadata, "spec": kept_spec, "status": kept_status}

@@ -17,10 +17,10 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from . import kueue, names
 from .api import GROUP, KIND, VERSION
 from .inventory import HOSTNAME_LABEL
-from .ranktable import INITIALIZING, dumps
+from .ranktable import INITIALIZING, config_map_data
 from .rules import ResolvedJob
 
-SCHED_HOST_ENV = "MS_SCHED_HOST"
+SCHED_HOST_ENV = names.SCHED_HOST_ENV
 RANK_VARIABLES = frozenset({"MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_LOCAL_WORKER",
                             "MS_NODE_RANK", "RANK_TABLE_FILE", "RANK_SIZE", "RANK_START"})
 
@@ -97,10 +97,15 @@ def job_config(effective: ResolvedJob) -> dict:
 
 
 def rank_table_config_map(job: str, namespace: str, uid: str, table: dict | None = None) -> dict:
-    table = table or INITIALIZING
-    data = {"hccl.json": dumps(table), "version": str(table.get("version", "1.0"))}
-    return _render("configmap.yaml.j2", name=names.rank_table_config_map(job), namespace=namespace,
-                   labels=names.job_labels(job), owner_references=owner_references(job, uid), data=data)
+    """The rank table's ConfigMap (ranktable.config_map_data: plain, compact or gzipped). Its data is set after
+    the template: a 16 384-rank table would be a megabyte of YAML to parse back."""
+    data, binary = config_map_data(table or INITIALIZING)
+    manifest = _render("configmap.yaml.j2", name=names.rank_table_config_map(job), namespace=namespace,
+                       labels=names.job_labels(job), owner_references=owner_references(job, uid), data={})
+    manifest["data"] = data
+    if binary:
+        manifest["binaryData"] = binary
+    return manifest
 
 
 def job_config_map(effective: ResolvedJob, namespace: str, uid: str) -> dict:

@@ -1,5 +1,6 @@
 """The only kopf decorators of the operator. Each handler is plain `def` and only indexes or enqueues: all
-reconcile work happens in the `Controller`'s worker threads.
+reconcile work happens in the `Controller`'s worker threads. Pods are not watched by kopf but by the operator's
+own lean watch (podwatch.py), which keeps a projection of each pod and wakes the same passes.
 
 The controller arrives through kopf's operator memo (`kopf.run(memo=…)`, set by `main.py`); the indexes are
 handed to it by the startup handler `bind_indexes`. That is safe because kopf runs no resource handler before
@@ -16,7 +17,7 @@ import kopf
 from .. import backlog, names
 from ..api import GROUP, PLURAL, VERSION
 from ..ascend import DEVICEINFO_LABEL, parse_deviceinfo
-from ..podview import TERMINAL_POD_PHASES, holds_npus, ready_condition
+from ..podview import ready_condition
 from .reconciler import Controller, Indexes, JobKey
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -59,10 +60,6 @@ class EventHandlersOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
         return kopf.BodyEssence()
 
 
-def _holds_npus(spec, **_) -> bool:
-    return holds_npus(spec or {})
-
-
 def controller_of(memo) -> Controller:
     return memo.controller
 
@@ -83,11 +80,11 @@ def configure(settings: kopf.OperatorSettings, memo, **_) -> None:
 
 
 @kopf.on.startup()
-def bind_indexes(memo, ahj_nodes, ahj_npu_pods, ahj_job_pods, ahj_device_infos, ahj_jobs, **_) -> None:
+def bind_indexes(memo, ahj_nodes, ahj_device_infos, ahj_jobs, **_) -> None:
+    """kopf's indexes, and the pods of the operator's own watch (memo.pods: podwatch.PodStore, started by main)."""
     controller_of(memo).indexes = Indexes(
-        nodes=lambda: _copy(ahj_nodes), npu_pods=lambda: _copy(ahj_npu_pods),
-        job_pods=lambda key: _copy(ahj_job_pods, key), device_infos=lambda: _copy(ahj_device_infos),
-        jobs=lambda: _copy(ahj_jobs))
+        nodes=lambda: _copy(ahj_nodes), npu_pods=memo.pods.npu_pods, job_pods=memo.pods.job_pods,
+        device_infos=lambda: _copy(ahj_device_infos), jobs=lambda: _copy(ahj_jobs))
 
 
 @kopf.on.login()
@@ -111,16 +108,6 @@ def ahj_nodes(name, body, **_):
     return {name: _indexed(body)}
 
 
-@kopf.index("pods", when=_holds_npus)
-def ahj_npu_pods(namespace, name, body, **_):
-    return {(namespace, name): _indexed(body)}
-
-
-@kopf.index("pods", labels={names.JOB_LABEL: kopf.PRESENT})
-def ahj_job_pods(namespace, labels, body, **_):
-    return {(namespace, labels[names.JOB_LABEL]): _indexed(body)}
-
-
 @kopf.index("configmaps", labels={DEVICEINFO_LABEL: "true"})
 def ahj_device_infos(name, body, **_):
     return {name: _indexed(body)}
@@ -134,16 +121,8 @@ def ahj_jobs(namespace, name, body, **_):
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def job_changed(namespace, name, type, meta, memo, **_) -> None:
-    controller = controller_of(memo)
     key: JobKey = (namespace, name)
-    if type != "DELETED" and controller.wrote_last(key, meta.get("resourceVersion")):
-        return  # the echo of a status this process just wrote: the pass that wrote it has decided after it
-    controller.enqueue(key, delay=0.0)
-
-
-@kopf.on.event("pods", labels={names.JOB_LABEL: kopf.PRESENT})
-def job_pod_changed(namespace, labels, memo, **_) -> None:
-    controller_of(memo).enqueue((namespace, labels[names.JOB_LABEL]))
+    controller_of(memo).job_changed(key, meta.get("resourceVersion"), deleted=type == "DELETED")
 
 
 @kopf.on.event("configmaps", labels={names.JOB_LABEL: kopf.PRESENT})
@@ -155,12 +134,6 @@ def job_config_map_changed(namespace, name, labels, type, body, memo, **_) -> No
 @kopf.on.event("services", labels={names.JOB_LABEL: kopf.PRESENT})
 def job_service_changed(namespace, name, labels, type, body, memo, **_) -> None:
     controller_of(memo).child_changed((namespace, labels[names.JOB_LABEL]), "Service", name, type, body)
-
-
-@kopf.on.event("pods", when=_holds_npus)
-def npu_pod_changed(type, status, memo, **_) -> None:
-    if type == "DELETED" or (status or {}).get("phase") in TERMINAL_POD_PHASES:
-        controller_of(memo).wake_pending()
 
 
 @kopf.on.event("nodes")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -19,8 +19,8 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from .. import api, kueue, names
-from ..podview import holds_npus
+from .. import api, kueue, names, ranktable
+from ..podview import holds_npus, project_pod
 from .metrics import API_CALLS
 from .refused import Refused, is_refusal
 
@@ -29,6 +29,7 @@ T = TypeVar("T")
 
 RETRIED_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 MUTATING_VERBS = frozenset({"create", "apply", "patch", "update", "delete"})
+WATCH_CONNECTIONS = 4
 APPLY = {"field_manager": names.FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
 
 
@@ -53,7 +54,8 @@ class Kube:
             except config.ConfigException:
                 config.load_kube_config()
         configuration = client.Configuration.get_default_copy()
-        configuration.connection_pool_maxsize = parallel_calls  # one connection per concurrent pod call
+        # one connection per concurrent pod call, plus the pod watches' long-lived ones (podwatch.py)
+        configuration.connection_pool_maxsize = parallel_calls + WATCH_CONNECTIONS
         return cls(client.ApiClient(configuration), **options)
 
     def _call(self, verb: str, resource: str, fn: Callable[..., T], *args, ok: tuple[int, ...] = (), **kwargs) -> T | None:
@@ -181,7 +183,7 @@ class Kube:
         """Every non-terminal pod of the cluster that asks for NPUs (one list per placement, not per pass)."""
         answer = self._call("list", "pods", self.core.list_pod_for_all_namespaces,
                             field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False)
-        return [pod for pod in json.loads(answer.data)["items"] if holds_npus(pod.get("spec") or {})]
+        return [project_pod(pod) for pod in json.loads(answer.data)["items"] if holds_npus(pod.get("spec") or {})]
 
     def list_nodes(self) -> list[dict]:
         answer = self._call("list", "nodes", self.core.list_node, _preload_content=False)
@@ -191,6 +193,35 @@ class Kube:
         answer = self._call("list", "configmaps", self.core.list_namespaced_config_map, namespace,
                             label_selector=label_selector, _preload_content=False)
         return json.loads(answer.data)["items"]
+
+    # -- the pod watch (podwatch.py): raw JSON, never the client's models ---------------------------------------
+    def list_pods_page(self, namespace: str | None, limit: int, continue_token: str | None = None) -> dict:
+        """One page of a pod list (every namespace when `namespace` is None) as parsed JSON: items, and
+        metadata.resourceVersion / metadata.continue."""
+        fn, args = (self.core.list_pod_for_all_namespaces, ()) if namespace is None \
+            else (self.core.list_namespaced_pod, (namespace,))
+        extra = {"_continue": continue_token} if continue_token else {}
+        answer = self._call("list", "pods", fn, *args, limit=limit, _preload_content=False, **extra)
+        return json.loads(answer.data)
+
+    def watch_pods(self, namespace: str | None, resource_version: str, timeout_seconds: int) -> Iterator[dict]:
+        """The pod events after `resource_version` (bookmarks included), each parsed as it arrives, until the
+        apiserver ends the watch after `timeout_seconds`. A connection gone silent for longer raises."""
+        fn, args = (self.core.list_pod_for_all_namespaces, ()) if namespace is None \
+            else (self.core.list_namespaced_pod, (namespace,))
+        response = self._call("watch", "pods", fn, *args, watch=True, resource_version=resource_version,
+                              allow_watch_bookmarks=True, timeout_seconds=timeout_seconds, _preload_content=False,
+                              _request_timeout=(10, timeout_seconds + max(5, timeout_seconds // 10)))
+        try:
+            pending = b""
+            for chunk in response.stream(amt=None, decode_content=False):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        finally:  # a watch left mid-stream leaves unread bytes: its connection is closed, not reused
+            response.close()
+            response.release_conn()
 
     # -- events ----------------------------------------------------------------------------------------------
     def post_event(self, job: dict, event_type: str, reason: str, message: str) -> None:
@@ -220,12 +251,7 @@ def _warn_once(message: str) -> None:
 
 
 def rank_table_of(config_map: dict | None) -> dict | None:
-    if config_map is None:
-        return None
-    try:
-        return json.loads((config_map.get("data") or {}).get("hccl.json") or "{}")
-    except ValueError:
-        return {}
+    return ranktable.from_config_map(config_map)
 
 
 def service_ip(service: dict | None) -> str | None:

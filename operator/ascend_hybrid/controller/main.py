@@ -81,6 +81,7 @@ def run(args) -> int:
     from . import handlers  # noqa: F401 - registers the kopf handlers
     from .kube import Kube
     from .metrics import publishing_loop
+    from .podwatch import PodStore, PodWatch, reaction
     from .reconciler import Controller
     from .telemetry import TelemetrySource, sampling_loop
 
@@ -122,9 +123,13 @@ def run(args) -> int:
     hardening.serve_metrics(settings, kube.client)
     if elector is not None:
         elector.start()
-    controller.start(publishing_loop(controller), sampling_loop(controller, source, settings.telemetry_interval))
+    scopes = list(settings.namespaces) or [None]
+    pods = PodStore(reaction(controller), sources=len(scopes))
+    watches = [PodWatch(kube, pods, scope, timeout_seconds=settings.watch_timeout_seconds) for scope in scopes]
+    controller.start(publishing_loop(controller), sampling_loop(controller, source, settings.telemetry_interval),
+                     *(watch.watch_pods for watch in watches))
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
-    memo = kopf.Memo(controller=controller, node_signatures={})
+    memo = kopf.Memo(controller=controller, node_signatures={}, pods=pods)
     kopf.run(standalone=True, clusterwide=settings.watches_cluster, namespaces=list(settings.namespaces),
              liveness_endpoint=liveness, memo=memo)
     return 0

@@ -66,6 +66,8 @@ class JobRecord:
     pending_reason: str = "Waiting"
     failures: int = 0                           # consecutive passes that raised
     last_written: str | None = None             # resourceVersion of our last status patch
+    job: dict | None = None                     # the job as our last write left it, until anyone else changes it
+    job_since: float = 0.0                      # when `job` was read or written (monotonic)
     sample: Sample | None = None                # latest telemetry of the current attempt
     promised: dict[str, tuple[str, int]] = field(default_factory=dict)  # pod name → (node, chips) not yet seen
     children_generation: int | None = None      # generation whose Services and ConfigMaps are applied
@@ -151,6 +153,32 @@ class Controller:
         record = self.jobs.get(key)
         return resource_version is not None and record is not None and record.last_written == resource_version
 
+    def job_changed(self, key: JobKey, resource_version: str | None, deleted: bool) -> None:
+        """A watch event of the job. The echo of our own status write changes nothing (the pass that wrote it
+        decided after it); anything else, from anyone, means the job must be read again, now."""
+        if not deleted and self.wrote_last(key, resource_version):
+            return
+        record = self.jobs.get(key)
+        if record is not None:
+            record.job = None
+        self.enqueue(key, delay=0.0)
+
+    def current_job(self, key: JobKey) -> dict | None:
+        """The job for a pass: as our last status write returned it while no other change of it was seen (pods
+        changing do not change the job: a 128-pod gang's start is dozens of passes), else read."""
+        record = self.jobs.get(key)
+        if record is not None and record.job is not None \
+                and time.monotonic() - record.job_since < self.settings.job_cache_seconds:
+            return record.job
+        job = self.kube.get_job(*key)
+        if job is not None:
+            self.remember_job(key, job)
+        return job
+
+    def remember_job(self, key: JobKey, job: dict) -> None:
+        record = self.record_of(key)
+        record.job, record.job_since = job, time.monotonic()
+
     def wake_pending(self) -> None:
         """Capacity may have changed: let the jobs that wait for placement try again — those not queued yet, and of
         the queue (oldest first, backlog.py) only its head: the rest could only find it still there. Each head that
@@ -202,7 +230,7 @@ class Controller:
     # -- one pass ---------------------------------------------------------------------------------------------
     def reconcile(self, key: JobKey) -> float | None:
         namespace, name = key
-        job = self.kube.get_job(namespace, name)
+        job = self.current_job(key)
         if job is None or job["metadata"].get("deletionTimestamp"):
             self.forget(key)
             return None
@@ -218,6 +246,7 @@ class Controller:
             if patched is not None:
                 job = patched
                 self.record_of(key).last_written = patched["metadata"].get("resourceVersion")
+                self.remember_job(key, job)
             else:
                 job = {**job, "status": decision.status}
             if after is Next.FORGET:

@@ -59,17 +59,21 @@ def test_the_echo_of_our_own_status_write_queues_no_pass_but_anything_newer_does
     assert job_event(memo, "MODIFIED", "42")
 
 
-def test_startup_hands_the_live_indexes_to_the_controller(memo):
+def test_startup_hands_the_live_indexes_and_the_pod_watchs_store_to_the_controller(memo):
+    from ascend_hybrid.controller.podwatch import PodStore
+
     nodes = {"n1": [{"metadata": {"name": "n1"}}]}
-    pods = {("ns", "job"): [{"metadata": {"name": "job-a1-0"}}]}
+    memo.pods = PodStore()
+    memo.pods.replace(None, [{"metadata": {"name": "job-a1-0", "namespace": "ns",
+                                           "labels": {handlers.names.JOB_LABEL: "job"}}}], "watch")
     jobs = {("ns", "job"): [handlers.backlog.entry({"metadata": {"name": "job", "namespace": "ns"}})]}
-    handlers.bind_indexes(memo=memo, ahj_nodes=nodes, ahj_npu_pods={}, ahj_job_pods=pods, ahj_device_infos={},
-                          ahj_jobs=jobs)
+    handlers.bind_indexes(memo=memo, ahj_nodes=nodes, ahj_device_infos={}, ahj_jobs=jobs)
     indexes = memo.controller.indexes
     assert [entry.name for entry in indexes.jobs()] == ["job"]
     assert indexes.nodes() == [{"metadata": {"name": "n1"}}] and indexes.npu_pods() == []
-    pods[("ns", "job")].append({"metadata": {"name": "job-a1-1"}})  # kopf keeps filling the same index
-    assert [pod["metadata"]["name"] for pod in indexes.job_pods(("ns", "job"))] == ["job-a1-0", "job-a1-1"]
+    nodes["n2"] = [{"metadata": {"name": "n2"}}]  # kopf keeps filling the same index
+    assert len(indexes.nodes()) == 2
+    assert [pod["metadata"]["name"] for pod in indexes.job_pods(("ns", "job"))] == ["job-a1-0"]
     assert indexes.job_pods(("ns", "other")) == []
 
 
@@ -148,3 +152,39 @@ def test_a_capacity_change_wakes_the_head_of_each_queue_and_every_job_not_queued
         controller.queue.done(key)
     heads = {f"q{index:02d}" for index in range(controller.settings.workers * 2)}
     assert woken == heads | {"q19", "fresh"}
+
+
+class CountingKube:
+    def __init__(self):
+        self.reads = 0
+
+    def get_job(self, namespace, name):
+        self.reads += 1
+        return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": f"r{self.reads}"}}
+
+
+def test_a_pass_reuses_the_job_its_last_write_returned_until_anyone_else_changes_the_job():
+    from ascend_hybrid.controller.settings import OperatorSettings
+
+    kube = CountingKube()
+    memo = kopf.Memo(controller=Controller(kube=kube), node_signatures={})
+    controller, key = memo.controller, ("ns", "job")
+    try:
+        assert controller.current_job(key)["metadata"]["resourceVersion"] == "r1"
+        written = {"metadata": {"name": "job", "namespace": "ns", "resourceVersion": "41"}}
+        controller.record_of(key).last_written = "41"
+        controller.remember_job(key, written)
+        assert controller.current_job(key) is written and kube.reads == 1  # a pod changed: no read
+        handlers.job_changed(namespace="ns", name="job", type="MODIFIED", meta={"resourceVersion": "41"}, memo=memo)
+        assert controller.current_job(key) is written and kube.reads == 1  # our own echo
+        handlers.job_changed(namespace="ns", name="job", type="MODIFIED", meta={"resourceVersion": "42"}, memo=memo)
+        assert controller.current_job(key)["metadata"]["resourceVersion"] == "r2"  # someone else wrote it
+        handlers.job_changed(namespace="ns", name="job", type="DELETED", meta={"resourceVersion": "r2"}, memo=memo)
+        controller.current_job(key)
+        assert kube.reads == 3
+    finally:
+        controller.queue.close()
+    stale = Controller(kube=kube, settings=OperatorSettings(job_cache_seconds=0))
+    stale.remember_job(key, written)
+    assert stale.current_job(key) is not written  # older than the cache's horizon: read again
+    stale.queue.close()

@@ -56,8 +56,10 @@ KUBE_PY_CALLS = {
     "patch_namespaced_pod": {("", "pods", "patch")},
     "delete_namespaced_pod": {("", "pods", "delete")},
     "create_namespaced_event": {("", "events", "create")},
-    # Placement's cluster-wide reads when only some namespaces are watched.
-    "list_pod_for_all_namespaces": {("", "pods", "list")},
+    # The pod watch (podwatch.py: list + watch, in every namespace or in each watched one); placement's
+    # cluster-wide reads when only some namespaces are watched.
+    "list_pod_for_all_namespaces": {("", "pods", "list"), ("", "pods", "watch")},
+    "list_namespaced_pod": {("", "pods", "list"), ("", "pods", "watch")},
     "list_namespaced_config_map": {("", "configmaps", "list")},
     # --network-policy: <job>-network by server-side apply.
     "patch_namespaced_network_policy": {("networking.k8s.io", "networkpolicies", "patch"),
