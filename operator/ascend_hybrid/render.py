@@ -209,8 +209,37 @@ def pod(effective: ResolvedJob, namespace: str, uid: str, attempt: int, index: i
     )
 
 
+def gang_pods(effective: ResolvedJob, namespace: str, uid: str, attempt: int, placed: list[tuple[int, str | None]],
+              sched_ip: str, node_requirements: list[dict] | tuple = ()) -> list[dict]:
+    """`pod` for each (index, node) of one attempt. The template is rendered and parsed once: the pods differ only
+    in their name, hostname, index label and annotation, rank env and pinned node, set on a copy of the first
+    (tests/unit/core/test_render.py checks each against `pod`). A 128-pod gang was a template and a YAML parse
+    per pod, the most of the operator's CPU while it started."""
+    if not placed:
+        return []
+    first_index, first_node = placed[0]
+    first = pod(effective, namespace, uid, attempt, first_index, first_node, sched_ip, node_requirements)
+    skeleton = json.dumps(first)
+    made = [first]
+    for index, node in placed[1:]:
+        manifest = json.loads(skeleton)
+        name = names.pod_name(effective.name, attempt, index)
+        manifest["metadata"]["name"] = manifest["spec"]["hostname"] = name
+        manifest["metadata"]["labels"][names.POD_INDEX_LABEL] = str(index)
+        manifest["metadata"]["annotations"][names.RANK_INDEX_ANNOTATION] = str(index)
+        manifest["spec"]["containers"][0]["env"] = pod_env(effective, index, sched_ip)
+        if node:
+            terms = manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            terms["nodeSelectorTerms"][0]["matchExpressions"] = [
+                {"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}]
+        elif first_node:
+            raise ValueError("gang_pods: every pod of one call is pinned, or none is")
+        made.append(manifest)
+    return made
+
+
 def pods(effective: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str) -> list[dict]:
-    return [pod(effective, namespace, uid, attempt, index, node, sched_ip) for index, node in enumerate(nodes)]
+    return gang_pods(effective, namespace, uid, attempt, list(enumerate(nodes)), sched_ip)
 
 
 def children(effective: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,

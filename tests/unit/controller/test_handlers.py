@@ -188,3 +188,23 @@ def test_a_pass_reuses_the_job_its_last_write_returned_until_anyone_else_changes
     stale.remember_job(key, written)
     assert stale.current_job(key) is not written  # older than the cache's horizon: read again
     stale.queue.close()
+
+
+def test_a_status_of_pod_counts_alone_waits_for_the_coalescing_window_but_a_real_change_does_not():
+    import time
+
+    from ascend_hybrid.controller.reconciler import Next
+    from ascend_hybrid.reconcile import Decision
+
+    controller, key = Controller(kube=None), ("ns", "job")
+    old = {"phase": "Starting", "pods": {"running": 1}}
+    counts, running = Decision(status={"phase": "Starting", "pods": {"running": 2}}, requeue_after=5.0), \
+        Decision(status={"phase": "Running", "pods": {"running": 2}})
+    controller.record_of(key).written_at = time.monotonic()
+    wait = controller.defer_progress(key, Next.WAIT, old, counts)
+    assert wait is not None and 0 < wait <= controller.settings.status_coalesce_seconds
+    assert controller.defer_progress(key, Next.WAIT, old, running) is None
+    assert controller.defer_progress(key, Next.DECIDE_AGAIN, old, counts) is None  # the pass goes on: written
+    controller.record_of(key).written_at = time.monotonic() - 60
+    assert controller.defer_progress(key, Next.WAIT, old, counts) is None
+    controller.queue.close()
