@@ -1,6 +1,7 @@
 """The only kopf decorators of the operator. Each handler is plain `def` and only indexes or enqueues: all
 reconcile work happens in the `Controller`'s worker threads. Pods are not watched by kopf but by the operator's
-own lean watch (podwatch.py), which keeps a projection of each pod and wakes the same passes.
+own lean watch (podwatch.py), which keeps a projection of each pod and wakes the same passes; nodes and
+deviceinfo ConfigMaps by the same watch (clusterwatch.py).
 
 The controller arrives through kopf's operator memo (`kopf.run(memo=…)`, set by `main.py`); the indexes are
 handed to it by the startup handler `bind_indexes`. That is safe because kopf runs no resource handler before
@@ -16,8 +17,6 @@ import kopf
 
 from .. import backlog, names
 from ..api import GROUP, PLURAL, VERSION
-from ..ascend import DEVICEINFO_LABEL, parse_deviceinfo
-from ..podview import ready_condition
 from .reconciler import Controller, Indexes, JobKey
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -34,19 +33,6 @@ def _copy(index, key=None) -> list[dict]:
         except RuntimeError:  # "changed size during iteration": copy again
             continue
     raise RuntimeError(f"index kept changing during {COPY_RETRIES} copies")
-
-
-def _indexed(body) -> dict:
-    """An object as the indexes keep it: kopf's parse of the event, without metadata.managedFields.
-
-    Not copied: kopf parses every event into new dicts and never writes to them, and nothing here writes to
-    an indexed object (planning is pure). A JSON round-trip per event was an eighth of the operator's CPU while
-    a 128-pod gang started; managedFields are about half of a pod and nothing here reads them."""
-    indexed = dict(body)
-    metadata = indexed.get("metadata")
-    if isinstance(metadata, dict) and "managedFields" in metadata:
-        indexed["metadata"] = {key: value for key, value in metadata.items() if key != "managedFields"}
-    return indexed
 
 
 class EventHandlersOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -80,11 +66,12 @@ def configure(settings: kopf.OperatorSettings, memo, **_) -> None:
 
 
 @kopf.on.startup()
-def bind_indexes(memo, ahj_nodes, ahj_device_infos, ahj_jobs, **_) -> None:
-    """kopf's indexes, and the pods of the operator's own watch (memo.pods: podwatch.PodStore, started by main)."""
+def bind_indexes(memo, ahj_jobs, **_) -> None:
+    """kopf's job index, and the stores of the operator's own watches, started by main: memo.pods
+    (podwatch.PodStore), memo.nodes and memo.device_infos (clusterwatch.NamedStore)."""
     controller_of(memo).indexes = Indexes(
-        nodes=lambda: _copy(ahj_nodes), npu_pods=memo.pods.npu_pods, job_pods=memo.pods.job_pods,
-        device_infos=lambda: _copy(ahj_device_infos), jobs=lambda: _copy(ahj_jobs))
+        nodes=memo.nodes.values, npu_pods=memo.pods.npu_pods, job_pods=memo.pods.job_pods,
+        device_infos=memo.device_infos.values, jobs=lambda: _copy(ahj_jobs))
 
 
 @kopf.on.login()
@@ -101,16 +88,6 @@ def login(**kwargs):
 @kopf.on.cleanup()
 def stop(memo, **_) -> None:
     controller_of(memo).stop()
-
-
-@kopf.index("nodes")
-def ahj_nodes(name, body, **_):
-    return {name: _indexed(body)}
-
-
-@kopf.index("configmaps", labels={DEVICEINFO_LABEL: "true"})
-def ahj_device_infos(name, body, **_):
-    return {name: _indexed(body)}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -134,35 +111,3 @@ def job_config_map_changed(namespace, name, labels, type, body, memo, **_) -> No
 @kopf.on.event("services", labels={names.JOB_LABEL: kopf.PRESENT})
 def job_service_changed(namespace, name, labels, type, body, memo, **_) -> None:
     controller_of(memo).child_changed((namespace, labels[names.JOB_LABEL]), "Service", name, type, body)
-
-
-@kopf.on.event("nodes")
-def node_changed(name, type, body, memo, **_) -> None:
-    """Wakes jobs only when something placement or failure handling reads has changed (not on heartbeats)."""
-    controller = controller_of(memo)
-    status, spec = body.get("status") or {}, body.get("spec") or {}
-    ready = (ready_condition(body) or {}).get("status")
-    signature = (type == "DELETED", ready, spec.get("unschedulable"), repr(spec.get("taints")),
-                 repr(status.get("allocatable")), repr(dict(body.get("metadata", {}).get("labels") or {})))
-    if memo.node_signatures.get(name) == signature:
-        return
-    memo.node_signatures[name] = signature
-    controller.wake_pending()
-    if ready != "True":
-        controller.wake_all()
-
-
-@kopf.on.event("configmaps", labels={DEVICEINFO_LABEL: "true"})
-def device_info_changed(name, type, body, memo, **_) -> None:
-    """A node's chip health changed: a waiting job may fit now, and a running gang may hold a chip that broke
-    (ChipUnhealthy). The device plugin rewrites its ConfigMap with every UpdateTime: only the unusable chips count."""
-    info = None if type == "DELETED" else parse_deviceinfo(body)
-    signature = (type == "DELETED", tuple(sorted(info.unusable)) if info else ())
-    signatures = memo.setdefault("device_signatures", {})
-    if signatures.get(name) == signature:
-        return
-    signatures[name] = signature
-    controller = controller_of(memo)
-    controller.wake_pending()
-    if info is not None and info.unusable:
-        controller.wake_all()

@@ -208,24 +208,33 @@ class Kube:
                             label_selector=label_selector, _preload_content=False)
         return json.loads(answer.data)["items"]
 
-    # -- the pod watch (podwatch.py): raw JSON, never the client's models ---------------------------------------
-    def list_pods_page(self, namespace: str | None, limit: int, continue_token: str | None = None) -> dict:
-        """One page of a pod list (every namespace when `namespace` is None) as parsed JSON: items, and
+    # -- the watches (podwatch.py): raw JSON, never the client's models -------------------------------------------
+    def _lister(self, resource: str, namespace: str | None) -> tuple[Callable, tuple]:
+        cluster_wide, namespaced = {"pods": (self.core.list_pod_for_all_namespaces, self.core.list_namespaced_pod),
+                                    "nodes": (self.core.list_node, None),
+                                    "configmaps": (None, self.core.list_namespaced_config_map)}[resource]
+        return (cluster_wide, ()) if namespace is None else (namespaced, (namespace,))
+
+    def list_page(self, resource: str, namespace: str | None, limit: int, continue_token: str | None = None,
+                  label_selector: str | None = None) -> dict:
+        """One page of a list (every namespace when `namespace` is None) as parsed JSON: items, and
         metadata.resourceVersion / metadata.continue."""
-        fn, args = (self.core.list_pod_for_all_namespaces, ()) if namespace is None \
-            else (self.core.list_namespaced_pod, (namespace,))
+        fn, args = self._lister(resource, namespace)
         extra = {"_continue": continue_token} if continue_token else {}
-        answer = self._call("list", "pods", fn, *args, limit=limit, _preload_content=False, **extra)
+        if label_selector:
+            extra["label_selector"] = label_selector
+        answer = self._call("list", resource, fn, *args, limit=limit, _preload_content=False, **extra)
         return json.loads(answer.data)
 
-    def watch_pods(self, namespace: str | None, resource_version: str, timeout_seconds: int) -> Iterator[dict]:
-        """The pod events after `resource_version` (bookmarks included), each parsed as it arrives, until the
+    def watch(self, resource: str, namespace: str | None, resource_version: str, timeout_seconds: int,
+              label_selector: str | None = None) -> Iterator[dict]:
+        """The events after `resource_version` (bookmarks included), each parsed as it arrives, until the
         apiserver ends the watch after `timeout_seconds`. A connection gone silent for longer raises."""
-        fn, args = (self.core.list_pod_for_all_namespaces, ()) if namespace is None \
-            else (self.core.list_namespaced_pod, (namespace,))
-        response = self._call("watch", "pods", fn, *args, watch=True, resource_version=resource_version,
+        fn, args = self._lister(resource, namespace)
+        extra = {"label_selector": label_selector} if label_selector else {}
+        response = self._call("watch", resource, fn, *args, watch=True, resource_version=resource_version,
                               allow_watch_bookmarks=True, timeout_seconds=timeout_seconds, _preload_content=False,
-                              _request_timeout=(10, timeout_seconds + max(5, timeout_seconds // 10)))
+                              _request_timeout=(10, timeout_seconds + max(5, timeout_seconds // 10)), **extra)
         try:
             pending = b""
             for chunk in response.stream(amt=None, decode_content=False):

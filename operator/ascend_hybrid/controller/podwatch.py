@@ -79,6 +79,11 @@ class PodStore:
     def size(self) -> int:
         return len(self._pods)
 
+    @staticmethod
+    def project(pod: dict) -> dict | None:
+        projected = project_pod(pod)
+        return projected if kept(projected) else None
+
     # -- writers (the watch threads) --------------------------------------------------------------------------
     def apply(self, event_type: str, pod: dict) -> None:
         """One watch event (ADDED, MODIFIED, DELETED) of a full pod."""
@@ -140,19 +145,21 @@ def reaction(controller) -> Change:
     return changed
 
 
-class PodWatch:
-    """list + watch of one scope's pods into a PodStore, on a thread of its own (`watch_pods` is its loop)."""
+class ListWatch:
+    """list + watch of one resource in one scope into a store (PodStore, NamedStore), on a thread of its own
+    (`watch_pods` is its loop, named for the pods it was first written for)."""
 
-    def __init__(self, kube, store: PodStore, namespace: str | None = None, *, timeout_seconds: int = 300,
-                 page_size: int = 500, stop: threading.Event | None = None,
-                 backoff: tuple[float, ...] = BACKOFF_SECONDS):
+    def __init__(self, kube, store, namespace: str | None = None, *, resource: str = "pods",
+                 label_selector: str | None = None, timeout_seconds: int = 300, page_size: int = 500,
+                 stop: threading.Event | None = None, backoff: tuple[float, ...] = BACKOFF_SECONDS):
         self.kube, self.store, self.namespace = kube, store, namespace
+        self.resource, self.label_selector = resource, label_selector
         self.timeout_seconds, self.page_size, self.backoff = timeout_seconds, page_size, backoff
         self.stop = stop or threading.Event()
 
     @property
     def scope(self) -> str:
-        return self.namespace or "every namespace"
+        return f"{self.resource} in {self.namespace or 'every namespace'}"
 
     def watch_pods(self) -> None:
         resource_version, failures = None, 0
@@ -165,7 +172,7 @@ class PodWatch:
                 continue
             except Gone:
                 metrics.POD_WATCH_RESTARTS.labels(reason="gone").inc()
-                log.info("pod watch (%s): resourceVersion %s is too old; listing again", self.scope, resource_version)
+                log.info("watch (%s): resourceVersion %s is too old; listing again", self.scope, resource_version)
                 resource_version = None
                 continue
             except ApiException as error:
@@ -179,17 +186,17 @@ class PodWatch:
             wait = self.backoff[min(failures, len(self.backoff) - 1)]
             failures += 1
             metrics.POD_WATCH_RESTARTS.labels(reason="error").inc()
-            log.warning("pod watch (%s): %s; watching again in %.1fs", self.scope, reason, wait)
+            log.warning("watch (%s): %s; watching again in %.1fs", self.scope, reason, wait)
             self.stop.wait(wait)
 
     def relist(self) -> str:
-        """Every pod of the scope, page by page (a page's full pods are dropped once projected)."""
+        """Every object of the scope, page by page (a page's full objects are dropped once projected)."""
         items: list[dict] = []
         token = None
         while True:
-            page = self.kube.list_pods_page(self.namespace, self.page_size, token)
-            projected = (project_pod(pod) for pod in page.get("items") or ())
-            items += [pod for pod in projected if kept(pod)]
+            page = self.kube.list_page(self.resource, self.namespace, self.page_size, token, self.label_selector)
+            projected = (self.store.project(item) for item in page.get("items") or ())
+            items += [item for item in projected if item is not None]
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 self.store.replace(self.namespace, items, self)
@@ -197,15 +204,19 @@ class PodWatch:
 
     def follow(self, resource_version: str) -> str:
         """Applies the watch's events until the apiserver ends it; returns the last resourceVersion seen."""
-        for event in self.kube.watch_pods(self.namespace, resource_version, self.timeout_seconds):
-            kind, pod = event.get("type"), event.get("object") or {}
+        for event in self.kube.watch(self.resource, self.namespace, resource_version, self.timeout_seconds,
+                                     self.label_selector):
+            kind, item = event.get("type"), event.get("object") or {}
             if kind == "ERROR":
-                if pod.get("code") == 410:
-                    raise Gone(pod.get("message"))
-                raise ValueError(f"watch error {pod.get('code')}: {pod.get('message')}")
-            resource_version = (pod.get("metadata") or {}).get("resourceVersion") or resource_version
+                if item.get("code") == 410:
+                    raise Gone(item.get("message"))
+                raise ValueError(f"watch error {item.get('code')}: {item.get('message')}")
+            resource_version = (item.get("metadata") or {}).get("resourceVersion") or resource_version
             if kind != "BOOKMARK":
-                self.store.apply(kind, pod)
+                self.store.apply(kind, item)
             if self.stop.is_set():
                 break
         return resource_version
+
+
+PodWatch = ListWatch

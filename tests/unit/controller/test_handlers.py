@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 
 import kopf
@@ -19,21 +18,6 @@ def pod_with_managed_fields() -> dict:
             "spec": {"nodeName": "node-0"}, "status": {"phase": "Running", "podIP": "127.16.0.5"}}
 
 
-def test_indexes_keep_everything_but_managed_fields_and_leave_the_event_as_it_was():
-    body = pod_with_managed_fields()
-    original = copy.deepcopy(body)
-    indexed = handlers._indexed(body)
-    assert "managedFields" not in indexed["metadata"]
-    assert {**indexed, "metadata": {**indexed["metadata"], "managedFields": original["metadata"]["managedFields"]}} \
-        == original
-    assert body == original
-
-
-def test_an_object_without_managed_fields_is_indexed_as_it_is():
-    body = {"metadata": {"name": "n"}, "status": {}}
-    assert handlers._indexed(body) == body
-
-
 def test_the_diff_base_stays_empty_since_no_changing_handler_reads_it():
     storage = handlers.EventHandlersOnlyDiffBase(prefix="hybrid.ascend.dev")
     assert storage.build(body=pod_with_managed_fields()) == {}
@@ -41,7 +25,7 @@ def test_the_diff_base_stays_empty_since_no_changing_handler_reads_it():
 
 @pytest.fixture
 def memo():
-    memo = kopf.Memo(controller=Controller(kube=None), node_signatures={})
+    memo = kopf.Memo(controller=Controller(kube=None))
     yield memo
     memo.controller.queue.close()
 
@@ -59,40 +43,24 @@ def test_the_echo_of_our_own_status_write_queues_no_pass_but_anything_newer_does
     assert job_event(memo, "MODIFIED", "42")
 
 
-def test_startup_hands_the_live_indexes_and_the_pod_watchs_store_to_the_controller(memo):
+def test_startup_hands_the_job_index_and_the_watches_stores_to_the_controller(memo):
+    from ascend_hybrid.controller.clusterwatch import NamedStore
     from ascend_hybrid.controller.podwatch import PodStore
 
-    nodes = {"n1": [{"metadata": {"name": "n1"}}]}
-    memo.pods = PodStore()
+    memo.pods, memo.nodes, memo.device_infos = PodStore(), NamedStore(), NamedStore(sources=0)
     memo.pods.replace(None, [{"metadata": {"name": "job-a1-0", "namespace": "ns",
                                            "labels": {handlers.names.JOB_LABEL: "job"}}}], "watch")
+    memo.nodes.replace(None, [{"metadata": {"name": "n1"}}], "watch")
     jobs = {("ns", "job"): [handlers.backlog.entry({"metadata": {"name": "job", "namespace": "ns"}})]}
-    handlers.bind_indexes(memo=memo, ahj_nodes=nodes, ahj_device_infos={}, ahj_jobs=jobs)
+    handlers.bind_indexes(memo=memo, ahj_jobs=jobs)
     indexes = memo.controller.indexes
     assert [entry.name for entry in indexes.jobs()] == ["job"]
     assert indexes.nodes() == [{"metadata": {"name": "n1"}}] and indexes.npu_pods() == []
-    nodes["n2"] = [{"metadata": {"name": "n2"}}]  # kopf keeps filling the same index
+    assert indexes.device_infos() == []  # not watched in this scope: empty, and complete
+    memo.nodes.apply("ADDED", {"metadata": {"name": "n2"}})
     assert len(indexes.nodes()) == 2
     assert [pod["metadata"]["name"] for pod in indexes.job_pods(("ns", "job"))] == ["job-a1-0"]
     assert indexes.job_pods(("ns", "other")) == []
-
-
-def test_node_heartbeats_wake_nothing_but_a_ready_change_wakes_every_job(memo):
-    controller = memo.controller
-    controller.record_of(("ns", "pending")).phase = "Pending"
-    controller.record_of(("ns", "running")).phase = "Running"
-    ready = {"metadata": {"name": "n1", "labels": {}}, "spec": {},
-             "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {}}}
-    handlers.node_changed(name="n1", type="MODIFIED", body=ready, memo=memo)
-    assert controller.queue.get(timeout=2) == ("ns", "pending")
-    controller.queue.done(("ns", "pending"))
-    handlers.node_changed(name="n1", type="MODIFIED", body=copy.deepcopy(ready), memo=memo)  # a heartbeat
-    assert controller.queue.get(timeout=1) is None
-    not_ready = copy.deepcopy(ready)
-    not_ready["status"]["conditions"][0]["status"] = "False"
-    handlers.node_changed(name="n1", type="MODIFIED", body=not_ready, memo=memo)
-    woken = {controller.queue.get(timeout=2), controller.queue.get(timeout=2)}
-    assert woken == {("ns", "pending"), ("ns", "running")}
 
 
 def test_deletion_always_queues_a_pass(memo):
@@ -100,24 +68,6 @@ def test_deletion_always_queues_a_pass(memo):
     controller.record_of(("ns", "job")).last_written = "41"
     assert job_event(memo, "DELETED", "41")
     assert not controller.wrote_last(("ns", "job"), None)
-
-
-def test_a_chip_turning_unhealthy_wakes_every_job_but_a_rewrite_with_the_same_health_does_not(memo):
-    from support.builders import deviceinfo
-    controller = memo.controller
-    controller.record_of(("ns", "pending")).phase = "Pending"
-    controller.record_of(("ns", "running")).phase = "Running"
-    healthy, broken = deviceinfo("node-1"), deviceinfo("node-1", unhealthy=[3])
-    name = healthy["metadata"]["name"]
-    handlers.device_info_changed(name=name, type="ADDED", body=healthy, memo=memo)
-    assert controller.queue.get(timeout=2) == ("ns", "pending")  # capacity may have changed: the waiting job
-    controller.queue.done(("ns", "pending"))
-    assert controller.queue.get(timeout=1) is None
-    handlers.device_info_changed(name=name, type="MODIFIED", body=copy.deepcopy(healthy), memo=memo)  # rewritten
-    assert controller.queue.get(timeout=1) is None
-    handlers.device_info_changed(name=name, type="MODIFIED", body=broken, memo=memo)
-    woken = {controller.queue.get(timeout=2), controller.queue.get(timeout=2)}
-    assert woken == {("ns", "pending"), ("ns", "running")}  # the running gang may hold chip 3
 
 
 def test_in_a_pod_the_login_finds_the_apiserver_by_kubernetes_service_host_and_port(tmp_path, monkeypatch):
@@ -167,7 +117,7 @@ def test_a_pass_reuses_the_job_its_last_write_returned_until_anyone_else_changes
     from ascend_hybrid.controller.settings import OperatorSettings
 
     kube = CountingKube()
-    memo = kopf.Memo(controller=Controller(kube=kube), node_signatures={})
+    memo = kopf.Memo(controller=Controller(kube=kube))
     controller, key = memo.controller, ("ns", "job")
     try:
         assert controller.current_job(key)["metadata"]["resourceVersion"] == "r1"

@@ -31,14 +31,15 @@ class FakeKube:
         self.pages, self.watches, self.stop, self.version = pages, list(watches), stop, version
         self.calls: list[tuple] = []
 
-    def list_pods_page(self, namespace, limit, continue_token=None):
+    def list_page(self, resource, namespace, limit, continue_token=None, label_selector=None):
+        assert resource == "pods" and label_selector is None
         self.calls.append(("list", namespace, continue_token))
         number = int(continue_token or 0)
         last = number == len(self.pages) - 1
         return {"items": self.pages[number],
                 "metadata": {"resourceVersion": self.version, **({} if last else {"continue": str(number + 1)})}}
 
-    def watch_pods(self, namespace, resource_version, timeout_seconds):
+    def watch(self, resource, namespace, resource_version, timeout_seconds, label_selector=None):
         self.calls.append(("watch", namespace, resource_version))
         if not self.watches:
             self.stop.set()
@@ -85,13 +86,13 @@ def test_gone_lists_again_and_what_the_new_list_lacks_is_deleted():
         [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}}],
     ], stop)
     watch = PodWatch(kube, store, None, stop=stop, backoff=(0.0,))
-    original = kube.list_pods_page
+    original = kube.list_page
 
-    def shrinking(namespace, limit, continue_token=None):
-        page = original(namespace, limit, continue_token)
+    def shrinking(resource, namespace, limit, continue_token=None, label_selector=None):
+        page = original(resource, namespace, limit, continue_token)
         kube.pages = [[pod("job-a1-1")]]  # job-a1-0 went while nobody watched
         return page
-    kube.list_pods_page = shrinking
+    kube.list_page = shrinking
     watch.watch_pods()
     assert [call[0] for call in kube.calls] == ["list", "watch", "list", "watch", "list", "watch"]
     assert [p["metadata"]["name"] for p in store.job_pods(("ns", "job"))] == ["job-a1-1"]

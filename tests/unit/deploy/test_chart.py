@@ -43,7 +43,7 @@ ROLE_KINDS = ("ClusterRole", "Role")
 # fails test_every_api_call_of_kube_py_is_known: add it, and the verb to charts/…/templates/rbac.yaml.
 KUBE_PY_CALLS = {
     "read_custom_resource_definition": {("apiextensions.k8s.io", "customresourcedefinitions", "get")},
-    "list_node": {("", "nodes", "list")},
+    "list_node": {("", "nodes", "list"), ("", "nodes", "watch")},
     "get_namespaced_custom_object": {("hybrid.ascend.dev", "ascendhybridjobs", "get")},
     "patch_namespaced_custom_object_status": {("hybrid.ascend.dev", "ascendhybridjobs/status", "patch")},
     "delete_namespaced_custom_object": {("hybrid.ascend.dev", "ascendhybridjobs", "delete")},
@@ -60,7 +60,7 @@ KUBE_PY_CALLS = {
     # cluster-wide reads when only some namespaces are watched.
     "list_pod_for_all_namespaces": {("", "pods", "list"), ("", "pods", "watch")},
     "list_namespaced_pod": {("", "pods", "list"), ("", "pods", "watch")},
-    "list_namespaced_config_map": {("", "configmaps", "list")},
+    "list_namespaced_config_map": {("", "configmaps", "list"), ("", "configmaps", "watch")},
     # --network-policy: <job>-network by server-side apply.
     "patch_namespaced_network_policy": {("networking.k8s.io", "networkpolicies", "patch"),
                                         ("networking.k8s.io", "networkpolicies", "create")},
