@@ -119,6 +119,14 @@ def parse_deviceinfo(configmap: Mapping) -> DeviceInfo | None:
     if not name.startswith(DEVICEINFO_PREFIX) or meta.get("namespace", DEVICEINFO_NAMESPACE) != DEVICEINFO_NAMESPACE:
         return None
     data = configmap.get("data") or {}
+    return _parse_deviceinfo(name, str(data.get(DEVICEINFO_KEY) or ""), str(data.get(MANUALLY_SEPARATED_KEY) or ""))
+
+
+# Every pass reads every node's health (4 096 ConfigMaps on a big cluster); a node's parse is redone only when its
+# text changes (the device plugin rewrites UpdateTime, so a rewritten ConfigMap is one more entry).
+@functools.lru_cache(maxsize=16384)
+def _parse_deviceinfo(name: str, device_info: str, separated: str) -> DeviceInfo:
+    data = {DEVICEINFO_KEY: device_info, MANUALLY_SEPARATED_KEY: separated}
     try:
         cfg = json.loads(data.get(DEVICEINFO_KEY) or "{}")
         device_list = (cfg.get("DeviceInfo") or {}).get("DeviceList") or {}

@@ -12,6 +12,7 @@ POD_INDEX_LABEL = f"{GROUP}/pod-index"
 MANAGED_BY = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
 RANK_INDEX_ANNOTATION = "hccl/rankIndex"
 CONTAINER_NAME = "ascend"
+SCHED_HOST_ENV = "MS_SCHED_HOST"  # the ClusterIP of <job>-sched in every pod's env (design §8)
 
 SCHED_PORT = 2222
 METRICS_PORT = 9400

@@ -6,11 +6,12 @@ phases (`conditions.JOB_PHASES`); the names below keep the two apart.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from datetime import datetime
 
 from . import names
-from .ascend import RESOURCE
+from .ascend import DEVICE_ANNOTATION, DEVICE_NAME_ANNOTATIONS, RESOURCE
 from .conditions import parse_time
 
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
@@ -138,3 +139,79 @@ def node_not_ready_since(node: Mapping | None) -> datetime | None:
     if condition is not None and condition.get("status") != "True":
         return parse_time(condition.get("lastTransitionTime"))
     return None
+
+
+# -- the projection the watch keeps -------------------------------------------------------------------------------
+# What any reader above (and ascend, inventory, ranktable, failures, kueue, reconcile, telemetry) takes off a pod;
+# the rest of a pod (managedFields, images, volumes, most of its env, probes, …) is most of its bytes and nobody
+# here reads it. A new reader of a pod field adds the field here: tests/unit/core/test_podview.py checks that every
+# accessor answers the same on a pod and on its projection.
+PROJECTED_METADATA = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "labels")
+PROJECTED_ANNOTATIONS = (DEVICE_ANNOTATION, *DEVICE_NAME_ANNOTATIONS)
+PROJECTED_SPEC = ("nodeName", "schedulingGates", "nodeSelector", "tolerations")
+PROJECTED_ENV = frozenset({names.SCHED_HOST_ENV})
+PROJECTED_STATUS = ("phase", "podIP", "hostIP", "reason", "message", "startTime")
+PROJECTED_CONDITION = ("type", "status", "reason", "message")
+PROJECTED_CONTAINER_STATUS = ("name", "restartCount")
+PROJECTED_TERMINATED = ("exitCode", "reason", "message", "finishedAt")
+INTERNED_LENGTH = 64
+
+
+def _some(source: Mapping, keys) -> dict:
+    return {key: source[key] for key in keys if source.get(key) is not None}
+
+
+def _container(container: Mapping) -> dict:
+    resources = container.get("resources") or {}
+    kept: dict = {"name": container.get("name")}
+    npus = {kind: {RESOURCE: resources[kind][RESOURCE]} for kind in ("requests", "limits")
+            if RESOURCE in (resources.get(kind) or {})}
+    if npus:
+        kept["resources"] = npus
+    env = [entry for entry in container.get("env") or () if entry.get("name") in PROJECTED_ENV and "value" in entry]
+    if env:
+        kept["env"] = env
+    return kept
+
+
+def _container_status(entry: Mapping) -> dict:
+    kept = _some(entry, PROJECTED_CONTAINER_STATUS)
+    state = entry.get("state")
+    if isinstance(state, Mapping):  # which state, and of a terminated one what failures.py reads
+        kept["state"] = {kind: _some(detail or {}, PROJECTED_TERMINATED) if kind == "terminated" else {}
+                         for kind, detail in state.items()}
+    return kept
+
+
+def project_pod(pod: Mapping) -> dict:
+    """The part of a pod the operator reads, shaped as the pod itself (every accessor works on either)."""
+    metadata, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    kept_metadata = _some(metadata, PROJECTED_METADATA)
+    annotations = _some(metadata.get("annotations") or {}, PROJECTED_ANNOTATIONS)
+    if annotations:
+        kept_metadata["annotations"] = annotations
+    kept_spec = _some(spec, PROJECTED_SPEC)
+    if "affinity" in spec:  # only the node affinity is read; an affinity without one still tells kueue's patch
+        node_affinity = (spec.get("affinity") or {}).get("nodeAffinity")
+        kept_spec["affinity"] = {} if node_affinity is None else {"nodeAffinity": node_affinity}
+    for kind in ("containers", "initContainers"):
+        if spec.get(kind):
+            kept_spec[kind] = [_container(container) for container in spec[kind]]
+    kept_status = _some(status, PROJECTED_STATUS)
+    if status.get("conditions"):
+        kept_status["conditions"] = [_some(condition, PROJECTED_CONDITION) for condition in status["conditions"]]
+    if status.get("containerStatuses"):
+        kept_status["containerStatuses"] = [_container_status(entry) for entry in status["containerStatuses"]]
+    return _shared({"metadata": kept_metadata, "spec": kept_spec, "status": kept_status})
+
+
+def _shared(value):
+    """The same value with its keys and short strings interned: 20 000 watched pods repeat "Running", "True",
+    label keys and condition types; each parse would otherwise keep its own copies (about a third of a pod)."""
+    if isinstance(value, dict):
+        return {sys.intern(key): _shared(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_shared(item) for item in value]
+    if isinstance(value, str) and len(value) <= INTERNED_LENGTH:
+        return sys.intern(value)
+    return value

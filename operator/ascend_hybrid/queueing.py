@@ -60,9 +60,9 @@ class QueueSteps:
                    if index not in current and names.pod_name(job, attempt, index) not in o.in_flight]
         if missing:
             requirements = kueue.chip_affinity(e.chip, o.nodes.values())
-            self.d.act(CreatePods(tuple(
-                PodToCreate(render.pod(e, self.meta["namespace"], self.meta["uid"], attempt, index, None, o.sched_ip,
-                                       requirements), None, e.per_pod) for index in missing)))
+            manifests = render.gang_pods(e, self.meta["namespace"], self.meta["uid"], attempt,
+                                         [(index, None) for index in missing], o.sched_ip, requirements)
+            self.d.act(CreatePods(tuple(PodToCreate(manifest, None, e.per_pod) for manifest in manifests)))
             self.waiting_for_quota(f"pod group {group} ({e.pod_count} pods) created in LocalQueue {self.queue}; "
                                    "waiting for Kueue to admit it")
             self.requeue(RECHECK_SECONDS)

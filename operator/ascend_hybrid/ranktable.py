@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +13,11 @@ from .ascend import DeviceInfo, pod_devices, super_pod_id
 from .podview import pod_index
 
 INITIALIZING = {"status": "initializing"}
+TABLE_KEY = "hccl.json"              # the ConfigMap key mounted at names.RANK_TABLE_FILE
+COMPRESSED_KEY = "hccl.json.gz"      # binaryData key of a table too large for TABLE_KEY
+COMPRESSED_FIELD = "compressed"      # in the small hccl.json that then points to it
+# The apiserver refuses a ConfigMap whose data + binaryData exceed 1 MiB; the rest (keys, version) stays under this.
+CONFIG_MAP_BUDGET = 1024 * 1024 - 16 * 1024
 
 
 def _readiness(pods: list[dict], per_pod: int, pod_count: int | None) -> tuple[list[str], dict[int, tuple[dict, list]]]:
@@ -97,3 +105,41 @@ def node_super_pods(node_names, nodes: Mapping[str, Mapping], device_infos: Mapp
 
 def dumps(table: dict[str, Any]) -> str:
     return json.dumps(table, indent=2, sort_keys=False)
+
+
+def compact(table: dict[str, Any]) -> str:
+    return json.dumps(table, separators=(",", ":"), sort_keys=False)
+
+
+def config_map_data(table: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """(data, binaryData) of the rank-table ConfigMap.
+
+    hccl.json as MindCluster writes it (indented) whenever it fits the ConfigMap, compact when only that fits
+    (about 8 000 ranks). Larger (a 16 384-rank table is about 1.2 MB compact) it goes gzipped into binaryData
+    `hccl.json.gz`, and hccl.json holds only status, version, server_count and `"compressed": "hccl.json.gz"`:
+    the bundled trainer's launcher decompresses the sibling file (docs/architecture.md, design §7)."""
+    version = str(table.get("version", "1.0"))
+    for text in (dumps(table), compact(table)):
+        if len(text.encode()) <= CONFIG_MAP_BUDGET:
+            return {TABLE_KEY: text, "version": version}, {}
+    packed = gzip.compress(compact(table).encode(), mtime=0)  # mtime 0: the same table, the same bytes
+    if len(packed) > CONFIG_MAP_BUDGET:
+        raise ValueError(f"the rank table is {len(packed)} bytes even gzipped: more than a ConfigMap holds")
+    pointer = {"status": table.get("status"), "version": version, "server_count": table.get("server_count"),
+               COMPRESSED_FIELD: COMPRESSED_KEY}
+    return {TABLE_KEY: json.dumps(pointer), "version": version}, {COMPRESSED_KEY: base64.b64encode(packed).decode()}
+
+
+def from_config_map(config_map: Mapping | None) -> dict[str, Any] | None:
+    """The table a rank-table ConfigMap holds (decompressed when it points to binaryData); None without a
+    ConfigMap, {} when it is unreadable (the next pass writes it again)."""
+    if config_map is None:
+        return None
+    data, binary = config_map.get("data") or {}, config_map.get("binaryData") or {}
+    try:
+        table = json.loads(data.get(TABLE_KEY) or "{}")
+        if isinstance(table, dict) and table.get(COMPRESSED_FIELD):
+            table = json.loads(gzip.decompress(base64.b64decode(binary.get(table[COMPRESSED_FIELD]) or "")))
+    except (ValueError, OSError, EOFError, zlib.error):
+        return {}
+    return table if isinstance(table, dict) else {}

@@ -243,9 +243,9 @@ class _Pass(QueueSteps, TelemetrySteps, FailureSteps):
         releasable = [(pod["metadata"]["name"], tuple(gate["name"] for gate in pod["spec"]["schedulingGates"]))
                       for pod in pods if is_gated(pod) and not is_deleting(pod) and self.unreleased(pod)]
         if missing:
-            created = tuple(PodToCreate(render.pod(e, self.meta["namespace"], self.meta["uid"], attempt, index,
-                                                   nodes[index], o.sched_ip), nodes[index], e.per_pod)
-                            for index in missing)
+            manifests = render.gang_pods(e, self.meta["namespace"], self.meta["uid"], attempt,
+                                         [(index, nodes[index]) for index in missing], o.sched_ip)
+            created = tuple(PodToCreate(manifest, nodes[index], e.per_pod) for index, manifest in zip(missing, manifests))
             self.d.act(CreatePods(created))
             # Creation answered means the pod exists: the gang is released in the same pass, not one watch later.
             releasable += [(pod.manifest["metadata"]["name"], (names.GANG_GATE,)) for pod in created]
@@ -269,11 +269,14 @@ class _Pass(QueueSteps, TelemetrySteps, FailureSteps):
             if o.rank_table != table:
                 self.d.act(WriteRankTable(table))
             rank.update(status="completed", version=table["version"])
-            if not condition(status, "RankTableReady") or condition(status, "RankTableReady")["status"] != "True":
-                self.d.emit("Normal", "RankTableReady", f"hccl.json completed for {e.world_size} ranks")
+            completed = f"hccl.json completed for {e.world_size} ranks"
+            table_news = (condition(status, "RankTableReady") or {}).get("status") != "True"
             self.cond("RankTableReady", True, "Completed", f"hccl.json v{table['version']} lists {e.world_size} ranks")
-            if status.get("phase") != "Running":
-                self.d.emit("Normal", "Running", f"attempt {attempt}: {e.pod_count} pods running")
+            if status.get("phase") != "Running":  # the two milestones come together: one event tells both
+                self.d.emit("Normal", "Running", f"attempt {attempt}: {e.pod_count} pods running"
+                            + (f", {completed}" if table_news else ""))
+            elif table_news:
+                self.d.emit("Normal", "RankTableReady", completed)
             self.cond("Running", True, "AllPodsRunning", f"attempt {attempt}")
             self.cond("Restarting", False, "Running", f"attempt {attempt} running")
             self.phase("Running", f"attempt {attempt}: {e.pod_count} pods running, rank table completed")

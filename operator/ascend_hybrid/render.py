@@ -17,10 +17,10 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from . import kueue, names
 from .api import GROUP, KIND, VERSION
 from .inventory import HOSTNAME_LABEL
-from .ranktable import INITIALIZING, dumps
+from .ranktable import INITIALIZING, config_map_data
 from .rules import ResolvedJob
 
-SCHED_HOST_ENV = "MS_SCHED_HOST"
+SCHED_HOST_ENV = names.SCHED_HOST_ENV
 RANK_VARIABLES = frozenset({"MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_LOCAL_WORKER",
                             "MS_NODE_RANK", "RANK_TABLE_FILE", "RANK_SIZE", "RANK_START"})
 
@@ -97,10 +97,15 @@ def job_config(effective: ResolvedJob) -> dict:
 
 
 def rank_table_config_map(job: str, namespace: str, uid: str, table: dict | None = None) -> dict:
-    table = table or INITIALIZING
-    data = {"hccl.json": dumps(table), "version": str(table.get("version", "1.0"))}
-    return _render("configmap.yaml.j2", name=names.rank_table_config_map(job), namespace=namespace,
-                   labels=names.job_labels(job), owner_references=owner_references(job, uid), data=data)
+    """The rank table's ConfigMap (ranktable.config_map_data: plain, compact or gzipped). Its data is set after
+    the template: a 16 384-rank table would be a megabyte of YAML to parse back."""
+    data, binary = config_map_data(table or INITIALIZING)
+    manifest = _render("configmap.yaml.j2", name=names.rank_table_config_map(job), namespace=namespace,
+                       labels=names.job_labels(job), owner_references=owner_references(job, uid), data={})
+    manifest["data"] = data
+    if binary:
+        manifest["binaryData"] = binary
+    return manifest
 
 
 def job_config_map(effective: ResolvedJob, namespace: str, uid: str) -> dict:
@@ -204,8 +209,37 @@ def pod(effective: ResolvedJob, namespace: str, uid: str, attempt: int, index: i
     )
 
 
+def gang_pods(effective: ResolvedJob, namespace: str, uid: str, attempt: int, placed: list[tuple[int, str | None]],
+              sched_ip: str, node_requirements: list[dict] | tuple = ()) -> list[dict]:
+    """`pod` for each (index, node) of one attempt. The template is rendered and parsed once: the pods differ only
+    in their name, hostname, index label and annotation, rank env and pinned node, set on a copy of the first
+    (tests/unit/core/test_render.py checks each against `pod`). A 128-pod gang was a template and a YAML parse
+    per pod, the most of the operator's CPU while it started."""
+    if not placed:
+        return []
+    first_index, first_node = placed[0]
+    first = pod(effective, namespace, uid, attempt, first_index, first_node, sched_ip, node_requirements)
+    skeleton = json.dumps(first)
+    made = [first]
+    for index, node in placed[1:]:
+        manifest = json.loads(skeleton)
+        name = names.pod_name(effective.name, attempt, index)
+        manifest["metadata"]["name"] = manifest["spec"]["hostname"] = name
+        manifest["metadata"]["labels"][names.POD_INDEX_LABEL] = str(index)
+        manifest["metadata"]["annotations"][names.RANK_INDEX_ANNOTATION] = str(index)
+        manifest["spec"]["containers"][0]["env"] = pod_env(effective, index, sched_ip)
+        if node:
+            terms = manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            terms["nodeSelectorTerms"][0]["matchExpressions"] = [
+                {"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}]
+        elif first_node:
+            raise ValueError("gang_pods: every pod of one call is pinned, or none is")
+        made.append(manifest)
+    return made
+
+
 def pods(effective: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str) -> list[dict]:
-    return [pod(effective, namespace, uid, attempt, index, node, sched_ip) for index, node in enumerate(nodes)]
+    return gang_pods(effective, namespace, uid, attempt, list(enumerate(nodes)), sched_ip)
 
 
 def children(effective: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,

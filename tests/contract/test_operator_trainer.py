@@ -130,3 +130,37 @@ def test_the_job_json_of_every_planner_field_is_read_as_the_job_says():
     plan = plan_parallel(config.parallelism, config.model, config.training)
     assert plan.sequence_parallel and plan.flash_attention and plan.virtual_stages == 2
     assert plan.micro_batch_size == effective.global_batch_size // (2 * 4)
+
+
+@pytest.mark.parametrize("pods", [2, 2048])
+def test_the_trainer_reads_the_rank_table_as_the_operator_writes_it_plain_or_gzipped(tmp_path, pods):
+    """The ConfigMap as the kubelet mounts it (a file per key, binaryData decoded): a 16 384-rank table is
+    gzipped beside a small hccl.json; the launcher reads through it and hands its workers a plain copy."""
+    import base64
+    import json
+
+    from ascend_hybrid import ranktable
+    from ascend_hybrid_trainer import rank_table
+
+    servers = [{"server_id": f"127.0.{index // 250}.{index % 250}", "container_ip": f"127.16.{index // 250}.{index % 250}",
+                "device": [{"device_id": str(chip), "device_ip": f"127.100.0.{chip}", "rank_id": str(index * 8 + chip)}
+                           for chip in range(8)]} for index in range(pods)]
+    table = {"status": "completed", "version": "1.0", "server_count": str(pods), "server_list": servers}
+    data, binary = ranktable.config_map_data(table)
+    volume = tmp_path / "config"
+    volume.mkdir()
+    for key, value in data.items():
+        (volume / key).write_text(value)
+    for key, value in binary.items():
+        (volume / key).write_bytes(base64.b64decode(value))
+    path = str(volume / "hccl.json")
+    assert rank_table.wait_for_completed(path, timeout_seconds=1) == table
+    assert rank_table.local_device_ids(table, range(8 * pods - 8, 8 * pods), path) == [str(chip) for chip in range(8)]
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    plain = rank_table.plain_rank_table_file(path, table, str(workdir))
+    assert (plain == path) == (pods == 2)
+    assert json.loads(open(plain).read()) == table
+    if binary:
+        (volume / ranktable.COMPRESSED_KEY).unlink()  # the volume swapped between the pointer and its sibling
+        assert rank_table.read_rank_table(path) is None

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from . import defaults, failures
 from .config import ConfigError, EnvSettings, load_run_config
 from .device import detect_device_target, logical_device_id, visible_devices
-from .rank_table import RankTableTimeout, local_device_ids, wait_for_completed
+from .rank_table import RankTableTimeout, local_device_ids, plain_rank_table_file, wait_for_completed
 from .strategy import validate_run
 
 DYNAMIC, RANKTABLE = "dynamic", "ranktable"
@@ -281,6 +281,10 @@ class Launcher:
 
         table = wait_for_completed(launch.rank_table_file, launch.ranktable_timeout, on_wait=report_wait)
         chips = local_device_ids(table, launch.ranks, launch.rank_table_file)
+        plain = plain_rank_table_file(launch.rank_table_file, table, self.records)
+        if plain != launch.rank_table_file:
+            self.log(f"rank table {launch.rank_table_file} is compressed; the workers read {plain}")
+            env = {**env, "RANK_TABLE_FILE": plain}
         visible = visible_devices(env)
         device_ids = [logical_device_id(chip, visible, rank) for chip, rank in zip(chips, launch.ranks)]
         if launch.runs_scheduler:

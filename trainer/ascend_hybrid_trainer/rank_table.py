@@ -1,16 +1,24 @@
-"""Reading hccl.json (design §7) as the operator writes it, and writing one for local "pods"."""
+"""Reading hccl.json (design §7) as the operator writes it, and writing one for local "pods".
+
+A table too large for its ConfigMap (about 8 000 ranks and more) comes gzipped: the mounted hccl.json then holds
+only status, version, server_count and `"compressed": "hccl.json.gz"`, the name of the sibling file with the
+table. The launcher reads through it and gives its workers (MindSpore's rank-table launch reads RANK_TABLE_FILE
+itself) a plain copy."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
 from .config import ConfigError
 
 COMPLETED = "completed"
+COMPRESSED_FIELD = "compressed"
 
 
 class RankTableTimeout(RuntimeError):
@@ -18,13 +26,39 @@ class RankTableTimeout(RuntimeError):
 
 
 def read_rank_table(path: str) -> dict[str, Any] | None:
-    """The parsed table, or None while it is absent or half-written (the ConfigMap volume updates atomically,
-    but a hand-made file may be caught mid-write)."""
+    """The parsed table (read through a compressed one's pointer), or None while it is absent or half-written
+    (the ConfigMap volume updates atomically, but a hand-made file may be caught mid-write, and the volume may
+    change between the pointer and its sibling)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (FileNotFoundError, json.JSONDecodeError):
+            table = json.load(handle)
+        if isinstance(table, dict) and table.get(COMPRESSED_FIELD):
+            with gzip.open(os.path.join(os.path.dirname(path), str(table[COMPRESSED_FIELD])), "rt",
+                           encoding="utf-8") as handle:
+                table = json.load(handle)
+    except (OSError, EOFError, zlib.error, json.JSONDecodeError):
         return None
+    return table if isinstance(table, dict) else None
+
+
+def is_compressed(path: str) -> bool:
+    """Whether the file at `path` is only the pointer to a gzipped table."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            table = json.load(handle)
+    except (OSError, json.JSONDecodeError):
+        return False
+    return isinstance(table, dict) and bool(table.get(COMPRESSED_FIELD))
+
+
+def plain_rank_table_file(path: str, table: dict[str, Any], directory: str) -> str:
+    """The RANK_TABLE_FILE for the workers: `path` when it holds the table itself, else the table written plain
+    into `directory`."""
+    if not is_compressed(path):
+        return path
+    plain = os.path.join(directory, "hccl.json")
+    write_json_atomically(plain, table)
+    return plain
 
 
 def wait_for_completed(path: str, timeout_seconds: float, poll_seconds: float = 1.0,

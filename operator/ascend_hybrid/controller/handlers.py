@@ -1,5 +1,7 @@
 """The only kopf decorators of the operator. Each handler is plain `def` and only indexes or enqueues: all
-reconcile work happens in the `Controller`'s worker threads.
+reconcile work happens in the `Controller`'s worker threads. Pods are not watched by kopf but by the operator's
+own lean watch (podwatch.py), which keeps a projection of each pod and wakes the same passes; nodes and
+deviceinfo ConfigMaps by the same watch (clusterwatch.py).
 
 The controller arrives through kopf's operator memo (`kopf.run(memo=…)`, set by `main.py`); the indexes are
 handed to it by the startup handler `bind_indexes`. That is safe because kopf runs no resource handler before
@@ -15,8 +17,6 @@ import kopf
 
 from .. import backlog, names
 from ..api import GROUP, PLURAL, VERSION
-from ..ascend import DEVICEINFO_LABEL, parse_deviceinfo
-from ..podview import TERMINAL_POD_PHASES, holds_npus, ready_condition
 from .reconciler import Controller, Indexes, JobKey
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -35,19 +35,6 @@ def _copy(index, key=None) -> list[dict]:
     raise RuntimeError(f"index kept changing during {COPY_RETRIES} copies")
 
 
-def _indexed(body) -> dict:
-    """An object as the indexes keep it: kopf's parse of the event, without metadata.managedFields.
-
-    Not copied: kopf parses every event into new dicts and never writes to them, and nothing here writes to
-    an indexed object (planning is pure). A JSON round-trip per event was an eighth of the operator's CPU while
-    a 128-pod gang started; managedFields are about half of a pod and nothing here reads them."""
-    indexed = dict(body)
-    metadata = indexed.get("metadata")
-    if isinstance(metadata, dict) and "managedFields" in metadata:
-        indexed["metadata"] = {key: value for key, value in metadata.items() if key != "managedFields"}
-    return indexed
-
-
 class EventHandlersOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
     """kopf builds a diff base for every event of every watched kind by deep-copying the whole object, but only
     changing handlers (on.create/update/delete/resume/field) read it. This operator has none: it reacts to
@@ -57,10 +44,6 @@ class EventHandlersOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
 
     def build(self, *, body, extra_fields=None) -> kopf.BodyEssence:
         return kopf.BodyEssence()
-
-
-def _holds_npus(spec, **_) -> bool:
-    return holds_npus(spec or {})
 
 
 def controller_of(memo) -> Controller:
@@ -83,11 +66,12 @@ def configure(settings: kopf.OperatorSettings, memo, **_) -> None:
 
 
 @kopf.on.startup()
-def bind_indexes(memo, ahj_nodes, ahj_npu_pods, ahj_job_pods, ahj_device_infos, ahj_jobs, **_) -> None:
+def bind_indexes(memo, ahj_jobs, **_) -> None:
+    """kopf's job index, and the stores of the operator's own watches, started by main: memo.pods
+    (podwatch.PodStore), memo.nodes and memo.device_infos (clusterwatch.NamedStore)."""
     controller_of(memo).indexes = Indexes(
-        nodes=lambda: _copy(ahj_nodes), npu_pods=lambda: _copy(ahj_npu_pods),
-        job_pods=lambda key: _copy(ahj_job_pods, key), device_infos=lambda: _copy(ahj_device_infos),
-        jobs=lambda: _copy(ahj_jobs))
+        nodes=memo.nodes.values, npu_pods=memo.pods.npu_pods, job_pods=memo.pods.job_pods,
+        device_infos=memo.device_infos.values, jobs=lambda: _copy(ahj_jobs))
 
 
 @kopf.on.login()
@@ -106,26 +90,6 @@ def stop(memo, **_) -> None:
     controller_of(memo).stop()
 
 
-@kopf.index("nodes")
-def ahj_nodes(name, body, **_):
-    return {name: _indexed(body)}
-
-
-@kopf.index("pods", when=_holds_npus)
-def ahj_npu_pods(namespace, name, body, **_):
-    return {(namespace, name): _indexed(body)}
-
-
-@kopf.index("pods", labels={names.JOB_LABEL: kopf.PRESENT})
-def ahj_job_pods(namespace, labels, body, **_):
-    return {(namespace, labels[names.JOB_LABEL]): _indexed(body)}
-
-
-@kopf.index("configmaps", labels={DEVICEINFO_LABEL: "true"})
-def ahj_device_infos(name, body, **_):
-    return {name: _indexed(body)}
-
-
 @kopf.index(GROUP, VERSION, PLURAL)
 def ahj_jobs(namespace, name, body, **_):
     """Each job's placement as its status holds it (backlog.Entry): chips promised to pods not created yet."""
@@ -134,16 +98,8 @@ def ahj_jobs(namespace, name, body, **_):
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def job_changed(namespace, name, type, meta, memo, **_) -> None:
-    controller = controller_of(memo)
     key: JobKey = (namespace, name)
-    if type != "DELETED" and controller.wrote_last(key, meta.get("resourceVersion")):
-        return  # the echo of a status this process just wrote: the pass that wrote it has decided after it
-    controller.enqueue(key, delay=0.0)
-
-
-@kopf.on.event("pods", labels={names.JOB_LABEL: kopf.PRESENT})
-def job_pod_changed(namespace, labels, memo, **_) -> None:
-    controller_of(memo).enqueue((namespace, labels[names.JOB_LABEL]))
+    controller_of(memo).job_changed(key, meta.get("resourceVersion"), deleted=type == "DELETED")
 
 
 @kopf.on.event("configmaps", labels={names.JOB_LABEL: kopf.PRESENT})
@@ -155,41 +111,3 @@ def job_config_map_changed(namespace, name, labels, type, body, memo, **_) -> No
 @kopf.on.event("services", labels={names.JOB_LABEL: kopf.PRESENT})
 def job_service_changed(namespace, name, labels, type, body, memo, **_) -> None:
     controller_of(memo).child_changed((namespace, labels[names.JOB_LABEL]), "Service", name, type, body)
-
-
-@kopf.on.event("pods", when=_holds_npus)
-def npu_pod_changed(type, status, memo, **_) -> None:
-    if type == "DELETED" or (status or {}).get("phase") in TERMINAL_POD_PHASES:
-        controller_of(memo).wake_pending()
-
-
-@kopf.on.event("nodes")
-def node_changed(name, type, body, memo, **_) -> None:
-    """Wakes jobs only when something placement or failure handling reads has changed (not on heartbeats)."""
-    controller = controller_of(memo)
-    status, spec = body.get("status") or {}, body.get("spec") or {}
-    ready = (ready_condition(body) or {}).get("status")
-    signature = (type == "DELETED", ready, spec.get("unschedulable"), repr(spec.get("taints")),
-                 repr(status.get("allocatable")), repr(dict(body.get("metadata", {}).get("labels") or {})))
-    if memo.node_signatures.get(name) == signature:
-        return
-    memo.node_signatures[name] = signature
-    controller.wake_pending()
-    if ready != "True":
-        controller.wake_all()
-
-
-@kopf.on.event("configmaps", labels={DEVICEINFO_LABEL: "true"})
-def device_info_changed(name, type, body, memo, **_) -> None:
-    """A node's chip health changed: a waiting job may fit now, and a running gang may hold a chip that broke
-    (ChipUnhealthy). The device plugin rewrites its ConfigMap with every UpdateTime: only the unusable chips count."""
-    info = None if type == "DELETED" else parse_deviceinfo(body)
-    signature = (type == "DELETED", tuple(sorted(info.unusable)) if info else ())
-    signatures = memo.setdefault("device_signatures", {})
-    if signatures.get(name) == signature:
-        return
-    signatures[name] = signature
-    controller = controller_of(memo)
-    controller.wake_pending()
-    if info is not None and info.unusable:
-        controller.wake_all()

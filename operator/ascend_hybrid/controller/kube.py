@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -19,8 +19,8 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from .. import api, kueue, names
-from ..podview import holds_npus
+from .. import api, kueue, names, ranktable
+from ..podview import holds_npus, project_pod
 from .metrics import API_CALLS
 from .refused import Refused, is_refusal
 
@@ -29,6 +29,7 @@ T = TypeVar("T")
 
 RETRIED_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 MUTATING_VERBS = frozenset({"create", "apply", "patch", "update", "delete"})
+WATCH_CONNECTIONS = 4
 APPLY = {"field_manager": names.FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
 
 
@@ -53,7 +54,8 @@ class Kube:
             except config.ConfigException:
                 config.load_kube_config()
         configuration = client.Configuration.get_default_copy()
-        configuration.connection_pool_maxsize = parallel_calls  # one connection per concurrent pod call
+        # one connection per concurrent pod call, plus the pod watches' long-lived ones (podwatch.py)
+        configuration.connection_pool_maxsize = parallel_calls + WATCH_CONNECTIONS
         return cls(client.ApiClient(configuration), **options)
 
     def _call(self, verb: str, resource: str, fn: Callable[..., T], *args, ok: tuple[int, ...] = (), **kwargs) -> T | None:
@@ -133,8 +135,8 @@ class Kube:
 
     def create_pod(self, manifest: dict) -> None:
         """Creates a pod; one that already exists (an earlier pass or operator process made it) is fine."""
-        self._call("create", "pods", self.core.create_namespaced_pod, manifest["metadata"]["namespace"], manifest,
-                   field_manager=names.FIELD_MANAGER, ok=(409,))
+        self._call("create", "pods", self._send, "POST", f"/api/v1/namespaces/{manifest['metadata']['namespace']}/pods",
+                   manifest, query=[("fieldManager", names.FIELD_MANAGER)], ok=(409,))
 
     def remove_gate(self, namespace: str, name: str, gates: list[str]) -> None:
         """Removes the gang gate (one call): the scheduler may then bind the pod to the node its affinity names.
@@ -144,15 +146,29 @@ class Kube:
         kept = [{"name": gate} for gate in gates if gate != names.GANG_GATE]
         patch = [{"op": "test", "path": "/spec/schedulingGates", "value": [{"name": gate} for gate in gates]},
                  {"op": "replace", "path": "/spec/schedulingGates", "value": kept}]
-        self._call("patch", "pods", self.core.patch_namespaced_pod, name, namespace, patch, ok=(404, 422))
+        self.patch_pod(namespace, name, patch)
 
     def patch_pod(self, namespace: str, name: str, patch: list[dict]) -> None:
         """A JSON patch the core computed (kueue.release_patch: pin and release); 422 = a test op failed, i.e.
         the pod changed since it was observed: the next pass reads it again."""
-        self._call("patch", "pods", self.core.patch_namespaced_pod, name, namespace, patch, ok=(404, 422))
+        self._call("patch", "pods", self._send, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", patch,
+                   content_type="application/json-patch+json", ok=(404, 422))
 
     def delete_pod(self, namespace: str, name: str) -> None:
-        self._call("delete", "pods", self.core.delete_namespaced_pod, name, namespace, ok=(404,))
+        self._call("delete", "pods", self._send, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", ok=(404,))
+
+    def _send(self, method: str, path: str, body=None, *, content_type: str = "application/json",
+              query: list[tuple[str, str]] | None = None) -> None:
+        """A pod write past the client's models: they validate every field of a pod body (a third of the CPU of
+        a pod's creation) and build a V1Pod of the answer, which nobody reads (the watch shows the pod). Errors
+        raise the client's own ApiException."""
+        request = self.client.param_serialize(method=method, resource_path=path, query_params=query or [],
+                                              header_params={"Accept": "application/json", "Content-Type": content_type},
+                                              body=body, auth_settings=["BearerToken"])
+        response = self.client.call_api(*request)
+        response.read()  # to its end: the connection goes back to the pool
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=response.data.decode(errors="replace"), data=None)
 
     # -- Kueue (queued jobs; the chart grants these with kueue.enabled) -----------------------------------------
     def get_workload(self, namespace: str, name: str) -> dict | None:
@@ -181,7 +197,7 @@ class Kube:
         """Every non-terminal pod of the cluster that asks for NPUs (one list per placement, not per pass)."""
         answer = self._call("list", "pods", self.core.list_pod_for_all_namespaces,
                             field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False)
-        return [pod for pod in json.loads(answer.data)["items"] if holds_npus(pod.get("spec") or {})]
+        return [project_pod(pod) for pod in json.loads(answer.data)["items"] if holds_npus(pod.get("spec") or {})]
 
     def list_nodes(self) -> list[dict]:
         answer = self._call("list", "nodes", self.core.list_node, _preload_content=False)
@@ -191,6 +207,44 @@ class Kube:
         answer = self._call("list", "configmaps", self.core.list_namespaced_config_map, namespace,
                             label_selector=label_selector, _preload_content=False)
         return json.loads(answer.data)["items"]
+
+    # -- the watches (podwatch.py): raw JSON, never the client's models -------------------------------------------
+    def _lister(self, resource: str, namespace: str | None) -> tuple[Callable, tuple]:
+        cluster_wide, namespaced = {"pods": (self.core.list_pod_for_all_namespaces, self.core.list_namespaced_pod),
+                                    "nodes": (self.core.list_node, None),
+                                    "configmaps": (None, self.core.list_namespaced_config_map)}[resource]
+        return (cluster_wide, ()) if namespace is None else (namespaced, (namespace,))
+
+    def list_page(self, resource: str, namespace: str | None, limit: int, continue_token: str | None = None,
+                  label_selector: str | None = None) -> dict:
+        """One page of a list (every namespace when `namespace` is None) as parsed JSON: items, and
+        metadata.resourceVersion / metadata.continue."""
+        fn, args = self._lister(resource, namespace)
+        extra = {"_continue": continue_token} if continue_token else {}
+        if label_selector:
+            extra["label_selector"] = label_selector
+        answer = self._call("list", resource, fn, *args, limit=limit, _preload_content=False, **extra)
+        return json.loads(answer.data)
+
+    def watch(self, resource: str, namespace: str | None, resource_version: str, timeout_seconds: int,
+              label_selector: str | None = None) -> Iterator[dict]:
+        """The events after `resource_version` (bookmarks included), each parsed as it arrives, until the
+        apiserver ends the watch after `timeout_seconds`. A connection gone silent for longer raises."""
+        fn, args = self._lister(resource, namespace)
+        extra = {"label_selector": label_selector} if label_selector else {}
+        response = self._call("watch", resource, fn, *args, watch=True, resource_version=resource_version,
+                              allow_watch_bookmarks=True, timeout_seconds=timeout_seconds, _preload_content=False,
+                              _request_timeout=(10, timeout_seconds + max(5, timeout_seconds // 10)), **extra)
+        try:
+            pending = b""
+            for chunk in response.stream(amt=None, decode_content=False):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        finally:  # a watch left mid-stream leaves unread bytes: its connection is closed, not reused
+            response.close()
+            response.release_conn()
 
     # -- events ----------------------------------------------------------------------------------------------
     def post_event(self, job: dict, event_type: str, reason: str, message: str) -> None:
@@ -220,12 +274,7 @@ def _warn_once(message: str) -> None:
 
 
 def rank_table_of(config_map: dict | None) -> dict | None:
-    if config_map is None:
-        return None
-    try:
-        return json.loads((config_map.get("data") or {}).get("hccl.json") or "{}")
-    except ValueError:
-        return {}
+    return ranktable.from_config_map(config_map)
 
 
 def service_ip(service: dict | None) -> str | None:

@@ -78,9 +78,12 @@ def run(args) -> int:
     import urllib3
     from kubernetes.client.exceptions import ApiException
 
+    from ..ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
     from . import handlers  # noqa: F401 - registers the kopf handlers
+    from .clusterwatch import NamedStore, device_reaction, node_reaction
     from .kube import Kube
     from .metrics import publishing_loop
+    from .podwatch import ListWatch, PodStore, reaction
     from .reconciler import Controller
     from .telemetry import TelemetrySource, sampling_loop
 
@@ -122,9 +125,21 @@ def run(args) -> int:
     hardening.serve_metrics(settings, kube.client)
     if elector is not None:
         elector.start()
-    controller.start(publishing_loop(controller), sampling_loop(controller, source, settings.telemetry_interval))
+    scopes = list(settings.namespaces) or [None]
+    seconds = settings.watch_timeout_seconds
+    pods = PodStore(reaction(controller), sources=len(scopes))
+    nodes = NamedStore(node_reaction(controller))
+    # watching only some namespaces, placement lists the device plugin's ConfigMaps when it places (placing.py)
+    device_infos = NamedStore(device_reaction(controller), sources=1 if settings.watches_cluster else 0)
+    watches = [ListWatch(kube, pods, scope, timeout_seconds=seconds) for scope in scopes]
+    watches.append(ListWatch(kube, nodes, resource="nodes", timeout_seconds=seconds))
+    if settings.watches_cluster:
+        watches.append(ListWatch(kube, device_infos, DEVICEINFO_NAMESPACE, resource="configmaps",
+                                 label_selector=f"{DEVICEINFO_LABEL}=true", timeout_seconds=seconds))
+    controller.start(publishing_loop(controller), sampling_loop(controller, source, settings.telemetry_interval),
+                     *(watch.watch_pods for watch in watches))
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
-    memo = kopf.Memo(controller=controller, node_signatures={})
+    memo = kopf.Memo(controller=controller, pods=pods, nodes=nodes, device_infos=device_infos)
     kopf.run(standalone=True, clusterwide=settings.watches_cluster, namespaces=list(settings.namespaces),
              liveness_endpoint=liveness, memo=memo)
     return 0

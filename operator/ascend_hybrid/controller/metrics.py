@@ -24,7 +24,13 @@ RANK_TABLE_SECONDS = Histogram("ascend_hybrid_rank_table_seconds",
 RESTARTS = Counter("ascend_hybrid_job_restarts_total", "Whole-gang restarts", ["namespace", "reason"])
 FAILURES = Counter("ascend_hybrid_job_failures_total",
                    "Failed attempts by cause (status.lastFailure.cause), whatever the failure policy did", ["namespace", "cause"])
+RECONCILE_SECONDS = Histogram("ascend_hybrid_reconcile_seconds",
+                              "One reconcile pass of one job (observe, decide, execute, status write), by outcome",
+                              ["outcome"], buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 RECONCILE_ERRORS = Counter("ascend_hybrid_reconcile_errors_total", "Reconcile passes that raised", ["namespace"])
+POD_WATCH_RESTARTS = Counter("ascend_hybrid_pod_watch_restarts_total",
+                             "Pod watches started again: gone (410, listed again) or error (retried with backoff)",
+                             ["reason"])
 API_CALLS = Counter("ascend_hybrid_api_calls_total", "Kubernetes API calls made by the operator", ["verb", "resource"])
 PODS_CREATED = Counter("ascend_hybrid_pods_created_total", "Pods the operator created")
 PLAN_STEP_TIME_RATIO = Gauge("ascend_hybrid_plan_step_time_ratio",

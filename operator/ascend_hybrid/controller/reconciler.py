@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from .. import backlog, kueue, names, render
+from .. import conditions, kueue, names, render
 from ..actions import (
     CreatePods,
     DeleteJob,
@@ -30,21 +30,22 @@ from ..actions import (
     PostEvent,
     RemoveGates,
     WriteRankTable,
+    aggregate_events,
 )
 from ..ascend import device_infos_by_node
 from ..podview import attempt_of
 from ..progress import Sample
 from ..reconcile import FAST_REQUEUE_SECONDS, Decision, Observed, decide
-from ..refusals import Refusal
 from ..rules import ResolvedJob, SpecError, parse
 from . import children, metrics, placing
 from .kube import Kube, rank_table_of
+from .records import Indexes, JobKey, JobRecord
 from .refused import Refused
 from .settings import OperatorSettings
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
-JobKey = tuple[str, str]
+__all__ = ["Controller", "Indexes", "JobKey", "JobRecord", "Next"]
 
 
 class Next(enum.Enum):
@@ -54,53 +55,6 @@ class Next(enum.Enum):
     WAIT = "wait"                    # requeue after the decision's delay (or the next event)
     FORGET = "forget"                # the job was deleted
     REFUSED = "refused"              # the apiserver refused a write: decide again before writing the status
-
-
-@dataclass
-class JobRecord:
-    """What this process knows of one job beyond the API objects; dropped when the job goes."""
-
-    phase: str = "Pending"
-    attempt: int = 1
-    step_time_ratio: float | None = None        # status.plan.stepTimeRatio, for the metric
-    pending_reason: str = "Waiting"
-    failures: int = 0                           # consecutive passes that raised
-    last_written: str | None = None             # resourceVersion of our last status patch
-    sample: Sample | None = None                # latest telemetry of the current attempt
-    promised: dict[str, tuple[str, int]] = field(default_factory=dict)  # pod name → (node, chips) not yet seen
-    children_generation: int | None = None      # generation whose Services and ConfigMaps are applied
-    sched_ip: str | None = None
-    rank_table: dict | None = None
-    rank_table_read: bool = False
-    in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
-    refusal: Refusal | None = None              # the apiserver's last refusal of a write, until one succeeds
-    lost_sched_ip: str | None = None            # <job>-sched was deleted: create it again with this IP
-    children_epoch: int = 0                     # counts children deleted; a pass that saw one applies again
-    waiting: bool = False                       # Pending for chips that others hold: younger jobs wait behind it
-    chip: str = ""
-    queue_key: backlog.QueueKey = ("", "", "")
-
-    def recent(self, horizon_seconds: float) -> frozenset[str]:
-        horizon = time.monotonic() - horizon_seconds
-        for name, since in list(self.in_flight.items()):
-            if since < horizon:
-                del self.in_flight[name]
-        return frozenset(self.in_flight)
-
-    def touched(self, pod_names: Iterable[str]) -> None:
-        now = time.monotonic()
-        self.in_flight.update((name, now) for name in pod_names)
-
-
-@dataclass
-class Indexes:
-    """The kopf indexes as plain lists (copied: kopf writes them on its loop thread while workers read)."""
-
-    nodes: Callable[[], list[dict]]
-    npu_pods: Callable[[], list[dict]]
-    job_pods: Callable[[JobKey], list[dict]]
-    device_infos: Callable[[], list[dict]]
-    jobs: Callable[[], list[backlog.Entry]] = list  # every job's placement as its status says (handlers.ahj_jobs)
 
 
 @dataclass
@@ -151,6 +105,32 @@ class Controller:
         record = self.jobs.get(key)
         return resource_version is not None and record is not None and record.last_written == resource_version
 
+    def job_changed(self, key: JobKey, resource_version: str | None, deleted: bool) -> None:
+        """A watch event of the job. The echo of our own status write changes nothing (the pass that wrote it
+        decided after it); anything else, from anyone, means the job must be read again, now."""
+        if not deleted and self.wrote_last(key, resource_version):
+            return
+        record = self.jobs.get(key)
+        if record is not None:
+            record.job = None
+        self.enqueue(key, delay=0.0)
+
+    def current_job(self, key: JobKey) -> dict | None:
+        """The job for a pass: as our last status write returned it while no other change of it was seen (pods
+        changing do not change the job: a 128-pod gang's start is dozens of passes), else read."""
+        record = self.jobs.get(key)
+        if record is not None and record.job is not None \
+                and time.monotonic() - record.job_since < self.settings.job_cache_seconds:
+            return record.job
+        job = self.kube.get_job(*key)
+        if job is not None:
+            self.remember_job(key, job)
+        return job
+
+    def remember_job(self, key: JobKey, job: dict) -> None:
+        record = self.record_of(key)
+        record.job, record.job_since = job, time.monotonic()
+
     def wake_pending(self) -> None:
         """Capacity may have changed: let the jobs that wait for placement try again — those not queued yet, and of
         the queue (oldest first, backlog.py) only its head: the rest could only find it still there. Each head that
@@ -181,8 +161,10 @@ class Controller:
             key = self.queue.get()
             if key is None:
                 return
+            started, outcome = time.perf_counter(), "error"
             try:
                 delay = self.reconcile(key)
+                outcome = "requeued" if delay is not None else "forgotten"
                 if key in self.jobs:
                     self.jobs[key].failures = 0
             except Exception:
@@ -192,17 +174,32 @@ class Controller:
                 metrics.RECONCILE_ERRORS.labels(namespace=key[0]).inc()
                 log.exception("reconcile %s/%s failed; retrying in %ss", key[0], key[1], delay)
             finally:
+                metrics.RECONCILE_SECONDS.labels(outcome=outcome).observe(time.perf_counter() - started)
                 self.queue.done(key)
             if delay is not None:
                 self.queue.add(key, delay)
 
     # -- one pass ---------------------------------------------------------------------------------------------
     def reconcile(self, key: JobKey) -> float | None:
+        """One pass; its events are posted when it ends, Normal ones as one (actions.aggregate_events)."""
+        seen: list[dict] = []  # the job as the pass read it (its events name it)
+        try:
+            return self._reconcile(key, seen)
+        finally:
+            record = self.jobs.get(key)
+            if record is not None and record.events:
+                events, record.events = aggregate_events(record.events), []
+                for event in events if seen else ():
+                    self.post_now(seen[0], event.type, event.reason, event.message)
+
+    def _reconcile(self, key: JobKey, seen: list[dict]) -> float | None:
         namespace, name = key
-        job = self.kube.get_job(namespace, name)
+        job = self.current_job(key)
+        seen += [job] if job is not None else []
         if job is None or job["metadata"].get("deletionTimestamp"):
             self.forget(key)
             return None
+        written = job.get("status") or {}  # the status as the apiserver holds it
         for _ in range(self.settings.max_steps_per_pass):
             observed = self.observe(key, job)
             decision = decide(observed)
@@ -210,19 +207,45 @@ class Controller:
             after = self.execute(key, job, observed, decision)
             if after is Next.REFUSED:
                 continue
-            patched = self.kube.patch_job_status(namespace, name, old_status, decision.status)
+            if after is Next.DECIDE_AGAIN and all(isinstance(a, EnsureChildren | PostEvent) for a in decision.actions):
+                # applied children need no record before the next step (a crash applies them again): its
+                # status goes with the next step's write
+                self.record(key, job, old_status, decision.status)
+                job = {**job, "status": decision.status}
+                continue
+            deferred = self.defer_progress(key, after, written, decision)
+            if deferred is not None:
+                return deferred
+            patched = self.kube.patch_job_status(namespace, name, written, decision.status)
             self.record(key, job, old_status, decision.status)
             if patched is not None:
                 job = patched
                 self.record_of(key).last_written = patched["metadata"].get("resourceVersion")
+                self.record_of(key).written_at = time.monotonic()
+                self.remember_job(key, job)
             else:
                 job = {**job, "status": decision.status}
+            written = job.get("status") or {}
             if after is Next.FORGET:
                 self.forget(key)
                 return None
             if after is Next.WAIT:
                 return decision.requeue_after
         return FAST_REQUEUE_SECONDS
+
+    def defer_progress(self, key: JobKey, after: Next, old: dict, decision: Decision) -> float | None:
+        """Seconds to wait instead of writing a status that only counts pods coming up or moves a gang's start
+        on, when the last write was less than `status_coalesce_seconds` ago: a 128-pod gang's start is one write
+        per pass otherwise. The job stays as last written, so the pass that ends the wait writes every deferred
+        change; a real one (Running, a failure) is written at once."""
+        if after is not Next.WAIT:
+            return None
+        if not (conditions.only_progress(old, decision.status) or conditions.only_starting(old, decision.status)):
+            return None
+        wait = self.settings.status_coalesce_seconds - (time.monotonic() - self.record_of(key).written_at)
+        if wait <= 0:
+            return None
+        return wait if decision.requeue_after is None else min(wait, decision.requeue_after)
 
     def observe(self, key: JobKey, job: dict) -> Observed:
         try:
@@ -231,7 +254,11 @@ class Controller:
             effective, problems = None, tuple(error.problems)
         record = self.record_of(key)
         if not record.rank_table_read:
-            record.rank_table = rank_table_of(self.kube.read_config_map(key[0], names.rank_table_config_map(key[1])))
+            # A job whose status names no rank table has none worth reading: a ConfigMap a process made before
+            # dying unrecorded is applied "initializing" again with the other children, as a missing one would be.
+            if (job.get("status") or {}).get("rankTable"):
+                record.rank_table = rank_table_of(self.kube.read_config_map(key[0],
+                                                                            names.rank_table_config_map(key[1])))
             record.rank_table_read = True
         nodes = {node["metadata"]["name"]: node for node in self.indexes.nodes()}
         pods = tuple(self.indexes.job_pods(key))
@@ -269,6 +296,10 @@ class Controller:
         return after
 
     def post_event(self, job: dict, event_type: str, reason: str, message: str) -> None:
+        """Kept for the end of the pass (`reconcile`)."""
+        self.record_of(job_key(job)).events.append(PostEvent(event_type, reason, message))
+
+    def post_now(self, job: dict, event_type: str, reason: str, message: str) -> None:
         """Events are best effort: one the apiserver refuses is logged, never a reason to stop reconciling."""
         try:
             self.kube.post_event(job, event_type, reason, message)
@@ -380,6 +411,10 @@ class Controller:
         if record is not None and record.attempt == attempt:
             record.sample = sample
             self.queue.add(key, 0.0)
+
+
+def job_key(job: dict) -> JobKey:
+    return job["metadata"]["namespace"], job["metadata"]["name"]
 
 
 def _describe(action) -> str:

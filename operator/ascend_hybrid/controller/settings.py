@@ -25,6 +25,8 @@ class OperatorSettings:
     max_steps_per_pass: int = 6                # decide → execute rounds per pass before waiting for the watch
     error_backoff_seconds: tuple[float, ...] = (1, 2, 5, 10, 30, 60)
     in_flight_seconds: float = 15.0            # how long a just-created or just-released pod may stay unseen
+    job_cache_seconds: float = 30.0            # a job our last write returned is read again after this, at most
+    status_coalesce_seconds: float = 5.0       # pod counts, messages, a gang's start: written at most this often
     # API calls
     api_attempts: int = 6
     parallel_calls: int = 16                   # pod creations / gate removals in flight at once

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 
 import kopf
@@ -19,21 +18,6 @@ def pod_with_managed_fields() -> dict:
             "spec": {"nodeName": "node-0"}, "status": {"phase": "Running", "podIP": "127.16.0.5"}}
 
 
-def test_indexes_keep_everything_but_managed_fields_and_leave_the_event_as_it_was():
-    body = pod_with_managed_fields()
-    original = copy.deepcopy(body)
-    indexed = handlers._indexed(body)
-    assert "managedFields" not in indexed["metadata"]
-    assert {**indexed, "metadata": {**indexed["metadata"], "managedFields": original["metadata"]["managedFields"]}} \
-        == original
-    assert body == original
-
-
-def test_an_object_without_managed_fields_is_indexed_as_it_is():
-    body = {"metadata": {"name": "n"}, "status": {}}
-    assert handlers._indexed(body) == body
-
-
 def test_the_diff_base_stays_empty_since_no_changing_handler_reads_it():
     storage = handlers.EventHandlersOnlyDiffBase(prefix="hybrid.ascend.dev")
     assert storage.build(body=pod_with_managed_fields()) == {}
@@ -41,7 +25,7 @@ def test_the_diff_base_stays_empty_since_no_changing_handler_reads_it():
 
 @pytest.fixture
 def memo():
-    memo = kopf.Memo(controller=Controller(kube=None), node_signatures={})
+    memo = kopf.Memo(controller=Controller(kube=None))
     yield memo
     memo.controller.queue.close()
 
@@ -59,36 +43,24 @@ def test_the_echo_of_our_own_status_write_queues_no_pass_but_anything_newer_does
     assert job_event(memo, "MODIFIED", "42")
 
 
-def test_startup_hands_the_live_indexes_to_the_controller(memo):
-    nodes = {"n1": [{"metadata": {"name": "n1"}}]}
-    pods = {("ns", "job"): [{"metadata": {"name": "job-a1-0"}}]}
+def test_startup_hands_the_job_index_and_the_watches_stores_to_the_controller(memo):
+    from ascend_hybrid.controller.clusterwatch import NamedStore
+    from ascend_hybrid.controller.podwatch import PodStore
+
+    memo.pods, memo.nodes, memo.device_infos = PodStore(), NamedStore(), NamedStore(sources=0)
+    memo.pods.replace(None, [{"metadata": {"name": "job-a1-0", "namespace": "ns",
+                                           "labels": {handlers.names.JOB_LABEL: "job"}}}], "watch")
+    memo.nodes.replace(None, [{"metadata": {"name": "n1"}}], "watch")
     jobs = {("ns", "job"): [handlers.backlog.entry({"metadata": {"name": "job", "namespace": "ns"}})]}
-    handlers.bind_indexes(memo=memo, ahj_nodes=nodes, ahj_npu_pods={}, ahj_job_pods=pods, ahj_device_infos={},
-                          ahj_jobs=jobs)
+    handlers.bind_indexes(memo=memo, ahj_jobs=jobs)
     indexes = memo.controller.indexes
     assert [entry.name for entry in indexes.jobs()] == ["job"]
     assert indexes.nodes() == [{"metadata": {"name": "n1"}}] and indexes.npu_pods() == []
-    pods[("ns", "job")].append({"metadata": {"name": "job-a1-1"}})  # kopf keeps filling the same index
-    assert [pod["metadata"]["name"] for pod in indexes.job_pods(("ns", "job"))] == ["job-a1-0", "job-a1-1"]
+    assert indexes.device_infos() == []  # not watched in this scope: empty, and complete
+    memo.nodes.apply("ADDED", {"metadata": {"name": "n2"}})
+    assert len(indexes.nodes()) == 2
+    assert [pod["metadata"]["name"] for pod in indexes.job_pods(("ns", "job"))] == ["job-a1-0"]
     assert indexes.job_pods(("ns", "other")) == []
-
-
-def test_node_heartbeats_wake_nothing_but_a_ready_change_wakes_every_job(memo):
-    controller = memo.controller
-    controller.record_of(("ns", "pending")).phase = "Pending"
-    controller.record_of(("ns", "running")).phase = "Running"
-    ready = {"metadata": {"name": "n1", "labels": {}}, "spec": {},
-             "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {}}}
-    handlers.node_changed(name="n1", type="MODIFIED", body=ready, memo=memo)
-    assert controller.queue.get(timeout=2) == ("ns", "pending")
-    controller.queue.done(("ns", "pending"))
-    handlers.node_changed(name="n1", type="MODIFIED", body=copy.deepcopy(ready), memo=memo)  # a heartbeat
-    assert controller.queue.get(timeout=1) is None
-    not_ready = copy.deepcopy(ready)
-    not_ready["status"]["conditions"][0]["status"] = "False"
-    handlers.node_changed(name="n1", type="MODIFIED", body=not_ready, memo=memo)
-    woken = {controller.queue.get(timeout=2), controller.queue.get(timeout=2)}
-    assert woken == {("ns", "pending"), ("ns", "running")}
 
 
 def test_deletion_always_queues_a_pass(memo):
@@ -96,24 +68,6 @@ def test_deletion_always_queues_a_pass(memo):
     controller.record_of(("ns", "job")).last_written = "41"
     assert job_event(memo, "DELETED", "41")
     assert not controller.wrote_last(("ns", "job"), None)
-
-
-def test_a_chip_turning_unhealthy_wakes_every_job_but_a_rewrite_with_the_same_health_does_not(memo):
-    from support.builders import deviceinfo
-    controller = memo.controller
-    controller.record_of(("ns", "pending")).phase = "Pending"
-    controller.record_of(("ns", "running")).phase = "Running"
-    healthy, broken = deviceinfo("node-1"), deviceinfo("node-1", unhealthy=[3])
-    name = healthy["metadata"]["name"]
-    handlers.device_info_changed(name=name, type="ADDED", body=healthy, memo=memo)
-    assert controller.queue.get(timeout=2) == ("ns", "pending")  # capacity may have changed: the waiting job
-    controller.queue.done(("ns", "pending"))
-    assert controller.queue.get(timeout=1) is None
-    handlers.device_info_changed(name=name, type="MODIFIED", body=copy.deepcopy(healthy), memo=memo)  # rewritten
-    assert controller.queue.get(timeout=1) is None
-    handlers.device_info_changed(name=name, type="MODIFIED", body=broken, memo=memo)
-    woken = {controller.queue.get(timeout=2), controller.queue.get(timeout=2)}
-    assert woken == {("ns", "pending"), ("ns", "running")}  # the running gang may hold chip 3
 
 
 def test_in_a_pod_the_login_finds_the_apiserver_by_kubernetes_service_host_and_port(tmp_path, monkeypatch):
@@ -148,3 +102,59 @@ def test_a_capacity_change_wakes_the_head_of_each_queue_and_every_job_not_queued
         controller.queue.done(key)
     heads = {f"q{index:02d}" for index in range(controller.settings.workers * 2)}
     assert woken == heads | {"q19", "fresh"}
+
+
+class CountingKube:
+    def __init__(self):
+        self.reads = 0
+
+    def get_job(self, namespace, name):
+        self.reads += 1
+        return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": f"r{self.reads}"}}
+
+
+def test_a_pass_reuses_the_job_its_last_write_returned_until_anyone_else_changes_the_job():
+    from ascend_hybrid.controller.settings import OperatorSettings
+
+    kube = CountingKube()
+    memo = kopf.Memo(controller=Controller(kube=kube))
+    controller, key = memo.controller, ("ns", "job")
+    try:
+        assert controller.current_job(key)["metadata"]["resourceVersion"] == "r1"
+        written = {"metadata": {"name": "job", "namespace": "ns", "resourceVersion": "41"}}
+        controller.record_of(key).last_written = "41"
+        controller.remember_job(key, written)
+        assert controller.current_job(key) is written and kube.reads == 1  # a pod changed: no read
+        handlers.job_changed(namespace="ns", name="job", type="MODIFIED", meta={"resourceVersion": "41"}, memo=memo)
+        assert controller.current_job(key) is written and kube.reads == 1  # our own echo
+        handlers.job_changed(namespace="ns", name="job", type="MODIFIED", meta={"resourceVersion": "42"}, memo=memo)
+        assert controller.current_job(key)["metadata"]["resourceVersion"] == "r2"  # someone else wrote it
+        handlers.job_changed(namespace="ns", name="job", type="DELETED", meta={"resourceVersion": "r2"}, memo=memo)
+        controller.current_job(key)
+        assert kube.reads == 3
+    finally:
+        controller.queue.close()
+    stale = Controller(kube=kube, settings=OperatorSettings(job_cache_seconds=0))
+    stale.remember_job(key, written)
+    assert stale.current_job(key) is not written  # older than the cache's horizon: read again
+    stale.queue.close()
+
+
+def test_a_status_of_pod_counts_alone_waits_for_the_coalescing_window_but_a_real_change_does_not():
+    import time
+
+    from ascend_hybrid.controller.reconciler import Next
+    from ascend_hybrid.reconcile import Decision
+
+    controller, key = Controller(kube=None), ("ns", "job")
+    old = {"phase": "Starting", "pods": {"running": 1}}
+    counts, running = Decision(status={"phase": "Starting", "pods": {"running": 2}}, requeue_after=5.0), \
+        Decision(status={"phase": "Running", "pods": {"running": 2}})
+    controller.record_of(key).written_at = time.monotonic()
+    wait = controller.defer_progress(key, Next.WAIT, old, counts)
+    assert wait is not None and 0 < wait <= controller.settings.status_coalesce_seconds
+    assert controller.defer_progress(key, Next.WAIT, old, running) is None
+    assert controller.defer_progress(key, Next.DECIDE_AGAIN, old, counts) is None  # the pass goes on: written
+    controller.record_of(key).written_at = time.monotonic() - 60
+    assert controller.defer_progress(key, Next.WAIT, old, counts) is None
+    controller.queue.close()

@@ -177,3 +177,51 @@ def test_pod_devices_reads_the_device_plugin_annotation():
     assert pod_devices({"metadata": {}}) is None
     assert pod_index(pod) == 0
     assert pod_index({"metadata": {"labels": {}}}) is None
+
+
+# -- the ConfigMap: plain whenever it fits, compact when only that fits, gzipped beyond ---------------------------
+def big_table(pods: int, per_pod: int = 8) -> dict:
+    """A completed v1.0 table of `pods` servers shaped as build_rank_table writes it (built directly: fast)."""
+    servers = [{"server_id": f"127.{index // 250}.{index % 250}.1", "container_ip": f"127.16.{index // 250}.{index % 250}",
+                "device": [{"device_id": str(chip), "device_ip": f"127.100.{index % 250}.{chip}",
+                            "rank_id": str(index * per_pod + chip)} for chip in range(per_pod)]}
+               for index in range(pods)]
+    return {"status": "completed", "version": "1.0", "server_count": str(pods), "server_list": servers}
+
+
+def config_map_size(data: dict, binary: dict) -> int:
+    """What the apiserver counts against its 1 MiB: the data values' bytes and binaryData's decoded bytes."""
+    import base64
+    return sum(len(value.encode()) for value in data.values()) + sum(len(base64.b64decode(v)) for v in binary.values())
+
+
+@pytest.mark.parametrize(("pods", "shape"), [(2, "indented"), (1000, "compact"), (2048, "gzip")])
+def test_the_rank_table_configmap_is_plain_when_it_fits_and_reads_back_as_the_table(pods, shape):
+    table = big_table(pods)
+    data, binary = ranktable.config_map_data(table)
+    assert config_map_size(data, binary) <= 1024 * 1024
+    assert data["version"] == "1.0"
+    mounted = json.loads(data[ranktable.TABLE_KEY])
+    if shape == "gzip":
+        assert set(binary) == {ranktable.COMPRESSED_KEY} and "server_list" not in mounted
+        assert mounted == {"status": "completed", "version": "1.0", "server_count": str(pods),
+                           "compressed": ranktable.COMPRESSED_KEY}
+    else:
+        assert binary == {} and mounted == table
+        assert ("\n" in data[ranktable.TABLE_KEY]) == (shape == "indented")
+    assert ranktable.from_config_map({"data": data, "binaryData": binary}) == table
+
+
+def test_a_16384_rank_table_would_not_fit_even_compact_so_it_is_gzipped_and_the_same_table_gives_the_same_bytes():
+    table = big_table(2048)
+    assert len(ranktable.compact(table).encode()) > 1024 * 1024
+    assert ranktable.config_map_data(table) == ranktable.config_map_data(big_table(2048))  # applies are no-ops
+
+
+def test_a_rank_table_configmap_that_cannot_be_read_is_empty_and_none_is_none():
+    data, binary = ranktable.config_map_data(big_table(2048))
+    assert ranktable.from_config_map({"data": data, "binaryData": {}}) == {}
+    assert ranktable.from_config_map({"data": data, "binaryData": {ranktable.COMPRESSED_KEY: "bm90IGd6aXA="}}) == {}
+    assert ranktable.from_config_map({"data": {ranktable.TABLE_KEY: "{half"}}) == {}
+    assert ranktable.from_config_map({"data": {}}) == {}
+    assert ranktable.from_config_map(None) is None

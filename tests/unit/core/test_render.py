@@ -373,3 +373,23 @@ def test_network_policy_admits_only_the_jobs_pods_and_the_metrics_peers():
     assert not admitted(peers, names.METRICS_PORT) and admitted(metrics, names.METRICS_PORT)
     assert metrics["from"] == [operator]
     assert [r for r in rendering.network_policy("demo", "team", "u", [])["spec"]["ingress"]] == [peers]
+
+
+def test_a_gangs_pods_made_from_one_render_are_each_the_pod_render_would_make():
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data())
+    def check(data):
+        spec = data.draw(valid_specs())
+        if data.draw(st.booleans()):
+            spec["template"] = full_spec()["template"]
+        effective = effective_of(spec)
+        indices = data.draw(st.lists(st.integers(0, effective.pod_count - 1), min_size=1, max_size=6, unique=True))
+        pinned = data.draw(st.booleans())
+        placed = [(index, f"node-{index * 7 % 5:02d}" if pinned else None) for index in indices]
+        requirements = [] if pinned else [{"key": "accelerator-type", "operator": "In", "values": ["module-910b-8"]}]
+        made = render.gang_pods(effective, "team-a", UID, 2, placed, SCHED_IP, requirements)
+        assert made == [render.pod(effective, "team-a", UID, 2, index, node, SCHED_IP, requirements)
+                        for index, node in placed]
+
+    check()
+    assert render.gang_pods(effective_of(full_spec()), "team-a", UID, 1, [], SCHED_IP) == []

@@ -1,0 +1,222 @@
+"""The operator's own pod watch: list with a resourceVersion, then watch with bookmarks, keeping only the projection
+of each pod (`podview.project_pod`) of the jobs' pods and of the pods holding NPUs.
+
+kopf watched pods before: it turned every event into its own body, causes and handler calls, which was the
+operator's largest cost while a gang started. Here an event is one `json.loads` and one projection; the full pod
+is dropped at once. A watch the apiserver ends is resumed from the last resourceVersion it showed (bookmarks keep
+that recent); "410 Gone" (too old) lists again; any other error is logged, counted and retried with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from .. import names
+from ..podview import holds_npus, is_finished, labels_of, project_pod
+from . import metrics
+
+log = logging.getLogger(__name__)
+JobKey = tuple[str, str]
+PodKey = tuple[str, str]
+Change = Callable[[dict | None, dict | None], None]
+BACKOFF_SECONDS = (0.5, 1, 2, 5, 10, 30)
+SYNC_TIMEOUT_SECONDS = 60.0
+
+
+class Gone(Exception):
+    """The resourceVersion is too old to watch from (410): list again."""
+
+
+def _key(pod: dict) -> PodKey:
+    return pod["metadata"].get("namespace") or "", pod["metadata"]["name"]
+
+
+def job_of(pod: dict) -> JobKey | None:
+    job = labels_of(pod).get(names.JOB_LABEL)
+    return None if job is None else (pod["metadata"].get("namespace") or "", job)
+
+
+def kept(pod: dict) -> bool:
+    """A job's pod, or one holding NPUs (the inventory's input): the only pods the operator reads."""
+    return job_of(pod) is not None or holds_npus(pod.get("spec") or {})
+
+
+class PodStore:
+    """The kept pods' projections by job and by NPU, filled by one PodWatch per scope (a namespace, or all).
+
+    `on_change(old, new)` is called (outside the lock) for each pod whose projection changed; status writes of
+    fields nobody here reads (kwok's heartbeats, managedFields) change nothing and call nothing."""
+
+    def __init__(self, on_change: Change | None = None, sources: int = 1):
+        self.on_change = on_change
+        self._lock = threading.Lock()
+        self._pods: dict[PodKey, dict] = {}
+        self._by_job: dict[JobKey, dict[str, dict]] = {}
+        self._npu: dict[PodKey, dict] = {}
+        self._sources, self._listed = sources, set()
+        self._synced = threading.Event()
+
+    # -- readers (worker threads) -----------------------------------------------------------------------------
+    def wait_synced(self, timeout: float = SYNC_TIMEOUT_SECONDS) -> None:
+        if not self._synced.wait(timeout):
+            raise RuntimeError(f"the pods are not listed after {timeout:g} s (see the pod watch's errors)")
+
+    def job_pods(self, key: JobKey) -> list[dict]:
+        self.wait_synced()
+        with self._lock:
+            return list(self._by_job.get(key, {}).values())
+
+    def npu_pods(self) -> list[dict]:
+        self.wait_synced()
+        with self._lock:
+            return list(self._npu.values())
+
+    def size(self) -> int:
+        return len(self._pods)
+
+    @staticmethod
+    def project(pod: dict) -> dict | None:
+        projected = project_pod(pod)
+        return projected if kept(projected) else None
+
+    # -- writers (the watch threads) --------------------------------------------------------------------------
+    def apply(self, event_type: str, pod: dict) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED) of a full pod."""
+        projected = project_pod(pod)
+        new = projected if event_type != "DELETED" and kept(projected) else None
+        with self._lock:
+            old = self._put(_key(projected), new)
+        self._notify([(old, new)])
+
+    def replace(self, scope: str | None, projections: Iterable[dict], source: object) -> None:
+        """A fresh list of one scope (None: every namespace), projected: what it lacks is gone, the rest is as
+        listed. The store is synced once each of its sources has listed."""
+        fresh = {_key(pod): pod for pod in projections if kept(pod)}
+        with self._lock:
+            changes = [(self._put(key, None), None) for key in list(self._pods)
+                       if (scope is None or key[0] == scope) and key not in fresh]
+            changes += [(self._put(key, pod), pod) for key, pod in fresh.items()]
+            self._listed.add(source)
+            if len(self._listed) >= self._sources:
+                self._synced.set()
+        self._notify(changes)
+
+    def _put(self, key: PodKey, pod: dict | None) -> dict | None:
+        old = self._pods.pop(key, None)
+        if old is not None:
+            job = job_of(old)
+            if job is not None:
+                members = self._by_job.get(job, {})
+                members.pop(key[1], None)
+                if not members:
+                    self._by_job.pop(job, None)
+            self._npu.pop(key, None)
+        if pod is not None:
+            self._pods[key] = pod
+            job = job_of(pod)
+            if job is not None:
+                self._by_job.setdefault(job, {})[key[1]] = pod
+            if holds_npus(pod.get("spec") or {}):
+                self._npu[key] = pod
+        return old
+
+    def _notify(self, changes: list[tuple[dict | None, dict | None]]) -> None:
+        if self.on_change is None:
+            return
+        for old, new in changes:
+            if old != new:
+                self.on_change(old, new)
+
+
+def reaction(controller) -> Change:
+    """What a changed pod means to the controller: its job's next pass, and free chips for the waiting jobs
+    when a pod holding NPUs went or finished."""
+    def changed(old: dict | None, new: dict | None) -> None:
+        for key in {job_of(pod) for pod in (old, new) if pod is not None} - {None}:
+            controller.enqueue(key)
+        held = any(holds_npus(pod.get("spec") or {}) for pod in (old, new) if pod is not None)
+        if held and (new is None or (is_finished(new) and not (old is not None and is_finished(old)))):
+            controller.wake_pending()
+    return changed
+
+
+class ListWatch:
+    """list + watch of one resource in one scope into a store (PodStore, NamedStore), on a thread of its own
+    (`watch_pods` is its loop, named for the pods it was first written for)."""
+
+    def __init__(self, kube, store, namespace: str | None = None, *, resource: str = "pods",
+                 label_selector: str | None = None, timeout_seconds: int = 300, page_size: int = 500,
+                 stop: threading.Event | None = None, backoff: tuple[float, ...] = BACKOFF_SECONDS):
+        self.kube, self.store, self.namespace = kube, store, namespace
+        self.resource, self.label_selector = resource, label_selector
+        self.timeout_seconds, self.page_size, self.backoff = timeout_seconds, page_size, backoff
+        self.stop = stop or threading.Event()
+
+    @property
+    def scope(self) -> str:
+        return f"{self.resource} in {self.namespace or 'every namespace'}"
+
+    def watch_pods(self) -> None:
+        resource_version, failures = None, 0
+        while not self.stop.is_set():
+            try:
+                if resource_version is None:
+                    resource_version = self.relist()
+                resource_version = self.follow(resource_version)
+                failures = 0
+                continue
+            except Gone:
+                metrics.POD_WATCH_RESTARTS.labels(reason="gone").inc()
+                log.info("watch (%s): resourceVersion %s is too old; listing again", self.scope, resource_version)
+                resource_version = None
+                continue
+            except ApiException as error:
+                if error.status == 410:
+                    metrics.POD_WATCH_RESTARTS.labels(reason="gone").inc()
+                    resource_version = None
+                    continue
+                reason = f"HTTP {error.status} {error.reason}"
+            except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:  # connection lost, bad JSON
+                reason = f"{type(error).__name__}: {error}"
+            wait = self.backoff[min(failures, len(self.backoff) - 1)]
+            failures += 1
+            metrics.POD_WATCH_RESTARTS.labels(reason="error").inc()
+            log.warning("watch (%s): %s; watching again in %.1fs", self.scope, reason, wait)
+            self.stop.wait(wait)
+
+    def relist(self) -> str:
+        """Every object of the scope, page by page (a page's full objects are dropped once projected)."""
+        items: list[dict] = []
+        token = None
+        while True:
+            page = self.kube.list_page(self.resource, self.namespace, self.page_size, token, self.label_selector)
+            projected = (self.store.project(item) for item in page.get("items") or ())
+            items += [item for item in projected if item is not None]
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                self.store.replace(self.namespace, items, self)
+                return page["metadata"]["resourceVersion"]
+
+    def follow(self, resource_version: str) -> str:
+        """Applies the watch's events until the apiserver ends it; returns the last resourceVersion seen."""
+        for event in self.kube.watch(self.resource, self.namespace, resource_version, self.timeout_seconds,
+                                     self.label_selector):
+            kind, item = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                if item.get("code") == 410:
+                    raise Gone(item.get("message"))
+                raise ValueError(f"watch error {item.get('code')}: {item.get('message')}")
+            resource_version = (item.get("metadata") or {}).get("resourceVersion") or resource_version
+            if kind != "BOOKMARK":
+                self.store.apply(kind, item)
+            if self.stop.is_set():
+                break
+        return resource_version
+
+
+PodWatch = ListWatch

@@ -1,0 +1,66 @@
+"""What the controller keeps per job beyond the API objects (`JobRecord`), and the watched state it reads
+(`Indexes`: kopf's indexes and the pod watch's store, as plain lists)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from .. import backlog
+from ..actions import PostEvent
+from ..progress import Sample
+from ..refusals import Refusal
+
+JobKey = tuple[str, str]
+
+
+@dataclass
+class JobRecord:
+    """What this process knows of one job beyond the API objects; dropped when the job goes."""
+
+    phase: str = "Pending"
+    attempt: int = 1
+    step_time_ratio: float | None = None        # status.plan.stepTimeRatio, for the metric
+    pending_reason: str = "Waiting"
+    failures: int = 0                           # consecutive passes that raised
+    last_written: str | None = None             # resourceVersion of our last status patch
+    job: dict | None = None                     # the job as our last write left it, until anyone else changes it
+    job_since: float = 0.0                      # when `job` was read or written (monotonic)
+    written_at: float = 0.0                     # when our last status patch was made (monotonic)
+    events: list[PostEvent] = field(default_factory=list)  # this pass's events, posted when it ends
+    sample: Sample | None = None                # latest telemetry of the current attempt
+    promised: dict[str, tuple[str, int]] = field(default_factory=dict)  # pod name → (node, chips) not yet seen
+    children_generation: int | None = None      # generation whose Services and ConfigMaps are applied
+    sched_ip: str | None = None
+    rank_table: dict | None = None
+    rank_table_read: bool = False
+    in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
+    refusal: Refusal | None = None              # the apiserver's last refusal of a write, until one succeeds
+    lost_sched_ip: str | None = None            # <job>-sched was deleted: create it again with this IP
+    children_epoch: int = 0                     # counts children deleted; a pass that saw one applies again
+    waiting: bool = False                       # Pending for chips that others hold: younger jobs wait behind it
+    chip: str = ""
+    queue_key: backlog.QueueKey = ("", "", "")
+
+    def recent(self, horizon_seconds: float) -> frozenset[str]:
+        horizon = time.monotonic() - horizon_seconds
+        for name, since in list(self.in_flight.items()):
+            if since < horizon:
+                del self.in_flight[name]
+        return frozenset(self.in_flight)
+
+    def touched(self, pod_names: Iterable[str]) -> None:
+        now = time.monotonic()
+        self.in_flight.update((name, now) for name in pod_names)
+
+
+@dataclass
+class Indexes:
+    """The kopf indexes as plain lists (copied: kopf writes them on its loop thread while workers read)."""
+
+    nodes: Callable[[], list[dict]]
+    npu_pods: Callable[[], list[dict]]
+    job_pods: Callable[[JobKey], list[dict]]
+    device_infos: Callable[[], list[dict]]
+    jobs: Callable[[], list[backlog.Entry]] = list  # every job's placement as its status says (handlers.ahj_jobs)
