@@ -64,13 +64,15 @@ def test_console_script_is_installed(cli_path):
 
 def test_every_package_of_the_source_tree_ships_in_the_wheel(repo_root):
     """pyproject lists the packages by hand (package-dir maps operator/ and trainer/): a new subpackage that is not
-    listed works in the editable install and is missing from every image."""
+    listed works in the editable install and is missing from every image. A folder of data files (templates/)
+    is listed too: setuptools warns about a data folder that is not a listed package."""
     import tomllib
 
     listed = set(tomllib.loads((repo_root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = set()
     for top, folder in (("ascend_hybrid", repo_root / "operator" / "ascend_hybrid"),
                         ("ascend_hybrid_trainer", repo_root / "trainer" / "ascend_hybrid_trainer")):
-        for init in folder.rglob("__init__.py"):
-            found.add(".".join([top, *init.parent.relative_to(folder).parts]))
+        for path in [folder, *folder.rglob("*")]:
+            if path.is_dir() and path.name != "__pycache__" and any(child.is_file() for child in path.iterdir()):
+                found.add(".".join([top, *path.relative_to(folder).parts]))
     assert found == listed
