@@ -1,0 +1,149 @@
+"""Many small jobs: N one-pod AscendHybridJobs applied at once → all Running, against N bare pods created at once →
+all Running with devices, side by side on one simulated cluster; jobs/s against bare pods/s, the operator's peak
+RSS and CPU per pod, and the latency of each job from its POST to Running.
+
+Reconcile latency: percentiles of the operator's `ascend_hybrid_reconcile_seconds` histogram when it exports one;
+apply → Running per job, measured from the outside, always.
+`--watched-pods M` first creates M more pods without NPUs (with the job label when `--watched-labelled`, naming
+no job), so that the RSS figure is the operator's with N jobs and N + M pods in its watch.
+
+    .venv/bin/python bench/bench_many_jobs.py [--nodes 1000] [--jobs 1000] [--chips 8] [--rounds 3]
+        [--watched-pods 0] [--watched-labelled] [--name N] [--keep]
+
+The last line is `jobs rate ratio median: R (rounds: r1, r2, …)` (jobs/s ÷ bare pods/s; goal ≥ 0.8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from ascend_hybrid import names
+from benchkit import (
+    DevCluster,
+    Operator,
+    bare_pods,
+    gang_job,
+    histogram_quantile,
+    median_range,
+    percentiles,
+    ratio_line,
+    say,
+)
+
+
+def timeout_for(count: int) -> float:
+    return max(300.0, count * 0.6)
+
+
+def bare_round(dev: DevCluster, count: int, chips: int, tag: str) -> float:
+    namespace = dev.namespace(f"bench-manybare-{tag}")
+    watch = dev.pod_watch(namespace)
+    try:
+        started = time.monotonic()
+        dev.create_all(dev.pods_url(namespace), bare_pods(count, chips))
+        finished = watch.wait_count(count, timeout_for(count), "bare pods Running with devices")
+    finally:
+        watch.close()
+    dev.remove_namespace(namespace)
+    return finished - started
+
+
+def jobs_round(dev: DevCluster, operator: Operator, count: int, chips: int, tag: str) -> dict:
+    namespace = dev.namespace(f"bench-manyjobs-{tag}")
+    watch = dev.job_watch(namespace)
+    try:
+        before = operator.snapshot()
+        started = time.monotonic()
+        sent = dev.create_all(dev.jobs_url(namespace), [gang_job(f"job-{i:05d}", 1, chips) for i in range(count)])
+        finished = watch.wait_count(count, timeout_for(count), "jobs Running")
+        spent = operator.snapshot().since(before)
+        rss_mb = operator.rss() / 1e6
+        latencies = [watch.seen[name] - sent[name] for name in sent]
+    finally:
+        watch.close()
+    dev.remove_namespace(namespace)
+    return {"seconds": finished - started, "calls": spent.calls, "cpu": spent.cpu, "buckets": spent.buckets,
+            "latencies": latencies, "rss_mb": rss_mb}
+
+
+def watched_pods(dev: DevCluster, count: int, labelled: bool) -> None:
+    namespace = dev.namespace("bench-watched")
+    labels = {names.JOB_LABEL: "no-such-job"} if labelled else {}
+    watch = dev.pod_watch(namespace)
+    try:
+        dev.create_all(dev.pods_url(namespace), bare_pods(count, 0, prefix="watched", labels=labels))
+        watch.wait_count(count, timeout_for(count), "watched pods Running")
+    finally:
+        watch.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--chips", type=int, default=8, help="NPUs per job (its one pod)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--watched-pods", type=int, default=0, help="extra pods without NPUs, created first")
+    parser.add_argument("--watched-labelled", action="store_true", help="give the extra pods the job label")
+    parser.add_argument("--name", default="ahj-bench-many")
+    parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    args = parser.parse_args()
+    run_id = int(time.time())
+    rounds = []
+    with DevCluster(args.name, args.nodes, keep=args.keep) as dev:
+        say(f"dev-cluster up, {args.nodes} nodes: {dev.up_seconds:.1f} s")
+        if args.watched_pods:
+            started = time.monotonic()
+            watched_pods(dev, args.watched_pods, args.watched_labelled)
+            say(f"  {args.watched_pods} watched pods Running in {time.monotonic() - started:.1f} s")
+        operator = Operator(dev).start()
+        try:
+            idle_mb = operator.rss() / 1e6
+            for number in range(1, args.rounds + 1):
+                bare = bare_round(dev, args.jobs, args.chips, f"{run_id}-{number}")
+                jobs = jobs_round(dev, operator, args.jobs, args.chips, f"{run_id}-{number}")
+                rounds.append((bare, jobs))
+                say(f"  round {number}: bare {args.jobs / bare:.1f} pods/s, jobs {args.jobs / jobs['seconds']:.1f} "
+                    f"jobs/s, ratio {bare / jobs['seconds']:.2f}, operator RSS {jobs['rss_mb']:.0f} MB")
+            peak_mb = operator.peak_rss / 1e6
+        finally:
+            operator.stop_process()
+    report(args, rounds, idle_mb, peak_mb)
+    return 0
+
+
+def report(args, rounds: list[tuple[float, dict]], idle_mb: float, peak_mb: float) -> None:
+    ratios = [bare / jobs["seconds"] for bare, jobs in rounds]
+    latencies = [latency for _, jobs in rounds for latency in jobs["latencies"]]
+    watched = f", {args.watched_pods} more pods watched ({'labelled' if args.watched_labelled else 'unlabelled'})" \
+        if args.watched_pods else ""
+    print(f"{args.jobs} one-pod jobs × {args.chips} NPUs on {args.nodes} nodes{watched}, {args.rounds} rounds")
+    print(f"  bare pods/s (created → Running with devices)  : {median_range([args.jobs / b for b, _ in rounds], 1)}")
+    print(f"  jobs/s (applied → Running, rank table)        : "
+          f"{median_range([args.jobs / j['seconds'] for _, j in rounds], 1)}")
+    print(f"  operator API calls per job                    : {median_range([j['calls'] / args.jobs for _, j in rounds])}")
+    print(f"  operator CPU per job                          : "
+          f"{median_range([1000 * j['cpu'] / args.jobs for _, j in rounds], unit=' ms')}")
+    points = percentiles(latencies)
+    print("  apply → Running per job (outside), all rounds : "
+          + ", ".join(f"p{p} {value:.2f} s" for p, value in points.items()))
+    buckets = [j["buckets"] for _, j in rounds if j["buckets"]]
+    if buckets:
+        summed: dict[float, float] = {}
+        for round_buckets in buckets:
+            for bound, count in round_buckets:
+                summed[bound] = summed.get(bound, 0.0) + count
+        merged = sorted(summed.items())
+        print("  reconcile latency (ascend_hybrid_reconcile_seconds): "
+              + ", ".join(f"p{int(q * 100)} {histogram_quantile(merged, q) * 1000:.1f} ms" for q in (0.5, 0.9, 0.99))
+              + f" over {merged[-1][1]:.0f} reconciles")
+    else:
+        print("  reconcile latency: this operator exports no ascend_hybrid_reconcile_seconds; see apply → Running")
+    print(f"  operator RSS: idle {idle_mb:.0f} MB, with {args.jobs} jobs Running "
+          f"{median_range([j['rss_mb'] for _, j in rounds], 0, ' MB')}, peak {peak_mb:.0f} MB (goal < 400 MB)")
+    print(ratio_line("jobs rate ratio", ratios))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
