@@ -55,6 +55,24 @@ def job_round(dev: DevCluster, operator: Operator, pods: int, chips: int, tag: s
     return finished - started, spent.calls, spent.cpu
 
 
+def bare_only(args) -> int:
+    run_id, rounds, spent = int(time.time()), [], {}
+    with DevCluster(args.name, args.nodes, keep=args.keep) as dev:
+        say(f"dev-cluster up, {args.nodes} nodes: {dev.up_seconds:.1f} s")
+        for number in range(1, args.rounds + 1):
+            before = dev.component_cpu_seconds()
+            rounds.append(bare_round(dev, args.pods, args.chips, f"{run_id}-{number}"))
+            for name, seconds in dev.component_cpu_seconds().items():
+                spent.setdefault(name, []).append(seconds - before.get(name, seconds))
+            say(f"  round {number}: bare {rounds[-1]:.2f} s")
+    print(f"{args.pods} bare pods × {args.chips} NPUs on {args.nodes} nodes, {args.rounds} rounds, no operator")
+    print(f"  bare pods created → all Running with devices : {median_range(rounds, unit=' s')}")
+    print("  CPU seconds per round (create → Running → namespace gone): "
+          + ", ".join(f"{name} {statistics.median(values):.1f}" for name, values in sorted(spent.items())))
+    print(f"bare pods median: {statistics.median(rounds):.2f} s (rounds: {', '.join(f'{r:.2f}' for r in rounds)})")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=256)
@@ -63,7 +81,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="warm bare/job pairs; the ratio printed is their median")
     parser.add_argument("--name", default="ahj-bench", help="the dev cluster's name")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    parser.add_argument("--bare-only", action="store_true",
+                        help="no operator: `--rounds` bare rounds, with the CPU each cluster process spent on them "
+                        "(to tell which part of the simulated cluster limits the baseline)")
     args = parser.parse_args()
+    if args.bare_only:
+        return bare_only(args)
     run_id = int(time.time())
     with DevCluster(args.name, args.nodes, keep=args.keep) as dev:
         say(f"dev-cluster up, {args.nodes} nodes: {dev.up_seconds:.1f} s; "

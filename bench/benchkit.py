@@ -104,6 +104,17 @@ class DevCluster:
                 continue
         return sizes
 
+    def component_cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) each process of the cluster has used so far."""
+        spent = {}
+        for name, pid in cluster.owned_processes(self.paths).items():
+            try:
+                times = psutil.Process(pid).cpu_times()
+            except psutil.Error:
+                continue
+            spent[name] = times.user + times.system
+        return spent
+
     def namespace(self, name: str) -> str:
         self.core.create_namespace({"metadata": {"name": name}})
         wait_until(lambda: self.core.read_namespaced_service_account("default", name), 30,
