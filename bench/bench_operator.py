@@ -19,19 +19,19 @@ import argparse
 import statistics
 import time
 
-from benchkit import DevCluster, Operator, bare_pods, gang_job, median_range, ratio_line, say
+from benchkit import CREATE_WORKERS, DevCluster, Operator, bare_pods, gang_job, median_range, ratio_line, say
 
 
 def timeout_for(pods: int) -> float:
     return max(300.0, pods * 0.5)
 
 
-def bare_round(dev: DevCluster, pods: int, chips: int, tag: str) -> float:
+def bare_round(dev: DevCluster, pods: int, chips: int, tag: str, workers: int = CREATE_WORKERS) -> float:
     namespace = dev.namespace(f"bench-bare-{tag}")
     watch = dev.pod_watch(namespace)
     try:
         started = time.monotonic()
-        dev.create_all(dev.pods_url(namespace), bare_pods(pods, chips))
+        dev.create_all(dev.pods_url(namespace), bare_pods(pods, chips), workers)
         finished = watch.wait_count(pods, timeout_for(pods), "bare pods Running with devices")
     finally:
         watch.close()
@@ -61,7 +61,7 @@ def bare_only(args) -> int:
         say(f"dev-cluster up, {args.nodes} nodes: {dev.up_seconds:.1f} s")
         for number in range(1, args.rounds + 1):
             before = dev.component_cpu_seconds()
-            rounds.append(bare_round(dev, args.pods, args.chips, f"{run_id}-{number}"))
+            rounds.append(bare_round(dev, args.pods, args.chips, f"{run_id}-{number}", args.bare_workers))
             for name, seconds in dev.component_cpu_seconds().items():
                 spent.setdefault(name, []).append(seconds - before.get(name, seconds))
             say(f"  round {number}: bare {rounds[-1]:.2f} s")
@@ -81,6 +81,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="warm bare/job pairs; the ratio printed is their median")
     parser.add_argument("--name", default="ahj-bench", help="the dev cluster's name")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    parser.add_argument("--bare-workers", type=int, default=CREATE_WORKERS,
+                        help="bare pods created this many at a time (default: as many as the operator creates at once; "
+                        "1 is the serial baseline of the issue's before figures)")
     parser.add_argument("--bare-only", action="store_true",
                         help="no operator: `--rounds` bare rounds, with the CPU each cluster process spent on them "
                         "(to tell which part of the simulated cluster limits the baseline)")
@@ -91,7 +94,7 @@ def main() -> int:
     with DevCluster(args.name, args.nodes, keep=args.keep) as dev:
         say(f"dev-cluster up, {args.nodes} nodes: {dev.up_seconds:.1f} s; "
             + ", ".join(f"{name} {mb:.0f} MB" for name, mb in sorted(dev.component_rss_mb().items())))
-        cold_bare = bare_round(dev, args.pods, args.chips, f"{run_id}-cold")
+        cold_bare = bare_round(dev, args.pods, args.chips, f"{run_id}-cold", args.bare_workers)
         operator = Operator(dev).start()
         try:
             cold_job, cold_calls, cold_cpu = job_round(dev, operator, args.pods, args.chips, f"{run_id}-cold")
@@ -99,7 +102,7 @@ def main() -> int:
                 f"ratio {cold_job / cold_bare:.2f}")
             rounds = []
             for number in range(1, args.rounds + 1):
-                bare = bare_round(dev, args.pods, args.chips, f"{run_id}-{number}")
+                bare = bare_round(dev, args.pods, args.chips, f"{run_id}-{number}", args.bare_workers)
                 job, calls, cpu = job_round(dev, operator, args.pods, args.chips, f"{run_id}-{number}")
                 rounds.append((bare, job, calls, cpu))
                 say(f"  round {number}: bare {bare:.2f} s, job {job:.2f} s, ratio {job / bare:.2f}, "
@@ -111,7 +114,8 @@ def main() -> int:
     bare_s, job_s, calls, cpu = (list(column) for column in zip(*rounds))
     ratios = [job / bare for bare, job, _, _ in rounds]
     print(f"{args.pods} pods × {args.chips} NPUs ({args.pods * args.chips} NPUs) on {args.nodes} nodes: "
-          f"dev-cluster up {dev.up_seconds:.1f} s, {args.rounds} warm rounds after one cold")
+          f"dev-cluster up {dev.up_seconds:.1f} s, {args.rounds} warm rounds after one cold, "
+          f"bare pods created {args.bare_workers} at a time")
     print("  control plane RSS at the end: "
           + ", ".join(f"{name} {mb:.0f} MB" for name, mb in sorted(control_plane.items())))
     print(f"  cold: bare {cold_bare:.2f} s, first job after operator start {cold_job:.2f} s, "

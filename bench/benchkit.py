@@ -133,8 +133,8 @@ class DevCluster:
     def jobs_url(self, namespace: str) -> str:
         return f"{self.api.configuration.host}/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
 
-    def create_all(self, url: str, manifests: list[dict]) -> dict[str, float]:
-        """POSTs every manifest, CREATE_WORKERS at a time, through the REST layer (the typed client's model
+    def create_all(self, url: str, manifests: list[dict], workers: int = CREATE_WORKERS) -> dict[str, float]:
+        """POSTs every manifest, `workers` at a time, through the REST layer (the typed client's model
         validation would make the client what this measures); name → monotonic time its POST was sent."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         sent: dict[str, float] = {}
@@ -145,7 +145,7 @@ class DevCluster:
                                                     _request_timeout=60)
             if response.status != 201:
                 raise RuntimeError(f"create {manifest['metadata']['name']}: HTTP {response.status}")
-        with ThreadPoolExecutor(CREATE_WORKERS) as pool:
+        with ThreadPoolExecutor(workers) as pool:
             list(pool.map(create, manifests))
         return sent
 
