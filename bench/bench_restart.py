@@ -77,6 +77,7 @@ def main() -> int:
     with DevCluster(args.name, args.nodes, keep=args.keep) as dev:
         operator = Operator(dev).start()
         try:
+            say(f"  operator settled {operator.wait_settled():.1f} s after it started")
             for number in range(1, args.rounds + 1):
                 bare = bare_restart(dev, args.pods, args.chips, f"{run_id}-{number}")
                 job, calls, cpu = job_restart(dev, operator, args.pods, args.chips, f"{run_id}-{number}")

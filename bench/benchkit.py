@@ -192,6 +192,14 @@ def job_running(job: dict) -> bool:
     return status.get("phase") == "Running" and (status.get("rankTable") or {}).get("status") == "completed"
 
 
+class WaitTimedOut(SystemExit):
+    """Fewer objects than awaited reached the state in time; `reached` says how many did."""
+
+    def __init__(self, message: str, reached: int):
+        super().__init__(message)
+        self.reached = reached
+
+
 class FirstSeen:
     """A list+watch that notes the monotonic time each object first met `predicate` (polling thousands of
     objects would load the apiserver being measured)."""
@@ -233,7 +241,8 @@ class FirstSeen:
         while (reached := self.count(accept)) < count:
             now = time.monotonic()
             if now - started > timeout:
-                raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what} ({reached}/{count})")
+                raise WaitTimedOut(f"timed out after {timeout:.0f} s waiting for {what} ({reached}/{count})",
+                                   reached)
             if now - last_report > progress_every:
                 say(f"  … {reached}/{count} {what}")
                 last_report = now
@@ -264,6 +273,17 @@ class Operator:
         self.sampler = threading.Thread(target=self._sample, daemon=True)
         self.sampler.start()
         return self
+
+    def wait_settled(self, idle_share: float = 0.1, window: float = 2.0, timeout: float = 900) -> float:
+        """Until the operator uses less than `idle_share` of a core over `window` seconds: its first lists and
+        indexes filled, so that a bare round is not timed against its start-up. Seconds waited."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            before = self.cpu_seconds()
+            time.sleep(window)
+            if self.cpu_seconds() - before < idle_share * window:
+                break
+        return time.monotonic() - started
 
     def stop_process(self) -> None:
         self.stop.set()
