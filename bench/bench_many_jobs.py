@@ -16,6 +16,7 @@ The last line is `jobs rate ratio median: R (rounds: r1, r2, …)` (jobs/s ÷ ba
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 from ascend_hybrid import names
@@ -130,15 +131,16 @@ def report(args, rounds: list[tuple[float, dict]], idle_mb: float, peak_mb: floa
         if args.watched_pods else ""
     print(f"{args.jobs} one-pod jobs × {args.chips} NPUs on {args.nodes} nodes{watched}, {args.rounds} rounds")
     print(f"  bare pods/s (created → Running with devices)  : {median_range([bare for bare, _ in rates], 1)}")
-    print(f"  jobs/s (applied → Running, rank table)        : {median_range([jobs for _, jobs in rates], 1)}"
+    print(f"  jobs/s (applied → Running, rank table)        : {median_range([jobs for _, jobs in rates], 3)}"
           + (f"  (timed out after {args.timeout:.0f} s with {', '.join(short)} Running: the rate of those)"
              if short else ""))
-    print(f"  operator API calls per job                    : {median_range([j['calls'] / args.jobs for _, j in rounds])}")
-    print(f"  operator CPU per job                          : "
+    print(f"  operator API calls per job applied            : {median_range([j['calls'] / args.jobs for _, j in rounds])}")
+    print(f"  operator CPU per job applied                  : "
           f"{median_range([1000 * j['cpu'] / args.jobs for _, j in rounds], unit=' ms')}")
     points = percentiles(latencies)
     print("  apply → Running per job (outside), all rounds : "
-          + ", ".join(f"p{p} {value:.2f} s" for p, value in points.items()))
+          + ", ".join(f"p{p} {value:.2f} s" for p, value in points.items())
+          + (f" (of the {len(latencies)} jobs that ran)" if short else ""))
     buckets = [j["buckets"] for _, j in rounds if j["buckets"]]
     if buckets:
         summed: dict[float, float] = {}
@@ -151,9 +153,10 @@ def report(args, rounds: list[tuple[float, dict]], idle_mb: float, peak_mb: floa
               + f" over {merged[-1][1]:.0f} reconciles")
     else:
         print("  reconcile latency: this operator exports no ascend_hybrid_reconcile_seconds; see apply → Running")
-    print(f"  operator RSS: idle {idle_mb:.0f} MB, with {args.jobs} jobs Running "
+    print(f"  operator RSS: settled {idle_mb:.0f} MB, with {args.jobs} jobs applied "
           f"{median_range([j['rss_mb'] for _, j in rounds], 0, ' MB')}, peak {peak_mb:.0f} MB (goal < 400 MB)")
-    print(ratio_line("jobs rate ratio", ratios))
+    print(f"jobs rate ratio median: {statistics.median(ratios):.4f} (rounds: {', '.join(f'{r:.4f}' for r in ratios)})"
+          if min(ratios) < 0.01 else ratio_line("jobs rate ratio", ratios))
 
 
 if __name__ == "__main__":
