@@ -49,7 +49,7 @@ crd: setup
 images:
 	hack/images.sh build
 
-# Every benchmark at sizes that finish in about 25 min on 2 cores, then a summary (hack/bench.sh, docs/performance.md);
+# Every benchmark at sizes that finish in about 30 min on 2 cores, then a summary (hack/bench.sh, docs/performance.md);
 # bench-4096: the 16 384-NPU gang on 4 096 simulated nodes.
 bench: setup toolchain
 	hack/bench.sh $(BIN)/python
