@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo demo-kueue test unit setup toolchain crd lint bench clean images
+.PHONY: demo demo-kueue test unit setup toolchain crd lint bench bench-4096 clean images
 
 demo: setup toolchain
 	mkdir -p build
@@ -49,8 +49,13 @@ crd: setup
 images:
 	hack/images.sh build
 
+# Every benchmark at sizes that finish in about 30 min on 2 cores, then a summary (hack/bench.sh, docs/performance.md);
+# bench-4096: the 16 384-NPU gang on 4 096 simulated nodes.
 bench: setup toolchain
-	for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
+	hack/bench.sh $(BIN)/python
+
+bench-4096: setup toolchain
+	hack/bench.sh $(BIN)/python 4096
 
 clean:
 	rm -rf $(VENV) build *.egg-info

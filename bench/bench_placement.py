@@ -61,6 +61,7 @@ def main() -> None:
     print(f"build_inventory: {NODES} nodes + {SMALL_PODS} pods: {t_inventory * 1000:.1f} ms")
     print(f"place: {PODS * CHIPS} ranks = {PODS} pods × {CHIPS} chips, groups of {GROUP}, "
           f"{NODES} nodes in {RACKS} racks (goal < 200 ms)")
+    ratios = {}
     for label, inventory in (("empty cluster", empty), (f"{BUSY_NODES} nodes half used", busy)):
         t_place, placement = best_of(args.repeat, lambda inventory=inventory: place(request, inventory))
         t_naive, naive = best_of(args.repeat, lambda inventory=inventory: naive_first_fit(request, inventory))
@@ -69,6 +70,9 @@ def main() -> None:
         print(f"  {label:<24} place {t_place * 1000:7.1f} ms   naive first-fit {t_naive * 1000:7.1f} ms   "
               f"ratio place/naive {t_place / t_naive:5.2f}   nodes {len(set(placement.nodes))}, "
               f"max racks per group {racks}")
+        ratios[label] = (t_place, t_place / t_naive)
+    print(f"placement at {PODS * CHIPS} ranks / {NODES} nodes, ms and ratio place/naive: "
+          + "; ".join(f"{label} {ms * 1000:.1f} ms, {ratio:.2f}" for label, (ms, ratio) in ratios.items()))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=16384)
     args = parser.parse_args()
     hw = hardware.builtin("910B")
+    ratios = []
     for name, spec in JOBS.items():
         effective = rules.parse(job(spec))
         times, cpu, result = [], [], None
@@ -45,6 +46,7 @@ def main() -> None:
             times.append(time.perf_counter() - start)
             cpu.append(time.process_time() - start_cpu)
         median = statistics.median(times)
+        ratios.append(median / GOAL_SECONDS)
         best = result.candidates[0].strategy if result.candidates else None
         print(f"{name}: world {args.world}: median {median:.3f} s of {args.rounds} rounds "
               f"(min {min(times):.3f}, max {max(times):.3f}; CPU median {statistics.median(cpu):.3f} s); "
@@ -55,6 +57,8 @@ def main() -> None:
         if best:
             print(f"  best: DP {best.data} TP {best.tensor} PP {best.pipeline} EP {best.expert} "
                   f"m {best.micro_batches} v {best.virtual_stages} {best.recompute}")
+    print(f"planner time / {GOAL_SECONDS:g} s goal at {args.world} NPUs: "
+          + ", ".join(f"{name.split(' ')[0]} {ratio:.2f}" for name, ratio in zip(JOBS, ratios)))
 
 
 if __name__ == "__main__":
