@@ -83,17 +83,5 @@ class PostEvent:
     message: str
 
 
-def aggregate_events(events: list[PostEvent]) -> list[PostEvent]:
-    """The events of one pass as posted: each Warning on its own (a problem to find by its reason), the Normal
-    ones as one event named by the first (a job's start is Created, Placed and GangReleased in one pass: one
-    API call, not three), the others' reasons and messages in its message."""
-    normal = [event for event in events if event.type == "Normal"]
-    warnings = [event for event in events if event.type != "Normal"]
-    if len(normal) < 2:
-        return normal + warnings
-    message = "; ".join([normal[0].message, *(f"{event.reason}: {event.message}" for event in normal[1:])])
-    return [PostEvent("Normal", normal[0].reason, message), *warnings]
-
-
 Action = (EnsureChildren | Place | CreatePods | RemoveGates | PinAndRelease | DeleteWorkloads | DeletePods | WriteRankTable
           | DeleteJob | PostEvent)

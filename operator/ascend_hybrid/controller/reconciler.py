@@ -30,7 +30,6 @@ from ..actions import (
     PostEvent,
     RemoveGates,
     WriteRankTable,
-    aggregate_events,
 )
 from ..ascend import device_infos_by_node
 from ..podview import attempt_of
@@ -181,14 +180,14 @@ class Controller:
 
     # -- one pass ---------------------------------------------------------------------------------------------
     def reconcile(self, key: JobKey) -> float | None:
-        """One pass; its events are posted when it ends, Normal ones as one (actions.aggregate_events)."""
+        """One pass; its events are posted when it ends, each with its own reason (users and alerts select by it)."""
         seen: list[dict] = []  # the job as the pass read it (its events name it)
         try:
             return self._reconcile(key, seen)
         finally:
             record = self.jobs.get(key)
             if record is not None and record.events:
-                events, record.events = aggregate_events(record.events), []
+                events, record.events = record.events, []
                 for event in events if seen else ():
                     self.post_now(seen[0], event.type, event.reason, event.message)
 
