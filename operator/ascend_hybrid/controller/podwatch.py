@@ -183,6 +183,9 @@ class ListWatch:
                 reason = f"HTTP {error.status} {error.reason}"
             except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:  # connection lost, bad JSON
                 reason = f"{type(error).__name__}: {error}"
+            except Exception as error:  # a dead watch thread would leave the store stale for good
+                log.exception("watch (%s): unexpected error", self.scope)
+                reason = f"{type(error).__name__}: {error}"
             wait = self.backoff[min(failures, len(self.backoff) - 1)]
             failures += 1
             metrics.POD_WATCH_RESTARTS.labels(reason="error").inc()

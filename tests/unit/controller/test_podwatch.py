@@ -108,6 +108,14 @@ def test_an_error_is_retried_from_the_same_version_and_the_watch_goes_on():
     assert len(store.job_pods(("ns", "job"))) == 2
 
 
+def test_an_unexpected_error_is_retried_too_rather_than_ending_the_watch_thread():
+    kube, store = run([[pod("job-a1-0")]], [KeyError("metadata"),
+                                            [{"type": "ADDED", "object": pod("job-a1-1", version="120")}]])
+    assert kube.calls == [("list", None, None), ("watch", None, "100"), ("watch", None, "100"),
+                          ("watch", None, "120")]
+    assert len(store.job_pods(("ns", "job"))) == 2
+
+
 def test_a_status_write_of_fields_nobody_reads_changes_nothing_and_wakes_nothing():
     changes = []
     store = PodStore(lambda old, new: changes.append(new))
