@@ -272,11 +272,15 @@ class Controller:
         )
 
     def workload(self, key: JobKey, job: dict, effective, pods: tuple[dict, ...]) -> dict | None:
-        """The Kueue Workload of a queued job's current attempt, once its pods exist (one read per pass)."""
+        """The Kueue Workload of a queued job's current attempt, once its pods exist or once it ran (one read per
+        pass): a preempted gang's pods may all be gone before a pass sees them deleting, and then only the
+        Workload still says Evicted — without it the eviction would read as pods deleted, a counted restart."""
         if effective is None or not effective.spec.scheduling.queue:
             return None
-        attempt = int((job.get("status") or {}).get("attempt") or 1)
-        if not any(attempt_of(pod) == attempt for pod in pods):
+        status = job.get("status") or {}
+        attempt = int(status.get("attempt") or 1)
+        started = (status.get("placement") or {}).get("attempt") == attempt
+        if not started and not any(attempt_of(pod) == attempt for pod in pods):
             return None
         return self.kube.get_workload(key[0], kueue.group_name(key[1], attempt))
 
