@@ -37,9 +37,11 @@ def kubectl(cluster, *args: str, check: bool = True) -> str:
 def install_crd(cluster) -> None:
     """As a user would: `kubectl apply --server-side -f crds/`, then wait until the API serves it."""
     kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    # `kubectl wait` fails outright ("conditions accessor error") while a just-updated CRD has no conditions yet
+    # `kubectl wait` fails outright ("conditions accessor error") while a just-updated CRD has no conditions yet,
+    # and so does a jsonpath filter over the missing list: until then it is "not yet", not an error
     wait_for(lambda: "True" in kubectl(cluster, "get", "customresourcedefinition/ascendhybridjobs.hybrid.ascend.dev",
-                                       "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}"),
+                                       "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+                                       check=False),
              30, "the CRD to be Established")
 
 
