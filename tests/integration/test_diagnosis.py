@@ -9,6 +9,7 @@ through the process runtime and need the trainer that writes its termination mes
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from kubernetes import client
@@ -47,8 +48,15 @@ def condition(status: dict, kind: str) -> dict:
     return next((c for c in status.get("conditions", []) if c["type"] == kind), {})
 
 
-def warnings(jobs: Jobs, name: str, reason: str) -> list[str]:
-    return [message for kind, why, message in jobs.events(name) if kind == "Warning" and why == reason]
+def warnings(jobs: Jobs, name: str, reason: str, within: float = 10.0) -> list[str]:
+    """The job's Warning events of `reason`, once there is one (the operator posts a pass's events after its status
+    write, so the status may show first), or none after `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        found = [message for kind, why, message in jobs.events(name) if kind == "Warning" and why == reason]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.25)
 
 
 def fail(jobs: Jobs, name: str, attempt: int, index: int, **outcome) -> dict:
