@@ -12,6 +12,7 @@ from ascend_hybrid.controller.clusterwatch import NamedStore, device_reaction, n
 from ascend_hybrid.controller.podwatch import ListWatch
 from ascend_hybrid.controller.reconciler import Controller
 from support.builders import deviceinfo
+from support.queues import drain
 
 
 @pytest.fixture
@@ -23,14 +24,6 @@ def controller():
     controller.queue.close()
 
 
-def woken(controller) -> set:
-    keys = set()
-    while (key := controller.queue.get(timeout=1.0)) is not None:  # wake_pending queues in 0.5 s
-        keys.add(key)
-        controller.queue.done(key)
-    return keys
-
-
 def ready_node(status: str = "True") -> dict:
     return {"metadata": {"name": "n1", "labels": {}, "managedFields": [{"manager": "kwok"}]}, "spec": {},
             "status": {"conditions": [{"type": "Ready", "status": status}], "allocatable": {}}}
@@ -40,13 +33,13 @@ def test_node_heartbeats_wake_nothing_but_a_ready_change_wakes_every_job(control
     store = NamedStore(node_reaction(controller))
     store.replace(None, [], "watch")
     store.apply("ADDED", ready_node())
-    assert woken(controller) == {("ns", "pending")}
+    assert drain(controller) == {("ns", "pending")}
     beat = ready_node()
     beat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-12-01T10:00:00Z"
     store.apply("MODIFIED", beat)
-    assert woken(controller) == set()
+    assert drain(controller) == set()
     store.apply("MODIFIED", ready_node("False"))
-    assert woken(controller) == {("ns", "pending"), ("ns", "running")}
+    assert drain(controller) == {("ns", "pending"), ("ns", "running")}
     assert "managedFields" not in store.values()[0]["metadata"]
 
 
@@ -54,13 +47,13 @@ def test_a_chip_turning_unhealthy_wakes_every_job_but_a_rewrite_with_the_same_he
     store = NamedStore(device_reaction(controller))
     healthy, broken = deviceinfo("node-1"), deviceinfo("node-1", unhealthy=[3])
     store.replace(None, [healthy], "watch")
-    assert woken(controller) == {("ns", "pending")}  # capacity may have changed: the waiting job
+    assert drain(controller) == {("ns", "pending")}  # capacity may have changed: the waiting job
     store.apply("MODIFIED", copy.deepcopy(healthy))  # rewritten, same health
-    assert woken(controller) == set()
+    assert drain(controller) == set()
     store.apply("MODIFIED", broken)
-    assert woken(controller) == {("ns", "pending"), ("ns", "running")}  # the running gang may hold chip 3
+    assert drain(controller) == {("ns", "pending"), ("ns", "running")}  # the running gang may hold chip 3
     store.apply("DELETED", broken)
-    assert woken(controller) == {("ns", "pending")}
+    assert drain(controller) == {("ns", "pending")}
 
 
 def test_a_store_with_nothing_to_watch_is_complete_and_a_relist_drops_what_went():

@@ -12,6 +12,7 @@ from ascend_hybrid import names
 from ascend_hybrid.ascend import RESOURCE
 from ascend_hybrid.controller.podwatch import PodStore, PodWatch, reaction
 from ascend_hybrid.controller.reconciler import Controller
+from support.queues import drain
 
 
 def pod(name: str, *, namespace: str = "ns", job: str | None = "job", chips: int = 8, phase: str = "Pending",
@@ -162,26 +163,18 @@ def controller():
     controller.queue.close()
 
 
-def queued(controller) -> set:
-    keys = set()
-    while (key := controller.queue.get(timeout=1.0)) is not None:  # wake_pending queues in 0.5 s
-        keys.add(key)
-        controller.queue.done(key)
-    return keys
-
-
 def test_a_job_pods_change_queues_its_job_and_a_finished_npu_pod_wakes_the_waiting_jobs(controller):
     changed = reaction(controller)
     controller.record_of(("other", "waiting")).phase = "Pending"
     changed(None, pod("job-a1-0"))
-    assert queued(controller) == {("ns", "job")}
+    assert drain(controller) == {("ns", "job")}
     running = pod("db-0", job=None, phase="Running")
     changed(None, running)
-    assert queued(controller) == set()  # one more NPU pod frees nothing
+    assert drain(controller) == set()  # one more NPU pod frees nothing
     finished = pod("db-0", job=None, phase="Succeeded")
     changed(running, finished)
-    assert queued(controller) == {("other", "waiting")}
+    assert drain(controller) == {("other", "waiting")}
     changed(finished, {**finished, "status": {"phase": "Succeeded", "reason": "Completed"}})
-    assert queued(controller) == set()  # still finished: nothing new is free
+    assert drain(controller) == set()  # still finished: nothing new is free
     changed(finished, None)
-    assert queued(controller) == {("other", "waiting")}
+    assert drain(controller) == {("other", "waiting")}
