@@ -19,7 +19,7 @@ import argparse
 import statistics
 import time
 
-from ascend_hybrid import names
+from ascend_hybrid.contracts import names
 from benchkit import (
     DevCluster,
     Operator,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from ascend_hybrid.inventory import build_inventory
-from ascend_hybrid.placement import GangRequest, place
+from ascend_hybrid.gang.inventory import build_inventory
+from ascend_hybrid.gang.placement import GangRequest, place
 from support.builders import cluster
 from support.builders import npu_pod as pod
 

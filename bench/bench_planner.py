@@ -13,8 +13,8 @@ import argparse
 import statistics
 import time
 
-from ascend_hybrid import rules
 from ascend_hybrid.planner import hardware, search
+from ascend_hybrid.spec import rules
 
 GOAL_SECONDS = 2.0
 JOBS = {

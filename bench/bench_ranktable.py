@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import time
 
-from ascend_hybrid import names
-from ascend_hybrid.ranktable import DEVICE_ANNOTATION, build_rank_table, dumps
+from ascend_hybrid.contracts import names
+from ascend_hybrid.gang.ranktable import DEVICE_ANNOTATION, build_rank_table, dumps
 
 PODS, PER_POD = 2048, 8
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ascend_hybrid import names
+from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.testing.pods import outcome_annotations
 from benchkit import DevCluster, Operator, bare_pods, gang_job, job_running, median_range, ratio_line, say
 

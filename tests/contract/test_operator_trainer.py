@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ascend_hybrid import crd, models, render, rules
+from ascend_hybrid.gang import render
+from ascend_hybrid.spec import crd, models, rules
 from ascend_hybrid_trainer import cli as trainer_cli
 from ascend_hybrid_trainer import defaults
 from ascend_hybrid_trainer.config import MODEL_PRESETS, parse_job
@@ -139,7 +140,7 @@ def test_the_trainer_reads_the_rank_table_as_the_operator_writes_it_plain_or_gzi
     import base64
     import json
 
-    from ascend_hybrid import ranktable
+    from ascend_hybrid.gang import ranktable
     from ascend_hybrid_trainer import rank_table
 
     servers = [{"server_id": f"127.0.{index // 250}.{index % 250}", "container_ip": f"127.16.{index // 250}.{index % 250}",

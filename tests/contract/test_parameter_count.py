@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from ascend_hybrid import rules
 from ascend_hybrid.planner.workload import Workload
+from ascend_hybrid.spec import rules
 from ascend_hybrid_trainer.config import parse_job
 from ascend_hybrid_trainer.parameters import parameter_breakdown, parameter_count
 from support.builders import job_body

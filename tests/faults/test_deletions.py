@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from ascend_hybrid import names
+from ascend_hybrid.contracts import names
 from support.faults import CaseResult, Monitor, check_job, converge
 from support.operator_harness import job_manifest, wait_for
 

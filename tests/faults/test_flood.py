@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
 
-from ascend_hybrid.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
 from support.faults import CaseResult, Monitor, live
 from support.operator_harness import job_manifest, wait_for
 

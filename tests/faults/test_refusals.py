@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from ascend_hybrid import names
+from ascend_hybrid.contracts import names
 from support.faults import CaseResult, converge
 from support.operator_harness import Jobs, job_manifest, wait_for
 

@@ -9,8 +9,8 @@ import time
 
 from kubernetes import client
 
-from ascend_hybrid import names
-from ascend_hybrid.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.contracts import names
+from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
 from support.faults import CaseResult, Monitor, check_job, converge
 
 RIVAL_SECONDS = 10

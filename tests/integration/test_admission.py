@@ -10,7 +10,7 @@ import json
 import pytest
 from kubernetes import client
 
-from ascend_hybrid.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
 from support.operator_harness import install_crd
 from support.rule_cases import RULE_CASES
 

@@ -24,7 +24,7 @@ import psutil
 import pytest
 import yaml
 
-from ascend_hybrid import names
+from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.controlplane import ports, toolchain
 from ascend_hybrid.devcluster.kube.client import read_raw
 from ascend_hybrid.devcluster.runtime import helper as runtime_helper

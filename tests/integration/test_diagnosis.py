@@ -14,7 +14,7 @@ import time
 import pytest
 from kubernetes import client
 
-from ascend_hybrid.ascend import pod_chip_ids
+from ascend_hybrid.contracts.ascend import pod_chip_ids
 from ascend_hybrid.devcluster.nodes import fleet
 from ascend_hybrid.devcluster.runtime import helper as runtime_helper
 from ascend_hybrid.devcluster.runtime.launch import RUNTIME_ANNOTATION

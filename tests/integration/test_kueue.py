@@ -15,7 +15,7 @@ import time
 import pytest
 from kubernetes import client
 
-from ascend_hybrid import kueue, names
+from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.devcluster import cluster
 from ascend_hybrid.devcluster.kube import processes
 from ascend_hybrid.devcluster.kueue import manager as kueue_manager

@@ -8,7 +8,7 @@ import time
 import pytest
 from kubernetes import client
 
-from ascend_hybrid import names
+from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.nodes import fleet
 from ascend_hybrid.devcluster.nodes.manifests import plan_nodes
 from ascend_hybrid.devcluster.paths import load_settings

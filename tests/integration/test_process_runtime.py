@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from ascend_hybrid import names
+from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.kube import processes
 from ascend_hybrid.devcluster.runtime import default as runtime_default
 from ascend_hybrid.devcluster.runtime import helper as runtime_helper

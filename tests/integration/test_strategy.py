@@ -8,7 +8,7 @@ import json
 import pytest
 from kubernetes import client
 
-from ascend_hybrid import names
+from ascend_hybrid.contracts import names
 from support.operator_harness import Jobs, OperatorProcess, install_crd, job_manifest, wait_for
 
 pytestmark = pytest.mark.integration

@@ -8,12 +8,12 @@ import copy
 import json
 from typing import Any
 
-from ascend_hybrid.ascend import DEVICE_ANNOTATION, RACK_LABEL, RESOURCE, SUPERPOD_LABEL
-from ascend_hybrid.chips import CHIPS
+from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, RACK_LABEL, RESOURCE, SUPERPOD_LABEL
+from ascend_hybrid.contracts.chips import CHIPS
+from ascend_hybrid.contracts.names import ATTEMPT_LABEL, JOB_LABEL, POD_INDEX_LABEL
 from ascend_hybrid.devcluster.deviceplugin.allocation import device_annotations
 from ascend_hybrid.devcluster.nodes.manifests import SimNode
 from ascend_hybrid.devcluster.telemetry import figures
-from ascend_hybrid.names import ATTEMPT_LABEL, JOB_LABEL, POD_INDEX_LABEL
 
 API_VERSION = "hybrid.ascend.dev/v1alpha1"
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from kubernetes import client
 
-from ascend_hybrid import names
-from ascend_hybrid.ascend import DEVICE_ANNOTATION, RESOURCE
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, RESOURCE
 from support.operator_harness import Jobs, wait_for
 
 REPORT_FILE = Path(__file__).resolve().parents[2] / "build" / "fault-matrix.json"

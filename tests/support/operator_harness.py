@@ -17,9 +17,9 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from ascend_hybrid import names
-from ascend_hybrid.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.controlplane import ports
+from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
 from support.paths import REPO_ROOT as REPO
 
 

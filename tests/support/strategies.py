@@ -6,8 +6,8 @@ from math import gcd
 
 from hypothesis import strategies as st
 
-from ascend_hybrid.causes import ACTIONS, CAUSES, RESTART_AVOIDING_NODE, SOFTWARE_CAUSES
-from ascend_hybrid.chips import CHIP_NAMES, CHIPS
+from ascend_hybrid.contracts.chips import CHIP_NAMES, CHIPS
+from ascend_hybrid.spec.causes import ACTIONS, CAUSES, RESTART_AVOIDING_NODE, SOFTWARE_CAUSES
 
 
 def _divisors(n: int) -> list[int]:

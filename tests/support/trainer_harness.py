@@ -194,7 +194,7 @@ def pod_launch_envs(tmp_path: Path, manifests: list[dict]) -> list[dict[str, str
     job.json from the job ConfigMap, hccl.json from the planning core's build_rank_table. Downward-API values
     are filled in (POD_IP 127.0.0.1); MS_SCHED_PORT and the metrics ports become free ports, so runs sharing
     this machine do not collide; each pod's /dev/termination-log is termination_log(tmp_path, index)."""
-    from ascend_hybrid.ranktable import build_rank_table
+    from ascend_hybrid.gang.ranktable import build_rank_table
 
     pods = sorted((m for m in manifests if m["kind"] == "Pod"),
                   key=lambda pod: int(pod["metadata"]["labels"][POD_INDEX_LABEL]))

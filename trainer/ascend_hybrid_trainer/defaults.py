@@ -1,6 +1,6 @@
 """Every default of the trainer's job contract, once: the job.json reader (`config.py`), the local runner's command
 line (`cli.py`) and the launcher take them from here. PARALLELISM, MODEL, TRAINING and CHECKPOINT are the CRD's
-defaults (operator/ascend_hybrid/api.py); the trainer keeps this table because it never imports the operator, and
+defaults (operator/ascend_hybrid/spec/api.py); the trainer keeps this table because it never imports the operator, and
 tests/contract/test_operator_trainer.py checks that the two agree, key by key."""
 
 from __future__ import annotations

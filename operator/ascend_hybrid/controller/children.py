@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 import time
 
-from .. import names, render
-from .kube import rank_table_of, service_ip
-from .refused import Refused
+from ascend_hybrid.contracts import names
+from ascend_hybrid.controller.kube import rank_table_of, service_ip
+from ascend_hybrid.controller.refused import Refused
+from ascend_hybrid.gang import render
 
 log = logging.getLogger(__name__)
 KEEP_IP_SECONDS = 10.0  # how long a deleted Service's IP may take to be released before another is taken

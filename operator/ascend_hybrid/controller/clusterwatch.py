@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from ..ascend import parse_deviceinfo
-from ..podview import ready_condition
-from .podwatch import SYNC_TIMEOUT_SECONDS
+from ascend_hybrid.contracts.ascend import parse_deviceinfo
+from ascend_hybrid.contracts.podview import ready_condition
+from ascend_hybrid.controller.podwatch import SYNC_TIMEOUT_SECONDS
 
 Change = Callable[[str, dict | None, dict | None], None]
 

@@ -15,9 +15,10 @@ import os
 
 import kopf
 
-from .. import backlog, names
-from ..api import GROUP, PLURAL, VERSION
-from .reconciler import Controller, Indexes, JobKey
+from ascend_hybrid.contracts import names
+from ascend_hybrid.controller.loop import Controller, Indexes, JobKey
+from ascend_hybrid.gang import backlog
+from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 COPY_RETRIES = 5

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from .settings import OperatorSettings
+from ascend_hybrid.controller.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 EXIT_LOST_LEADERSHIP = 3
@@ -73,7 +73,13 @@ def leader_elector(settings: OperatorSettings, api_client, on_lost=_exit_on_lost
     """The elector for --leader-elect (not started), or None: then this process is the only one and leads."""
     from kubernetes import client
 
-    from .leader import LEADER, LeaderElector, LeaseSettings, candidate_identity, default_lease_namespace
+    from ascend_hybrid.controller.leader import (
+        LEADER,
+        LeaderElector,
+        LeaseSettings,
+        candidate_identity,
+        default_lease_namespace,
+    )
 
     if not settings.leader_elect:
         LEADER.set(1)
@@ -90,7 +96,7 @@ def serve_metrics(settings: OperatorSettings, api_client) -> None:
     if not settings.metrics_port:
         return
     if settings.metrics_auth:
-        from .metrics_auth import serve_authenticated
+        from ascend_hybrid.controller.metrics_auth import serve_authenticated
 
         serve_authenticated(settings.bind_address, settings.metrics_port, api_client, settings.metrics_cert_dir)
         return

@@ -19,10 +19,12 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from .. import api, kueue, names, ranktable
-from ..podview import holds_npus, project_pod
-from .metrics import API_CALLS
-from .refused import Refused, is_refusal
+from ascend_hybrid.contracts import kueue, names
+from ascend_hybrid.contracts.podview import holds_npus, project_pod
+from ascend_hybrid.controller.metrics import API_CALLS
+from ascend_hybrid.controller.refused import Refused, is_refusal
+from ascend_hybrid.gang import ranktable
+from ascend_hybrid.spec import api
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from . import hardening
-from .settings import OperatorSettings
+from ascend_hybrid.controller import hardening
+from ascend_hybrid.controller.settings import OperatorSettings
 
 EXIT_NOT_READY = 2
 
@@ -52,7 +52,7 @@ def settings_from(args) -> OperatorSettings:
 
 def load_hardware_profiles(path: str | None) -> dict:
     """Name → planner Hardware from a YAML file holding one hardware document or a list of them."""
-    from ..planner.hardware import HardwareError, from_mapping
+    from ascend_hybrid.planner.hardware import HardwareError, from_mapping
 
     if not path:
         return {}
@@ -78,14 +78,14 @@ def run(args) -> int:
     import urllib3
     from kubernetes.client.exceptions import ApiException
 
-    from ..ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
-    from . import handlers  # noqa: F401 - registers the kopf handlers
-    from .clusterwatch import NamedStore, device_reaction, node_reaction
-    from .kube import Kube
-    from .metrics import publishing_loop
-    from .podwatch import ListWatch, PodStore, reaction
-    from .reconciler import Controller
-    from .telemetry import TelemetrySource, sampling_loop
+    from ascend_hybrid.contracts.ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
+    from ascend_hybrid.controller import handlers  # noqa: F401 - registers the kopf handlers
+    from ascend_hybrid.controller.clusterwatch import NamedStore, device_reaction, node_reaction
+    from ascend_hybrid.controller.kube import Kube
+    from ascend_hybrid.controller.loop import Controller
+    from ascend_hybrid.controller.metrics import publishing_loop
+    from ascend_hybrid.controller.podwatch import ListWatch, PodStore, reaction
+    from ascend_hybrid.controller.telemetry import TelemetrySource, sampling_loop
 
     settings = settings_from(args)
     try:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from ..conditions import parse_time
+from ascend_hybrid.contracts.conditions import parse_time
 
 SECONDS_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 

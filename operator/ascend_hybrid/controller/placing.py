@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import time
 
-from .. import backlog, names
-from ..actions import Place
-from ..ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
-from ..inventory import build_inventory, pinned_node
-from ..placement import place as place_on
-from ..placement_record import record_placement
-from ..podview import node_of
-from ..reconcile import Decision, Observed
-from ..summary import node_domains
-from . import metrics
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
+from ascend_hybrid.contracts.podview import node_of
+from ascend_hybrid.controller import metrics
+from ascend_hybrid.gang import backlog
+from ascend_hybrid.gang.inventory import build_inventory, pinned_node
+from ascend_hybrid.gang.placement import place as place_on
+from ascend_hybrid.gang.summary import node_domains
+from ascend_hybrid.reconcile.actions import Place
+from ascend_hybrid.reconcile.decision import Decision, Observed
+from ascend_hybrid.reconcile.placement_record import record_placement
 
 JobKey = tuple[str, str]
 

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from .. import names
-from ..podview import holds_npus, is_finished, labels_of, project_pod
-from . import metrics
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.podview import holds_npus, is_finished, labels_of, project_pod
+from ascend_hybrid.controller import metrics
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]

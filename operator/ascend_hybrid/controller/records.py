@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .. import backlog
-from ..actions import PostEvent
-from ..progress import Sample
-from ..refusals import Refusal
+from ascend_hybrid.diagnosis.refusals import Refusal
+from ascend_hybrid.gang import backlog
+from ascend_hybrid.monitoring.progress import Sample
+from ascend_hybrid.reconcile.actions import PostEvent
 
 JobKey = tuple[str, str]
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from kubernetes.client.exceptions import ApiException
 
-from ..refusals import REFUSED_STATUSES, Refusal
+from ascend_hybrid.diagnosis.refusals import REFUSED_STATUSES, Refusal
 
 
 class Refused(ApiException):

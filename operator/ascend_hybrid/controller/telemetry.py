@@ -15,9 +15,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-from .. import names
-from ..podview import attempt_of, pod_index
-from ..progress import Sample, from_prometheus, from_trainer_text, prometheus_queries, prometheus_vector_queries
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.podview import attempt_of, pod_index
+from ascend_hybrid.monitoring.progress import (
+    Sample,
+    from_prometheus,
+    from_trainer_text,
+    prometheus_queries,
+    prometheus_vector_queries,
+)
 
 
 class TelemetrySource:

@@ -2,7 +2,7 @@
 
 import sys
 
-from .cli import main
+from ascend_hybrid.devcluster.cli import main
 
 arguments = sys.argv[1:]
 sys.exit(main(arguments if arguments[:1] == ["dev-cluster"] else ["dev-cluster", *arguments]))

@@ -18,12 +18,12 @@ import argparse
 import subprocess
 import sys
 
-from . import cluster
-from .controlplane import toolchain
-from .kube.waiting import WaitTimeout
-from .nodes import fleet
-from .nodes.manifests import PROFILES
-from .telemetry import prometheus
+from ascend_hybrid.devcluster import cluster
+from ascend_hybrid.devcluster.controlplane import toolchain
+from ascend_hybrid.devcluster.kube.waiting import WaitTimeout
+from ascend_hybrid.devcluster.nodes import fleet
+from ascend_hybrid.devcluster.nodes.manifests import PROFILES
+from ascend_hybrid.devcluster.telemetry import prometheus
 
 EXPECTED_ERRORS = (RuntimeError, ValueError, FileNotFoundError, WaitTimeout, subprocess.TimeoutExpired)
 

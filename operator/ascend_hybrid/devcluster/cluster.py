@@ -12,15 +12,15 @@ from pathlib import Path
 
 from kubernetes import client
 
-from .controlplane import kwokctl, ports, toolchain
-from .helpers import Helper, recorded_helpers
-from .kube import processes
-from .kube.client import api_client
-from .kube.waiting import wait_until
-from .kueue import manager as kueue_manager
-from .nodes import fleet
-from .nodes.manifests import nodes_per_rack, plan_nodes, profile
-from .paths import (
+from ascend_hybrid.devcluster.controlplane import kwokctl, ports, toolchain
+from ascend_hybrid.devcluster.helpers import Helper, recorded_helpers
+from ascend_hybrid.devcluster.kube import processes
+from ascend_hybrid.devcluster.kube.client import api_client
+from ascend_hybrid.devcluster.kube.waiting import wait_until
+from ascend_hybrid.devcluster.kueue import manager as kueue_manager
+from ascend_hybrid.devcluster.nodes import fleet
+from ascend_hybrid.devcluster.nodes.manifests import nodes_per_rack, plan_nodes, profile
+from ascend_hybrid.devcluster.paths import (
     DEFAULT_NAME,
     POD_NETWORK,
     ClusterPaths,
@@ -31,9 +31,9 @@ from .paths import (
     other_pod_cidrs,
     save_settings,
 )
-from .runtime import default as runtime_default
-from .runtime import helper as runtime_helper
-from .telemetry import exporter, prometheus
+from ascend_hybrid.devcluster.runtime import default as runtime_default
+from ascend_hybrid.devcluster.runtime import helper as runtime_helper
+from ascend_hybrid.devcluster.telemetry import exporter, prometheus
 
 DEVICE_PLUGIN_MODULE = "ascend_hybrid.devcluster.deviceplugin.plugin"
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .kube import processes
-from .kube.waiting import WaitTimeout, wait_until
-from .paths import ClusterPaths
+from ascend_hybrid.devcluster.kube import processes
+from ascend_hybrid.devcluster.kube.waiting import WaitTimeout, wait_until
+from ascend_hybrid.devcluster.paths import ClusterPaths
 
 LOG_TAIL_LINES = 5
 

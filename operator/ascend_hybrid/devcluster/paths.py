@@ -10,7 +10,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .kube import processes
+from ascend_hybrid.devcluster.kube import processes
 
 DEFAULT_NAME = "ahj"
 CLUSTERS_ENV = "AHJ_CLUSTERS_DIR"

@@ -16,19 +16,19 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from .. import layout as layouts
-from .. import names
-from ..api import GROUP, PLURAL, VERSION
-from ..ascend import RACK_LABEL
-from ..conditions import TERMINAL_JOB_PHASES
-from ..devcluster import cluster as devcluster
-from ..devcluster.controlplane import ports, toolchain
-from ..devcluster.helpers import Helper
-from ..devcluster.kube.client import api_client
-from ..devcluster.kube.waiting import WaitTimeout, wait_until
-from ..devcluster.telemetry import prometheus
-from ..rules import parse
-from .repo import chart_dir, repo_root
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.ascend import RACK_LABEL
+from ascend_hybrid.contracts.conditions import TERMINAL_JOB_PHASES
+from ascend_hybrid.devcluster import cluster as devcluster
+from ascend_hybrid.devcluster.controlplane import ports, toolchain
+from ascend_hybrid.devcluster.helpers import Helper
+from ascend_hybrid.devcluster.kube.client import api_client
+from ascend_hybrid.devcluster.kube.waiting import WaitTimeout, wait_until
+from ascend_hybrid.devcluster.telemetry import prometheus
+from ascend_hybrid.devtools.repo import chart_dir, repo_root
+from ascend_hybrid.gang import layout as layouts
+from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.spec.rules import parse
 
 EXAMPLES = ("seed-moe-128.yaml", "job.yaml")
 REAL_JOB = "tiny-dp2-real.yaml"  # its pods run the real trainer through the process runtime
@@ -269,7 +269,7 @@ def placement_report(body: dict, racks: dict[str, str]) -> list[str]:
 
 def run_demo(args) -> int:
     if args.kueue:
-        from . import kueue_demo
+        from ascend_hybrid.devtools import kueue_demo
 
         return kueue_demo.run(args)
     started = time.monotonic()

@@ -11,15 +11,15 @@ import time
 
 from kubernetes import client
 
-from ..api import GROUP, PLURAL, VERSION
-from ..devcluster import cluster as devcluster
-from ..devcluster.controlplane import toolchain
-from ..devcluster.kube.client import api_client
-from ..devcluster.kube.waiting import WaitTimeout, wait_until
-from ..devcluster.kueue import manager as kueue_manager
-from ..devcluster.kueue import manifests as kueue_manifests
-from ..devcluster.nodes import fleet
-from . import demo
+from ascend_hybrid.devcluster import cluster as devcluster
+from ascend_hybrid.devcluster.controlplane import toolchain
+from ascend_hybrid.devcluster.kube.client import api_client
+from ascend_hybrid.devcluster.kube.waiting import WaitTimeout, wait_until
+from ascend_hybrid.devcluster.kueue import manager as kueue_manager
+from ascend_hybrid.devcluster.kueue import manifests as kueue_manifests
+from ascend_hybrid.devcluster.nodes import fleet
+from ascend_hybrid.devtools import demo
+from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
 
 TEAMS = ("team-a", "team-b")
 CLUSTER_QUEUE, LOCAL_QUEUE, QUOTA_NPUS = "teams", "team", 16

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .hardware import GIB, Hardware
-from .search import Evaluation, Plan, Rejections
-from .timing import tier_of
-from .workload import Strategy, Workload
+from ascend_hybrid.planner.hardware import GIB, Hardware
+from ascend_hybrid.planner.search import Evaluation, Plan, Rejections
+from ascend_hybrid.planner.timing import tier_of
+from ascend_hybrid.planner.workload import Strategy, Workload
 
 IDLE_WARNING = 0.25
 

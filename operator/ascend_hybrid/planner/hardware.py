@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..chips import CHIPS
+from ascend_hybrid.contracts.chips import CHIPS
 
 GIB = 2 ** 30
 DEFAULT_COMPUTE_EFFICIENCY = 0.5  # achieved share of peak in transformer matmuls when a file does not say

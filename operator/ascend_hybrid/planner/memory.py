@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .workload import Strategy, Workload
+from ascend_hybrid.planner.workload import Strategy, Workload
 
 
 @dataclass(frozen=True)

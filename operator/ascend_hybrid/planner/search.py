@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import rules
-from ..chips import CHIPS
-from .hardware import Hardware
-from .memory import MIXED_PRECISION_ADAM, StageMemory, StatesFormat, most_loaded
-from .timing import Group, StepTime, groups, model_flops_per_step, step_time
-from .workload import Strategy, Workload
+from ascend_hybrid.contracts.chips import CHIPS
+from ascend_hybrid.planner.hardware import Hardware
+from ascend_hybrid.planner.memory import MIXED_PRECISION_ADAM, StageMemory, StatesFormat, most_loaded
+from ascend_hybrid.planner.timing import Group, StepTime, groups, model_flops_per_step, step_time
+from ascend_hybrid.planner.workload import Strategy, Workload
+from ascend_hybrid.spec import rules
 
 RECOMPUTE_KINDS = ("none", "selective", "full")
 EXAMPLES_PER_REASON = 3

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from ..layout import Layout
-from .hardware import GIB
-from .memory import StageMemory
+from ascend_hybrid.gang.layout import Layout
+from ascend_hybrid.planner.hardware import GIB
+from ascend_hybrid.planner.memory import StageMemory
 
 STAGE_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
                  "#9c755f", "#86bcb6", "#d37295", "#a0cbe8")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .hardware import Hardware, Tier
-from .workload import Strategy, Workload
+from ascend_hybrid.planner.hardware import Hardware, Tier
+from ascend_hybrid.planner.workload import Strategy, Workload
 
 BYTES_16BIT = 2
 GROUP_KINDS = ("tensor", "pipeline", "data", "expert")

@@ -12,7 +12,7 @@ PROBE = """
 import importlib.machinery, json, sys
 spec = importlib.machinery.PathFinder.find_spec("operator", sys.path)
 import operator
-import ascend_hybrid, ascend_hybrid.cli, ascend_hybrid.render
+import ascend_hybrid, ascend_hybrid.cli, ascend_hybrid.gang.render
 from importlib.resources import files
 print(json.dumps({
     "found": spec.origin if spec else None,

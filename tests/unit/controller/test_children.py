@@ -8,11 +8,11 @@ import json
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ascend_hybrid import names
+from ascend_hybrid.contracts import names
 from ascend_hybrid.controller import children
-from ascend_hybrid.controller.reconciler import Controller
+from ascend_hybrid.controller.loop import Controller
 from ascend_hybrid.controller.refused import Refused
-from ascend_hybrid.rules import parse
+from ascend_hybrid.spec.rules import parse
 from support.builders import job_body
 
 KEY = ("default", "job")

@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from ascend_hybrid.controller.clusterwatch import NamedStore, device_reaction, node_reaction
+from ascend_hybrid.controller.loop import Controller
 from ascend_hybrid.controller.podwatch import ListWatch
-from ascend_hybrid.controller.reconciler import Controller
 from support.builders import deviceinfo
 from support.queues import drain
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ascend_hybrid.controller.reconciler import Controller, Indexes
+from ascend_hybrid.controller.loop import Controller, Indexes
 from support.builders import job_body
 
 

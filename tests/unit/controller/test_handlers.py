@@ -8,7 +8,7 @@ import kopf
 import pytest
 
 from ascend_hybrid.controller import handlers
-from ascend_hybrid.controller.reconciler import Controller
+from ascend_hybrid.controller.loop import Controller
 
 
 def pod_with_managed_fields() -> dict:
@@ -143,8 +143,8 @@ def test_a_pass_reuses_the_job_its_last_write_returned_until_anyone_else_changes
 def test_a_status_of_pod_counts_alone_waits_for_the_coalescing_window_but_a_real_change_does_not():
     import time
 
-    from ascend_hybrid.controller.reconciler import Next
-    from ascend_hybrid.reconcile import Decision
+    from ascend_hybrid.controller.loop import Next
+    from ascend_hybrid.reconcile.decision import Decision
 
     controller, key = Controller(kube=None), ("ns", "job")
     old = {"phase": "Starting", "pods": {"running": 1}}

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ascend_hybrid.controller import metrics
-from ascend_hybrid.controller.reconciler import Controller
+from ascend_hybrid.controller.loop import Controller
 from ascend_hybrid.controller.settings import OperatorSettings
 
 

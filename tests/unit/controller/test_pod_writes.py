@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from kubernetes import client
 
-from ascend_hybrid import names
+from ascend_hybrid.contracts import names
 from ascend_hybrid.controller.kube import Kube
 from ascend_hybrid.controller.refused import Refused
 

@@ -8,10 +8,10 @@ import threading
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from ascend_hybrid import names
-from ascend_hybrid.ascend import RESOURCE
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.ascend import RESOURCE
+from ascend_hybrid.controller.loop import Controller
 from ascend_hybrid.controller.podwatch import PodStore, PodWatch, reaction
-from ascend_hybrid.controller.reconciler import Controller
 from support.queues import drain
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ascend_hybrid import backlog
-from ascend_hybrid.controller.reconciler import Controller, Indexes, JobRecord
+from ascend_hybrid.controller.loop import Controller, Indexes, JobRecord
+from ascend_hybrid.gang import backlog
 
 
 def indexes(jobs: list[backlog.Entry] | None = None) -> Indexes:
@@ -35,7 +35,7 @@ def test_a_queued_gangs_promise_holds_until_its_pods_show_pinned_or_bound():
 
 
 def test_pods_created_without_a_node_promise_nothing():
-    from ascend_hybrid.actions import PodToCreate
+    from ascend_hybrid.reconcile.actions import PodToCreate
 
     controller = Controller(kube=None)
     controller.promise(("ns", "queued"), [PodToCreate({"metadata": {"name": "queued-a1-0"}}, None, 8),

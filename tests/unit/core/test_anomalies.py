@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_hybrid.anomalies import LOAD_IMBALANCED, STRAGGLING, TRAINING_STALLED, fold
-from ascend_hybrid.api import Monitoring
-from ascend_hybrid.progress import ChipReading, Sample
+from ascend_hybrid.monitoring.anomalies import LOAD_IMBALANCED, STRAGGLING, TRAINING_STALLED, fold
+from ascend_hybrid.monitoring.progress import ChipReading, Sample
+from ascend_hybrid.spec.api import Monitoring
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 SPEC = Monitoring()  # spread 30 points, 3 samples, factor 1.5, window 10, stall 300 s

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ascend_hybrid import ranktable
-from ascend_hybrid.ascend import (
+from ascend_hybrid.contracts.ascend import (
     DEVICE_ANNOTATION,
     SUPERPOD_LABEL,
     DeviceInfo,
@@ -16,7 +15,8 @@ from ascend_hybrid.ascend import (
     pod_devices,
     super_pod_id,
 )
-from ascend_hybrid.inventory import build_inventory
+from ascend_hybrid.gang import ranktable
+from ascend_hybrid.gang.inventory import build_inventory
 from support.builders import deviceinfo, node, pod_object
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ascend_hybrid import backlog, names
-from ascend_hybrid.backlog import Waiting, ahead, entry, queue_key, unseen_placements
+from ascend_hybrid.contracts import names
+from ascend_hybrid.gang import backlog
+from ascend_hybrid.gang.backlog import Waiting, ahead, entry, queue_key, unseen_placements
 
 
 def body(name, phase="Placing", attempt=1, placed=1, nodes=("n1", "n2"), chip=None, per_pod=None,

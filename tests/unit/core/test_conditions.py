@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from ascend_hybrid.conditions import only_progress
+from ascend_hybrid.contracts.conditions import only_progress
 
 STARTING = {"phase": "Starting", "attempt": 1, "message": "waiting for 128 pods: job-a1-0: phase Pending",
             "pods": {"total": 128, "pending": 128, "running": 0, "succeeded": 0, "failed": 0},
@@ -45,7 +45,7 @@ def test_no_change_is_not_progress_either():
 
 
 def test_a_gangs_start_moving_on_is_starting_alone_until_it_runs_or_breaks():
-    from ascend_hybrid.conditions import only_starting
+    from ascend_hybrid.contracts.conditions import only_starting
 
     placed = {key: value for key, value in STARTING.items() if key not in ("pods", "rankTable")}
     placed["phase"] = "Placing"

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid import crd, rules
-from ascend_hybrid import k8s_validation as k8s
-from ascend_hybrid.api import AscendHybridJobSpec
+from ascend_hybrid.spec import crd, rules
+from ascend_hybrid.spec import k8s_validation as k8s
+from ascend_hybrid.spec.api import AscendHybridJobSpec
 from support.builders import apply_defaults
 from support.strategies import valid_specs
 

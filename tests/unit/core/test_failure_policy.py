@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_hybrid.api import FailurePolicyRule
-from ascend_hybrid.causes import ACTIONS, CAUSES
-from ascend_hybrid.failure_policy import counters_after, judge, restart_text
-from ascend_hybrid.failures import Failure
-from ascend_hybrid.rules import SpecError, parse
+from ascend_hybrid.diagnosis.failures import Failure
+from ascend_hybrid.diagnosis.policy import counters_after, judge, restart_text
+from ascend_hybrid.spec.api import FailurePolicyRule
+from ascend_hybrid.spec.causes import ACTIONS, CAUSES
+from ascend_hybrid.spec.rules import SpecError, parse
 from support.builders import job_body
 
 

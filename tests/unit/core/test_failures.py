@@ -9,10 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_hybrid import names
-from ascend_hybrid.ascend import DEVICE_ANNOTATION, DeviceInfo
-from ascend_hybrid.causes import CAUSES, TRAINER_CAUSES
-from ascend_hybrid.failures import (
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DeviceInfo
+from ascend_hybrid.diagnosis.failures import (
     PEER_GRACE_SECONDS,
     Failure,
     Wait,
@@ -23,6 +22,7 @@ from ascend_hybrid.failures import (
     parse_termination_message,
     summary,
 )
+from ascend_hybrid.spec.causes import CAUSES, TRAINER_CAUSES
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 PLACED = ["node-0", "node-1", "node-2"]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_hybrid.causes import CAUSES
-from ascend_hybrid.failures import Failure
-from ascend_hybrid.hints import hint, memory_prediction, prediction
+from ascend_hybrid.diagnosis.failures import Failure
+from ascend_hybrid.diagnosis.hints import hint, memory_prediction, prediction
 from ascend_hybrid.planner.hardware import GIB
-from ascend_hybrid.rules import parse
+from ascend_hybrid.spec.causes import CAUSES
+from ascend_hybrid.spec.rules import parse
 from support.builders import job_body
 
 JOB = parse(job_body({"parallelism": {"data": 2, "tensor": 4}, "npu": {"perPod": 8},

@@ -3,9 +3,9 @@ import random
 
 import pytest
 
-from ascend_hybrid.ascend import RACK_LABEL, SUPERPOD_LABEL, chip_type_of, pod_chip_ids
-from ascend_hybrid.inventory import blocking_taints, build_inventory, tolerates
-from ascend_hybrid.podview import npu_request
+from ascend_hybrid.contracts.ascend import RACK_LABEL, SUPERPOD_LABEL, chip_type_of, pod_chip_ids
+from ascend_hybrid.contracts.podview import npu_request
+from ascend_hybrid.gang.inventory import blocking_taints, build_inventory, tolerates
 from support.builders import deviceinfo, node
 from support.builders import npu_pod as pod
 

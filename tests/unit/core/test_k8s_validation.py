@@ -7,9 +7,10 @@ from decimal import Decimal
 
 import pytest
 
-from ascend_hybrid import k8s_validation as k8s
-from ascend_hybrid import reconcile, rules
-from ascend_hybrid.reconcile import Observed, decide
+from ascend_hybrid.reconcile import decision as reconcile
+from ascend_hybrid.reconcile.decision import Observed, decide
+from ascend_hybrid.spec import k8s_validation as k8s
+from ascend_hybrid.spec import rules
 
 # --- quantities: apimachinery v0.36.3 pkg/api/resource/quantity_test.go, TestQuantityParse -------------------------
 

@@ -7,7 +7,7 @@ import copy
 import jsonpatch
 import pytest
 
-from ascend_hybrid import kueue, names
+from ascend_hybrid.contracts import kueue, names
 
 GROUP = "demo-a1"
 

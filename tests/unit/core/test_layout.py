@@ -9,9 +9,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid import layout as layouts
-from ascend_hybrid import rules, summary
-from ascend_hybrid.layout import Layout
+from ascend_hybrid.gang import layout as layouts
+from ascend_hybrid.gang import summary
+from ascend_hybrid.gang.layout import Layout
+from ascend_hybrid.spec import rules
 
 
 def divisors(n: int) -> list[int]:

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid.chips import CHIPS
-from ascend_hybrid.inventory import build_inventory
-from ascend_hybrid.placement import GangRequest, place
+from ascend_hybrid.contracts.chips import CHIPS
+from ascend_hybrid.gang.inventory import build_inventory
+from ascend_hybrid.gang.placement import GangRequest, place
 from support.builders import cluster, deviceinfo, node
 from support.builders import npu_pod as pod
 

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from ascend_hybrid import ascend, failures, inventory, kueue, names, podview, ranktable, render, rules
-from ascend_hybrid.ascend import DEVICE_ANNOTATION, RESOURCE
-from ascend_hybrid.podview import project_pod
+from ascend_hybrid.contracts import ascend, kueue, names, podview
+from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, RESOURCE
+from ascend_hybrid.contracts.podview import project_pod
+from ascend_hybrid.diagnosis import failures
+from ascend_hybrid.gang import inventory, ranktable, render
+from ascend_hybrid.spec import rules
 from support.builders import job_body, node
 
 HERE = Path(__file__).parent

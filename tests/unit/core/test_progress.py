@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ascend_hybrid.progress import (
+from ascend_hybrid.monitoring.progress import (
     from_prometheus,
     from_trainer_text,
     prometheus_queries,

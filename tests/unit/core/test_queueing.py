@@ -7,8 +7,10 @@ import copy
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
-from ascend_hybrid import kueue, names
-from ascend_hybrid.actions import (
+from ascend_hybrid.contracts import kueue, names
+from ascend_hybrid.contracts.conditions import condition
+from ascend_hybrid.gang.placement import Placement
+from ascend_hybrid.reconcile.actions import (
     CreatePods,
     DeletePods,
     DeleteWorkloads,
@@ -18,11 +20,9 @@ from ascend_hybrid.actions import (
     PostEvent,
     RemoveGates,
 )
-from ascend_hybrid.conditions import condition
-from ascend_hybrid.placement import Placement
-from ascend_hybrid.placement_record import record_placement
-from ascend_hybrid.reconcile import Observed, decide
-from ascend_hybrid.rules import parse
+from ascend_hybrid.reconcile.decision import Observed, decide
+from ascend_hybrid.reconcile.placement_record import record_placement
+from ascend_hybrid.spec.rules import parse
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 NODES = {"node-001": "module-910b-8", "node-002": "module-910b-8", "node-005": "module"}

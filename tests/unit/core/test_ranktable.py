@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid import ranktable
-from ascend_hybrid.ascend import DEVICE_ANNOTATION, pod_devices
-from ascend_hybrid.podview import pod_index
-from ascend_hybrid.ranktable import INITIALIZING, build_rank_table, missing_for_completion
+from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, pod_devices
+from ascend_hybrid.contracts.podview import pod_index
+from ascend_hybrid.gang import ranktable
+from ascend_hybrid.gang.ranktable import INITIALIZING, build_rank_table, missing_for_completion
 from support.builders import pod_object
 
 

@@ -9,8 +9,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ascend_hybrid import names, reconcile, rules
-from ascend_hybrid.actions import (
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DeviceInfo
+from ascend_hybrid.gang.placement import Placement
+from ascend_hybrid.reconcile import decision as reconcile
+from ascend_hybrid.reconcile.actions import (
     CreatePods,
     DeleteJob,
     DeletePods,
@@ -20,11 +23,10 @@ from ascend_hybrid.actions import (
     RemoveGates,
     WriteRankTable,
 )
-from ascend_hybrid.ascend import DEVICE_ANNOTATION, DeviceInfo
-from ascend_hybrid.placement import Placement
-from ascend_hybrid.placement_record import record_placement
-from ascend_hybrid.reconcile import Observed, decide
-from ascend_hybrid.rules import parse
+from ascend_hybrid.reconcile.decision import Observed, decide
+from ascend_hybrid.reconcile.placement_record import record_placement
+from ascend_hybrid.spec import rules
+from ascend_hybrid.spec.rules import parse
 
 KINDS = {PostEvent: "event", Place: "place", EnsureChildren: "ensure_children", CreatePods: "create_pods",
          RemoveGates: "remove_gates", DeletePods: "delete_pods", WriteRankTable: "write_rank_table",
@@ -443,7 +445,7 @@ def test_pod_template_hash_ignores_training_settings():
 
 
 def test_running_job_records_progress_and_utilization_and_says_when_they_go_stale():
-    from ascend_hybrid.progress import Sample
+    from ascend_hybrid.monitoring.progress import Sample
     body = job({"training": {"steps": 200}}, status=placed_status(phase="Running"))
     table = decide(observe(body, pods=[pod(0), pod(1)])).actions
     completed = next(a.table for a in table if isinstance(a, WriteRankTable))
@@ -466,7 +468,7 @@ def test_running_job_records_progress_and_utilization_and_says_when_they_go_stal
 
 
 def test_no_series_yet_is_not_an_outage():
-    from ascend_hybrid.progress import Sample
+    from ascend_hybrid.monitoring.progress import Sample
     body = job(status=placed_status(phase="Running"))
     completed = next(a.table for a in decide(observe(body, pods=[pod(0), pod(1)])).actions if isinstance(a, WriteRankTable))
     empty = Sample("prometheus", NOW, error="Prometheus has no series for this job yet", no_data_yet=True)
@@ -487,7 +489,7 @@ def test_a_placement_made_for_other_degrees_is_made_again():
 
 
 def test_anomalies_turn_on_with_one_warning_and_a_restart_starts_them_afresh():
-    from ascend_hybrid.progress import ChipReading, Sample
+    from ascend_hybrid.monitoring.progress import ChipReading, Sample
     body = job({"monitoring": {"imbalanceSamples": 2}}, status=placed_status(phase="Running"))
     completed = next(a.table for a in decide(observe(body, pods=[pod(0), pod(1)])).actions
                      if isinstance(a, WriteRankTable))

@@ -11,8 +11,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid import names, render, rules
-from ascend_hybrid.ranktable import INITIALIZING
+from ascend_hybrid.contracts import names
+from ascend_hybrid.gang import render
+from ascend_hybrid.gang.ranktable import INITIALIZING
+from ascend_hybrid.spec import rules
 from support.strategies import valid_specs
 
 K8S = "1.36.0"
@@ -325,7 +327,7 @@ def test_template_json_reads_back_unchanged_with_libyaml(text):
     a literal backslash before `ud83d` left alone."""
     import yaml
 
-    from ascend_hybrid.render import _json_for_yaml
+    from ascend_hybrid.gang.render import _json_for_yaml
 
     assert yaml.load(_json_for_yaml(text), Loader=yaml.CSafeLoader) == text
     assert yaml.load(_json_for_yaml("\\" + text), Loader=yaml.CSafeLoader) == "\\" + text

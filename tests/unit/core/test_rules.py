@@ -7,7 +7,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid import rules
+from ascend_hybrid.spec import rules
 from support.rule_cases import BASE, RULE_CASES, spec_with
 from support.strategies import valid_specs
 

@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid import crd, rules, strategy
-from ascend_hybrid.actions import CreatePods, Place, PostEvent
-from ascend_hybrid.api import AscendHybridJobSpec
 from ascend_hybrid.planner import hardware
-from ascend_hybrid.reconcile import Observed, decide
+from ascend_hybrid.reconcile import strategy
+from ascend_hybrid.reconcile.actions import CreatePods, Place, PostEvent
+from ascend_hybrid.reconcile.decision import Observed, decide
+from ascend_hybrid.spec import crd, rules
+from ascend_hybrid.spec.api import AscendHybridJobSpec
 from support.builders import apply_defaults
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)

@@ -20,16 +20,10 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from ascend_hybrid import crd
-from ascend_hybrid.controller import (
-    handlers,  # noqa: F401 - importing it registers the operator's kopf handlers
-    kube,
-    leader,
-    metrics,
-    metrics_auth,
-)
+from ascend_hybrid.controller import kube, leader, metrics, metrics_auth
 from ascend_hybrid.devcluster.controlplane import toolchain
-from ascend_hybrid.devtools import generate as chartgen
+from ascend_hybrid.devtools import chartgen
+from ascend_hybrid.spec import crd
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE_ENV = "AHJ_UPDATE_GOLDEN"
@@ -397,7 +391,7 @@ def test_rbac_grants_exactly_what_the_operator_uses(variant, rendered, namespace
 def test_the_kueue_calls_of_kube_py_are_known():
     """Every Kube method that names Kueue's API calls a verb KUEUE_NEEDS lists, and no Kueue resource but
     workloads is named: anything more needs the chart's kueue rule widened (and this test)."""
-    from ascend_hybrid import kueue
+    from ascend_hybrid.contracts import kueue
 
     source = Path(kube.__file__).read_text()
     methods = re.findall(r"    def (\w+)\(self[^)]*\)[^:]*:\n((?:        .*\n|\n)+)", source)

@@ -6,7 +6,7 @@ import yaml
 
 from ascend_hybrid.devcluster.runtime.launch import PROCESS_RUNTIME, RUNTIME_ANNOTATION
 from ascend_hybrid.devtools import demo
-from ascend_hybrid.rules import parse
+from ascend_hybrid.spec.rules import parse
 from support.paths import EXAMPLES
 
 
@@ -20,9 +20,9 @@ def test_the_demos_real_job_is_a_valid_dp2_job_on_two_single_chip_process_pods()
 
 
 def test_the_kueue_demos_teams_share_one_queue_that_fits_one_of_their_jobs():
-    from ascend_hybrid import rules
     from ascend_hybrid.devcluster.nodes.manifests import node_manifest, plan_nodes
     from ascend_hybrid.devtools import kueue_demo
+    from ascend_hybrid.spec import rules
 
     jobs = [rules.parse(kueue_demo.job(team)) for team in kueue_demo.TEAMS]
     assert [j.spec.scheduling.queue for j in jobs] == [kueue_demo.LOCAL_QUEUE] * 2

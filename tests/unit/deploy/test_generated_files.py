@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from ascend_hybrid import crd
-from ascend_hybrid.devtools import generate
+from ascend_hybrid.devtools import chartgen as generate
+from ascend_hybrid.spec import crd
 
 CRD = crd.build()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_hybrid import names, render
+from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.runtime import default as runtime_default
 from ascend_hybrid.devcluster.runtime import status as podstatus
 from ascend_hybrid.devcluster.runtime.container import (
@@ -41,7 +41,8 @@ from ascend_hybrid.devcluster.runtime.volumes import (
     token_sources,
     volume_files,
 )
-from ascend_hybrid.rules import parse
+from ascend_hybrid.gang import render
+from ascend_hybrid.spec.rules import parse
 from support.builders import job_body
 
 ROOT = Path("/sim/runtime")

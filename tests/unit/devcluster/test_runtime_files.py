@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_hybrid import names, render
+from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.runtime import status as podstatus
 from ascend_hybrid.devcluster.runtime.launch import (
     TRAINER_IMAGE,
@@ -27,7 +27,8 @@ from ascend_hybrid.devcluster.runtime.launch import (
     map_path,
     runtime_container,
 )
-from ascend_hybrid.rules import parse
+from ascend_hybrid.gang import render
+from ascend_hybrid.spec.rules import parse
 from support.builders import job_body
 
 ROOT = Path("/sim/runtime")

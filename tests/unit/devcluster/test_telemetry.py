@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_hybrid.devcluster.telemetry import figures
 from ascend_hybrid.devcluster.telemetry import scrape as scrapeconfig
-from ascend_hybrid.progress import from_trainer_text
+from ascend_hybrid.monitoring.progress import from_trainer_text
 from support.builders import telemetry_pod as pod_manifest
 
 STARTED = "2026-11-29T17:00:00Z"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from ..paths import ClusterPaths
-from . import ports
+from ascend_hybrid.devcluster.controlplane import ports
+from ascend_hybrid.devcluster.paths import ClusterPaths
 
 EXTRA_ARGS = (
     # Every address the simulation hands out is loopback: pods, nodes (set per Node) and services.

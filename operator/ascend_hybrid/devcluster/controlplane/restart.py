@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..kube import processes
-from ..paths import ClusterPaths
+from ascend_hybrid.devcluster.kube import processes
+from ascend_hybrid.devcluster.paths import ClusterPaths
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..nodes.manifests import RESOURCE, ChipProfile, SimNode, chip_name, device_ip, profile
+from ascend_hybrid.devcluster.nodes.manifests import (
+    RESOURCE,
+    ChipProfile,
+    SimNode,
+    chip_name,
+    device_ip,
+    profile,
+)
 
 CONFIG_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
 CHIPS_ANNOTATION = RESOURCE  # "Ascend910-2,Ascend910-3"

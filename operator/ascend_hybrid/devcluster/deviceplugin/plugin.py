@@ -19,17 +19,23 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ..kube.client import api_client, with_retries
-from ..kube.informer import Source, start_informers, wait_synced
-from ..kube.processes import helper_main, log, run_until_signalled
-from ..nodes.manifests import (
+from ascend_hybrid.devcluster.deviceplugin.allocation import (
+    ChipLedger,
+    device_annotations,
+    held_chips,
+    is_finished,
+    requested_chips,
+)
+from ascend_hybrid.devcluster.kube.client import api_client, with_retries
+from ascend_hybrid.devcluster.kube.informer import Source, start_informers, wait_synced
+from ascend_hybrid.devcluster.kube.processes import helper_main, log, run_until_signalled
+from ascend_hybrid.devcluster.nodes.manifests import (
     DEVICEINFO_NAMESPACE,
     DEVICEINFO_PREFIX,
     SIMULATED_LABEL,
     sim_node_from_manifest,
     unusable_chips,
 )
-from .allocation import ChipLedger, device_annotations, held_chips, is_finished, requested_chips
 
 RETRY_WAITING_SECONDS = 2.0
 

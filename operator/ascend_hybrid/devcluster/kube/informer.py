@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from kubernetes.watch.watch import iter_resp_lines
 
-from .client import backoff_delays, describe, raw_list
+from ascend_hybrid.devcluster.kube.client import backoff_delays, describe, raw_list
 
 WATCH_SECONDS = 120
 

@@ -28,12 +28,12 @@ from pathlib import Path
 
 from kubernetes import client
 
-from ..controlplane import ports, toolchain
-from ..helpers import Helper
-from ..kube.client import with_retries
-from ..kube.waiting import WaitTimeout, wait_until
-from ..paths import ClusterPaths
-from . import certs, manifests
+from ascend_hybrid.devcluster.controlplane import ports, toolchain
+from ascend_hybrid.devcluster.helpers import Helper
+from ascend_hybrid.devcluster.kube.client import with_retries
+from ascend_hybrid.devcluster.kube.waiting import WaitTimeout, wait_until
+from ascend_hybrid.devcluster.kueue import certs, manifests
+from ascend_hybrid.devcluster.paths import ClusterPaths
 
 APPLY = {"field_manager": manifests.FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
 PORT_NAMES = ("health", "metrics", "webhook")

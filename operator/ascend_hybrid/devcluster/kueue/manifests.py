@@ -13,7 +13,12 @@ from collections.abc import Iterable, Mapping
 
 import yaml
 
-from ..nodes.manifests import ACCELERATOR_TYPE_LABEL, RESOURCE, SIMULATED_LABEL, profile_of_node
+from ascend_hybrid.devcluster.nodes.manifests import (
+    ACCELERATOR_TYPE_LABEL,
+    RESOURCE,
+    SIMULATED_LABEL,
+    profile_of_node,
+)
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"

@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
 
-from ..kube.client import create_if_absent, raw_list, read_raw, with_retries
-from ..kube.waiting import wait_until
-from .manifests import (
+from ascend_hybrid.devcluster.kube.client import create_if_absent, raw_list, read_raw, with_retries
+from ascend_hybrid.devcluster.kube.waiting import wait_until
+from ascend_hybrid.devcluster.nodes.manifests import (
     DEVICEINFO_KEY,
     DEVICEINFO_NAMESPACE,
     NOT_READY_LABEL,

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .launch import (
+from ascend_hybrid.devcluster.runtime.launch import (
     RUNTIME_ANNOTATION,
     NotRunnable,
     PodLayout,
@@ -34,7 +34,7 @@ from .launch import (
     termination_path,
     volume_roots,
 )
-from .volumes import TokenSource, VolumeFile, volume_files
+from ascend_hybrid.devcluster.runtime.volumes import TokenSource, VolumeFile, volume_files
 
 CONTAINER_RUNTIME = "container"
 LABEL_PREFIX = "sim.hybrid.ascend.dev/"

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from ..kube.client import with_retries
-from ..kube.waiting import wait_until
-from .container import CONTAINER_RUNTIME
-from .launch import PROCESS_RUNTIME, RUNTIME_ANNOTATION
+from ascend_hybrid.devcluster.kube.client import with_retries
+from ascend_hybrid.devcluster.kube.waiting import wait_until
+from ascend_hybrid.devcluster.runtime.container import CONTAINER_RUNTIME
+from ascend_hybrid.devcluster.runtime.launch import PROCESS_RUNTIME, RUNTIME_ANNOTATION
 
 POLICY_NAME = "sim-process-runtime-default"
 RUNTIMES = (PROCESS_RUNTIME, CONTAINER_RUNTIME)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..helpers import Helper
-from ..kube import processes
-from ..paths import ClusterPaths
-from .kubelet import ContainerMode
-from .service import RUNTIME_DIR, SHUTDOWN_GRACE_SECONDS
+from ascend_hybrid.devcluster.helpers import Helper
+from ascend_hybrid.devcluster.kube import processes
+from ascend_hybrid.devcluster.paths import ClusterPaths
+from ascend_hybrid.devcluster.runtime.kubelet import ContainerMode
+from ascend_hybrid.devcluster.runtime.service import RUNTIME_DIR, SHUTDOWN_GRACE_SECONDS
 
 MODULE = "ascend_hybrid.devcluster.runtime.service"
 STAGE_MARKER = "ahj-pod-process-address"  # clusters created before the runtime lack this stage

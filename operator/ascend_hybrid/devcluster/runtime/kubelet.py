@@ -13,13 +13,27 @@ from pathlib import Path
 
 from kubernetes import client
 
-from ..files import replace_file
-from .container import ContainerSpec, ImageConfig, container_spec, is_container_pod, log_file, run_arguments
-from .launch import NotRunnable, PodLayout, configmap_files, is_process_pod, launch_spec, runtime_container
-from .podman import ContainerProcess, Podman, PodmanUnavailable
-from .process import PodProcess
-from .tokens import Tokens
-from .volumes import VolumeFile, volume_files
+from ascend_hybrid.devcluster.files import replace_file
+from ascend_hybrid.devcluster.runtime.container import (
+    ContainerSpec,
+    ImageConfig,
+    container_spec,
+    is_container_pod,
+    log_file,
+    run_arguments,
+)
+from ascend_hybrid.devcluster.runtime.launch import (
+    NotRunnable,
+    PodLayout,
+    configmap_files,
+    is_process_pod,
+    launch_spec,
+    runtime_container,
+)
+from ascend_hybrid.devcluster.runtime.podman import ContainerProcess, Podman, PodmanUnavailable
+from ascend_hybrid.devcluster.runtime.process import PodProcess
+from ascend_hybrid.devcluster.runtime.tokens import Tokens
+from ascend_hybrid.devcluster.runtime.volumes import VolumeFile, volume_files
 
 
 @dataclass

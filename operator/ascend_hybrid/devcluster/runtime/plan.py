@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .guard import WAITING_REASON, admit, requested_workers
-from .launch import NotRunnable, grace_seconds, runtime_container
-from .restart import restart_delay
+from ascend_hybrid.devcluster.runtime.guard import WAITING_REASON, admit, requested_workers
+from ascend_hybrid.devcluster.runtime.launch import NotRunnable, grace_seconds, runtime_container
+from ascend_hybrid.devcluster.runtime.restart import restart_delay
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from .container import CONTAINER_ID_SCHEME, RUNTIME_LABEL, ImageConfig
-from .process import PodProcess
+from ascend_hybrid.devcluster.runtime.container import CONTAINER_ID_SCHEME, RUNTIME_LABEL, ImageConfig
+from ascend_hybrid.devcluster.runtime.process import PodProcess
 
 CALL_TIMEOUT_SECONDS = 60
 CONFIG_ENV = ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF")

@@ -10,7 +10,7 @@ every pod as restartPolicy Never (docs/process-runtime.md), and keeps doing so.
 
 from __future__ import annotations
 
-from .container import is_container_pod
+from ascend_hybrid.devcluster.runtime.container import is_container_pod
 
 INITIAL_BACKOFF_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 300.0

@@ -31,15 +31,21 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ..kube.client import api_client, describe, with_retries
-from ..kube.informer import Source, start_informers, wait_synced
-from ..kube.processes import helper_main, log, run_until_signalled
-from . import status as podstatus
-from .forwarder import Forwarder, service_routes
-from .guard import default_capacity, requested_workers
-from .kubelet import ContainerMode, Modes, ProcessMode, read_bytes, write_atomically
-from .launch import NotRunnable, PodLayout, runtime_container
-from .plan import (
+from ascend_hybrid.devcluster.kube.client import api_client, describe, with_retries
+from ascend_hybrid.devcluster.kube.informer import Source, start_informers, wait_synced
+from ascend_hybrid.devcluster.kube.processes import helper_main, log, run_until_signalled
+from ascend_hybrid.devcluster.runtime import status as podstatus
+from ascend_hybrid.devcluster.runtime.forwarder import Forwarder, service_routes
+from ascend_hybrid.devcluster.runtime.guard import default_capacity, requested_workers
+from ascend_hybrid.devcluster.runtime.kubelet import (
+    ContainerMode,
+    Modes,
+    ProcessMode,
+    read_bytes,
+    write_atomically,
+)
+from ascend_hybrid.devcluster.runtime.launch import NotRunnable, PodLayout, runtime_container
+from ascend_hybrid.devcluster.runtime.plan import (
     Announce,
     Forget,
     Kill,
@@ -55,9 +61,9 @@ from .plan import (
     Wait,
     plan,
 )
-from .process import PodProcess
-from .restart import next_streak
-from .volumes import VolumeFile
+from ascend_hybrid.devcluster.runtime.process import PodProcess
+from ascend_hybrid.devcluster.runtime.restart import next_streak
+from ascend_hybrid.devcluster.runtime.volumes import VolumeFile
 
 TICK_SECONDS = 0.2
 ROUTES_EVERY_SECONDS = 0.5

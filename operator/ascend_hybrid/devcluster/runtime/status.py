@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from .launch import runtime_container
+from ascend_hybrid.devcluster.runtime.launch import runtime_container
 
 EVENT_SOURCE = "sim-process-runtime"
 LOGS_GROUP, LOGS_VERSION, LOGS_PLURAL = "kwok.x-k8s.io", "v1alpha1", "logs"

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from ..kube.client import describe
-from .launch import NotRunnable
-from .volumes import TokenSource, refresh_due, token_sources
+from ascend_hybrid.devcluster.kube.client import describe
+from ascend_hybrid.devcluster.runtime.launch import NotRunnable
+from ascend_hybrid.devcluster.runtime.volumes import TokenSource, refresh_due, token_sources
 
 REQUEST_TIMEOUT_SECONDS = 10
 

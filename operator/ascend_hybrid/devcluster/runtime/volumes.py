@@ -14,7 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .launch import NotRunnable, PodLayout, configmap_source_files, downward_value, relative_item_path
+from ascend_hybrid.devcluster.runtime.launch import (
+    NotRunnable,
+    PodLayout,
+    configmap_source_files,
+    downward_value,
+    relative_item_path,
+)
 
 DEFAULT_MODE = 0o644          # the API's default for defaultMode (420)
 DEFAULT_TOKEN_SECONDS = 3600  # serviceAccountToken.expirationSeconds when unset

@@ -24,16 +24,28 @@ from pathlib import Path
 from kubernetes import client
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from ..files import replace_file
-from ..helpers import Helper
-from ..kube import processes
-from ..kube.client import api_client
-from ..kube.informer import Source, start_informers
-from ..kube.processes import helper_main, log, run_until_signalled
-from ..nodes.manifests import SIMULATED_LABEL, profile_of_node
-from ..paths import ClusterPaths
-from .figures import TRAINER_PORT, SimPod, exporter_text, sim_pod, trainer_text
-from .scrape import EXPORTER_TARGETS_FILE, TRAINER_TARGETS_FILE, exporter_targets, targets_text, trainer_targets
+from ascend_hybrid.devcluster.files import replace_file
+from ascend_hybrid.devcluster.helpers import Helper
+from ascend_hybrid.devcluster.kube import processes
+from ascend_hybrid.devcluster.kube.client import api_client
+from ascend_hybrid.devcluster.kube.informer import Source, start_informers
+from ascend_hybrid.devcluster.kube.processes import helper_main, log, run_until_signalled
+from ascend_hybrid.devcluster.nodes.manifests import SIMULATED_LABEL, profile_of_node
+from ascend_hybrid.devcluster.paths import ClusterPaths
+from ascend_hybrid.devcluster.telemetry.figures import (
+    TRAINER_PORT,
+    SimPod,
+    exporter_text,
+    sim_pod,
+    trainer_text,
+)
+from ascend_hybrid.devcluster.telemetry.scrape import (
+    EXPORTER_TARGETS_FILE,
+    TRAINER_TARGETS_FILE,
+    exporter_targets,
+    targets_text,
+    trainer_targets,
+)
 
 MODULE = "ascend_hybrid.devcluster.telemetry.exporter"
 EXPORTER_HOST = "127.15.0.1"  # the first simulated node's address: where a node-level exporter would listen

@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from ..deviceplugin.allocation import held_chips
+from ascend_hybrid.devcluster.deviceplugin.allocation import held_chips
 
 ANNOTATION_PREFIX = "sim.hybrid.ascend.dev/"
 UTILIZATION_ANNOTATION = ANNOTATION_PREFIX + "utilization"

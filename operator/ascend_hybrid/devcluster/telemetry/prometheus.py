@@ -14,11 +14,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ..controlplane import ports, toolchain
-from ..helpers import Helper
-from ..paths import ClusterPaths
-from . import exporter
-from .scrape import prometheus_config_text
+from ascend_hybrid.devcluster.controlplane import ports, toolchain
+from ascend_hybrid.devcluster.helpers import Helper
+from ascend_hybrid.devcluster.paths import ClusterPaths
+from ascend_hybrid.devcluster.telemetry import exporter
+from ascend_hybrid.devcluster.telemetry.scrape import prometheus_config_text
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_SECONDS = 60.0

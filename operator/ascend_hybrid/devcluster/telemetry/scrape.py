@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import yaml
 
-from .figures import SimPod
+from ascend_hybrid.devcluster.telemetry.figures import SimPod
 
 TRAINER_JOB = "ascend-trainer"
 EXPORTER_JOB = "npu-exporter"

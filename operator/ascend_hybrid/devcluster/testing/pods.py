@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ..deviceplugin.allocation import CONFIG_ANNOTATION
-from ..nodes.manifests import RESOURCE
+from ascend_hybrid.devcluster.deviceplugin.allocation import CONFIG_ANNOTATION
+from ascend_hybrid.devcluster.nodes.manifests import RESOURCE
 
 GANG_GATE = "hybrid.ascend.dev/gang"
 OUTCOME_ANNOTATION = "sim.hybrid.ascend.dev/outcome"

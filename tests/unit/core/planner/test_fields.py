@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid import crd, render, rules
-from ascend_hybrid.api import AscendHybridJobSpec
+from ascend_hybrid.gang import render
+from ascend_hybrid.spec import crd, rules
+from ascend_hybrid.spec.api import AscendHybridJobSpec
 from ascend_hybrid_trainer.config import ConfigError, parse_job
 from support.builders import apply_defaults
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from ascend_hybrid import rules
 from ascend_hybrid.planner import hardware, memory, search, timing
 from ascend_hybrid.planner.workload import Strategy, Workload
+from ascend_hybrid.spec import rules
 from support.paths import PLANNER_FIXTURES
 
 FIXTURES = PLANNER_FIXTURES

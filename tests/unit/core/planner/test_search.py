@@ -10,10 +10,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid import rules
-from ascend_hybrid.api import AscendHybridJobSpec
 from ascend_hybrid.planner import explain, hardware, memory, search, timing
 from ascend_hybrid.planner.workload import Strategy, Workload
+from ascend_hybrid.spec import rules
+from ascend_hybrid.spec.api import AscendHybridJobSpec
 from support.strategies import valid_specs
 
 HW = hardware.builtin("910B")

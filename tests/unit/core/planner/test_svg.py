@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid import cli
-from ascend_hybrid.layout import Layout
+from ascend_hybrid.cli import main as cli
+from ascend_hybrid.gang.layout import Layout
 from ascend_hybrid.planner import svg
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -1,0 +1,251 @@
+"""`ascend-hybrid`: validate, layout, render, ranktable, and the commands of the operator (`run`), the dev tools
+(`crd`, `chart`, `demo`) and the dev cluster, registered lazily so that `validate` never loads kopf.
+
+Bad input is one clear line per problem on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import sys
+
+import yaml
+
+from ascend_hybrid.cli.inputs import (
+    EXIT_BAD_INPUT,
+    ArgumentParser,
+    InputError,
+    check_job,
+    job_label,
+    load_documents,
+    load_job,
+    load_objects,
+    of_kind,
+)
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.ascend import device_infos_by_node
+from ascend_hybrid.contracts.chips import CHIPS
+from ascend_hybrid.contracts.names import JOB_LABEL
+from ascend_hybrid.contracts.podview import attempt_of, labels_of
+from ascend_hybrid.gang import layout as layouts
+from ascend_hybrid.gang import ranktable, render, summary
+from ascend_hybrid.gang.inventory import build_inventory
+from ascend_hybrid.gang.placement import GangRequest, place
+from ascend_hybrid.spec import api, rules
+from ascend_hybrid.spec.k8s_validation import dns1123_label_errors
+
+
+def cmd_validate(args) -> int:
+    """Every AscendHybridJob of the file, each reported by name: `name: valid (…)` on stdout, its problems as
+    `error:` lines on stderr (prefixed with the job's name when the file holds several); exit 2 if any is bad."""
+    documents = load_documents(args.file)
+    jobs = [document for document in documents if document.obj.get("kind") == api.KIND]
+    if not jobs:
+        raise InputError(f"{args.file}: no {api.KIND} object found")
+    several, bad, first = len(jobs) > 1, 0, {}
+    for document in documents:
+        if document.obj.get("kind") != api.KIND:
+            print(f"note: {args.file}: {document.where}: {document.obj['kind']} {job_label(document)} is not an "
+                  f"{api.KIND}: not checked", file=sys.stderr)
+    for document in jobs:
+        label = job_label(document)
+        prefix = f"{label.strip(chr(39))}: " if several else ""
+        metadata = document.obj.get("metadata")
+        key = (metadata.get("namespace"), metadata.get("name")) if isinstance(metadata, dict) else None
+        if key is not None and key[1] and key in first:
+            print(f"error: {prefix}{args.file}: {document.where}: a second {api.KIND} named {label} (first: "
+                  f"{first[key]}): kubectl apply would keep only the last", file=sys.stderr)
+            bad += 1
+            continue
+        if key is not None:
+            first.setdefault(key, document.where)
+        try:
+            effective = check_job(args.file, document)
+        except rules.SpecError as error:
+            for problem in error.problems:
+                print(f"error: {prefix}{problem}", file=sys.stderr)
+            bad += 1
+            continue
+        except InputError as error:
+            for line in error.lines:
+                print(f"error: {prefix}{line}", file=sys.stderr)
+            bad += 1
+            continue
+        print(f"{effective.name}: valid (world {effective.world_size} = DP {effective.data} × "
+              f"TP {effective.tensor} × PP {effective.pipeline}, EP {effective.expert}, {effective.pod_count} pods × "
+              f"{effective.per_pod} {effective.chip})")
+    return EXIT_BAD_INPUT if bad else 0
+
+
+def cmd_layout(args) -> int:
+    _, effective = load_job(args.file)
+    layout = layouts.from_effective(effective)
+    if args.output == "json":
+        document = {"worldSize": layout.world_size, "groups": layout.groups(),
+                    "pods": [{"index": p.index, "ranks": [p.first, p.last]} for p in layout.pods]}
+        json.dump(document, sys.stdout, separators=(",", ":"))
+        print()
+        return 0
+    print(f"world {layout.world_size}: DP {layout.data} × TP {layout.tensor} × PP {layout.pipeline} "
+          f"(stage size {layout.stage_size}), EP {layout.expert} {layout.expert_placement}, "
+          f"{layout.pod_count} pods × {layout.per_pod} ranks")
+    for kind, info in summary.group_tiers(layout).items():
+        tiers = ", ".join(f"{count} {tier}" for tier, count in sorted(info["tiers"].items()))
+        example = layout.groups()[kind][0]
+        shown = example if len(example) <= 16 else [*example[:8], "…", *example[-4:]]
+        print(f"{kind:>9}: {info['count']} groups × {info['size']} ranks ({tiers}); first {shown}")
+    shown_pods = layout.pods if len(layout.pods) <= 32 else layout.pods[:32]
+    for pod in shown_pods:
+        print(f"  pod {pod.index}: ranks {pod.first}-{pod.last}")
+    if len(shown_pods) < len(layout.pods):
+        print(f"  … {len(layout.pods) - len(shown_pods)} more pods")
+    return 0
+
+
+def _one_stdin(args, *names: str) -> None:
+    given = [f"--{name}" if name != "file" else "-f" for name in names if getattr(args, name, None) == "-"]
+    if len(given) > 1:
+        raise InputError(f"{' and '.join(given)}: only one input can be standard input (-)")
+
+
+def _render_arguments(args, effective: rules.ResolvedJob) -> None:
+    if args.attempt < 1:
+        raise InputError(f"--attempt={args.attempt}: must be ≥ 1 (attempts count from 1)")
+    longest = names.pod_name(effective.name, args.attempt, effective.pod_count - 1)
+    if len(longest) > 63:
+        raise InputError(f"--attempt={args.attempt}: pod name {longest!r} would be {len(longest)} characters, more "
+                         "than the 63 of a hostname")
+    if errors := dns1123_label_errors(args.namespace):
+        raise InputError(f"--namespace={args.namespace!r}: {'; '.join(errors)}")
+    if args.sched_ip is not None:
+        try:
+            ipaddress.ip_address(args.sched_ip)
+        except ValueError:
+            raise InputError(f"--sched-ip={args.sched_ip!r}: must be an IP address (the ClusterIP of "
+                             f"{names.sched_service(effective.name)}; MindSpore needs an IP in MS_SCHED_HOST)") from None
+
+
+def cmd_render(args) -> int:
+    _one_stdin(args, "file", "nodes", "pods")
+    body, effective = load_job(args.file)
+    _render_arguments(args, effective)
+    nodes = of_kind(load_objects(args.nodes), "Node")
+    if not nodes:
+        raise InputError(f"{args.nodes}: no Node objects found")
+    others = load_objects(args.pods) if args.pods else []
+    inventory = build_inventory(nodes, of_kind(others, "Pod"), of_kind(others, "ConfigMap"))
+    placement = place(GangRequest.for_job(effective), inventory)
+    if not placement.ok:
+        print(f"error: cannot place {effective.name}: {placement.reason}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    metadata = body.get("metadata") or {}
+    namespace = metadata.get("namespace") or args.namespace
+    if not isinstance(namespace, str) or dns1123_label_errors(namespace):
+        raise InputError(f"{args.file}: metadata.namespace={namespace!r}: must be a namespace name (a lowercase "
+                         "RFC 1123 label)")
+    uid = metadata.get("uid")
+    if uid is not None and not isinstance(uid, str):
+        raise InputError(f"{args.file}: metadata.uid={uid!r}: must be a string")
+    sched_ip = args.sched_ip or f"{effective.name}-sched.{namespace}.svc"
+    manifests = render.children(effective, namespace, uid or "", args.attempt, placement.nodes, sched_ip)
+    if not uid:
+        for manifest in manifests:
+            manifest["metadata"].pop("ownerReferences", None)
+    yaml.safe_dump_all(manifests, sys.stdout, sort_keys=False, width=120)
+    print(summary.format_placement_report(summary.placement_report(effective, placement, inventory)), file=sys.stderr)
+    if args.svg:
+        from ascend_hybrid.cli.plan import write_placement_svg
+
+        tiers = effective.spec.scheduling.topology_tiers
+        write_placement_svg(args.svg, effective, placement.nodes,
+                            summary.node_domains(inventory, tiers[0]) if tiers else {})
+    if not uid:
+        print("note: the job has no metadata.uid, so no owner references were rendered", file=sys.stderr)
+    if not args.sched_ip:
+        print("note: MindSpore needs an IP in MS_SCHED_HOST: pass --sched-ip with the ClusterIP of "
+              f"{effective.name}-sched", file=sys.stderr)
+    return 0
+
+
+def cmd_ranktable(args) -> int:
+    _one_stdin(args, "file", "pods")
+    _, effective = load_job(args.file)
+    objects = load_objects(args.pods)
+    pods = [p for p in of_kind(objects, "Pod") if labels_of(p).get(JOB_LABEL) == effective.name]
+    if not pods:
+        raise InputError(f"{args.pods}: no pods labelled {JOB_LABEL}={effective.name}")
+    latest = max(attempt_of(p) for p in pods)
+    pods = [p for p in pods if attempt_of(p) == latest]
+    super_pods = None
+    if CHIPS[effective.chip].super_pods:
+        nodes = {node["metadata"]["name"]: node for node in of_kind(objects, "Node")}
+        infos = device_infos_by_node(of_kind(objects, "ConfigMap"))
+        super_pods = ranktable.node_super_pods([p["spec"].get("nodeName") for p in pods], nodes, infos)
+    table = ranktable.build_rank_table(pods, effective.per_pod, super_pods, pod_count=effective.pod_count)
+    print(ranktable.dumps(table))
+    if table["status"] != "completed":
+        for problem in ranktable.missing_for_completion(pods, effective.per_pod, effective.pod_count):
+            print(f"waiting: {problem}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="ascend-hybrid", description="AscendHybridJob operator and planning tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check a job against every rule")
+    p.add_argument("-f", "--file", required=True)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("layout", help="ranks, parallel groups and pods of a job")
+    p.add_argument("-f", "--file", required=True)
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_layout)
+
+    p = sub.add_parser("render", help="place a job on nodes and print its child manifests")
+    p.add_argument("-f", "--file", required=True)
+    p.add_argument("--nodes", required=True, help="`kubectl get nodes -o yaml` output")
+    p.add_argument("--pods", help="`kubectl get pods -A -o yaml` output (and deviceinfo ConfigMaps)")
+    p.add_argument("--sched-ip", help="ClusterIP of <job>-sched (MS_SCHED_HOST)")
+    p.add_argument("--namespace", default="default")
+    p.add_argument("--attempt", type=int, default=1, help="attempt number of the pods (from 1; default 1)")
+    p.add_argument("--svg", help="also write a picture of the placement (racks, nodes, chips by stage)")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("ranktable", help="hccl.json of a job's running pods")
+    p.add_argument("-f", "--file", required=True)
+    p.add_argument("--pods", required=True,
+                   help="`kubectl get pods -o yaml` output (plus Nodes and deviceinfo ConfigMaps for super-pods)")
+    p.set_defaults(func=cmd_ranktable)
+
+    from ascend_hybrid.cli import plan as plan_cli
+    from ascend_hybrid.controller import main as operator_main
+    from ascend_hybrid.devcluster import cli as devcluster_cli
+    from ascend_hybrid.devtools import chartgen as generate
+    from ascend_hybrid.devtools import demo
+
+    for registrar in (operator_main, generate, devcluster_cli, demo, plan_cli):
+        registrar.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ascend_hybrid.devtools.repo import NotACheckout
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except NotACheckout as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except rules.SpecError as error:
+        for problem in error.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except InputError as error:
+        for line in error.lines:
+            print(f"error: {line}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+

@@ -1,0 +1,55 @@
+"""Deterministic child names, labels and paths (design §6): the operator finds its children by these alone."""
+
+from __future__ import annotations
+
+from ascend_hybrid.spec.api import GROUP
+
+FIELD_MANAGER = "ascend-hybrid-operator"
+GANG_GATE = f"{GROUP}/gang"
+JOB_LABEL = f"{GROUP}/job"
+ATTEMPT_LABEL = f"{GROUP}/attempt"
+POD_INDEX_LABEL = f"{GROUP}/pod-index"
+MANAGED_BY = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
+RANK_INDEX_ANNOTATION = "hccl/rankIndex"
+CONTAINER_NAME = "ascend"
+SCHED_HOST_ENV = "MS_SCHED_HOST"  # the ClusterIP of <job>-sched in every pod's env (design §8)
+
+SCHED_PORT = 2222
+METRICS_PORT = 9400
+RANK_TABLE_DIR = "/user/serverid/devindex/config"
+RANK_TABLE_FILE = f"{RANK_TABLE_DIR}/hccl.json"
+JOB_CONFIG_DIR = "/etc/ascend-hybrid"
+JOB_CONFIG_FILE = f"{JOB_CONFIG_DIR}/job.json"
+CHECKPOINT_DIR = "/checkpoints"
+RANK_TABLE_VOLUME = "ascend-ranktable"
+JOB_CONFIG_VOLUME = "ascend-job-config"
+CHECKPOINT_VOLUME = "ascend-checkpoints"
+TERMINATION_LOG = "/dev/termination-log"  # the container's terminationMessagePath (Kubernetes' default) = AHJ_TERMINATION_LOG
+
+
+def sched_service(job: str) -> str:
+    return f"{job}-sched"
+
+
+def headless_service(job: str) -> str:
+    return job
+
+
+def rank_table_config_map(job: str) -> str:
+    return f"rings-config-{job}"
+
+
+def network_policy(job: str) -> str:
+    return f"{job}-network"
+
+
+def job_config_map(job: str) -> str:
+    return f"{job}-config"
+
+
+def pod_name(job: str, attempt: int, index: int) -> str:
+    return f"{job}-a{attempt}-{index}"
+
+
+def job_labels(job: str) -> dict[str, str]:
+    return {JOB_LABEL: job, **MANAGED_BY}

@@ -1,0 +1,217 @@
+"""What the operator reads off observed Pods and Nodes, each accessor written once (pure).
+
+Pods and Nodes are dicts as the API returns them. Pod phases (`Pending` … `Failed`, Kubernetes' own) are not job
+phases (`conditions.JOB_PHASES`); the names below keep the two apart.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from datetime import datetime
+
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DEVICE_NAME_ANNOTATIONS, RESOURCE
+from ascend_hybrid.contracts.conditions import parse_time
+
+TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def labels_of(obj: Mapping) -> Mapping:
+    metadata = obj.get("metadata")
+    return (metadata.get("labels") if isinstance(metadata, Mapping) else None) or {}
+
+
+def _label_number(pod: Mapping, label: str) -> int | None:
+    value = labels_of(pod).get(label)
+    return int(value) if value is not None and str(value).isdecimal() else None
+
+
+def attempt_of(pod: Mapping) -> int:
+    """The attempt a pod belongs to; 0 for a pod without a readable attempt label (it belongs to none)."""
+    return _label_number(pod, names.ATTEMPT_LABEL) or 0
+
+
+def pod_index(pod: Mapping) -> int | None:
+    return _label_number(pod, names.POD_INDEX_LABEL)
+
+
+def phase_of(pod: Mapping) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def is_finished(pod: Mapping) -> bool:
+    return phase_of(pod) in TERMINAL_POD_PHASES
+
+
+def exit_code(pod: Mapping) -> int | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated is not None:
+            return terminated.get("exitCode")
+    return None
+
+
+def container_env(pod: Mapping, name: str) -> str | None:
+    """The literal value of env `name` in the first container that sets it (None for valueFrom or absent)."""
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        for entry in container.get("env") or ():
+            if entry.get("name") == name and "value" in entry:
+                return entry["value"]
+    return None
+
+
+def is_gated(pod: Mapping) -> bool:
+    return any(gate.get("name") == names.GANG_GATE for gate in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def is_deleting(pod: Mapping) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def node_of(pod: Mapping) -> str | None:
+    return (pod.get("spec") or {}).get("nodeName")
+
+
+def live_names(pods) -> tuple[str, ...]:
+    return tuple(pod["metadata"]["name"] for pod in pods if not is_deleting(pod))
+
+
+def pod_counts(pods: list[dict], total: int) -> dict:
+    phases = [phase_of(pod) for pod in pods]
+    return {"total": total, "pending": total - sum(p in ("Running", *TERMINAL_POD_PHASES) for p in phases),
+            "running": phases.count("Running"), "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")}
+
+
+# -- NPU requests ------------------------------------------------------------------------------------------------
+def quantity(value) -> int:
+    """Extended resources are whole numbers; anything unreadable counts as none rather than crashing."""
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        try:
+            return int(float(str(value).strip()))
+        except ValueError:
+            return 0
+
+
+def npu_request(pod: Mapping) -> int:
+    """Chips a pod asks for: requests (or limits, which requests default to), init containers included."""
+    return spec_npu_request(pod.get("spec") or {})
+
+
+def spec_npu_request(spec: Mapping) -> int:
+    def of(container: Mapping) -> int:
+        resources = container.get("resources") or {}
+        for kind in ("requests", "limits"):
+            value = (resources.get(kind) or {}).get(RESOURCE)
+            if value is not None:
+                return quantity(value)
+        return 0
+
+    app = sum(of(c) for c in spec.get("containers") or ())
+    init = max((of(c) for c in spec.get("initContainers") or ()), default=0)
+    return max(app, init)
+
+
+def holds_npus(spec: Mapping) -> bool:
+    """Whether a pod (by its spec) takes NPUs: the one predicate of the indexes, the lists and the inventory."""
+    return spec_npu_request(spec) > 0
+
+
+# -- Nodes -------------------------------------------------------------------------------------------------------
+def ready_condition(node: Mapping | None) -> Mapping | None:
+    for condition in ((node or {}).get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Ready":
+            return condition
+    return None
+
+
+def is_node_ready(node: Mapping | None) -> bool:
+    condition = ready_condition(node)
+    return condition is not None and condition.get("status") == "True"
+
+
+def node_not_ready_since(node: Mapping | None) -> datetime | None:
+    if node is None:
+        return None
+    condition = ready_condition(node)
+    if condition is not None and condition.get("status") != "True":
+        return parse_time(condition.get("lastTransitionTime"))
+    return None
+
+
+# -- the projection the watch keeps -------------------------------------------------------------------------------
+# What any reader above (and ascend, inventory, ranktable, failures, kueue, reconcile, telemetry) takes off a pod;
+# the rest of a pod (managedFields, images, volumes, most of its env, probes, …) is most of its bytes and nobody
+# here reads it. A new reader of a pod field adds the field here: tests/unit/core/test_podview.py checks that every
+# accessor answers the same on a pod and on its projection.
+PROJECTED_METADATA = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "labels")
+PROJECTED_ANNOTATIONS = (DEVICE_ANNOTATION, *DEVICE_NAME_ANNOTATIONS)
+PROJECTED_SPEC = ("nodeName", "schedulingGates", "nodeSelector", "tolerations")
+PROJECTED_ENV = frozenset({names.SCHED_HOST_ENV})
+PROJECTED_STATUS = ("phase", "podIP", "hostIP", "reason", "message", "startTime")
+PROJECTED_CONDITION = ("type", "status", "reason", "message")
+PROJECTED_CONTAINER_STATUS = ("name", "restartCount")
+PROJECTED_TERMINATED = ("exitCode", "reason", "message", "finishedAt")
+INTERNED_LENGTH = 64
+
+
+def _some(source: Mapping, keys) -> dict:
+    return {key: source[key] for key in keys if source.get(key) is not None}
+
+
+def _container(container: Mapping) -> dict:
+    resources = container.get("resources") or {}
+    kept: dict = {"name": container.get("name")}
+    npus = {kind: {RESOURCE: resources[kind][RESOURCE]} for kind in ("requests", "limits")
+            if RESOURCE in (resources.get(kind) or {})}
+    if npus:
+        kept["resources"] = npus
+    env = [entry for entry in container.get("env") or () if entry.get("name") in PROJECTED_ENV and "value" in entry]
+    if env:
+        kept["env"] = env
+    return kept
+
+
+def _container_status(entry: Mapping) -> dict:
+    kept = _some(entry, PROJECTED_CONTAINER_STATUS)
+    state = entry.get("state")
+    if isinstance(state, Mapping):  # which state, and of a terminated one what failures.py reads
+        kept["state"] = {kind: _some(detail or {}, PROJECTED_TERMINATED) if kind == "terminated" else {}
+                         for kind, detail in state.items()}
+    return kept
+
+
+def project_pod(pod: Mapping) -> dict:
+    """The part of a pod the operator reads, shaped as the pod itself (every accessor works on either)."""
+    metadata, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    kept_metadata = _some(metadata, PROJECTED_METADATA)
+    annotations = _some(metadata.get("annotations") or {}, PROJECTED_ANNOTATIONS)
+    if annotations:
+        kept_metadata["annotations"] = annotations
+    kept_spec = _some(spec, PROJECTED_SPEC)
+    if "affinity" in spec:  # only the node affinity is read; an affinity without one still tells kueue's patch
+        node_affinity = (spec.get("affinity") or {}).get("nodeAffinity")
+        kept_spec["affinity"] = {} if node_affinity is None else {"nodeAffinity": node_affinity}
+    for kind in ("containers", "initContainers"):
+        if spec.get(kind):
+            kept_spec[kind] = [_container(container) for container in spec[kind]]
+    kept_status = _some(status, PROJECTED_STATUS)
+    if status.get("conditions"):
+        kept_status["conditions"] = [_some(condition, PROJECTED_CONDITION) for condition in status["conditions"]]
+    if status.get("containerStatuses"):
+        kept_status["containerStatuses"] = [_container_status(entry) for entry in status["containerStatuses"]]
+    return _shared({"metadata": kept_metadata, "spec": kept_spec, "status": kept_status})
+
+
+def _shared(value):
+    """The same value with its keys and short strings interned: 20 000 watched pods repeat "Running", "True",
+    label keys and condition types; each parse would otherwise keep its own copies (about a third of a pod)."""
+    if isinstance(value, dict):
+        return {sys.intern(key): _shared(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_shared(item) for item in value]
+    if isinstance(value, str) and len(value) <= INTERNED_LENGTH:
+        return sys.intern(value)
+    return value

@@ -1,0 +1,434 @@
+"""The reconcile shell: observes a job, asks `reconcile.decide`, executes the actions through `kube`.
+
+Worker threads take job keys from a WorkQueue, so the blocking client never runs on kopf's event loop.
+Placement is serialised by one lock over one inventory (kopf indexes plus chips promised to gangs whose pods
+the watch has not shown yet), so two jobs never get the same chips. Everything the process remembers of one
+job lives in its `JobRecord`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ascend_hybrid.contracts import conditions, kueue, names
+from ascend_hybrid.contracts.ascend import device_infos_by_node
+from ascend_hybrid.contracts.podview import attempt_of
+from ascend_hybrid.controller import children, metrics, placing
+from ascend_hybrid.controller.kube import Kube, rank_table_of
+from ascend_hybrid.controller.records import Indexes, JobKey, JobRecord
+from ascend_hybrid.controller.refused import Refused
+from ascend_hybrid.controller.settings import OperatorSettings
+from ascend_hybrid.controller.workqueue import WorkQueue
+from ascend_hybrid.gang import render
+from ascend_hybrid.monitoring.progress import Sample
+from ascend_hybrid.reconcile.actions import (
+    CreatePods,
+    DeleteJob,
+    DeletePods,
+    DeleteWorkloads,
+    EnsureChildren,
+    PinAndRelease,
+    Place,
+    PodToCreate,
+    PostEvent,
+    RemoveGates,
+    WriteRankTable,
+)
+from ascend_hybrid.reconcile.decision import FAST_REQUEUE_SECONDS, Decision, Observed, decide
+from ascend_hybrid.spec.rules import ResolvedJob, SpecError, parse
+
+log = logging.getLogger(__name__)
+__all__ = ["Controller", "Indexes", "JobKey", "JobRecord", "Next"]
+
+
+class Next(enum.Enum):
+    """What a pass does after executing one decision."""
+
+    DECIDE_AGAIN = "decide again"    # nothing it did needs the watch to show it
+    WAIT = "wait"                    # requeue after the decision's delay (or the next event)
+    FORGET = "forget"                # the job was deleted
+    REFUSED = "refused"              # the apiserver refused a write: decide again before writing the status
+
+
+@dataclass
+class Controller:
+    kube: Kube
+    indexes: Indexes | None = None  # bound by the kopf startup handler before any job is enqueued
+    settings: OperatorSettings = field(default_factory=OperatorSettings)
+    queue: WorkQueue = field(default_factory=WorkQueue)
+    placement_lock: threading.Lock = field(default_factory=threading.Lock)
+    jobs: dict[JobKey, JobRecord] = field(default_factory=dict)
+    hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    pool: ThreadPoolExecutor | None = None
+    leadership: object | None = None  # leader.LeaderElector under --leader-elect: workers take keys only while leading
+
+    def __post_init__(self) -> None:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.settings.parallel_calls, "ahj-api")
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def start(self, *loops: Callable[[], None]) -> None:
+        """Starts the workers and any background loops (telemetry, metrics) handed in by main."""
+        for loop in loops:
+            threading.Thread(target=loop, name=f"ahj-{loop.__name__.strip('_')}", daemon=True).start()
+        for number in range(self.settings.workers):
+            thread = threading.Thread(target=self._work, name=f"ahj-worker-{number}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self.queue.close()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        if self.leadership is not None:
+            self.leadership.release()  # after the last pass: a standby takes over within one retry
+
+    def record_of(self, key: JobKey) -> JobRecord:
+        record = self.jobs.get(key)
+        if record is None:
+            record = self.jobs.setdefault(key, JobRecord())
+        return record
+
+    def enqueue(self, key: JobKey, delay: float = 0.2) -> None:
+        self.queue.add(key, delay)
+
+    def wrote_last(self, key: JobKey, resource_version: str | None) -> bool:
+        """Whether this version of the job is the one this process's last status patch produced."""
+        record = self.jobs.get(key)
+        return resource_version is not None and record is not None and record.last_written == resource_version
+
+    def job_changed(self, key: JobKey, resource_version: str | None, deleted: bool) -> None:
+        """A watch event of the job. The echo of our own status write changes nothing (the pass that wrote it
+        decided after it); anything else, from anyone, means the job must be read again, now."""
+        if not deleted and self.wrote_last(key, resource_version):
+            return
+        record = self.jobs.get(key)
+        if record is not None:
+            record.job = None
+        self.enqueue(key, delay=0.0)
+
+    def current_job(self, key: JobKey) -> dict | None:
+        """The job for a pass: as our last status write returned it while no other change of it was seen (pods
+        changing do not change the job: a 128-pod gang's start is dozens of passes), else read."""
+        record = self.jobs.get(key)
+        if record is not None and record.job is not None \
+                and time.monotonic() - record.job_since < self.settings.job_cache_seconds:
+            return record.job
+        job = self.kube.get_job(*key)
+        if job is not None:
+            self.remember_job(key, job)
+        return job
+
+    def remember_job(self, key: JobKey, job: dict) -> None:
+        record = self.record_of(key)
+        record.job, record.job_since = job, time.monotonic()
+
+    def wake_pending(self) -> None:
+        """Capacity may have changed: let the jobs that wait for placement try again — those not queued yet, and of
+        the queue (oldest first, backlog.py) only its head: the rest could only find it still there. Each head that
+        leaves Pending wakes the next (`record`)."""
+        pending = [(key, record) for key, record in list(self.jobs.items()) if record.phase == "Pending"]
+        queued: dict[str, list] = {}
+        for key, record in sorted(pending, key=lambda item: item[1].queue_key):
+            if record.waiting:
+                queued.setdefault(record.chip, []).append(key)
+        heads = {key for keys in queued.values() for key in keys[:self.settings.workers * 2]}
+        for key, record in pending:
+            if not record.waiting or key in heads:
+                self.queue.add(key, 0.5)
+
+    def wake_all(self) -> None:
+        """A node went NotReady: every job may have a pod there."""
+        for key in list(self.jobs):
+            self.queue.add(key, 0.5)
+
+    def _work(self) -> None:
+        backoff = self.settings.error_backoff_seconds
+        while True:
+            if self.leadership is not None and not self.leadership.leading():
+                if self.queue.closed:
+                    return
+                self.leadership.wait_leading(1.0)  # a standby's keys wait in the queue, deduplicated
+                continue
+            key = self.queue.get()
+            if key is None:
+                return
+            started, outcome = time.perf_counter(), "error"
+            try:
+                delay = self.reconcile(key)
+                outcome = "requeued" if delay is not None else "forgotten"
+                if key in self.jobs:
+                    self.jobs[key].failures = 0
+            except Exception:
+                record = self.record_of(key)
+                delay = backoff[min(record.failures, len(backoff) - 1)]
+                record.failures += 1
+                metrics.RECONCILE_ERRORS.labels(namespace=key[0]).inc()
+                log.exception("reconcile %s/%s failed; retrying in %ss", key[0], key[1], delay)
+            finally:
+                metrics.RECONCILE_SECONDS.labels(outcome=outcome).observe(time.perf_counter() - started)
+                self.queue.done(key)
+            if delay is not None:
+                self.queue.add(key, delay)
+
+    # -- one pass ---------------------------------------------------------------------------------------------
+    def reconcile(self, key: JobKey) -> float | None:
+        """One pass; its events are posted when it ends, each with its own reason (users and alerts select by it)."""
+        seen: list[dict] = []  # the job as the pass read it (its events name it)
+        try:
+            return self._reconcile(key, seen)
+        finally:
+            record = self.jobs.get(key)
+            if record is not None and record.events:
+                events, record.events = record.events, []
+                for event in events if seen else ():
+                    self.post_now(seen[0], event.type, event.reason, event.message)
+
+    def _reconcile(self, key: JobKey, seen: list[dict]) -> float | None:
+        namespace, name = key
+        job = self.current_job(key)
+        seen += [job] if job is not None else []
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            self.forget(key)
+            return None
+        written = job.get("status") or {}  # the status as the apiserver holds it
+        for _ in range(self.settings.max_steps_per_pass):
+            observed = self.observe(key, job)
+            decision = decide(observed)
+            old_status = job.get("status") or {}
+            after = self.execute(key, job, observed, decision)
+            if after is Next.REFUSED:
+                continue
+            if after is Next.DECIDE_AGAIN and all(isinstance(a, EnsureChildren | PostEvent) for a in decision.actions):
+                # applied children need no record before the next step (a crash applies them again): its
+                # status goes with the next step's write
+                self.record(key, job, old_status, decision.status)
+                job = {**job, "status": decision.status}
+                continue
+            deferred = self.defer_progress(key, after, written, decision)
+            if deferred is not None:
+                return deferred
+            patched = self.kube.patch_job_status(namespace, name, written, decision.status)
+            self.record(key, job, old_status, decision.status)
+            if patched is not None:
+                job = patched
+                self.record_of(key).last_written = patched["metadata"].get("resourceVersion")
+                self.record_of(key).written_at = time.monotonic()
+                self.remember_job(key, job)
+            else:
+                job = {**job, "status": decision.status}
+            written = job.get("status") or {}
+            if after is Next.FORGET:
+                self.forget(key)
+                return None
+            if after is Next.WAIT:
+                return decision.requeue_after
+        return FAST_REQUEUE_SECONDS
+
+    def defer_progress(self, key: JobKey, after: Next, old: dict, decision: Decision) -> float | None:
+        """Seconds to wait instead of writing a status that only counts pods coming up or moves a gang's start
+        on, when the last write was less than `status_coalesce_seconds` ago: a 128-pod gang's start is one write
+        per pass otherwise. The job stays as last written, so the pass that ends the wait writes every deferred
+        change; a real one (Running, a failure) is written at once."""
+        if after is not Next.WAIT:
+            return None
+        if not (conditions.only_progress(old, decision.status) or conditions.only_starting(old, decision.status)):
+            return None
+        wait = self.settings.status_coalesce_seconds - (time.monotonic() - self.record_of(key).written_at)
+        if wait <= 0:
+            return None
+        return wait if decision.requeue_after is None else min(wait, decision.requeue_after)
+
+    def observe(self, key: JobKey, job: dict) -> Observed:
+        try:
+            effective, problems = parse(job), ()
+        except SpecError as error:
+            effective, problems = None, tuple(error.problems)
+        record = self.record_of(key)
+        if not record.rank_table_read:
+            # A job whose status names no rank table has none worth reading: a ConfigMap a process made before
+            # dying unrecorded is applied "initializing" again with the other children, as a missing one would be.
+            if (job.get("status") or {}).get("rankTable"):
+                record.rank_table = rank_table_of(self.kube.read_config_map(key[0],
+                                                                            names.rank_table_config_map(key[1])))
+            record.rank_table_read = True
+        nodes = {node["metadata"]["name"]: node for node in self.indexes.nodes()}
+        pods = tuple(self.indexes.job_pods(key))
+        return Observed(
+            job=job, effective=effective, spec_problems=problems, pods=pods, workload=self.workload(key, job, effective, pods),
+            rank_table=record.rank_table, children_ready=record.children_generation == job["metadata"].get("generation"),
+            sched_ip=record.sched_ip, nodes=nodes, now=datetime.now(UTC),
+            node_grace_seconds=self.settings.node_grace_seconds,
+            in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample,
+            device_infos=device_infos_by_node(self.indexes.device_infos()), hardware_profiles=self.hardware_profiles,
+            refusal=record.refusal,
+        )
+
+    def workload(self, key: JobKey, job: dict, effective, pods: tuple[dict, ...]) -> dict | None:
+        """The Kueue Workload of a queued job's current attempt, once its pods exist or once it ran (one read per
+        pass): a preempted gang's pods may all be gone before a pass sees them deleting, and then only the
+        Workload still says Evicted — without it the eviction would read as pods deleted, a counted restart."""
+        if effective is None or not effective.spec.scheduling.queue:
+            return None
+        status = job.get("status") or {}
+        attempt = int(status.get("attempt") or 1)
+        started = (status.get("placement") or {}).get("attempt") == attempt
+        if not started and not any(attempt_of(pod) == attempt for pod in pods):
+            return None
+        return self.kube.get_workload(key[0], kueue.group_name(key[1], attempt))
+
+    def execute(self, key: JobKey, job: dict, observed: Observed, decision: Decision) -> Next:
+        """Runs the actions in order. A write the apiserver refuses (400/403/422) ends the run: the refusal is the
+        next decide()'s observation (a Failed or Authorized condition), made in this same pass."""
+        record = self.record_of(key)
+        try:
+            after = self._execute(key, job, observed, decision)
+        except Refused as refused:
+            log.warning("%s/%s: %s", key[0], key[1], refused)
+            record.refusal = refused.refusal(key[0])
+            return Next.REFUSED
+        if any(not isinstance(action, PostEvent) for action in decision.actions):
+            record.refusal = None
+        return after
+
+    def post_event(self, job: dict, event_type: str, reason: str, message: str) -> None:
+        """Kept for the end of the pass (`reconcile`)."""
+        self.record_of(job_key(job)).events.append(PostEvent(event_type, reason, message))
+
+    def post_now(self, job: dict, event_type: str, reason: str, message: str) -> None:
+        """Events are best effort: one the apiserver refuses is logged, never a reason to stop reconciling."""
+        try:
+            self.kube.post_event(job, event_type, reason, message)
+        except Refused as refused:
+            log.warning("event %s not posted: %s", reason, refused)
+
+    def _execute(self, key: JobKey, job: dict, observed: Observed, decision: Decision) -> Next:
+        namespace, name = key
+        record = self.record_of(key)
+        after = Next.WAIT
+        for action in decision.actions:
+            if not isinstance(action, PostEvent):
+                log.info("%s/%s: %s", namespace, name, _describe(action))
+            match action:
+                case PostEvent():
+                    self.post_event(job, action.type, action.reason, action.message)
+                case EnsureChildren():
+                    self.ensure_children(key, job, action.job)
+                    after = Next.DECIDE_AGAIN
+                case Place():
+                    if self.place(key, job, observed, decision, action):
+                        after = Next.DECIDE_AGAIN
+                case CreatePods():
+                    self.promise(key, action.pods)
+                    self.each(self.kube.create_pod, [pod.manifest for pod in action.pods])
+                    metrics.PODS_CREATED.inc(len(action.pods))
+                    record.touched(pod.manifest["metadata"]["name"] for pod in action.pods)
+                case RemoveGates():
+                    self.each(lambda pod: self.kube.remove_gate(namespace, *pod), action.pods)
+                    record.touched(pod_name for pod_name, _ in action.pods)
+                case PinAndRelease():
+                    self.each(lambda pod: self.kube.patch_pod(namespace, pod[0], list(pod[1])), action.pods)
+                    record.touched(pod_name for pod_name, _ in action.pods)
+                case DeleteWorkloads():
+                    self.each(lambda workload: self.kube.delete_workload(namespace, workload), action.names)
+                case DeletePods():
+                    self.each(lambda pod_name: self.kube.delete_pod(namespace, pod_name), action.names)
+                case WriteRankTable():
+                    self.kube.apply(render.rank_table_config_map(name, namespace, job["metadata"]["uid"],
+                                                                 action.table))
+                    record.rank_table = action.table
+                case DeleteJob():
+                    self.kube.delete_job(namespace, name)
+                    return Next.FORGET
+        return after
+
+    def each(self, call: Callable, items) -> None:
+        """One API call per item, `parallel_calls` at a time: a 128-pod gang is created and released in a burst.
+        Every call is made (and retried) before the first error, if any, is raised."""
+        results = list(self.pool.map(lambda item: _outcome(call, item), items))
+        for error in results:
+            if error is not None:
+                raise error
+
+    def ensure_children(self, key: JobKey, job: dict, effective: ResolvedJob) -> None:
+        children.ensure_children(self, key, job, effective)
+
+    def child_changed(self, key: JobKey, kind: str, name: str, event_type: str, body: dict) -> None:
+        """A kopf handler saw a labelled Service or ConfigMap change or go (children.py)."""
+        children.child_changed(self, key, kind, name, event_type, body)
+
+    def place(self, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
+        """Places the gang under the one lock (placing.py); the core records the outcome."""
+        return placing.place(self, key, job, observed, decision, action)
+
+    def reserved(self, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
+        return placing.reserved(self, npu_pods, exclude)
+
+    def promise(self, key: JobKey, pods: Iterable[PodToCreate]) -> None:
+        """Keeps the chips of pods about to be created counted until the watch shows them."""
+        promised = self.record_of(key).promised
+        for pod in pods:
+            if pod.node is not None:  # a queued job's pods hold no chips before they are placed
+                promised[pod.manifest["metadata"]["name"]] = (pod.node, pod.chips)
+
+    def record(self, key: JobKey, job: dict, old: dict, new: dict) -> None:
+        """Bookkeeping and metrics after a status change."""
+        record = self.record_of(key)
+        was_pending, record.phase = record.phase == "Pending", new.get("phase") or "Pending"
+        if was_pending and record.phase != "Pending":
+            record.waiting = False
+            self.wake_pending()  # the queue moved: the jobs behind it try again
+        attempt = int(new.get("attempt") or 1)
+        if attempt != record.attempt:
+            record.sample = None  # a reading of the previous attempt's pods says nothing of this one
+        record.attempt = attempt
+        record.step_time_ratio = (new.get("plan") or {}).get("stepTimeRatio")
+        placed = next((c for c in new.get("conditions", []) if c["type"] == "Placed"), None)
+        admitted = next((c for c in new.get("conditions", []) if c["type"] == "Admitted"), None)
+        if record.phase == "Pending":
+            record.pending_reason = placed["reason"] if placed and placed["status"] == "False" else "Waiting"
+            if admitted and admitted["status"] == "False":
+                record.pending_reason = admitted["reason"]  # WaitingForQuota, Preempted: Kueue holds the job
+        if record.phase in ("Succeeded", "Failed", "Suspended", "Restarting"):
+            record.promised = {}
+        metrics.record_transition(key[0], job, old, new)
+
+    def forget(self, key: JobKey) -> None:
+        record = self.jobs.pop(key, None)
+        if record is not None and record.waiting:
+            self.wake_pending()
+
+    def running_jobs(self) -> list[tuple[JobKey, int]]:
+        return [(key, record.attempt) for key, record in list(self.jobs.items()) if record.phase == "Running"]
+
+    def offer_sample(self, key: JobKey, attempt: int, sample: Sample) -> None:
+        """A telemetry reading of one attempt; the next pass writes it into the status."""
+        record = self.jobs.get(key)
+        if record is not None and record.attempt == attempt:
+            record.sample = sample
+            self.queue.add(key, 0.0)
+
+
+def job_key(job: dict) -> JobKey:
+    return job["metadata"]["namespace"], job["metadata"]["name"]
+
+
+def _describe(action) -> str:
+    count = len(getattr(action, "pods", None) or getattr(action, "names", None) or ())
+    return type(action).__name__ + (f" ×{count}" if count else "")
+
+
+def _outcome(call: Callable, item) -> BaseException | None:
+    try:
+        call(item)
+        return None
+    except Exception as error:  # noqa: BLE001 - collected, then re-raised by `each`
+        return error

@@ -1,0 +1,221 @@
+"""Ascend node inventory from plain Kubernetes objects (design §5). Pure: dicts in, frozen data out.
+
+Nodes, pods and ConfigMaps are dicts exactly as the API returns them (camelCase keys). Nothing here talks
+to the API server; the controller's indexes hold the objects and hand them over. What the Ascend objects say
+(labels, annotations, health ConfigMaps) is read through `ascend.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ascend_hybrid.contracts.ascend import (
+    RACK_LABEL,
+    RESOURCE,
+    SUPERPOD_LABEL,
+    DeviceInfo,
+    chip_type_of,
+    device_infos_by_node,
+    pod_chip_ids,
+    rack_id,
+    super_pod_id,
+)
+from ascend_hybrid.contracts.chips import CHIPS
+from ascend_hybrid.contracts.podview import TERMINAL_POD_PHASES, is_node_ready, npu_request, quantity
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    name: str
+    labels: Mapping[str, str]
+    chip: str | None  # "910A" | "910B" | "A3" | None (no Ascend chip type recognised)
+    allocatable: int
+    capacity: int
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Mapping, ...]
+    rack: str | None
+    super_pod: str | None
+    unhealthy: frozenset[int]  # unusable by deviceinfo (ascend.UNUSABLE_SUFFIXES, ManuallySeparateNPU)
+    used: frozenset[int]  # chips named by the annotations of pods holding this node
+    unknown_used: int  # chips held by pods that do not say which
+    reserved: int  # chips promised to gangs whose pods are not visible yet
+    lost_to_health: int  # how much `unhealthy` took off `free` beyond what kubelet already withheld
+    free: int
+    candidate_ids: frozenset[int]  # ids neither known used nor unhealthy: a superset of the free chips
+    free_ids: frozenset[int] | None  # exact free ids, when no unknown holding blurs them
+    # rack / super-pod domains that came from deviceinfo when the node has no such label; labels win
+    tiers: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+
+    def tier(self, key: str) -> str | None:
+        return self.tiers.get(key, self.labels.get(key))
+
+    @property
+    def unknown_held(self) -> int:
+        """Candidate ids that are in fact taken by someone we cannot name."""
+        return len(self.candidate_ids) - self.free
+
+    def ring_free(self, ring: int) -> int:
+        """Chips of HCCS ring `ring` (910A) that are free for sure: unknown holders may sit in any ring."""
+        rings = CHIPS[self.chip].rings(self.candidate_ids) if self.chip in CHIPS else {}
+        ids = sum(1 for r in rings.values() if r == ring)
+        return max(0, ids - self.unknown_held)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    nodes: tuple[NodeInventory, ...]  # sorted by name, so results never depend on list order
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
+
+    def __iter__(self) -> Iterator[NodeInventory]:
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __getitem__(self, name: str) -> NodeInventory:
+        return self._by_name[name]  # type: ignore[attr-defined]
+
+    def get(self, name: str) -> NodeInventory | None:
+        return self._by_name.get(name)  # type: ignore[attr-defined]
+
+
+def pinned_node(pod: Mapping, hostname_to_node: Mapping[str, str]) -> str | None:
+    """The node an unbound pod can only go to, by a required hostname / metadata.name node affinity."""
+    terms = (
+        (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+        .get("nodeSelectorTerms")
+    ) or ()
+    targets = set()
+    for term in terms:
+        target = None
+        for selector_kind, key in (("matchExpressions", HOSTNAME_LABEL), ("matchFields", "metadata.name")):
+            for expr in term.get(selector_kind) or ():
+                values = expr.get("values") or ()
+                if expr.get("key") == key and expr.get("operator") == "In" and len(values) == 1:
+                    value = values[0]
+                    target = hostname_to_node.get(value, value) if key == HOSTNAME_LABEL else value
+        if target is None:
+            return None  # one term that does not pin lets the scheduler go elsewhere
+        targets.add(target)
+    return targets.pop() if len(targets) == 1 else None
+
+
+def build_inventory(
+    nodes: Iterable[Mapping],
+    pods: Iterable[Mapping],
+    device_infos: Iterable[Mapping] = (),
+    *,
+    reserved: Mapping[str, int] | None = None,
+    ignore_pods: Callable[[Mapping], bool] | None = None,
+) -> Inventory:
+    nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
+    hostname_to_node = {}
+    for node in nodes:
+        name = node["metadata"]["name"]
+        hostname_to_node[((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL)) or name] = name
+    known = {n["metadata"]["name"] for n in nodes}
+
+    requested: dict[str, int] = {}
+    used: dict[str, set[int]] = {}
+    unknown: dict[str, int] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
+            continue
+        if ignore_pods is not None and ignore_pods(pod):
+            continue
+        where = (pod.get("spec") or {}).get("nodeName") or pinned_node(pod, hostname_to_node)
+        if where not in known:
+            continue
+        count, ids = npu_request(pod), pod_chip_ids(pod)
+        if not count and not ids:
+            continue
+        ids = ids or frozenset()
+        requested[where] = requested.get(where, 0) + max(count, len(ids))
+        used.setdefault(where, set()).update(ids)
+        unknown[where] = unknown.get(where, 0) + max(0, count - len(ids))
+
+    health = device_infos_by_node(device_infos)
+    reserved = reserved or {}
+    return Inventory(tuple(_node_inventory(n, requested, used, unknown, reserved, health) for n in nodes))
+
+
+def _node_inventory(node, requested, used, unknown, reserved, health) -> NodeInventory:
+    meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    name = meta["name"]
+    labels = MappingProxyType(dict(meta.get("labels") or {}))
+    info: DeviceInfo = health.get(name) or DeviceInfo(name)
+    allocatable = quantity((status.get("allocatable") or {}).get(RESOURCE, 0))
+    capacity = quantity((status.get("capacity") or {}).get(RESOURCE, allocatable))
+    node_used = frozenset(used.get(name, ()))
+    unhealthy = info.unusable
+    universe = set(range(max(capacity, allocatable))) | info.listed
+    # kubelet already leaves unhealthy devices out of allocatable on a real cluster (capacity - allocatable);
+    # only what it did not withhold comes off again, so a chip is never subtracted twice
+    withheld = max(0, capacity - allocatable)
+    lost_to_health = max(0, len(unhealthy - node_used) - withheld)
+    node_reserved = max(0, int(reserved.get(name, 0)))
+    candidates = frozenset(universe - node_used - unhealthy)
+    free = allocatable - requested.get(name, 0) - node_reserved - lost_to_health
+    free = max(0, min(free, len(candidates)))
+    tiers = {label: domain for label, domain in ((RACK_LABEL, rack_id(node, info)),
+                                                  (SUPERPOD_LABEL, super_pod_id(node, info))) if domain is not None}
+    return NodeInventory(
+        name=name,
+        labels=labels,
+        chip=chip_type_of(node),
+        allocatable=allocatable,
+        capacity=capacity,
+        ready=is_node_ready(node),
+        unschedulable=bool(spec.get("unschedulable")),
+        taints=tuple(MappingProxyType(dict(t)) for t in spec.get("taints") or ()),
+        rack=tiers.get(RACK_LABEL),
+        super_pod=tiers.get(SUPERPOD_LABEL),
+        unhealthy=unhealthy,
+        used=node_used,
+        unknown_used=unknown.get(name, 0),
+        reserved=node_reserved,
+        lost_to_health=lost_to_health,
+        free=free,
+        candidate_ids=candidates,
+        free_ids=candidates if len(candidates) == free else None,
+        tiers=MappingProxyType(tiers),
+    )
+
+
+def blocking_taints(taints: Iterable[Mapping], tolerations: Iterable[Mapping]) -> tuple[Mapping, ...]:
+    """NoSchedule/NoExecute taints that no toleration tolerates (standard Kubernetes matching)."""
+    if not taints:
+        return ()
+    tolerations = tuple(tolerations)
+    return tuple(
+        t
+        for t in taints
+        if t.get("effect") in ("NoSchedule", "NoExecute") and not any(tolerates(tol, t) for tol in tolerations)
+    )
+
+
+def tolerates(toleration: Mapping, taint: Mapping) -> bool:
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key, operator = toleration.get("key") or "", toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return not key or key == taint.get("key")
+    if operator != "Equal":
+        return False
+    return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def taint_text(taint: Mapping) -> str:
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"{taint.get('key', '')}{value}:{taint.get('effect', '')}"

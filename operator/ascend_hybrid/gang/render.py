@@ -1,0 +1,251 @@
+"""Child manifests of a job (design §6, §8): pure functions over the resolved spec and the plan.
+
+Each kind has one jinja2 template rendered with StrictUndefined from flat values; anything structured is
+computed here in Python and handed over as JSON (valid YAML), so the templates stay free of logic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import Any
+
+import yaml
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from ascend_hybrid.contracts import kueue, names
+from ascend_hybrid.gang.inventory import HOSTNAME_LABEL
+from ascend_hybrid.gang.ranktable import INITIALIZING, config_map_data
+from ascend_hybrid.spec.api import GROUP, KIND, VERSION
+from ascend_hybrid.spec.rules import ResolvedJob
+
+SCHED_HOST_ENV = names.SCHED_HOST_ENV
+RANK_VARIABLES = frozenset({"MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_LOCAL_WORKER",
+                            "MS_NODE_RANK", "RANK_TABLE_FILE", "RANK_SIZE", "RANK_START"})
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Environment:
+    environment = Environment(loader=PackageLoader("ascend_hybrid.gang", "templates"), undefined=StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False)
+    environment.policies["json.dumps_function"] = _json_for_yaml
+    return environment
+
+
+# A \\u escape is one only after an even run of backslashes (an odd run escapes a literal backslash).
+_SURROGATE_PAIR = re.compile(r"(?<!\\)((?:\\\\)*)\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})")
+
+
+def _json_for_yaml(value: Any, **options: Any) -> str:
+    """JSON that YAML reads back unchanged: ASCII escapes (YAML line breaks such as U+0085 stay escaped), except
+    characters beyond U+FFFF, written literally, since libyaml refuses \\u surrogate pairs."""
+    text = json.dumps(value, **options)
+    return _SURROGATE_PAIR.sub(
+        lambda m: m[1] + chr(0x10000 + ((int(m[2], 16) - 0xD800) << 10) + int(m[3], 16) - 0xDC00), text)
+
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a 128-pod gang renders in a tenth of the time
+
+
+def _render(template: str, **values: Any) -> dict:
+    return yaml.load(_environment().get_template(template).render(**values), Loader=_LOADER)
+
+
+def owner_references(job: str, uid: str) -> list[dict]:
+    return [{"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": job, "uid": uid,
+             "controller": True, "blockOwnerDeletion": True}]
+
+
+def services(job: str, namespace: str, uid: str) -> list[dict]:
+    """`<job>-sched` (ClusterIP to pod 0: MS_SCHED_HOST must be an IP) and the headless `<job>` for pod DNS."""
+    owners, labels = owner_references(job, uid), names.job_labels(job)
+    pod_zero = {names.JOB_LABEL: job, names.POD_INDEX_LABEL: "0"}
+    return [
+        _render("service.yaml.j2", name=names.sched_service(job), namespace=namespace, labels=labels,
+                owner_references=owners, headless=False, selector=pod_zero, port_name="ms-sched",
+                port=names.SCHED_PORT),
+        _render("service.yaml.j2", name=names.headless_service(job), namespace=namespace, labels=labels,
+                owner_references=owners, headless=True, selector={names.JOB_LABEL: job}, port_name="metrics",
+                port=names.METRICS_PORT),
+    ]
+
+
+MAX_PORT = 65535
+
+
+def network_policy(job: str, namespace: str, uid: str, metrics_peers: list[dict]) -> dict:
+    """The job's NetworkPolicy (opt-in, `--network-policy`): its pods admit the job's own pods on every TCP port
+    but the metrics port (the MindSpore scheduler, the workers' ports, HCCL's host ports), and `metrics_peers`
+    (the operator, Prometheus: NetworkPolicyPeer objects) on the metrics port; nothing else reaches them."""
+    metrics = names.METRICS_PORT
+    peer_ports = [{"protocol": "TCP", "port": 1, "endPort": metrics - 1},
+                  {"protocol": "TCP", "port": metrics + 1, "endPort": MAX_PORT}]
+    return _render("networkpolicy.yaml.j2", name=names.network_policy(job), namespace=namespace,
+                   labels=names.job_labels(job), owner_references=owner_references(job, uid),
+                   selector={names.JOB_LABEL: job}, peer_ports=peer_ports, metrics_peers=list(metrics_peers),
+                   metrics_port=metrics)
+
+
+def job_config(effective: ResolvedJob) -> dict:
+    """What the trainer needs to build the model and the loop (job.json)."""
+    training = effective.spec.training.model_dump(by_alias=True, exclude_none=True)
+    training["globalBatchSize"] = effective.global_batch_size
+    return {"name": effective.name, "worldSize": effective.world_size,
+            "npu": {"chip": effective.chip, "perPod": effective.per_pod},
+            "parallelism": effective.degrees, "model": effective.model, "training": training}
+
+
+def rank_table_config_map(job: str, namespace: str, uid: str, table: dict | None = None) -> dict:
+    """The rank table's ConfigMap (ranktable.config_map_data: plain, compact or gzipped). Its data is set after
+    the template: a 16 384-rank table would be a megabyte of YAML to parse back."""
+    data, binary = config_map_data(table or INITIALIZING)
+    manifest = _render("configmap.yaml.j2", name=names.rank_table_config_map(job), namespace=namespace,
+                       labels=names.job_labels(job), owner_references=owner_references(job, uid), data={})
+    manifest["data"] = data
+    if binary:
+        manifest["binaryData"] = binary
+    return manifest
+
+
+def job_config_map(effective: ResolvedJob, namespace: str, uid: str) -> dict:
+    data = {"job.json": json.dumps(job_config(effective), indent=2, sort_keys=True)}
+    return _render("configmap.yaml.j2", name=names.job_config_map(effective.name), namespace=namespace,
+                   labels=names.job_labels(effective.name), owner_references=owner_references(effective.name, uid),
+                   data=data)
+
+
+def _field_env(name: str, path: str) -> dict:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def pod_env(effective: ResolvedJob, index: int, sched_ip: str) -> list[dict]:
+    """Design §8. User env wins over defaults, except the rank variables, which only the operator may set."""
+    spec, k = effective.spec, effective.per_pod
+    hccl = spec.hccl
+    defaults: list[dict] = [
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        _field_env("POD_IP", "status.podIP"),
+    ]
+    values = {
+        "MS_ROLE": "MS_WORKER", "MS_SCHED_HOST": sched_ip, "MS_SCHED_PORT": str(names.SCHED_PORT),
+        "MS_WORKER_NUM": str(effective.world_size), "MS_LOCAL_WORKER": str(k), "MS_NODE_RANK": str(index),
+        "RANK_TABLE_FILE": names.RANK_TABLE_FILE, "RANK_SIZE": str(effective.world_size), "RANK_START": str(index * k),
+        "HCCL_CONNECT_TIMEOUT": str(hccl.connect_timeout_seconds), "HCCL_EXEC_TIMEOUT": str(hccl.exec_timeout_seconds),
+        "HCCL_WHITELIST_DISABLE": "1" if hccl.whitelist_disable else "0",
+    }
+    if hccl.socket_ifname:
+        values["HCCL_SOCKET_IFNAME"] = hccl.socket_ifname
+    values.update({key: value for key, value in hccl.env.items() if key not in RANK_VARIABLES})
+    values["AHJ_PARALLEL"] = json.dumps(effective.degrees, sort_keys=True)
+    values["AHJ_JOB_CONFIG"] = names.JOB_CONFIG_FILE
+    values["AHJ_TERMINATION_LOG"] = names.TERMINATION_LOG  # where the trainer writes why it ended
+    if spec.training.checkpoint:
+        values["AHJ_CHECKPOINT_DIR"] = names.CHECKPOINT_DIR
+    env = defaults + [{"name": key, "value": value} for key, value in values.items()]
+    position = {entry["name"]: i for i, entry in enumerate(env)}
+    for entry in spec.template.env:
+        name = entry.get("name")
+        if name in RANK_VARIABLES:
+            continue
+        if name in position:
+            env[position[name]] = entry
+        else:
+            position[name] = len(env)
+            env.append(entry)
+    return env
+
+
+def _resources(effective: ResolvedJob) -> dict:
+    spec = effective.spec
+    chips = str(effective.per_pod)
+    return {"requests": {**spec.template.resources.requests, spec.npu.resource: chips},
+            "limits": {**spec.template.resources.limits, spec.npu.resource: chips}}
+
+
+def _volumes(effective: ResolvedJob) -> tuple[list[dict], list[dict]]:
+    job, spec = effective.name, effective.spec
+    volumes = [
+        {"name": names.RANK_TABLE_VOLUME, "configMap": {"name": names.rank_table_config_map(job)}},
+        {"name": names.JOB_CONFIG_VOLUME, "configMap": {"name": names.job_config_map(job)}},
+    ]
+    mounts = [
+        {"name": names.RANK_TABLE_VOLUME, "mountPath": names.RANK_TABLE_DIR, "readOnly": True},
+        {"name": names.JOB_CONFIG_VOLUME, "mountPath": names.JOB_CONFIG_DIR, "readOnly": True},
+    ]
+    if spec.training.checkpoint:
+        volumes.append({"name": names.CHECKPOINT_VOLUME,
+                        "persistentVolumeClaim": {"claimName": spec.training.checkpoint.claim_name}})
+        mounts.append({"name": names.CHECKPOINT_VOLUME, "mountPath": names.CHECKPOINT_DIR})
+    return volumes + list(spec.template.volumes), mounts + list(spec.template.volume_mounts)
+
+
+def pod(effective: ResolvedJob, namespace: str, uid: str, attempt: int, index: int, node: str | None, sched_ip: str,
+        node_requirements: list[dict] | tuple = ()) -> dict:
+    """One pod of the gang: gated, owned by the job, pinned to its placed node. A queued job's pods (node None)
+    carry their Kueue pod-group labels and annotations instead, and only `node_requirements` (the chip type):
+    they are placed and pinned once Kueue admits them (queueing.py)."""
+    job, spec = effective.name, effective.spec
+    template = spec.template
+    labels = {**template.metadata.labels, **names.job_labels(job), names.ATTEMPT_LABEL: str(attempt),
+              names.POD_INDEX_LABEL: str(index)}
+    annotations = {**template.metadata.annotations, names.RANK_INDEX_ANNOTATION: str(index)}
+    if spec.scheduling.queue:
+        group_labels, group_annotations = kueue.pod_metadata(job, attempt, effective.pod_count, spec.scheduling.queue)
+        labels.update(group_labels)
+        annotations.update(group_annotations)
+    requirements = [{"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}] if node else list(node_requirements)
+    volumes, mounts = _volumes(effective)
+    return _render(
+        "pod.yaml.j2", name=names.pod_name(job, attempt, index), namespace=namespace, labels=labels,
+        annotations=annotations, owner_references=owner_references(job, uid), subdomain=names.headless_service(job),
+        gate=names.GANG_GATE, node_requirements=requirements, scheduler_name=spec.scheduling.scheduler_name,
+        service_account_name=template.service_account_name, priority_class_name=template.priority_class_name,
+        node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
+        image_pull_policy=template.image_pull_policy, command=template.command, args=template.args,
+        env=pod_env(effective, index, sched_ip), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,
+        resources=_resources(effective), volume_mounts=mounts, volumes=volumes, termination_log=names.TERMINATION_LOG,
+    )
+
+
+def gang_pods(effective: ResolvedJob, namespace: str, uid: str, attempt: int, placed: list[tuple[int, str | None]],
+              sched_ip: str, node_requirements: list[dict] | tuple = ()) -> list[dict]:
+    """`pod` for each (index, node) of one attempt. The template is rendered and parsed once: the pods differ only
+    in their name, hostname, index label and annotation, rank env and pinned node, set on a copy of the first
+    (tests/unit/core/test_render.py checks each against `pod`). A 128-pod gang was a template and a YAML parse
+    per pod, the most of the operator's CPU while it started."""
+    if not placed:
+        return []
+    first_index, first_node = placed[0]
+    first = pod(effective, namespace, uid, attempt, first_index, first_node, sched_ip, node_requirements)
+    skeleton = json.dumps(first)
+    made = [first]
+    for index, node in placed[1:]:
+        manifest = json.loads(skeleton)
+        name = names.pod_name(effective.name, attempt, index)
+        manifest["metadata"]["name"] = manifest["spec"]["hostname"] = name
+        manifest["metadata"]["labels"][names.POD_INDEX_LABEL] = str(index)
+        manifest["metadata"]["annotations"][names.RANK_INDEX_ANNOTATION] = str(index)
+        manifest["spec"]["containers"][0]["env"] = pod_env(effective, index, sched_ip)
+        if node:
+            terms = manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            terms["nodeSelectorTerms"][0]["matchExpressions"] = [
+                {"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}]
+        elif first_node:
+            raise ValueError("gang_pods: every pod of one call is pinned, or none is")
+        made.append(manifest)
+    return made
+
+
+def pods(effective: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str) -> list[dict]:
+    return gang_pods(effective, namespace, uid, attempt, list(enumerate(nodes)), sched_ip)
+
+
+def children(effective: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,
+             table: dict | None = None) -> list[dict]:
+    """Every child in creation order: Services, ConfigMaps, then the gated Pods."""
+    return [*services(effective.name, namespace, uid),
+            rank_table_config_map(effective.name, namespace, uid, table),
+            job_config_map(effective, namespace, uid),
+            *pods(effective, namespace, uid, attempt, nodes, sched_ip)]

@@ -1,0 +1,137 @@
+"""Live anomalies of a running attempt (pure): each telemetry sample, folded into the attempt's short history in
+status.monitoring, turns the conditions LoadImbalanced, Straggling and TrainingStalled on or off.
+
+- LoadImbalanced: the busiest and the idlest chip of the job differ by more than
+  spec.monitoring.utilizationSpreadPercent points for imbalanceSamples samples in a row (seed §5.3: some NPUs
+  busy, some idle). Off at the first sample under the threshold.
+- Straggling: the step time since the last sample is above stragglerFactor × the median of the recent ones
+  (stragglerWindow) and, where the planner predicts a step time, above stragglerFactor × the prediction as well
+  (a job as slow as the planner said is not straggling). Needs three earlier step times; off at the next step
+  on pace. The slowest pod is named where pods report their own step times.
+- TrainingStalled: the step has not advanced for stallSeconds, counted from the first step seen (graph compilation
+  before step 1 is no stall). Off when the step moves.
+
+Everything is computed from the samples' own times, so a pass that sees the same sample again changes nothing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from datetime import datetime
+
+from ascend_hybrid.contracts.conditions import parse_time, timestamp
+from ascend_hybrid.monitoring.progress import ChipReading, Sample
+
+LOAD_IMBALANCED, STRAGGLING, TRAINING_STALLED = "LoadImbalanced", "Straggling", "TrainingStalled"
+CONDITIONS = (LOAD_IMBALANCED, STRAGGLING, TRAINING_STALLED)
+MIN_HISTORY = 3           # step times needed before a median means anything
+SLOWEST_POD_MARGIN = 1.1  # a pod is named the slowest when it is this much slower than the median pod
+SHOWN_CHIPS = 3
+IMBALANCE_CHECKS = ("check the pipeline stage split (layers per stage; the embedding and output layers add work to "
+                    "the first and last stage), the MoE routing (expert load, capacity factor, auxiliary loss) and "
+                    "the data distribution across the data-parallel ranks")
+
+
+@dataclass(frozen=True)
+class Change:
+    """The state of one anomaly condition after a sample."""
+
+    kind: str
+    on: bool
+    reason: str
+    message: str
+
+
+def _chip(reading: ChipReading) -> str:
+    return f"chip {reading.chip} of pod {reading.pod} at {reading.percent:.0f}%"
+
+
+def imbalance(chips: tuple[ChipReading, ...], count: int, spec) -> Change:
+    ordered = sorted(chips, key=lambda reading: (reading.percent, reading.pod, reading.chip))
+    low, high = ordered[0], ordered[-1]
+    spread = high.percent - low.percent
+    median = statistics.median(reading.percent for reading in ordered)
+    figures = (f"NPU utilization spread {spread:.0f} points between {_chip(low)} and {_chip(high)} (median "
+               f"{median:.0f}%, threshold spec.monitoring.utilizationSpreadPercent={spec.utilization_spread_percent:g})")
+    if count >= spec.imbalance_samples:
+        idlest = ", ".join(_chip(reading) for reading in ordered[:SHOWN_CHIPS])
+        return Change(LOAD_IMBALANCED, True, "UtilizationSpread",
+                      f"{figures} for {count} samples; idlest: {idlest}; {IMBALANCE_CHECKS}")
+    return Change(LOAD_IMBALANCED, False, "Balanced" if spread <= spec.utilization_spread_percent else "Watching",
+                  figures)
+
+
+def slowest_pod(per_pod: tuple[tuple[str, float], ...]) -> str:
+    if len(per_pod) < 2:
+        return ""
+    pod, seconds = max(per_pod, key=lambda item: (item[1], item[0]))
+    median = statistics.median(value for _, value in per_pod)
+    if seconds <= SLOWEST_POD_MARGIN * median:
+        return ""
+    return f"; the slowest pod is {pod} ({seconds:.3g}s per step, median pod {median:.3g}s)"
+
+
+def straggling(recent: float, history: list[float], spec, predicted: float | None,
+               per_pod: tuple[tuple[str, float], ...]) -> Change | None:
+    if len(history) < MIN_HISTORY:
+        return None
+    median = statistics.median(history)
+    factor = spec.straggler_factor
+    slow = recent > factor * median and (predicted is None or recent > factor * predicted)
+    figures = f"the last steps took {recent:.3g}s each, the median of the recent ones {median:.3g}s"
+    if predicted is not None:
+        figures += f", the planner predicted {predicted:.3g}s"
+    if not slow:
+        return Change(STRAGGLING, False, "OnPace", figures)
+    return Change(STRAGGLING, True, "SlowSteps",
+                  f"{figures}: above spec.monitoring.stragglerFactor={factor:g} times{slowest_pod(per_pod)}; check "
+                  "that pod's node (npu-smi: utilization, temperature, other work on its NPUs) and the HCCL "
+                  "bandwidth between the nodes")
+
+
+def stalled(step: int, since: datetime, now: datetime, spec) -> Change:
+    idle = (now - since).total_seconds()
+    figures = f"step {step} since {timestamp(since)} ({idle:.0f}s; threshold spec.monitoring.stallSeconds=" \
+              f"{spec.stall_seconds})"
+    if idle < spec.stall_seconds:
+        return Change(TRAINING_STALLED, False, "Progressing", figures)
+    return Change(TRAINING_STALLED, True, "NoProgress",
+                  f"no training step for {idle:.0f}s while every pod runs: {figures}. A hung collective ends as "
+                  "HCCLExecTimeout after spec.hccl.execTimeoutSeconds; check the pods' logs, the data loader and "
+                  "npu-smi on their nodes")
+
+
+def fold(previous: dict | None, sample: Sample, spec, predicted_step_seconds: float | None = None
+         ) -> tuple[dict, list[Change]] | None:
+    """The new status.monitoring and the changes this sample makes (only conditions it says something about);
+    None when the sample is not newer than the last one folded in."""
+    state = dict(previous or {})
+    now = sample.sampled_at
+    last_sampled = parse_time(state.get("sampledAt"))
+    if last_sampled is not None and now <= last_sampled:
+        return None
+    state["sampledAt"] = timestamp(now)
+    changes: list[Change] = []
+    chips = tuple(reading for reading in sample.chips if reading.percent == reading.percent)
+    if len(chips) >= 2:
+        spread = max(r.percent for r in chips) - min(r.percent for r in chips)
+        count = int(state.get("imbalancedSamples") or 0) + 1 if spread > spec.utilization_spread_percent else 0
+        state["imbalancedSamples"] = count
+        changes.append(imbalance(chips, count, spec))
+    if sample.step is not None and sample.step == sample.step:
+        step = int(sample.step)
+        last_step, last_at = state.get("lastStep"), parse_time(state.get("lastStepAt"))
+        history = [float(value) for value in state.get("stepSeconds") or []]
+        if last_step is None or last_at is None or step < last_step:
+            state.update(lastStep=step, lastStepAt=timestamp(now))  # the first reading, or the trainer started over
+        elif step > last_step:
+            recent = (now - last_at).total_seconds() / (step - last_step)
+            change = straggling(recent, history, spec, predicted_step_seconds, sample.pod_step_seconds)
+            changes += [change] if change else []
+            state.update(lastStep=step, lastStepAt=timestamp(now),
+                         stepSeconds=[round(value, 6) for value in (history + [recent])[-spec.straggler_window:]])
+            changes.append(stalled(step, now, now, spec))
+        elif step >= 1:
+            changes.append(stalled(step, last_at, now, spec))
+    return state, changes

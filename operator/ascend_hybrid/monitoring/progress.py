@@ -1,0 +1,142 @@
+"""Training progress and NPU utilization: from scraped figures to status.training / status.utilization (pure).
+
+Two sources give the same `Sample`: the trainer pods' own :9400 endpoints (Prometheus text format), or a
+Prometheus server holding the trainer's series and the npu-exporter's `npu_chip_info_*` series. Besides the job-wide
+figures, a Sample carries each chip's utilization and each pod's step time, which the anomaly conditions read
+(anomalies.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ascend_hybrid.contracts.conditions import timestamp
+
+
+@dataclass(frozen=True)
+class ChipReading:
+    pod: str
+    chip: str       # the chip's id on its node, as npu-smi and the exporter's `id` label give it
+    percent: float  # AI-core utilization
+
+
+@dataclass(frozen=True)
+class Sample:
+    source: str                      # "trainer" | "prometheus"
+    sampled_at: datetime
+    step: float | None = None
+    loss: float | None = None
+    tokens_per_second: float | None = None
+    step_seconds: float | None = None
+    npu_percent: float | None = None
+    hbm_percent: float | None = None
+    error: str | None = None         # why nothing could be read (the figures are then None)
+    no_data_yet: bool = False        # the source answered but has nothing for this job yet: not a fault
+    chips: tuple[ChipReading, ...] = ()                 # every chip of the job that reported utilization
+    pod_step_seconds: tuple[tuple[str, float], ...] = ()  # (pod, seconds per step) where a pod says
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return numerator / denominator if numerator is not None and denominator else None
+
+
+def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: dict[int, str] | None = None) -> Sample:
+    """Pod index → the text of its :9400/metrics. Training figures are job-wide in every pod's endpoint (the
+    trainer exports the global-batch loss and job throughput); pod 0's are used, utilization is averaged. Each
+    chip's utilization and each pod's mean step time are kept too, named by `pod_names` (else the index)."""
+    first = min(texts) if texts else None
+    figures: dict[int, dict[str, float]] = {}
+    chips: list[ChipReading] = []
+    for index, text in sorted(texts.items()):
+        pod = (pod_names or {}).get(index, str(index))
+        mine = figures.setdefault(index, {})
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "ascend_trainer_npu_utilization_percent":
+                    chips.append(ChipReading(pod, str(sample.labels.get("device", "?")), sample.value))
+                elif sample.name in ("ascend_trainer_step", "ascend_trainer_loss", "ascend_trainer_tokens_per_second",
+                                     "ascend_trainer_step_seconds_sum", "ascend_trainer_step_seconds_count"):
+                    mine[sample.name.removeprefix("ascend_trainer_")] = sample.value
+    lead = figures.get(first, {}) if first is not None else {}
+    per_pod = tuple(((pod_names or {}).get(index, str(index)), seconds) for index, values in sorted(figures.items())
+                    if (seconds := _ratio(values.get("step_seconds_sum"), values.get("step_seconds_count"))))
+    return Sample("trainer", sampled_at, step=lead.get("step"), loss=lead.get("loss"),
+                  tokens_per_second=lead.get("tokens_per_second"),
+                  step_seconds=_ratio(lead.get("step_seconds_sum"), lead.get("step_seconds_count")),
+                  npu_percent=_mean([chip.percent for chip in chips]), chips=tuple(chips), pod_step_seconds=per_pod)
+
+
+def prometheus_queries(namespace: str, pod_regex: str, first_pod: str) -> dict[str, str]:
+    """PromQL for each figure; npu-exporter labels pods `pod_name`, scraped trainer endpoints `pod`."""
+    exporter = f'namespace="{namespace}",pod_name=~"{pod_regex}"'
+    trainer = f'namespace="{namespace}",pod="{first_pod}"'
+    return {
+        "step": f"max(ascend_trainer_step{{{trainer}}})",
+        "loss": f"max(ascend_trainer_loss{{{trainer}}})",
+        "tokens_per_second": f"max(ascend_trainer_tokens_per_second{{{trainer}}})",
+        "step_seconds": (f"sum(rate(ascend_trainer_step_seconds_sum{{{trainer}}}[2m])) / "
+                         f"sum(rate(ascend_trainer_step_seconds_count{{{trainer}}}[2m]))"),
+        "npu_percent": f"avg(npu_chip_info_utilization{{{exporter}}})",
+        "hbm_percent": (f"100 * sum(npu_chip_info_hbm_used_memory{{{exporter}}}) / "
+                        f"sum(npu_chip_info_hbm_total_memory{{{exporter}}})"),
+    }
+
+
+def prometheus_vector_queries(namespace: str, pod_regex: str) -> dict[str, str]:
+    """PromQL answered with one series per chip (npu-exporter: labels `pod_name`, `id`) or per pod (`pod`)."""
+    exporter = f'namespace="{namespace}",pod_name=~"{pod_regex}"'
+    trainer = f'namespace="{namespace}",pod=~"{pod_regex}"'
+    return {
+        "chips": f"npu_chip_info_utilization{{{exporter}}}",
+        "pod_step_seconds": (f"sum by (pod) (rate(ascend_trainer_step_seconds_sum{{{trainer}}}[2m])) / "
+                             f"sum by (pod) (rate(ascend_trainer_step_seconds_count{{{trainer}}}[2m]))"),
+    }
+
+
+def _finite(value: float) -> bool:
+    return value == value and value not in (float("inf"), float("-inf"))
+
+
+def from_prometheus(values: dict[str, float | None], sampled_at: datetime,
+                    vectors: dict[str, list[tuple[dict, float]]] | None = None) -> Sample:
+    """Scalar answers by figure, and the (labels, value) series of prometheus_vector_queries."""
+    vectors = vectors or {}
+    chips = tuple(ChipReading(labels.get("pod_name", "?"), labels.get("id", "?"), value)
+                  for labels, value in vectors.get("chips", ()) if _finite(value))
+    per_pod = tuple(sorted((labels.get("pod", "?"), value) for labels, value in vectors.get("pod_step_seconds", ())
+                           if _finite(value) and value > 0))
+    return Sample("prometheus", sampled_at, **{key: values.get(key) for key in (
+        "step", "loss", "tokens_per_second", "step_seconds", "npu_percent", "hbm_percent")},
+        chips=chips, pod_step_seconds=per_pod)
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None or value != value else round(value, digits)  # NaN (no data) → None
+
+
+def training_status(sample: Sample, total_steps: int) -> dict:
+    step = int(sample.step) if sample.step is not None else None
+    status = {"step": step, "loss": _rounded(sample.loss, 6), "tokensPerSecond": _rounded(sample.tokens_per_second, 1),
+              "stepSeconds": _rounded(sample.step_seconds, 4)}
+    if step is not None:
+        status["progressPercentage"] = round(100.0 * min(step, total_steps) / total_steps, 2)
+        if sample.step_seconds:
+            status["estimatedRemainingSeconds"] = round(max(total_steps - step, 0) * sample.step_seconds, 1)
+    return {key: value for key, value in status.items() if value is not None}
+
+
+def utilization_status(sample: Sample) -> dict:
+    status = {"npuPercent": _rounded(sample.npu_percent, 1), "hbmPercent": _rounded(sample.hbm_percent, 1),
+              "source": sample.source, "sampledAt": timestamp(sample.sampled_at)}
+    return {key: value for key, value in status.items() if value is not None}

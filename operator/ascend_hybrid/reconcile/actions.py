@@ -1,0 +1,87 @@
+"""What a reconcile pass asks the shell to do: one small frozen type per kind of action (pure data).
+
+`reconcile.decide` returns them in order; `controller/reconciler.py` dispatches on the type. Nothing here talks to
+the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ascend_hybrid.gang.placement import GangRequest
+from ascend_hybrid.spec.rules import ResolvedJob
+
+
+@dataclass(frozen=True)
+class EnsureChildren:
+    """Apply the Services and ConfigMaps of the job (server-side apply; idempotent); job.json from `job`, the
+    resolved job the pods run (an auto job's chosen strategy in it)."""
+
+    job: ResolvedJob
+
+
+@dataclass(frozen=True)
+class Place:
+    """Place the gang of the current attempt on the cluster's inventory (the shell holds the one inventory)."""
+
+    request: GangRequest
+    job: ResolvedJob
+
+
+@dataclass(frozen=True)
+class PodToCreate:
+    manifest: dict
+    node: str | None  # the node the placement chose (also in the manifest's required node affinity); None for a
+                      # queued job's pods, created before Kueue admits them and placed after (queueing.py)
+    chips: int   # NPUs it takes there, promised until the watch shows the pod
+
+
+@dataclass(frozen=True)
+class CreatePods:
+    pods: tuple[PodToCreate, ...]
+
+
+@dataclass(frozen=True)
+class RemoveGates:
+    pods: tuple[tuple[str, tuple[str, ...]], ...]  # (pod name, its gates as observed)
+
+
+@dataclass(frozen=True)
+class PinAndRelease:
+    """Pods of a queued gang Kueue admitted: pin each to its placed node and remove the gang gate, one JSON patch
+    per pod (kueue.release_patch)."""
+
+    pods: tuple[tuple[str, tuple[dict, ...]], ...]  # (pod name, the patch's operations)
+
+
+@dataclass(frozen=True)
+class DeleteWorkloads:
+    """Delete the Kueue Workloads of attempts being torn down (Kueue then releases their quota and finalizers)."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DeletePods:
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WriteRankTable:
+    table: dict
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """The TTL after the job finished has run out."""
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+Action = (EnsureChildren | Place | CreatePods | RemoveGates | PinAndRelease | DeleteWorkloads | DeletePods | WriteRankTable
+          | DeleteJob | PostEvent)

@@ -1,0 +1,51 @@
+"""What a placement outcome writes into the job's status and which events it posts (pure): the Decision the shell
+executes after it placed the gang on its inventory, or found it cannot."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import datetime
+
+from ascend_hybrid.contracts.conditions import set_condition
+from ascend_hybrid.gang import layout as layouts
+from ascend_hybrid.gang.placement import Placement
+from ascend_hybrid.reconcile.decision import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision
+from ascend_hybrid.spec.rules import ResolvedJob
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+
+def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: datetime, generation,
+                     node_domains: Mapping[str, str | None]) -> Decision:
+    """The status and events after the shell placed the gang (or found it cannot): a Decision of its own, so
+    the shell only executes what the core decided."""
+    outcome = Decision(status=copy.deepcopy(status))
+    status = outcome.status
+    attempt = int(status.get("attempt") or 1)
+    previous_reason = (status.get("placement") or {}).get("reason")
+    if placement.ok:
+        layout = layouts.from_effective(job)
+        racks = {node_domains.get(node) for node in placement.nodes}
+        spread = f"{_count(len(set(placement.nodes)), 'node')} in {_count(len(racks), 'rack')}"
+        status["placement"] = {
+            "attempt": attempt, "nodes": list(placement.nodes), "summary": spread,
+            "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layout, placement.nodes),
+            "racks": len(racks),
+        }
+        message = f"attempt {attempt}: {_count(job.pod_count, 'pod')} on {spread}"
+        set_condition(status, "Placed", True, "Placed", message, now, generation)
+        status["phase"], status["message"] = "Placing", message
+        outcome.emit("Normal", "Placed", message)
+        outcome.requeue_after = FAST_REQUEUE_SECONDS
+    else:
+        status["placement"] = {"attempt": None, "nodes": [], "reason": placement.reason}
+        set_condition(status, "Placed", False, "Unschedulable", placement.reason, now, generation)
+        status["phase"], status["message"] = "Pending", placement.reason
+        if placement.reason != previous_reason:
+            outcome.emit("Warning", "Unschedulable", placement.reason)
+        outcome.requeue_after = SLOW_REQUEUE_SECONDS
+    return outcome

@@ -1,0 +1,229 @@
+"""The planner in the job's life (pure): choose an auto job's strategy, score a manual job's own, and compare the
+prediction with what the running job measures.
+
+Both write `status.plan` in the shape of one `ascend-hybrid plan -o json` candidate (docs/planner.md) plus what
+was considered and rejected. A prediction is made once per `specHash` (what it read: model, training, npu,
+parallelism and the hardware profile's figures), so restarts reuse it and a changed spec plans again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ascend_hybrid.contracts.conditions import set_condition
+from ascend_hybrid.planner import explain, search
+from ascend_hybrid.planner.hardware import GIB, Hardware, HardwareError, builtin
+from ascend_hybrid.planner.workload import Workload
+from ascend_hybrid.spec import rules
+from ascend_hybrid.spec.rules import ResolvedJob
+
+IDLE_LIMIT = 0.25  # an idle share of a step above this is worth a warning (seed §4.5: keep m ≥ 4·p)
+PLAN_KEYS = ("parallelism", "microBatchSize", "recompute", "sequenceParallel", "flashAttention", "optimizerShard",
+             "fits", "memory", "time", "tokensPerSecondPerDevice", "mfu", "why", "warnings")
+
+
+class StrategyError(ValueError):
+    """A job the planner cannot plan for (one line, naming the field)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a strategy is fit to run, and if not, the condition's reason and message."""
+
+    fits: bool
+    reason: str = "Fits"
+    message: str = ""
+
+
+def hardware_for(job: ResolvedJob, profiles: Mapping[str, Hardware]) -> Hardware:
+    """The profile named by spec.npu.hardwareProfile, else the cluster's profile for the chip, else the built-in."""
+    wanted = job.spec.npu.hardware_profile
+    if wanted is not None:
+        if wanted not in profiles:
+            known = ", ".join(sorted(profiles)) or "none"
+            raise StrategyError(f"spec.npu.hardwareProfile={wanted!r}: no such hardware profile (known: {known}; "
+                                "the operator's --hardware-profiles file defines them)")
+        return profiles[wanted]
+    if job.chip in profiles:
+        return profiles[job.chip]
+    try:
+        return builtin(job.chip)
+    except HardwareError as error:
+        raise StrategyError(f"spec.npu.chip={job.chip}: {error}") from None
+
+
+def spec_hash(spec: Mapping[str, Any], hw: Hardware) -> str:
+    read = {key: spec.get(key) for key in ("parallelism", "model", "training", "npu")}
+    read["hardware"] = hw.summary()
+    read["refuse"] = (spec.get("runPolicy") or {}).get("refuseUnfitStrategy")
+    return hashlib.sha256(json.dumps(read, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _plan_status(candidate: dict, hw: Hardware, hash_: str, source: str, considered: int, rejected: int) -> dict:
+    status = {key: candidate[key] for key in PLAN_KEYS}
+    status.update(source=source, hardware=hw.name, specHash=hash_, considered=considered, rejected=rejected)
+    return status
+
+
+def choose(job: ResolvedJob, hw: Hardware, hash_: str) -> dict:
+    """An auto job's strategy: the planner's best for its world; StrategyError when none fits."""
+    try:
+        found = search.plan(job, hw, world=job.world_size)
+    except search.PlanError as error:
+        raise StrategyError(str(error)) from None
+    if not found.candidates:
+        closest = found.closest
+        miss = (f"; the closest ({_degrees(closest.strategy.parallelism())}) needs "
+                f"{closest.memory.total / GIB:.1f} of {closest.usable / GIB:.1f} GiB") if closest else ""
+        raise StrategyError(f"no strategy for {job.world_size} × {hw.name} fits the model "
+                            f"({found.considered} considered){miss}")
+    best = explain.candidate_document(found.candidates[0], found.workload, hw)
+    return _plan_status(best, hw, hash_, "planned", found.considered, found.rejected.count)
+
+
+def evaluate(job: ResolvedJob, hw: Hardware, hash_: str) -> tuple[dict, Verdict]:
+    """A manual job's own strategy scored; when it is unfit, the planner's best alternative and its gain."""
+    try:
+        evaluation = search.evaluate_job(job, hw)
+    except search.PlanError as error:
+        raise StrategyError(str(error)) from None
+    workload = Workload.from_job(job)
+    document = explain.candidate_document(evaluation, workload, hw)
+    status = _plan_status(document, hw, hash_, "evaluated", 1, 0)
+    verdict = verdict_of(document)
+    if not verdict.fits:
+        alternative = best_alternative(job, hw, evaluation)
+        if alternative is not None:
+            status["alternative"] = alternative
+            verdict = Verdict(False, verdict.reason, f"{verdict.message}; the planner's best for {job.world_size} × "
+                                                     f"{hw.name}: {alternative['summary']}")
+    return status, verdict
+
+
+def verdict_of(candidate: Mapping[str, Any]) -> Verdict:
+    memory, time = candidate["memory"], candidate["time"]
+    if not candidate["fits"]:
+        return Verdict(False, "PredictedOutOfMemory", f"predicted {memory['totalGiB']} GiB on stage "
+                                                      f"{memory['stage']}, above the usable {memory['usableGiB']} GiB")
+    if time["bubbleFraction"] > IDLE_LIMIT:
+        return Verdict(False, "LargePipelineBubble", f"the pipeline idles {time['bubbleFraction']:.1%} of each step "
+                                                     f"(> {IDLE_LIMIT:.0%})")
+    tensor = (candidate.get("groups") or {}).get("tensor") or {}
+    if tensor.get("tier") in ("interNode", "crossRing"):
+        where = "nodes" if tensor["tier"] == "interNode" else "HCCS rings"
+        return Verdict(False, "TensorParallelAcrossNodes", f"TP {candidate['parallelism']['tensor']} spans "
+                                                           f"{where}: its all-reduces leave the fast links")
+    return Verdict(True, "Fits", f"predicted {memory['totalGiB']} of {memory['usableGiB']} GiB, "
+                                 f"step {time['stepSeconds']} s, idle {time['bubbleFraction']:.1%}")
+
+
+def best_alternative(job: ResolvedJob, hw: Hardware, own: search.Evaluation) -> dict | None:
+    try:
+        found = search.plan(job, hw, world=job.world_size)
+    except search.PlanError:
+        return None
+    if not found.candidates:
+        return None
+    best = found.candidates[0]
+    degrees = best.strategy.parallelism()
+    gain = own.time.step / best.time.step if own.fits else None
+    flags = [f"recompute {best.strategy.recompute}"] + [name for name, on in (
+        ("sequence parallel", best.strategy.sequence_parallel), ("optimizer shard", best.strategy.optimizer_shard))
+        if on]
+    summary = (f"{_degrees(degrees)}, {', '.join(flags)}, predicted {best.memory.total / GIB:.1f} of "
+               f"{best.usable / GIB:.1f} GiB, step {best.time.step:.3g} s")
+    if gain is not None:
+        summary += f" ({gain:.2f}× faster)"
+    return {"parallelism": degrees, "recompute": best.strategy.recompute,
+            "sequenceParallel": best.strategy.sequence_parallel, "optimizerShard": best.strategy.optimizer_shard,
+            "stepSeconds": round(best.time.step, 4), "totalGiB": round(best.memory.total / GIB, 2),
+            "speedup": round(gain, 3) if gain is not None else None, "summary": summary}
+
+
+def _degrees(degrees: Mapping[str, Any]) -> str:
+    text = f"DP {degrees['data']} × TP {degrees['tensor']} × PP {degrees['pipeline']}"
+    if degrees.get("expert", 1) > 1:
+        text += f", EP {degrees['expert']} {degrees['expertPlacement']}"
+    return text + f", {degrees['microBatches']} micro-batches"
+
+
+def planned(job: ResolvedJob, plan: Mapping[str, Any]) -> ResolvedJob:
+    """An auto job resolved with its recorded choice; SpecError if the choice breaks a rule (a planner defect)."""
+    resolved = rules.resolve(job.name, job.spec, plan)
+    broken = rules.broken_rules(resolved)
+    if broken:
+        raise rules.SpecError([f"status.plan: the recorded strategy breaks a rule: {broken[0]}"])
+    return resolved
+
+
+def measured(plan: Mapping[str, Any], training: Mapping[str, Any], utilization: Mapping[str, Any]) -> dict:
+    """status.plan with what the job measures beside what was predicted (stepTimeRatio = measured/predicted)."""
+    out = dict(plan)
+    figures = {"stepSeconds": training.get("stepSeconds"), "tokensPerSecond": training.get("tokensPerSecond"),
+               "hbmPercent": utilization.get("hbmPercent")}
+    out["measured"] = {key: value for key, value in figures.items() if value is not None}
+    predicted = (plan.get("time") or {}).get("stepSeconds")
+    if figures["stepSeconds"] and predicted:
+        out["stepTimeRatio"] = round(figures["stepSeconds"] / predicted, 3)
+    return out
+
+
+@dataclass
+class Step:
+    """What the strategy step of a reconcile pass decided: the job to run, events to post, or why it fails."""
+
+    effective: ResolvedJob
+    events: list[tuple[str, str, str]]   # (type, reason, message)
+    failure: tuple[str, str] | None = None
+
+
+def step(spec: Mapping[str, Any], job: ResolvedJob, status: dict, profiles: Mapping[str, Hardware],
+         now, generation) -> Step:
+    """Plans an auto job once per spec (or scores a manual job's strategy once per spec), records status.plan,
+    status.parallelism and the StrategyFits condition, and returns the job to run."""
+    try:
+        hw = hardware_for(job, profiles)
+    except StrategyError as error:
+        return Step(job, [], ("InvalidSpec", str(error)))
+    hash_ = spec_hash(spec, hw)
+    plan = status.get("plan") or {}
+    fresh = plan.get("specHash") != hash_
+    events: list[tuple[str, str, str]] = []
+    if job.auto:
+        if fresh:
+            try:
+                plan = choose(job, hw, hash_)
+            except StrategyError as error:
+                return Step(job, [], ("NoStrategyFits", str(error)))
+            status["plan"] = plan
+            chosen = f"{_degrees(plan['parallelism'])}, recompute {plan['recompute']}"
+            set_condition(status, "StrategyFits", True, "Planned", f"{chosen}: {plan['why']}", now, generation)
+            events.append(("Normal", "StrategyChosen", f"{chosen} out of {plan['considered']} strategies: "
+                                                       f"{plan['why']}"))
+        try:
+            job = planned(job, plan)
+        except rules.SpecError as error:
+            return Step(job, events, ("InvalidPlan", error.problems[0]))
+    elif fresh:
+        try:
+            plan, verdict = evaluate(job, hw, hash_)
+        except StrategyError as error:
+            status.pop("plan", None)
+            set_condition(status, "StrategyFits", False, "NotEvaluated", str(error), now, generation)
+            verdict = None
+        else:
+            status["plan"] = plan
+            set_condition(status, "StrategyFits", verdict.fits, verdict.reason, verdict.message, now, generation)
+            if not verdict.fits:
+                events.append(("Warning", verdict.reason, verdict.message))
+    status["parallelism"] = {key: value for key, value in job.degrees.items()}
+    status["parallelism"].setdefault("virtualPipelineStages", job.virtual_pipeline_stages)
+    fits = next((c for c in status.get("conditions", []) if c["type"] == "StrategyFits"), None)
+    if (not job.auto and fits is not None and fits["status"] == "False" and fits["reason"] != "NotEvaluated"
+            and job.spec.run_policy.refuse_unfit_strategy):
+        return Step(job, events, (fits["reason"], f"{fits['message']} (spec.runPolicy.refuseUnfitStrategy is true)"))
+    return Step(job, events)

@@ -1,0 +1,380 @@
+"""The AscendHybridJob API: pydantic models of spec and status, the single source of the CRD.
+
+Field descriptions double as `kubectl explain` text, so they are written for users.
+Cross-field rules live in `rules.py`, which also emits them as CEL for the CRD.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic.alias_generators import to_camel
+
+from ascend_hybrid.contracts.ascend import RACK_LABEL, RESOURCE
+from ascend_hybrid.contracts.chips import CHIP_NAMES, CHIPS, MAX_CHIPS_PER_POD
+from ascend_hybrid.spec.causes import ACTIONS, CAUSES, SOFTWARE_CAUSES
+from ascend_hybrid.spec.k8s_validation import DNS1123_SUBDOMAIN_MAX, IMAGE_MAX, LABEL_KEY_MAX, LABEL_VALUE_MAX
+
+GROUP = "hybrid.ascend.dev"
+VERSION = "v1alpha1"
+KIND = "AscendHybridJob"
+PLURAL = "ascendhybridjobs"
+SINGULAR = "ascendhybridjob"
+SHORT_NAMES = ("ahj",)
+CATEGORIES = ("ascend",)
+
+MAX_WORLD_SIZE = 65_536
+MAX_DEGREE = 65_536
+MAX_JOB_NAME = 50  # `<job>-a<attempt>-<index>` must stay a 63-character label
+MAX_SEED = 2 ** 32 - 1  # the trainer seeds numpy's RandomState and MindSpore's set_seed, both 32-bit
+MAX_TOPOLOGY_TIERS = 16
+MAX_POLICY_RULES = 32  # bounds the CEL cost of the failure-policy rules
+
+DEFAULT_TRAINER_IMAGE = "ascend-hybrid/trainer:0.1.0"
+RAW_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+class ApiModel(BaseModel):
+    # validate_default: defaults go through validation too, so use_enum_values turns them into plain strings
+    # (an Enum default would print as `Chip.chip_910b` in messages and output).
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              use_enum_values=True, validate_default=True)
+
+
+class ExpertPlacement(str, Enum):
+    data_parallel = "dataParallel"
+    intra_node = "intraNode"
+
+
+Chip = Enum("Chip", {f"chip_{name.lower()}": name for name in CHIP_NAMES}, type=str)
+_CHIPS_PER_NODE_TEXT = ", ".join(f"{name} {spec.chips_per_node}" for name, spec in CHIPS.items())
+
+
+class Preset(str, Enum):
+    tiny = "tiny"
+    gpt_1b = "gpt-1b"
+    moe_100b = "moe-100b"
+    custom = "custom"
+
+
+class FfnType(str, Enum):
+    gelu = "gelu"
+    swiglu = "swiglu"
+
+
+class Recompute(str, Enum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+# `recompute` was a boolean before it named a kind; old manifests still say `true`/`false`. A structural schema
+# cannot say "boolean or string" (no `type` may sit under anyOf), but a node without a type is structural when it
+# preserves unknown fields (apiextensions' ValidateStructural exempts it), and its `enum` still refuses anything
+# else at admission. CEL cannot see such a node, so no CEL rule may read it.
+RECOMPUTE_SCHEMA = {"x-kubernetes-preserve-unknown-fields": True, "enum": ["none", "selective", "full", True, False]}
+
+
+class PullPolicy(str, Enum):
+    always = "Always"
+    if_not_present = "IfNotPresent"
+    never = "Never"
+
+
+class CleanPodPolicy(str, Enum):
+    running = "Running"
+    all = "All"
+    none = "None"
+
+
+class AutoConstraints(ApiModel):
+    max_pipeline: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Largest pipeline degree the planner may choose.")
+    max_tensor: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Largest tensor degree the planner may choose.")
+    expert_placement: ExpertPlacement | None = Field(None, description="Only this expert placement (MoE models); default: either.")
+    recompute: list[Recompute] | None = Field(None, min_length=1, description="Recompute kinds the planner may choose (none, selective, full); default: any.")
+
+
+class Parallelism(ApiModel):
+    # No schema defaults on the degrees: an auto job must leave them unset (the planner chooses them), so the
+    # defaults (1, dataParallel, microBatches = pipeline) are applied by rules.resolve instead.
+    data: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Data-parallel degree (DP): model replicas that split the global batch. Default 1.")
+    tensor: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Tensor-parallel degree (TP): ranks that split each layer's matrices; a TP group always sits inside one pod, hence one node. Default 1.")
+    pipeline: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Pipeline-parallel degree (PP): stages the layers are cut into; each stage is a contiguous block of ranks. Default 1.")
+    expert: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Expert-parallel degree (EP) for MoE layers; it does not add ranks, it partitions the experts inside DP or inside a pod. Default 1.")
+    expert_placement: ExpertPlacement | None = Field(None, description="Where expert-parallel groups come from: dataParallel (consecutive DP ranks, stride tensor; the default) or intraNode (consecutive ranks inside one pod, carved out of the TP group).")
+    micro_batches: int | None = Field(None, ge=1, description="Pipeline micro-batches per step; defaults to the pipeline degree. More micro-batches shrink the pipeline bubble (pipeline-1)/(microBatches+pipeline-1).")
+    virtual_pipeline_stages: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Model chunks per pipeline stage (interleaved 1F1B; default 1): the idle share becomes (pipeline-1)/(virtualPipelineStages x microBatches + pipeline-1) for virtualPipelineStages times the point-to-point traffic. layers must be divisible by pipeline x virtualPipelineStages.")
+    auto: bool | None = Field(None, description="true: the operator's strategy planner chooses every degree, micro-batches, recompute, sequence parallelism and optimizer sharding for `world` NPUs (recorded in status.plan, fixed for the job's life); leave the degrees unset.")
+    world: int | None = Field(None, ge=1, le=MAX_WORLD_SIZE, description="NPUs an auto job may use (its world size); only with auto.")
+    auto_constraints: AutoConstraints | None = Field(None, description="Narrow the planner's search (auto jobs only).")
+
+
+class Npu(ApiModel):
+    resource: str = Field(RESOURCE, description="Extended resource name the Ascend device plugin advertises.")
+    per_pod: int | None = Field(None, ge=1, le=MAX_CHIPS_PER_POD, description=f"NPUs (ranks) per pod; defaults to the chips per node of the chip type ({_CHIPS_PER_NODE_TEXT}).")
+    chip: Chip = Field("910B", description="Chip type the job needs: 910A (HCCS rings), 910B, or A3 (super-pods).")
+    hardware_profile: str | None = Field(None, max_length=63, description="Hardware profile the planner predicts with: a name the operator's --hardware-profiles file (the chart's hardwareProfiles) defines; default: the chip's own profile.")
+
+
+class Model(ApiModel):
+    preset: Preset = Field(Preset.tiny, description="Model preset; explicit fields override it. custom needs layers, hidden, heads and vocab.")
+    layers: int | None = Field(None, ge=1, description="Transformer layers; must be divisible by the pipeline degree.")
+    hidden: int | None = Field(None, ge=1, description="Hidden size; must be divisible by heads.")
+    heads: int | None = Field(None, ge=1, description="Attention heads; must be divisible by the tensor degree.")
+    ffn_hidden: int | None = Field(None, ge=1, description="Feed-forward inner size; custom defaults to 4 x hidden.")
+    vocab: int | None = Field(None, ge=1, description="Vocabulary size.")
+    experts: int | None = Field(None, ge=0, description="MoE experts per layer (0 = dense); must be divisible by the expert degree.")
+    top_k: int | None = Field(None, ge=1, description="Experts each token is routed to (MoE only).")
+    kv_heads: int | None = Field(None, ge=1, description="Key/value heads (grouped-query attention); defaults to heads. Must divide heads and be divisible by the tensor degree (each TP rank holds whole key/value heads).")
+    ffn_type: FfnType | None = Field(None, description="Feed-forward block: gelu (two matrices; the default) or swiglu (three matrices, as in Llama).")
+
+
+class Checkpoint(ApiModel):
+    claim_name: str = Field(max_length=DNS1123_SUBDOMAIN_MAX, description="PersistentVolumeClaim mounted at /checkpoints in every pod (a PersistentVolumeClaim name: a lowercase RFC 1123 subdomain).")
+    every_steps: int = Field(100, ge=1, description="Save a checkpoint every this many steps; training resumes from the newest.")
+
+
+class Training(ApiModel):
+    steps: int = Field(1000, ge=1, description="Training steps; progress is step / steps.")
+    global_batch_size: int | None = Field(None, ge=1, description="Samples per step across all DP ranks; defaults to data x microBatches. Must be a multiple of data x microBatches.")
+    seq_length: int = Field(128, ge=1, description="Tokens per sample.")
+    learning_rate: float = Field(1e-3, gt=0, description="Peak learning rate.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Random seed (0 to 2^32-1); the same seed and global batch give the same losses at any DP degree.")
+    recompute: Annotated[Recompute, WithJsonSchema(RECOMPUTE_SCHEMA)] = Field(Recompute.none, description="Activation recomputation in the backward pass: none, selective (attention scores only) or full (each layer from its input). The old boolean form is accepted: true means full, false none.")
+    sequence_parallel: bool = Field(False, description="Sequence parallelism: split the layer norms and dropouts along the sequence inside the TP group, dividing the activations TP does not split by the tensor degree.")
+    flash_attention: bool = Field(False, description="Fused (flash) attention: the attention scores are never stored, removing their activation memory.")
+    optimizer_shard: bool = Field(False, description="Shard optimizer state across DP ranks (MindSpore parallel optimizer).")
+    gradient_clip_norm: float = Field(0.0, ge=0, description="Clip the global L2 norm of the gradients to this value before each update; 0 turns clipping off. The seed's fix for exploding gradients, with a lower learningRate.")
+    divergence_loss_factor: float = Field(10.0, ge=0, description="The trainer ends the job as NumericalDivergence when the loss rises above this many times its lowest value so far; 0 turns the check off, else it must be above 1. NaN or Inf always ends it.")
+    divergence_grad_factor: float = Field(100.0, ge=0, description="The trainer ends the job as NumericalDivergence when the gradient norm rises above this many times its running median; 0 turns the check off, else it must be above 1.")
+    checkpoint: Checkpoint | None = Field(None, description="Where and how often to checkpoint.")
+
+    @field_validator("recompute", mode="before")
+    @classmethod
+    def _boolean_recompute(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return Recompute.full.value if value else Recompute.none.value
+        return value
+
+
+class TemplateMetadata(ApiModel):
+    labels: dict[str, str] = Field(default_factory=dict, description="Labels copied onto every pod.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations copied onto every pod.")
+
+
+class ComputeResources(ApiModel):
+    requests: dict[str, str] = Field(default_factory=dict, description="cpu/memory requests of the trainer container (NPUs come from npu.perPod).")
+    limits: dict[str, str] = Field(default_factory=dict, description="cpu/memory limits of the trainer container (NPUs come from npu.perPod).")
+
+
+class Template(ApiModel):
+    metadata: TemplateMetadata = Field(default_factory=TemplateMetadata, description="Labels and annotations for every pod.")
+    image: str = Field(DEFAULT_TRAINER_IMAGE, max_length=IMAGE_MAX, description="Trainer image, a reference the kubelet can pull ([registry[:port]/]lowercase/path[:tag][@digest]); defaults to the bundled MindSpore trainer.")
+    image_pull_policy: PullPolicy | None = Field(None, description="Image pull policy of the trainer container: Always, IfNotPresent or Never.")
+    command: list[str] | None = Field(None, description="Container command; defaults to the image's entrypoint (ascend-hybrid-trainer launch).")
+    args: list[str] | None = Field(None, description="Container args.")
+    env: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Extra environment variables (Kubernetes EnvVar); they win over the operator's defaults except the rank variables.")
+    resources: ComputeResources = Field(default_factory=ComputeResources, description="cpu/memory of the trainer container.")
+    volumes: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Extra pod volumes (Kubernetes Volume).")
+    volume_mounts: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Extra mounts of the trainer container (Kubernetes VolumeMount).")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Nodes the pods may use (also honoured by the operator's placement).")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Tolerations (Kubernetes Toleration), honoured by the operator's placement.")
+    service_account_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX, description="ServiceAccount of the pods (a lowercase RFC 1123 subdomain).")
+    priority_class_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX, description="PriorityClass of the pods (a lowercase RFC 1123 subdomain).")
+
+
+class Hccl(ApiModel):
+    connect_timeout_seconds: int = Field(120, ge=1, description="HCCL_CONNECT_TIMEOUT: seconds HCCL waits for peers when building links.")
+    exec_timeout_seconds: int = Field(600, ge=1, description="HCCL_EXEC_TIMEOUT: seconds a collective may wait for its peers.")
+    whitelist_disable: bool = Field(True, description="HCCL_WHITELIST_DISABLE: accept links from any address.")
+    socket_ifname: str | None = Field(None, description="HCCL_SOCKET_IFNAME: host interface for HCCL's socket traffic.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra HCCL_* variables for every pod.")
+
+
+Cause = Enum("Cause", {name: name for name in CAUSES}, type=str)
+FailureAction = Enum("FailureAction", {name: name for name in ACTIONS}, type=str)
+_SOFTWARE_TEXT = " and ".join(sorted(SOFTWARE_CAUSES))
+
+
+class FailurePolicyRule(ApiModel):
+    causes: list[Cause] | None = Field(None, min_length=1, max_length=len(CAUSES), description="Matches when the cause of the failure (status.lastFailure.cause) is one of these: what the trainer's termination message says, or NodeNotReady, ChipUnhealthy, PodDeleted, SchedServiceChanged as the operator sees them.")
+    exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(None, min_length=1, max_length=64, description="Matches when the first failed container exited with one of these codes.")
+    pod_conditions: list[Annotated[str, Field(min_length=1, max_length=316)]] | None = Field(None, min_length=1, max_length=16, description="Matches when one of these pod condition types (e.g. DisruptionTarget) is True on the first failed pod.")
+    action: FailureAction = Field(description=f"FailJob: the job fails at once. RestartJob: the whole gang restarts, counted against backoffLimit. RestartJobAvoidingNode: the same, and the node of the first failed rank is not used again (never for {_SOFTWARE_TEXT}). Ignore: the whole gang restarts without counting against backoffLimit (counted in status.ignoredFailures): MindSpore needs every rank, so one rank cannot be replaced alone.")
+
+
+class FailurePolicy(ApiModel):
+    rules: list[FailurePolicyRule] = Field(default_factory=list, max_length=MAX_POLICY_RULES, description="Evaluated in order, the first rule that matches decides; each sets exactly one of causes, exitCodes or podConditions. Without a match: ConfigError, DataError, DeviceOutOfMemory and NumericalDivergence fail the job; HCCLConnectTimeout, HCCLExecTimeout, NodeNotReady and ChipUnhealthy restart it avoiding the node; anything else restarts it.")
+
+
+class RunPolicy(ApiModel):
+    backoff_limit: int = Field(3, ge=0, description="Whole-gang restarts after failures before the job is Failed; restarts for node or chip faults (status.disruptions) and ignored failures do not count.")
+    active_deadline_seconds: int | None = Field(None, ge=1, description="Fail the job when it runs longer than this.")
+    ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete the job this long after it Succeeded or Failed.")
+    suspend: bool = Field(False, description="Suspended jobs keep their spec and lose their pods; resuming places them anew.")
+    scheduling_timeout_seconds: int = Field(300, ge=1, description="Pods not all bound within this many seconds: the attempt is deleted and re-planned.")
+    clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.running, description="Pods deleted when the job ends: Running (those still running), All, or None.")
+    refuse_unfit_strategy: bool = Field(False, description="true: a strategy the planner predicts to run out of memory, to idle more than a quarter of each step, or to stretch TP across nodes fails the job before any pod exists (condition StrategyFits); false: it only warns.")
+    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="What a failure of the gang leads to, by its cause, exit code or pod condition (docs/troubleshooting.md).")
+
+
+class Monitoring(ApiModel):
+    utilization_spread_percent: float = Field(30.0, gt=0, le=100, description="LoadImbalanced when the busiest and the idlest NPU of the job differ by more than this many points of AI-core utilization (npu-exporter or the trainer's npu-smi figures).")
+    imbalance_samples: int = Field(3, ge=1, le=1000, description="LoadImbalanced turns on after this many consecutive telemetry samples (one per --telemetry-interval) above utilizationSpreadPercent.")
+    straggler_factor: float = Field(1.5, gt=1, le=100, description="Straggling when a step takes more than this many times the median of the recent steps (and, where the planner predicts the step time, more than this many times its prediction).")
+    straggler_window: int = Field(10, ge=3, le=100, description="Telemetry samples the recent median step time is taken over.")
+    stall_seconds: int = Field(300, ge=1, description="TrainingStalled when the training step has not advanced for this many seconds while every pod runs (counted from the first step, so graph compilation is not a stall).")
+
+
+class Scheduling(ApiModel):
+    topology_tiers: list[Annotated[str, Field(max_length=LABEL_KEY_MAX)]] = Field(default_factory=lambda: [RACK_LABEL], max_length=MAX_TOPOLOGY_TIERS, description="Node label keys of network tiers, innermost first (at most 16); stages and DP groups are kept inside the fewest tier domains.")
+    scheduler_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX, description="Scheduler that binds the (already placed) pods (a lowercase RFC 1123 subdomain); default scheduler when empty.")
+    queue: str | None = Field(None, max_length=LABEL_VALUE_MAX, description="Kueue LocalQueue (in the job's namespace) that admits the job: each attempt's pods form one Kueue pod group, created gated and unplaced; the operator places and releases them only once Kueue has admitted the whole gang against its ClusterQueue's quota (condition Admitted; reason WaitingForQuota while Kueue holds it, Preempted after an eviction, which starts a new attempt without counting a restart). The namespace must be one Kueue manages (label kueue.x-k8s.io/managed=true). Empty: no queue, the gang is placed at once.")
+
+
+class AscendHybridJobSpec(ApiModel):
+    parallelism: Parallelism = Field(description="Parallel degrees: data, tensor, pipeline, expert and micro-batches. World size = data x tensor x pipeline.")
+    npu: Npu = Field(default_factory=Npu, description="Which NPUs and how many per pod.")
+    model: Model = Field(default_factory=Model, description="Model architecture (preset plus overrides).")
+    training: Training = Field(default_factory=Training, description="Training loop settings.")
+    template: Template = Field(default_factory=Template, description="Pod template of every rank-group pod.")
+    hccl: Hccl = Field(default_factory=Hccl, description="HCCL settings injected into every pod.")
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline, cleanup and suspend policy.")
+    scheduling: Scheduling = Field(default_factory=Scheduling, description="Topology tiers and scheduler.")
+    monitoring: Monitoring = Field(default_factory=Monitoring, description="Thresholds of the live anomaly conditions LoadImbalanced, Straggling and TrainingStalled.")
+
+
+class Condition(ApiModel):
+    type: str = Field(description="Condition type.")
+    status: str = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason.")
+    message: str = Field("", description="Human-readable detail.")
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    observed_generation: int | None = Field(None, description="Spec generation the condition was computed from.")
+
+
+class PodCounts(ApiModel):
+    total: int = Field(0, description="Pods of the current attempt.")
+    pending: int = Field(0, description="Pods not yet running.")
+    running: int = Field(0, description="Running pods.")
+    succeeded: int = Field(0, description="Succeeded pods.")
+    failed: int = Field(0, description="Failed pods.")
+
+
+class PlacementStatus(ApiModel):
+    attempt: int | None = Field(None, description="Attempt this placement was made for.")
+    nodes: list[str] = Field(default_factory=list, description="Node of each pod, by pod index.")
+    summary: str | None = Field(None, description="Nodes and racks the gang spans, e.g. 16 nodes in 2 racks.")
+    tensor_groups_node_local: str | None = Field(None, description="TP groups inside one node, e.g. 16/16.")
+    racks: int | None = Field(None, description="Tier domains (racks) the job spans.")
+    reason: str | None = Field(None, description="Why the job cannot be placed, when it cannot.")
+
+
+class RankTableStatus(ApiModel):
+    config_map: str | None = Field(None, description="ConfigMap holding hccl.json.")
+    status: str | None = Field(None, description="initializing or completed.")
+    version: str | None = Field(None, description="hccl.json format version.")
+
+
+class TrainingStatus(ApiModel):
+    step: int | None = Field(None, description="Latest training step.")
+    loss: float | None = Field(None, description="Latest loss (global batch).")
+    tokens_per_second: float | None = Field(None, description="Training throughput.")
+    step_seconds: float | None = Field(None, description="Mean seconds per step.")
+    progress_percentage: float | None = Field(None, description="step / spec.training.steps, in percent.")
+    estimated_remaining_seconds: float | None = Field(None, description="Remaining steps x step time.")
+
+
+class UtilizationStatus(ApiModel):
+    npu_percent: float | None = Field(None, description="Mean AI-core utilization of the job's NPUs.")
+    hbm_percent: float | None = Field(None, description="Mean HBM use of the job's NPUs.")
+    source: str | None = Field(None, description="prometheus or trainer.")
+    sampled_at: str | None = Field(None, description="When the figures were read (RFC 3339); old values mean the source is unreachable.")
+
+
+class EffectiveParallelism(ApiModel):
+    data: int | None = Field(None, description="Data-parallel degree the pods run with.")
+    tensor: int | None = Field(None, description="Tensor-parallel degree the pods run with.")
+    pipeline: int | None = Field(None, description="Pipeline degree the pods run with.")
+    expert: int | None = Field(None, description="Expert-parallel degree the pods run with.")
+    expert_placement: str | None = Field(None, description="dataParallel or intraNode.")
+    micro_batches: int | None = Field(None, description="Pipeline micro-batches per step.")
+    virtual_pipeline_stages: int | None = Field(None, description="Model chunks per pipeline stage.")
+
+
+class MeasuredStep(ApiModel):
+    step_seconds: float | None = Field(None, description="Measured mean seconds per step.")
+    tokens_per_second: float | None = Field(None, description="Measured tokens per second of the job.")
+    hbm_percent: float | None = Field(None, description="Measured mean HBM use of the job's NPUs.")
+
+
+class PlanStatus(ApiModel):
+    source: str | None = Field(None, description="planned (parallelism.auto: the planner chose it) or evaluated (the spec's own strategy, scored).")
+    hardware: str | None = Field(None, description="Hardware profile the prediction used.")
+    spec_hash: str | None = Field(None, description="Hash of what the prediction read (model, training, npu, parallelism, the profile); a change plans again.")
+    parallelism: EffectiveParallelism | None = Field(None, description="The strategy's degrees.")
+    micro_batch_size: int | None = Field(None, description="Samples per micro-batch.")
+    recompute: str | None = Field(None, description="none, selective or full.")
+    sequence_parallel: bool | None = Field(None, description="Sequence parallelism inside the TP group.")
+    flash_attention: bool | None = Field(None, description="FlashAttention.")
+    optimizer_shard: bool | None = Field(None, description="Optimizer states (and weights) sharded across DP.")
+    fits: bool | None = Field(None, description="Whether the predicted memory of the most loaded stage fits the usable HBM.")
+    memory: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT, description="Predicted memory per device (GiB), as `ascend-hybrid plan -o json` prints it.")
+    time: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT, description="Predicted step time, compute, bubble and communication per group (seconds).")
+    tokens_per_second_per_device: float | None = Field(None, description="Predicted tokens per second per NPU.")
+    mfu: float | None = Field(None, description="Predicted model FLOPs utilization (0-1).")
+    why: str | None = Field(None, description="The dominant costs of the strategy, in words.")
+    warnings: list[str] = Field(default_factory=list, description="Predicted problems: out of memory, a large bubble, TP across nodes.")
+    considered: int | None = Field(None, description="Strategies the planner considered.")
+    rejected: int | None = Field(None, description="Strategies it rejected (invalid or out of memory).")
+    alternative: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT, description="For a strategy that does not fit: the planner's best one and its predicted gain.")
+    measured: MeasuredStep | None = Field(None, description="What the running job measures (from status.training and status.utilization).")
+    step_time_ratio: float | None = Field(None, description="Measured / predicted step seconds.")
+class FailureStatus(ApiModel):
+    cause: str = Field(description="Why the attempt ended: the trainer's cause (HCCLConnectTimeout, DeviceOutOfMemory, …) or NodeNotReady, ChipUnhealthy, PodDeleted, SchedServiceChanged.")
+    action: str | None = Field(None, description="What the failure policy did: FailJob, RestartJob, RestartJobAvoidingNode or Ignore.")
+    attempt: int | None = Field(None, description="The attempt that failed.")
+    pod: str | None = Field(None, description="The first failed pod.")
+    node: str | None = Field(None, description="Its node.")
+    rank: int | None = Field(None, description="The rank that reported the cause, when the trainer says.")
+    exit_code: int | None = Field(None, description="The container's exit code.")
+    step: int | None = Field(None, description="The training step it failed at, when the trainer says.")
+    reason: str | None = Field(None, description="The container's terminated reason (Error, OOMKilled, …).")
+    message: str | None = Field(None, description="What happened, from the termination message or the operator's observation.")
+    hint: str | None = Field(None, description="What to change (docs/troubleshooting.md).")
+    time: str | None = Field(None, description="When it failed (RFC 3339).")
+
+
+class MonitoringStatus(ApiModel):
+    sampled_at: str | None = Field(None, description="The telemetry sample last folded in (RFC 3339).")
+    imbalanced_samples: int | None = Field(None, description="Consecutive samples with the NPU utilization spread above the threshold.")
+    step_seconds: list[float] = Field(default_factory=list, description="Recent step times (seconds per step between samples), oldest first.")
+    last_step: int | None = Field(None, description="The training step when it last advanced.")
+    last_step_at: str | None = Field(None, description="When the step last advanced (RFC 3339).")
+
+
+class AscendHybridJobStatus(ApiModel):
+    phase: str | None = Field(None, description="Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended.")
+    conditions: list[Condition] = Field(default_factory=list, description="Created, StrategyFits, Admitted (queued jobs), Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled.")
+    world_size: int | None = Field(None, description="Ranks: data x tensor x pipeline.")
+    attempt: int | None = Field(None, description="Current gang attempt, from 1.")
+    restarts: int | None = Field(None, description="Whole-gang restarts after failures so far, disruptions and ignored failures included.")
+    disruptions: int | None = Field(None, description="Restarts for a node or chip fault (NodeNotReady, ChipUnhealthy); not counted against backoffLimit.")
+    ignored_failures: int | None = Field(None, description="Restarts for failures a failure-policy rule said to Ignore; not counted against backoffLimit.")
+    last_failure: FailureStatus | None = Field(None, description="The first failure of the last attempt that failed, classified, with the fix.")
+    observed_generation: int | None = Field(None, description="Spec generation last acted on.")
+    start_time: str | None = Field(None, description="When the job first started.")
+    completion_time: str | None = Field(None, description="When the job Succeeded or Failed.")
+    message: str | None = Field(None, description="What the operator last did or why it waits.")
+    pods: PodCounts | None = Field(None, description="Pods of the current attempt by phase.")
+    avoided_nodes: list[str] = Field(default_factory=list, description="Nodes this job no longer uses: the node of the first failed rank of a RestartJobAvoidingNode failure (HCCL timeouts, NotReady, unhealthy chips).")
+    pod_template_hash: str | None = Field(None, description="Hash of parallelism, npu and template the running pods were made from; a change restarts the job.")
+    placement: PlacementStatus | None = Field(None, description="Where the gang was placed.")
+    rank_table: RankTableStatus | None = Field(None, description="The HCCL rank table.")
+    training: TrainingStatus | None = Field(None, description="Training progress.")
+    utilization: UtilizationStatus | None = Field(None, description="NPU utilization.")
+    parallelism: EffectiveParallelism | None = Field(None, description="The degrees the pods run with: the spec's, or the planner's for an auto job.")
+    plan: PlanStatus | None = Field(None, description="The strategy planner's prediction for the job's strategy (and its choice for an auto job), with what was measured.")
+    monitoring: MonitoringStatus | None = Field(None, description="What the anomaly conditions of the current attempt are computed from.")

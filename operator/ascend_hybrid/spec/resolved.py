@@ -1,0 +1,103 @@
+"""A job with every default applied (ResolvedJob), how it is resolved (an auto job with its chosen strategy), the
+error listing a job's problems, and the shape of one rule: what layout, placement, render, the planner and the
+rule table (rules.py) share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ascend_hybrid.contracts.chips import CHIPS
+from ascend_hybrid.spec.api import AscendHybridJobSpec, Parallelism
+from ascend_hybrid.spec.cel import cel_degrees
+from ascend_hybrid.spec.models import effective_model
+
+
+class SpecError(ValueError):
+    """Every problem of a job, each one line `field: rule` (or `field=value rule`)."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    """The spec with every default resolved: what layout, placement, render and the trainer use."""
+
+    name: str
+    spec: AscendHybridJobSpec
+    data: int
+    tensor: int
+    pipeline: int
+    expert: int
+    expert_placement: str
+    micro_batches: int
+    chip: str
+    per_pod: int
+    model: dict[str, Any]
+    global_batch_size: int
+    virtual_pipeline_stages: int = 1
+    auto: bool = False      # the planner chooses the strategy (spec.parallelism.auto)
+    planned: bool = True    # False: an auto job whose strategy is not chosen yet; its degrees are placeholders
+
+    @property
+    def world_size(self) -> int:
+        return self.data * self.tensor * self.pipeline
+
+    @property
+    def pod_count(self) -> int:
+        return self.world_size // self.per_pod
+
+    @property
+    def degrees(self) -> dict[str, Any]:
+        degrees = {"data": self.data, "tensor": self.tensor, "pipeline": self.pipeline, "expert": self.expert,
+                   "expertPlacement": self.expert_placement, "microBatches": self.micro_batches}
+        if self.virtual_pipeline_stages != 1:
+            # Only when interleaving: jobs that do not interleave render job.json and AHJ_PARALLEL as before.
+            degrees["virtualPipelineStages"] = self.virtual_pipeline_stages
+        return degrees
+
+
+def planned_spec(spec: AscendHybridJobSpec, strategy: Mapping[str, Any]) -> AscendHybridJobSpec:
+    """An auto job's spec with the chosen strategy written in, as if the user had written it: what layout,
+    placement, render and the trainer read. `strategy` is a planner candidate (status.plan's shape)."""
+    chosen = strategy["parallelism"]
+    parallelism = Parallelism(
+        data=chosen["data"], tensor=chosen["tensor"], pipeline=chosen["pipeline"], expert=chosen["expert"],
+        expert_placement=chosen["expertPlacement"], micro_batches=chosen["microBatches"],
+        virtual_pipeline_stages=chosen.get("virtualPipelineStages", 1))
+    training = spec.training.model_copy(update={"recompute": strategy["recompute"],
+                                                "sequence_parallel": strategy["sequenceParallel"],
+                                                "optimizer_shard": strategy["optimizerShard"]})
+    return spec.model_copy(update={"parallelism": parallelism, "training": training})
+
+
+def resolve(name: str, spec: AscendHybridJobSpec, strategy: Mapping[str, Any] | None = None) -> ResolvedJob:
+    """Every default applied. An auto job resolves with its chosen `strategy`; without one it is unplanned: pure
+    data parallelism over its world stands in, for validation and as the planner's starting point."""
+    par = spec.parallelism
+    if par.auto and strategy is not None:
+        return replace(resolve(name, planned_spec(spec, strategy)), auto=True)
+    pipeline = par.pipeline or 1
+    data = par.world or 1 if par.auto else par.data or 1
+    micro_batches = par.micro_batches or pipeline
+    return ResolvedJob(
+        name=name, spec=spec, data=data, tensor=par.tensor or 1, pipeline=pipeline, expert=par.expert or 1,
+        expert_placement=par.expert_placement or "dataParallel", micro_batches=micro_batches, chip=spec.npu.chip,
+        per_pod=spec.npu.per_pod or CHIPS[spec.npu.chip].chips_per_node, model=effective_model(spec.model),
+        global_batch_size=spec.training.global_batch_size or data * micro_batches,
+        virtual_pipeline_stages=par.virtual_pipeline_stages or 1, auto=bool(par.auto), planned=not par.auto,
+    )
+
+
+@dataclass(frozen=True)
+class Rule:
+    check: Callable[[ResolvedJob], str | None]
+    cel: str | None = None  # evaluated on `spec`; None where CEL cannot express it
+    cel_message: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cel", cel_degrees(self.cel))
+        object.__setattr__(self, "cel_message", cel_degrees(self.cel_message))
