@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 from kubernetes import client
 
+from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster import cluster
 from ascend_hybrid.devcluster.deviceplugin.allocation import CONFIG_ANNOTATION
 from ascend_hybrid.devcluster.kube.client import api_client
@@ -28,7 +29,7 @@ from ascend_hybrid.devcluster.kube.informer import run_informer
 from ascend_hybrid.devcluster.kube.waiting import wait_until
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
 from ascend_hybrid.spec import crd
-from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.spec.api import PLURAL, VERSION
 from support.operator_harness import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,9 +1,11 @@
 """The layering rules of docs/architecture.md, checked over the import statements of every source module.
 
-- the pure core (the modules at the top of `ascend_hybrid/` and its `planner/`) imports only the standard library
+- the pure core (every sub-package but cli/, controller/, devtools/ and devcluster/) imports only the standard library
   (but no sockets, processes or threads), pydantic, jinja2, yaml and prometheus_client's text parser, and itself;
-- `controller/` may import the core; the core never imports `controller/`;
-- only the CLI modules and `devtools/` import `devtools/` or `devcluster/`;
+- inside the core, a sub-package imports only the ones below it in CORE_ORDER (contracts at the bottom, reconcile at
+  the top) and itself;
+- `controller/` may import the core but cli/; the core never imports `controller/`;
+- only cli/ and `devtools/` import `devtools/` or `devcluster/`;
 - `devcluster/` imports nothing of the operator (it is the test oracle of the operator's Ascend knowledge);
 - the trainer imports nothing of the operator, and the operator nothing of the trainer.
 """
@@ -21,7 +23,11 @@ from support.paths import REPO_ROOT
 
 PACKAGE = "ascend_hybrid"
 TRAINER = "ascend_hybrid_trainer"
-CLI_MODULES = {f"{PACKAGE}.cli", f"{PACKAGE}.cli_input", f"{PACKAGE}.plan_cli"}
+# The core's sub-packages, bottom first: each may import those before it, never those after it.
+CORE_ORDER = ("contracts", "spec", "gang", "planner", "monitoring", "diagnosis", "reconcile")
+# The shell's layers: cli/ (the commands, which start the operator, the dev tools and the dev cluster) may import
+# every other; controller/ the core; devtools/ and devcluster/ as the rules below say.
+SHELL = ("cli", "controller", "devtools", "devcluster")
 CORE_THIRD_PARTY = ("pydantic", "jinja2", "yaml", "prometheus_client.parser")
 CORE_FORBIDDEN_STDLIB = ("socket", "subprocess", "threading", "multiprocessing", "asyncio", "concurrent",
                          "urllib.request", "http", "ssl", "selectors")
@@ -62,19 +68,55 @@ def within(module: str, prefix: str) -> bool:
 
 
 def layer_of(module: str) -> str:
-    if within(module, f"{PACKAGE}.controller"):
-        return "controller"
-    if within(module, f"{PACKAGE}.devtools"):
-        return "devtools"
-    if within(module, f"{PACKAGE}.devcluster"):
-        return "devcluster"
-    if module in CLI_MODULES:
-        return "cli"
+    """controller, devtools, devcluster, or the core sub-package (`core` for the package's own top modules)."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] != PACKAGE:
+        return "outside"
+    if parts[1] in SHELL or parts[1] in CORE_ORDER:
+        return parts[1]
     return "core"
+
+
+def is_core(layer: str) -> bool:
+    return layer == "core" or layer in CORE_ORDER
+
+
+def rank(layer: str) -> int:
+    """The package's own top modules (entry points, the map) sit above every sub-package."""
+    return CORE_ORDER.index(layer) if layer in CORE_ORDER else len(CORE_ORDER)
 
 
 def is_stdlib(module: str) -> bool:
     return module.split(".")[0] in sys.stdlib_module_names
+
+
+def core_violation(layer: str, imported: str) -> str | None:
+    ours = within(imported, PACKAGE)
+    if ours:
+        target = layer_of(imported)
+        if not is_core(target):
+            return f"the core imports {target}/ ({imported})"
+        if target != layer and rank(target) > rank(layer):
+            return f"{layer}/ imports {target}/, a layer above it ({imported})"
+        return None
+    if is_stdlib(imported):
+        if any(within(imported, banned) for banned in CORE_FORBIDDEN_STDLIB):
+            return f"the core does I/O or threads ({imported})"
+        return None
+    if not any(within(imported, allowed) for allowed in CORE_THIRD_PARTY):
+        return f"the core imports {imported}"
+    return None
+
+
+def shell_violation(layer: str, imported: str) -> str | None:
+    if not within(imported, PACKAGE):
+        return None
+    target = layer_of(imported)
+    if layer == "controller" and target in ("devtools", "devcluster", "cli"):
+        return f"controller/ imports {target} ({imported})"
+    if layer == "devcluster" and target != "devcluster":
+        return f"devcluster/ imports the operator ({imported})"
+    return None
 
 
 def violations(root: Path) -> list[str]:
@@ -83,21 +125,14 @@ def violations(root: Path) -> list[str]:
         layer = layer_of(name)
         where = f"{path.relative_to(root)}"
         for line, imported in imports_of(name, path):
-            ours = within(imported, PACKAGE)
             if within(imported, TRAINER):
-                found.append(f"{where}:{line}: the operator imports the trainer ({imported})")
-            elif layer == "core":
-                if ours and layer_of(imported) != "core":
-                    found.append(f"{where}:{line}: the core imports {layer_of(imported)}/ ({imported})")
-                elif not ours and is_stdlib(imported):
-                    if any(within(imported, banned) for banned in CORE_FORBIDDEN_STDLIB):
-                        found.append(f"{where}:{line}: the core does I/O or threads ({imported})")
-                elif not ours and not any(within(imported, allowed) for allowed in CORE_THIRD_PARTY):
-                    found.append(f"{where}:{line}: the core imports {imported}")
-            elif layer == "controller" and ours and layer_of(imported) in ("devtools", "devcluster", "cli"):
-                found.append(f"{where}:{line}: controller/ imports {layer_of(imported)} ({imported})")
-            elif layer == "devcluster" and ours and layer_of(imported) != "devcluster":
-                found.append(f"{where}:{line}: devcluster/ imports the operator ({imported})")
+                complaint: str | None = f"the operator imports the trainer ({imported})"
+            elif is_core(layer):
+                complaint = core_violation(layer, imported)
+            else:
+                complaint = shell_violation(layer, imported)
+            if complaint:
+                found.append(f"{where}:{line}: {complaint}")
     for name, path in modules(root, TRAINER).items():
         for line, imported in imports_of(name, path):
             if within(imported, PACKAGE):
@@ -116,10 +151,18 @@ def test_the_source_tree_keeps_its_layers():
 
 def test_the_layers_are_what_the_architecture_says():
     layers = {name: layer_of(name) for name in modules(source_tree(), PACKAGE)}
-    assert layers[f"{PACKAGE}.reconcile"] == layers[f"{PACKAGE}.ascend"] == layers[f"{PACKAGE}.chips"] == "core"
+    assert layers[f"{PACKAGE}.reconcile.decision"] == "reconcile"
+    assert layers[f"{PACKAGE}.contracts.ascend"] == layers[f"{PACKAGE}.contracts.chips"] == "contracts"
     assert layers[f"{PACKAGE}.controller.kube"] == layers[f"{PACKAGE}.controller.handlers"] == "controller"
     assert layers[f"{PACKAGE}.devtools.demo"] == "devtools"
     assert layers[f"{PACKAGE}.devcluster.runtime.service"] == "devcluster"
+    assert set(CORE_ORDER) | set(SHELL) == {
+        path.name for path in (source_tree() / PACKAGE).iterdir() if (path / "__init__.py").exists()}
+
+
+def test_at_most_six_modules_stay_at_the_top():
+    top = [path.name for path in (source_tree() / PACKAGE).glob("*.py")]
+    assert len(top) <= 6, top
 
 
 @pytest.fixture
@@ -129,14 +172,20 @@ def planted(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("module, source, complaint", [
-    ("placement.py", "import kubernetes\n", "the core imports kubernetes"),
-    ("layout.py", "from kopf import Memo\n", "the core imports kopf"),
-    ("ranktable.py", "import subprocess\n", "the core does I/O or threads (subprocess)"),
-    ("progress.py", "import prometheus_client\n", "the core imports prometheus_client"),
-    ("render.py", "from .controller import kube\n", "the core imports controller/"),
+    ("gang/placement.py", "import kubernetes\n", "the core imports kubernetes"),
+    ("gang/layout.py", "from kopf import Memo\n", "the core imports kopf"),
+    ("gang/ranktable.py", "import subprocess\n", "the core does I/O or threads (subprocess)"),
+    ("monitoring/progress.py", "import prometheus_client\n", "the core imports prometheus_client"),
+    ("gang/render.py", "from ascend_hybrid.controller import kube\n", "the core imports controller/"),
+    ("contracts/names.py", "from ascend_hybrid.spec import api\n", "contracts/ imports spec/, a layer above it"),
+    ("gang/backlog.py", "from ascend_hybrid.reconcile.decision import Decision\n",
+     "gang/ imports reconcile/, a layer above it"),
+    ("spec/rules.py", "from ..diagnosis import policy\n", "spec/ imports diagnosis/, a layer above it"),
     ("controller/kube.py", "from ..devcluster.kube import client\n", "controller/ imports devcluster"),
-    ("devcluster/cluster.py", "from .. import rules\n", "devcluster/ imports the operator"),
-    ("rules.py", "import ascend_hybrid_trainer.config\n", "the operator imports the trainer"),
+    ("controller/loop.py", "from ascend_hybrid.cli import main\n", "controller/ imports cli"),
+    ("reconcile/strategy.py", "from ascend_hybrid.cli import plan\n", "the core imports cli/"),
+    ("devcluster/cluster.py", "from ascend_hybrid.spec import rules\n", "devcluster/ imports the operator"),
+    ("spec/rules.py", "import ascend_hybrid_trainer.config\n", "the operator imports the trainer"),
 ])
 def test_a_planted_violation_is_found(planted, module, source, complaint):
     path = planted / PACKAGE / module

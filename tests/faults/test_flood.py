@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
 
-from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.contracts.names import GROUP
+from ascend_hybrid.spec.api import PLURAL, VERSION
 from support.faults import CaseResult, Monitor, live
 from support.operator_harness import job_manifest, wait_for
 

@@ -10,7 +10,8 @@ import time
 from kubernetes import client
 
 from ascend_hybrid.contracts import names
-from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.contracts.names import GROUP
+from ascend_hybrid.spec.api import PLURAL, VERSION
 from support.faults import CaseResult, Monitor, check_job, converge
 
 RIVAL_SECONDS = 10

@@ -10,7 +10,8 @@ import json
 import pytest
 from kubernetes import client
 
-from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.contracts.names import GROUP
+from ascend_hybrid.spec.api import PLURAL, VERSION
 from support.operator_harness import install_crd
 from support.rule_cases import RULE_CASES
 

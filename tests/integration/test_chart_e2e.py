@@ -21,10 +21,11 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster.controlplane import toolchain
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
 from ascend_hybrid.devtools import chartgen
-from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.spec.api import PLURAL, VERSION
 from support.operator_harness import REPO, Jobs, OperatorProcess, example, wait_for
 
 CHART = REPO / "charts" / "ascend-hybrid-operator"

@@ -18,8 +18,9 @@ import yaml
 from kubernetes import client
 
 from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster.controlplane import ports
-from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.spec.api import PLURAL, VERSION
 from support.paths import REPO_ROOT as REPO
 
 

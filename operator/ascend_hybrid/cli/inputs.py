@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from ascend_hybrid.contracts import names
 from ascend_hybrid.spec import api, rules
 from ascend_hybrid.spec.k8s_validation import object_problems
 
@@ -211,8 +212,8 @@ def job_documents(path: str) -> list[Document]:
 
 def check_job(path: str, document: Document) -> rules.ResolvedJob:
     body = document.obj
-    if body.get("apiVersion") != f"{api.GROUP}/{api.VERSION}":
-        raise InputError(f"{path}: apiVersion must be {api.GROUP}/{api.VERSION}, got {body.get('apiVersion')!r}")
+    if body.get("apiVersion") != f"{names.GROUP}/{api.VERSION}":
+        raise InputError(f"{path}: apiVersion must be {names.GROUP}/{api.VERSION}, got {body.get('apiVersion')!r}")
     return rules.parse(body)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ascend_hybrid.contracts.ascend import ACCELERATOR_TYPE_LABEL, chip_type_of
-from ascend_hybrid.gang.inventory import HOSTNAME_LABEL
+from ascend_hybrid.contracts.names import HOSTNAME_LABEL
 
 GROUP = "kueue.x-k8s.io"
 WORKLOAD_VERSION = "v1beta2"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ascend_hybrid.spec.api import GROUP
-
 FIELD_MANAGER = "ascend-hybrid-operator"
+GROUP = "hybrid.ascend.dev"  # the API group of AscendHybridJob: every label, gate and annotation key is under it
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
 GANG_GATE = f"{GROUP}/gang"
 JOB_LABEL = f"{GROUP}/job"
 ATTEMPT_LABEL = f"{GROUP}/attempt"

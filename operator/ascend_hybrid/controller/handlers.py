@@ -16,9 +16,10 @@ import os
 import kopf
 
 from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.controller.loop import Controller, Indexes, JobKey
 from ascend_hybrid.gang import backlog
-from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.spec.api import PLURAL, VERSION
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 COPY_RETRIES = 5

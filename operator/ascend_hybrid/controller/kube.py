@@ -91,7 +91,7 @@ class Kube:
     # -- the job ---------------------------------------------------------------------------------------------
     def crd_installed(self) -> bool:
         try:
-            self.extensions.read_custom_resource_definition(f"{api.PLURAL}.{api.GROUP}")
+            self.extensions.read_custom_resource_definition(f"{api.PLURAL}.{names.GROUP}")
             return True
         except ApiException as error:
             if error.status == 404:
@@ -100,7 +100,7 @@ class Kube:
 
     def get_job(self, namespace: str, name: str) -> dict | None:
         return self._call("get", api.PLURAL, self.custom.get_namespaced_custom_object,
-                          api.GROUP, api.VERSION, namespace, api.PLURAL, name, ok=(404,))
+                          names.GROUP, api.VERSION, namespace, api.PLURAL, name, ok=(404,))
 
     def patch_job_status(self, namespace: str, name: str, old: dict, new: dict) -> dict | None:
         """Merge-patches the status; keys the new status dropped are sent as null so they really go."""
@@ -108,11 +108,11 @@ class Kube:
         if not patch:
             return None
         return self._call("patch", f"{api.PLURAL}/status", self.custom.patch_namespaced_custom_object_status,
-                          api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": patch}, ok=(404,))
+                          names.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": patch}, ok=(404,))
 
     def delete_job(self, namespace: str, name: str) -> None:
         self._call("delete", api.PLURAL, self.custom.delete_namespaced_custom_object,
-                   api.GROUP, api.VERSION, namespace, api.PLURAL, name,
+                   names.GROUP, api.VERSION, namespace, api.PLURAL, name,
                    body=client.V1DeleteOptions(propagation_policy="Background"), ok=(404,))
 
     # -- children --------------------------------------------------------------------------------------------
@@ -255,7 +255,7 @@ class Kube:
         body = {
             "metadata": {"name": f"{meta['name']}.{now.strftime('%Y%m%d%H%M%S%f')}.{reason.lower()}"[:253],
                          "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": api.KIND, "name": meta["name"],
+            "involvedObject": {"apiVersion": f"{names.GROUP}/{api.VERSION}", "kind": api.KIND, "name": meta["name"],
                                "namespace": meta["namespace"], "uid": meta["uid"],
                                "resourceVersion": meta.get("resourceVersion")},
             "reason": reason, "message": message[:1024], "type": event_type, "count": 1,

@@ -14,6 +14,7 @@ from ascend_hybrid.gang import backlog
 from ascend_hybrid.gang.inventory import build_inventory, pinned_node
 from ascend_hybrid.gang.placement import place as place_on
 from ascend_hybrid.gang.summary import node_domains
+from ascend_hybrid.reconcile import placement_record
 from ascend_hybrid.reconcile.actions import Place
 from ascend_hybrid.reconcile.decision import Decision, Observed
 from ascend_hybrid.reconcile.placement_record import record_placement
@@ -34,7 +35,7 @@ def place(controller, key: JobKey, job: dict, observed: Observed, decision: Deci
         if blocker is not None:
             record.waiting, record.promised = True, {}
             _try_first(controller, blocker, only_untried=True)
-            outcome = backlog.record_queued(decision.status, blocker, observed.now, job["metadata"].get("generation"))
+            outcome = placement_record.record_queued(decision.status, blocker, observed.now, job["metadata"].get("generation"))
             decision.status, decision.requeue_after = outcome.status, outcome.requeue_after
             return False
         started = time.perf_counter()

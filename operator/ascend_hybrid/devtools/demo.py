@@ -19,6 +19,7 @@ from kubernetes import client
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.ascend import RACK_LABEL
 from ascend_hybrid.contracts.conditions import TERMINAL_JOB_PHASES
+from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster import cluster as devcluster
 from ascend_hybrid.devcluster.controlplane import ports, toolchain
 from ascend_hybrid.devcluster.helpers import Helper
@@ -27,7 +28,7 @@ from ascend_hybrid.devcluster.kube.waiting import WaitTimeout, wait_until
 from ascend_hybrid.devcluster.telemetry import prometheus
 from ascend_hybrid.devtools.repo import chart_dir, repo_root
 from ascend_hybrid.gang import layout as layouts
-from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.spec.api import PLURAL, VERSION
 from ascend_hybrid.spec.rules import parse
 
 EXAMPLES = ("seed-moe-128.yaml", "job.yaml")

@@ -11,6 +11,7 @@ import time
 
 from kubernetes import client
 
+from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster import cluster as devcluster
 from ascend_hybrid.devcluster.controlplane import toolchain
 from ascend_hybrid.devcluster.kube.client import api_client
@@ -19,7 +20,7 @@ from ascend_hybrid.devcluster.kueue import manager as kueue_manager
 from ascend_hybrid.devcluster.kueue import manifests as kueue_manifests
 from ascend_hybrid.devcluster.nodes import fleet
 from ascend_hybrid.devtools import demo
-from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.spec.api import PLURAL, VERSION
 
 TEAMS = ("team-a", "team-b")
 CLUSTER_QUEUE, LOCAL_QUEUE, QUOTA_NPUS = "teams", "team", 16

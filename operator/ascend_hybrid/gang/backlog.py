@@ -109,20 +109,3 @@ def head(chip: str, waiting: Iterable[Waiting]) -> QueueKey | None:
 def queued_message(blocker: QueueKey) -> str:
     _, namespace, name = blocker
     return f"queued: oldest first, {namespace}/{name} waits for chips before this job"
-
-
-def record_queued(status: dict, blocker: QueueKey, now, generation):
-    """The status of a job held back behind an older one: Pending, `Placed=False` reason `Queued`, no event (the
-    queue moves on its own; one event per job per wave would flood a namespace of hundreds of jobs)."""
-    import copy
-
-    from ascend_hybrid.contracts.conditions import set_condition
-    from ascend_hybrid.reconcile.decision import SLOW_REQUEUE_SECONDS, Decision
-
-    outcome = Decision(status=copy.deepcopy(status))
-    message = queued_message(blocker)
-    outcome.status["placement"] = {"attempt": None, "nodes": [], "reason": message}
-    set_condition(outcome.status, "Placed", False, "Queued", message, now, generation)
-    outcome.status["phase"], outcome.status["message"] = "Pending", message
-    outcome.requeue_after = SLOW_REQUEUE_SECONDS
-    return outcome

@@ -23,9 +23,8 @@ from ascend_hybrid.contracts.ascend import (
     super_pod_id,
 )
 from ascend_hybrid.contracts.chips import CHIPS
+from ascend_hybrid.contracts.names import HOSTNAME_LABEL
 from ascend_hybrid.contracts.podview import TERMINAL_POD_PHASES, is_node_ready, npu_request, quantity
-
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 

@@ -15,9 +15,9 @@ import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ascend_hybrid.contracts import kueue, names
-from ascend_hybrid.gang.inventory import HOSTNAME_LABEL
+from ascend_hybrid.contracts.names import GROUP, HOSTNAME_LABEL
 from ascend_hybrid.gang.ranktable import INITIALIZING, config_map_data
-from ascend_hybrid.spec.api import GROUP, KIND, VERSION
+from ascend_hybrid.spec.api import KIND, VERSION
 from ascend_hybrid.spec.rules import ResolvedJob
 
 SCHED_HOST_ENV = names.SCHED_HOST_ENV

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from ascend_hybrid.contracts.conditions import set_condition
+from ascend_hybrid.gang import backlog
 from ascend_hybrid.gang import layout as layouts
+from ascend_hybrid.gang.backlog import QueueKey
 from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.reconcile.decision import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision
 from ascend_hybrid.spec.rules import ResolvedJob
@@ -48,4 +50,16 @@ def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: 
         if placement.reason != previous_reason:
             outcome.emit("Warning", "Unschedulable", placement.reason)
         outcome.requeue_after = SLOW_REQUEUE_SECONDS
+    return outcome
+
+
+def record_queued(status: dict, blocker: QueueKey, now: datetime, generation) -> Decision:
+    """The status of a job held back behind an older one: Pending, `Placed=False` reason `Queued`, no event (the
+    queue moves on its own; one event per job per wave would flood a namespace of hundreds of jobs)."""
+    outcome = Decision(status=copy.deepcopy(status))
+    message = backlog.queued_message(blocker)
+    outcome.status["placement"] = {"attempt": None, "nodes": [], "reason": message}
+    set_condition(outcome.status, "Placed", False, "Queued", message, now, generation)
+    outcome.status["phase"], outcome.status["message"] = "Pending", message
+    outcome.requeue_after = SLOW_REQUEUE_SECONDS
     return outcome

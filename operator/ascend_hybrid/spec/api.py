@@ -17,7 +17,6 @@ from ascend_hybrid.contracts.chips import CHIP_NAMES, CHIPS, MAX_CHIPS_PER_POD
 from ascend_hybrid.spec.causes import ACTIONS, CAUSES, SOFTWARE_CAUSES
 from ascend_hybrid.spec.k8s_validation import DNS1123_SUBDOMAIN_MAX, IMAGE_MAX, LABEL_KEY_MAX, LABEL_VALUE_MAX
 
-GROUP = "hybrid.ascend.dev"
 VERSION = "v1alpha1"
 KIND = "AscendHybridJob"
 PLURAL = "ascendhybridjobs"

@@ -9,10 +9,11 @@ from typing import Any
 
 import yaml
 
+from ascend_hybrid.contracts import names
 from ascend_hybrid.spec import api
 from ascend_hybrid.spec.rules import NAME_RULE_CEL, NAME_RULE_MESSAGE, RULES
 
-CRD_FILE_NAME = f"{api.PLURAL}.{api.GROUP}.yaml"
+CRD_FILE_NAME = f"{api.PLURAL}.{names.GROUP}.yaml"
 
 PRINTER_COLUMNS = [
     {"name": "World", "type": "integer", "jsonPath": ".status.worldSize"},
@@ -161,10 +162,10 @@ def build() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{api.PLURAL}.{api.GROUP}",
+        "metadata": {"name": f"{api.PLURAL}.{names.GROUP}",
                      "labels": {"app.kubernetes.io/name": "ascend-hybrid-operator", "app.kubernetes.io/component": "crd"}},
         "spec": {
-            "group": api.GROUP,
+            "group": names.GROUP,
             "names": {"kind": api.KIND, "plural": api.PLURAL, "singular": api.SINGULAR,
                       "shortNames": list(api.SHORT_NAMES), "categories": list(api.CATEGORIES),
                       "listKind": f"{api.KIND}List"},
