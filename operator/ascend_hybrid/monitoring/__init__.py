@@ -1,0 +1,2 @@
+"""A running job observed (core): `progress` turns telemetry samples into status.training and status.utilization;
+`anomalies` folds them into the LoadImbalanced, Straggling and TrainingStalled conditions."""
