@@ -38,11 +38,11 @@ def main() -> None:
     hw = hardware.builtin("910B")
     ratios = []
     for name, spec in JOBS.items():
-        effective = rules.parse(job(spec))
+        resolved = rules.parse(job(spec))
         times, cpu, result = [], [], None
         for _ in range(args.rounds):
             start, start_cpu = time.perf_counter(), time.process_time()
-            result = search.plan(effective, hw, args.world)
+            result = search.plan(resolved, hw, args.world)
             times.append(time.perf_counter() - start)
             cpu.append(time.process_time() - start_cpu)
         median = statistics.median(times)

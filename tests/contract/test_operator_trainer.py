@@ -27,11 +27,11 @@ def crd_default(*path: str):
 def test_the_trainers_degree_defaults_are_the_operators():
     """The degrees have no CRD defaults (an auto job leaves them unset): rules.resolve applies them."""
     body = {"metadata": {"name": "defaults"}, "spec": {"parallelism": {}, "npu": {"perPod": 1}}}
-    effective = rules.parse(body)
-    resolved = {"data": effective.data, "tensor": effective.tensor, "pipeline": effective.pipeline,
-                "expert": effective.expert, "expertPlacement": effective.expert_placement,
-                "virtualPipelineStages": effective.virtual_pipeline_stages}
-    assert resolved == defaults.PARALLELISM
+    resolved = rules.parse(body)
+    degrees = {"data": resolved.data, "tensor": resolved.tensor, "pipeline": resolved.pipeline,
+                "expert": resolved.expert, "expertPlacement": resolved.expert_placement,
+                "virtualPipelineStages": resolved.virtual_pipeline_stages}
+    assert degrees == defaults.PARALLELISM
 
 
 @pytest.mark.parametrize("section, table, path", [
@@ -74,17 +74,17 @@ def test_presets_match_the_operator():
 @pytest.mark.parametrize("example", ["job.yaml", "seed-moe-128.yaml"])
 def test_the_job_json_the_operator_renders_is_read_as_the_job_says(example):
     body = yaml.safe_load((EXAMPLES / example).read_text())
-    effective = rules.parse(body)
-    config = parse_job(render.job_config(effective))
+    resolved = rules.parse(body)
+    config = parse_job(render.job_config(resolved))
     degrees = config.parallelism
     assert (degrees.data, degrees.tensor, degrees.pipeline, degrees.expert, degrees.micro_batches) == (
-        effective.data, effective.tensor, effective.pipeline, effective.expert, effective.micro_batches)
-    assert degrees.expert_placement == effective.expert_placement
-    model = effective.model
+        resolved.data, resolved.tensor, resolved.pipeline, resolved.expert, resolved.micro_batches)
+    assert degrees.expert_placement == resolved.expert_placement
+    model = resolved.model
     assert (config.model.layers, config.model.hidden, config.model.heads, config.model.ffn_hidden,
             config.model.vocab, config.model.experts) == (model["layers"], model["hidden"], model["heads"],
                                                           model["ffnHidden"], model["vocab"], model["experts"])
-    assert config.training.global_batch_size == effective.global_batch_size
+    assert config.training.global_batch_size == resolved.global_batch_size
     assert config.training.steps == body["spec"]["training"]["steps"]
     plan_parallel(config.parallelism, config.model, config.training)  # the trainer accepts what the operator did
 
@@ -120,8 +120,8 @@ def test_the_job_json_of_every_planner_field_is_read_as_the_job_says():
                      "model": {"preset": "gpt-1b", "kvHeads": 4, "ffnType": "swiglu"},
                      "training": {"recompute": "selective", "sequenceParallel": True, "flashAttention": True,
                                   "globalBatchSize": 16}}}
-    effective = rules.parse(body)
-    job = render.job_config(effective)
+    resolved = rules.parse(body)
+    job = render.job_config(resolved)
     config = parse_job(job)
     assert (config.model.kv_heads, config.model.ffn_type) == (4, "swiglu")
     assert (config.training.recompute, config.training.sequence_parallel, config.training.flash_attention) == (
@@ -130,7 +130,7 @@ def test_the_job_json_of_every_planner_field_is_read_as_the_job_says():
     assert config.parallelism.virtual_pipeline_stages == job["parallelism"].get("virtualPipelineStages", 1) == 2
     plan = plan_parallel(config.parallelism, config.model, config.training)
     assert plan.sequence_parallel and plan.flash_attention and plan.virtual_stages == 2
-    assert plan.micro_batch_size == effective.global_batch_size // (2 * 4)
+    assert plan.micro_batch_size == resolved.global_batch_size // (2 * 4)
 
 
 @pytest.mark.parametrize("pods", [2, 2048])

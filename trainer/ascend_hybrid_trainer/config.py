@@ -36,7 +36,7 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "moe-100b": {"layers": 64, "hidden": 5120, "heads": 40, "ffnHidden": 20480, "vocab": 64000, "experts": 8,
                  "topK": 2},
 }
-DEFAULT_TOP_K = defaults.MODEL_EXTENSIONS["topK"]  # custom models' and presets' default, as in rules.effective_model
+DEFAULT_TOP_K = defaults.MODEL_EXTENSIONS["topK"]  # custom models' and presets' default, as in rules.resolved_model
 DEFAULT_CAPACITY_FACTOR = defaults.MODEL_EXTENSIONS["capacityFactor"]
 DEFAULT_AUX_LOSS_WEIGHT = defaults.MODEL_EXTENSIONS["auxLossWeight"]
 DEFAULT_CHECKPOINT_DIR = defaults.CHECKPOINT_DIR

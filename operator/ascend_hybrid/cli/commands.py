@@ -62,7 +62,7 @@ def cmd_validate(args) -> int:
         if key is not None:
             first.setdefault(key, document.where)
         try:
-            effective = check_job(args.file, document)
+            resolved = check_job(args.file, document)
         except rules.SpecError as error:
             for problem in error.problems:
                 print(f"error: {prefix}{problem}", file=sys.stderr)
@@ -73,15 +73,15 @@ def cmd_validate(args) -> int:
                 print(f"error: {prefix}{line}", file=sys.stderr)
             bad += 1
             continue
-        print(f"{effective.name}: valid (world {effective.world_size} = DP {effective.data} × "
-              f"TP {effective.tensor} × PP {effective.pipeline}, EP {effective.expert}, {effective.pod_count} pods × "
-              f"{effective.per_pod} {effective.chip})")
+        print(f"{resolved.name}: valid (world {resolved.world_size} = DP {resolved.data} × "
+              f"TP {resolved.tensor} × PP {resolved.pipeline}, EP {resolved.expert}, {resolved.pod_count} pods × "
+              f"{resolved.per_pod} {resolved.chip})")
     return EXIT_BAD_INPUT if bad else 0
 
 
 def cmd_layout(args) -> int:
-    _, effective = load_job(args.file)
-    layout = layouts.from_effective(effective)
+    _, resolved = load_job(args.file)
+    layout = layouts.from_effective(resolved)
     if args.output == "json":
         document = {"worldSize": layout.world_size, "groups": layout.groups(),
                     "pods": [{"index": p.index, "ranks": [p.first, p.last]} for p in layout.pods]}
@@ -110,10 +110,10 @@ def _one_stdin(args, *names: str) -> None:
         raise InputError(f"{' and '.join(given)}: only one input can be standard input (-)")
 
 
-def _render_arguments(args, effective: rules.ResolvedJob) -> None:
+def _render_arguments(args, resolved: rules.ResolvedJob) -> None:
     if args.attempt < 1:
         raise InputError(f"--attempt={args.attempt}: must be ≥ 1 (attempts count from 1)")
-    longest = names.pod_name(effective.name, args.attempt, effective.pod_count - 1)
+    longest = names.pod_name(resolved.name, args.attempt, resolved.pod_count - 1)
     if len(longest) > 63:
         raise InputError(f"--attempt={args.attempt}: pod name {longest!r} would be {len(longest)} characters, more "
                          "than the 63 of a hostname")
@@ -124,21 +124,21 @@ def _render_arguments(args, effective: rules.ResolvedJob) -> None:
             ipaddress.ip_address(args.sched_ip)
         except ValueError:
             raise InputError(f"--sched-ip={args.sched_ip!r}: must be an IP address (the ClusterIP of "
-                             f"{names.sched_service(effective.name)}; MindSpore needs an IP in MS_SCHED_HOST)") from None
+                             f"{names.sched_service(resolved.name)}; MindSpore needs an IP in MS_SCHED_HOST)") from None
 
 
 def cmd_render(args) -> int:
     _one_stdin(args, "file", "nodes", "pods")
-    body, effective = load_job(args.file)
-    _render_arguments(args, effective)
+    body, resolved = load_job(args.file)
+    _render_arguments(args, resolved)
     nodes = of_kind(load_objects(args.nodes), "Node")
     if not nodes:
         raise InputError(f"{args.nodes}: no Node objects found")
     others = load_objects(args.pods) if args.pods else []
     inventory = build_inventory(nodes, of_kind(others, "Pod"), of_kind(others, "ConfigMap"))
-    placement = place(GangRequest.for_job(effective), inventory)
+    placement = place(GangRequest.for_job(resolved), inventory)
     if not placement.ok:
-        print(f"error: cannot place {effective.name}: {placement.reason}", file=sys.stderr)
+        print(f"error: cannot place {resolved.name}: {placement.reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
     metadata = body.get("metadata") or {}
     namespace = metadata.get("namespace") or args.namespace
@@ -148,45 +148,45 @@ def cmd_render(args) -> int:
     uid = metadata.get("uid")
     if uid is not None and not isinstance(uid, str):
         raise InputError(f"{args.file}: metadata.uid={uid!r}: must be a string")
-    sched_ip = args.sched_ip or f"{effective.name}-sched.{namespace}.svc"
-    manifests = render.children(effective, namespace, uid or "", args.attempt, placement.nodes, sched_ip)
+    sched_ip = args.sched_ip or f"{resolved.name}-sched.{namespace}.svc"
+    manifests = render.children(resolved, namespace, uid or "", args.attempt, placement.nodes, sched_ip)
     if not uid:
         for manifest in manifests:
             manifest["metadata"].pop("ownerReferences", None)
     yaml.safe_dump_all(manifests, sys.stdout, sort_keys=False, width=120)
-    print(summary.format_placement_report(summary.placement_report(effective, placement, inventory)), file=sys.stderr)
+    print(summary.format_placement_report(summary.placement_report(resolved, placement, inventory)), file=sys.stderr)
     if args.svg:
         from ascend_hybrid.cli.plan import write_placement_svg
 
-        tiers = effective.spec.scheduling.topology_tiers
-        write_placement_svg(args.svg, effective, placement.nodes,
+        tiers = resolved.spec.scheduling.topology_tiers
+        write_placement_svg(args.svg, resolved, placement.nodes,
                             summary.node_domains(inventory, tiers[0]) if tiers else {})
     if not uid:
         print("note: the job has no metadata.uid, so no owner references were rendered", file=sys.stderr)
     if not args.sched_ip:
         print("note: MindSpore needs an IP in MS_SCHED_HOST: pass --sched-ip with the ClusterIP of "
-              f"{effective.name}-sched", file=sys.stderr)
+              f"{resolved.name}-sched", file=sys.stderr)
     return 0
 
 
 def cmd_ranktable(args) -> int:
     _one_stdin(args, "file", "pods")
-    _, effective = load_job(args.file)
+    _, resolved = load_job(args.file)
     objects = load_objects(args.pods)
-    pods = [p for p in of_kind(objects, "Pod") if labels_of(p).get(JOB_LABEL) == effective.name]
+    pods = [p for p in of_kind(objects, "Pod") if labels_of(p).get(JOB_LABEL) == resolved.name]
     if not pods:
-        raise InputError(f"{args.pods}: no pods labelled {JOB_LABEL}={effective.name}")
+        raise InputError(f"{args.pods}: no pods labelled {JOB_LABEL}={resolved.name}")
     latest = max(attempt_of(p) for p in pods)
     pods = [p for p in pods if attempt_of(p) == latest]
     super_pods = None
-    if CHIPS[effective.chip].super_pods:
+    if CHIPS[resolved.chip].super_pods:
         nodes = {node["metadata"]["name"]: node for node in of_kind(objects, "Node")}
         infos = device_infos_by_node(of_kind(objects, "ConfigMap"))
         super_pods = ranktable.node_super_pods([p["spec"].get("nodeName") for p in pods], nodes, infos)
-    table = ranktable.build_rank_table(pods, effective.per_pod, super_pods, pod_count=effective.pod_count)
+    table = ranktable.build_rank_table(pods, resolved.per_pod, super_pods, pod_count=resolved.pod_count)
     print(ranktable.dumps(table))
     if table["status"] != "completed":
-        for problem in ranktable.missing_for_completion(pods, effective.per_pod, effective.pod_count):
+        for problem in ranktable.missing_for_completion(pods, resolved.per_pod, resolved.pod_count):
             print(f"waiting: {problem}", file=sys.stderr)
     return 0
 

@@ -93,17 +93,17 @@ def plan_picture(evaluation: search.Evaluation, workload: Workload, hw: hardware
     return svg.picture(layout, svg.Cluster.packed(layout, hw.chips_per_node), title, figures)
 
 
-def write_placement_svg(path: str, effective, pod_nodes, node_racks) -> None:
+def write_placement_svg(path: str, resolved, pod_nodes, node_racks) -> None:
     """`render --svg`: the placed gang on its real nodes and racks."""
-    layout = _layout(Strategy.from_job(effective))
-    title = (f"{effective.name}: DP {effective.data} × TP {effective.tensor} × PP {effective.pipeline}, "
-             f"EP {effective.expert} {effective.expert_placement}, placed on {len(set(pod_nodes))} nodes")
+    layout = _layout(Strategy.from_job(resolved))
+    title = (f"{resolved.name}: DP {resolved.data} × TP {resolved.tensor} × PP {resolved.pipeline}, "
+             f"EP {resolved.expert} {resolved.expert_placement}, placed on {len(set(pod_nodes))} nodes")
     _write_svg(path, svg.picture(layout, svg.Cluster(tuple(pod_nodes), dict(node_racks)), title))
 
 
-def _title(effective, evaluation: search.Evaluation, hw: hardware.Hardware, what: str) -> str:
+def _title(resolved, evaluation: search.Evaluation, hw: hardware.Hardware, what: str) -> str:
     s = evaluation.strategy
-    return (f"{effective.name} {what} on {s.world} × {hw.name}: DP {s.data} × TP {s.tensor} × PP {s.pipeline}"
+    return (f"{resolved.name} {what} on {s.world} × {hw.name}: DP {s.data} × TP {s.tensor} × PP {s.pipeline}"
             f", EP {s.expert}, {s.micro_batches} micro-batches, recompute {s.recompute}; step "
             f"{evaluation.time.step:.3g} s")
 
@@ -113,25 +113,25 @@ def cmd_plan(args) -> int:
 
     for name in ("world", "nodes", "top"):
         _positive(args, name)
-    _, effective = load_job(args.file)
-    hw = _hardware(args, effective.chip)
+    _, resolved = load_job(args.file)
+    hw = _hardware(args, resolved.chip)
     as_json = args.output == "json"
     try:
         if args.evaluate:
-            if effective.auto:
-                raise InputError(f"--evaluate: {effective.name} is an auto job (spec.parallelism.auto): it has no "
+            if resolved.auto:
+                raise InputError(f"--evaluate: {resolved.name} is an auto job (spec.parallelism.auto): it has no "
                                  "strategy of its own to score; plan it without --evaluate")
             if args.cluster:
                 raise InputError("--cluster: plans for the cluster's free NPUs; leave out --evaluate")
             if args.world or args.nodes:
                 raise InputError("--world/--nodes: --evaluate scores the file's own strategy, whose degrees fix "
                                  "the world; leave them out")
-            evaluation = search.evaluate_job(effective, hw)
-            workload = Workload.from_job(effective)
+            evaluation = search.evaluate_job(resolved, hw)
+            workload = Workload.from_job(resolved)
             _print(explain.evaluation_document(evaluation, workload, hw) if as_json
                    else explain.evaluation_table(evaluation, hw), as_json)
             if args.svg:
-                _write_svg(args.svg, plan_picture(evaluation, workload, hw, _title(effective, evaluation, hw,
+                _write_svg(args.svg, plan_picture(evaluation, workload, hw, _title(resolved, evaluation, hw,
                                                                                    "as written")))
             return 0
         world = args.world or (args.nodes * hw.chips_per_node if args.nodes else None)
@@ -139,12 +139,12 @@ def cmd_plan(args) -> int:
         capacity = None
         if args.cluster:
             # as the operator would: the job's own world (or --world/--nodes), checked against what can be placed now
-            capacity = cluster_capacity(effective, chip or effective.chip, args.kubeconfig)
-            wanted = world or effective.world_size
+            capacity = cluster_capacity(resolved, chip or resolved.chip, args.kubeconfig)
+            wanted = world or resolved.world_size
             if wanted > capacity.world:
                 raise InputError(f"--cluster: {capacity.describe()}: the job's {wanted} NPUs cannot be placed now "
                                  f"(the gang placer has room for {capacity.world})")
-        result = search.plan(effective, hw, world, chip)
+        result = search.plan(resolved, hw, world, chip)
     except search.PlanError as error:
         raise InputError(str(error)) from None
     if result.candidates:
@@ -154,9 +154,9 @@ def cmd_plan(args) -> int:
         _print(document, as_json)
         if args.svg:
             best = result.candidates[0]
-            _write_svg(args.svg, plan_picture(best, result.workload, hw, _title(effective, best, hw, "best plan")))
+            _write_svg(args.svg, plan_picture(best, result.workload, hw, _title(resolved, best, hw, "best plan")))
         return 0
-    return _nothing_fits(effective.name, result, as_json)
+    return _nothing_fits(resolved.name, result, as_json)
 
 
 def _nothing_fits(name: str, result: search.Plan, as_json: bool) -> int:
@@ -185,11 +185,11 @@ def _nothing_fits(name: str, result: search.Plan, as_json: bool) -> int:
 class Capacity:
     """The cluster's free NPUs of one chip type, as the operator's placement sees them."""
 
-    def __init__(self, inventory, chip: str, effective):
-        self.inventory, self.chip, self.per_pod = inventory, chip, effective.per_pod
-        template = effective.spec.template
+    def __init__(self, inventory, chip: str, resolved):
+        self.inventory, self.chip, self.per_pod = inventory, chip, resolved.per_pod
+        template = resolved.spec.template
         self.constraints = {"tolerations": tuple(template.tolerations), "node_selector": dict(template.node_selector),
-                            "tier_labels": tuple(effective.spec.scheduling.topology_tiers)}
+                            "tier_labels": tuple(resolved.spec.scheduling.topology_tiers)}
         # how many pods of `per_pod` chips the gang placer can put on the cluster right now: doubling, then halving
         self.slots = 0
         for count in (2 ** k for k in range(0, 20)):
@@ -230,7 +230,7 @@ class Capacity:
         return f"cluster: {self.describe()}; {where}\n{document}"
 
 
-def cluster_capacity(effective, chip: str, kubeconfig: str | None) -> Capacity:
+def cluster_capacity(resolved, chip: str, kubeconfig: str | None) -> Capacity:
     """The live inventory (nodes, NPU pods, deviceinfo ConfigMaps) read with the operator's own client."""
     from ascend_hybrid.cli.inputs import InputError
     from ascend_hybrid.contracts.ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
@@ -243,7 +243,7 @@ def cluster_capacity(effective, chip: str, kubeconfig: str | None) -> Capacity:
         infos = kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true")
     except Exception as error:  # noqa: BLE001 - no cluster to read is one line, not a traceback
         raise InputError(f"--cluster: cannot read the cluster: {str(error).splitlines()[0]}") from None
-    return Capacity(build_inventory(nodes, pods, infos), chip, effective)
+    return Capacity(build_inventory(nodes, pods, infos), chip, resolved)
 
 
 def register(subparsers) -> None:

@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 KEEP_IP_SECONDS = 10.0  # how long a deleted Service's IP may take to be released before another is taken
 
 
-def ensure_children(controller, key, job: dict, effective) -> None:
-    """Applies the job's Services and ConfigMaps (job.json from `effective`, the resolved job the pods run)."""
+def ensure_children(controller, key, job: dict, resolved) -> None:
+    """Applies the job's Services and ConfigMaps (job.json from `resolved`, the resolved job the pods run)."""
     namespace, name = key
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
@@ -35,7 +35,7 @@ def ensure_children(controller, key, job: dict, effective) -> None:
         _recreate_with_ip(controller, services[0], record.lost_sched_ip)
         record.lost_sched_ip = None
     manifests = list(services)
-    manifests.append(render.job_config_map(effective, namespace, uid))
+    manifests.append(render.job_config_map(resolved, namespace, uid))
     if record.rank_table is None:
         manifests.append(render.rank_table_config_map(name, namespace, uid))
     if controller.settings.network_policy:

@@ -1,4 +1,4 @@
-"""The cluster objects placement reads, watched by the operator itself like its pods (podwatch.ListWatch): Nodes,
+"""The cluster objects placement reads, watched by the operator itself like its pods (listwatch.ListWatch): Nodes,
 and the deviceinfo ConfigMaps of MindCluster's device plugin.
 
 kopf indexed them before. Until every index is complete kopf gives each new object a readiness toggle, and each
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ascend_hybrid.contracts.ascend import parse_deviceinfo
 from ascend_hybrid.contracts.podview import ready_condition
-from ascend_hybrid.controller.podwatch import SYNC_TIMEOUT_SECONDS
+from ascend_hybrid.controller.listwatch import SYNC_TIMEOUT_SECONDS
 
 Change = Callable[[str, dict | None, dict | None], None]
 

@@ -56,7 +56,7 @@ class Kube:
             except config.ConfigException:
                 config.load_kube_config()
         configuration = client.Configuration.get_default_copy()
-        # one connection per concurrent pod call, plus the pod watches' long-lived ones (podwatch.py)
+        # one connection per concurrent pod call, plus the watches' long-lived ones (listwatch.py)
         configuration.connection_pool_maxsize = parallel_calls + WATCH_CONNECTIONS
         return cls(client.ApiClient(configuration), **options)
 
@@ -210,7 +210,7 @@ class Kube:
                             label_selector=label_selector, _preload_content=False)
         return json.loads(answer.data)["items"]
 
-    # -- the watches (podwatch.py): raw JSON, never the client's models -------------------------------------------
+    # -- the watches (listwatch.py): raw JSON, never the client's models -------------------------------------------
     def _lister(self, resource: str, namespace: str | None) -> tuple[Callable, tuple]:
         cluster_wide, namespaced = {"pods": (self.core.list_pod_for_all_namespaces, self.core.list_namespaced_pod),
                                     "nodes": (self.core.list_node, None),

@@ -1,4 +1,4 @@
-"""The reconcile shell: observes a job, asks `reconcile.decide`, executes the actions through `kube`.
+"""The reconcile shell: observes a job, asks `decision.decide`, executes the actions through `kube`.
 
 Worker threads take job keys from a WorkQueue, so the blocking client never runs on kopf's event loop.
 Placement is serialised by one lock over one inventory (kopf indexes plus chips promised to gangs whose pods
@@ -41,7 +41,8 @@ from ascend_hybrid.reconcile.actions import (
     RemoveGates,
     WriteRankTable,
 )
-from ascend_hybrid.reconcile.decision import FAST_REQUEUE_SECONDS, Decision, Observed, decide
+from ascend_hybrid.reconcile.decision import decide
+from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Observed
 from ascend_hybrid.spec.rules import ResolvedJob, SpecError, parse
 
 log = logging.getLogger(__name__)
@@ -249,9 +250,9 @@ class Controller:
 
     def observe(self, key: JobKey, job: dict) -> Observed:
         try:
-            effective, problems = parse(job), ()
+            resolved, problems = parse(job), ()
         except SpecError as error:
-            effective, problems = None, tuple(error.problems)
+            resolved, problems = None, tuple(error.problems)
         record = self.record_of(key)
         if not record.rank_table_read:
             # A job whose status names no rank table has none worth reading: a ConfigMap a process made before
@@ -263,7 +264,7 @@ class Controller:
         nodes = {node["metadata"]["name"]: node for node in self.indexes.nodes()}
         pods = tuple(self.indexes.job_pods(key))
         return Observed(
-            job=job, effective=effective, spec_problems=problems, pods=pods, workload=self.workload(key, job, effective, pods),
+            job=job, resolved=resolved, spec_problems=problems, pods=pods, workload=self.workload(key, job, resolved, pods),
             rank_table=record.rank_table, children_ready=record.children_generation == job["metadata"].get("generation"),
             sched_ip=record.sched_ip, nodes=nodes, now=datetime.now(UTC),
             node_grace_seconds=self.settings.node_grace_seconds,
@@ -272,11 +273,11 @@ class Controller:
             refusal=record.refusal,
         )
 
-    def workload(self, key: JobKey, job: dict, effective, pods: tuple[dict, ...]) -> dict | None:
+    def workload(self, key: JobKey, job: dict, resolved, pods: tuple[dict, ...]) -> dict | None:
         """The Kueue Workload of a queued job's current attempt, once its pods exist or once it ran (one read per
         pass): a preempted gang's pods may all be gone before a pass sees them deleting, and then only the
         Workload still says Evicted — without it the eviction would read as pods deleted, a counted restart."""
-        if effective is None or not effective.spec.scheduling.queue:
+        if resolved is None or not resolved.spec.scheduling.queue:
             return None
         status = job.get("status") or {}
         attempt = int(status.get("attempt") or 1)
@@ -358,8 +359,8 @@ class Controller:
             if error is not None:
                 raise error
 
-    def ensure_children(self, key: JobKey, job: dict, effective: ResolvedJob) -> None:
-        children.ensure_children(self, key, job, effective)
+    def ensure_children(self, key: JobKey, job: dict, resolved: ResolvedJob) -> None:
+        children.ensure_children(self, key, job, resolved)
 
     def child_changed(self, key: JobKey, kind: str, name: str, event_type: str, body: dict) -> None:
         """A kopf handler saw a labelled Service or ConfigMap change or go (children.py)."""

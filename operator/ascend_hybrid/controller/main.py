@@ -82,9 +82,10 @@ def run(args) -> int:
     from ascend_hybrid.controller import handlers  # noqa: F401 - registers the kopf handlers
     from ascend_hybrid.controller.clusterwatch import NamedStore, device_reaction, node_reaction
     from ascend_hybrid.controller.kube import Kube
+    from ascend_hybrid.controller.listwatch import ListWatch
     from ascend_hybrid.controller.loop import Controller
     from ascend_hybrid.controller.metrics import publishing_loop
-    from ascend_hybrid.controller.podwatch import ListWatch, PodStore, reaction
+    from ascend_hybrid.controller.podwatch import PodStore, reaction
     from ascend_hybrid.controller.telemetry import TelemetrySource, sampling_loop
 
     settings = settings_from(args)
@@ -137,7 +138,7 @@ def run(args) -> int:
         watches.append(ListWatch(kube, device_infos, DEVICEINFO_NAMESPACE, resource="configmaps",
                                  label_selector=f"{DEVICEINFO_LABEL}=true", timeout_seconds=seconds))
     controller.start(publishing_loop(controller), sampling_loop(controller, source, settings.telemetry_interval),
-                     *(watch.watch_pods for watch in watches))
+                     *(watch.watch_forever for watch in watches))
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
     memo = kopf.Memo(controller=controller, pods=pods, nodes=nodes, device_infos=device_infos)
     kopf.run(standalone=True, clusterwide=settings.watches_cluster, namespaces=list(settings.namespaces),

@@ -16,22 +16,22 @@ from ascend_hybrid.gang.placement import place as place_on
 from ascend_hybrid.gang.summary import node_domains
 from ascend_hybrid.reconcile import placement_record
 from ascend_hybrid.reconcile.actions import Place
-from ascend_hybrid.reconcile.decision import Decision, Observed
 from ascend_hybrid.reconcile.placement_record import record_placement
+from ascend_hybrid.reconcile.state import Decision, Observed
 
 JobKey = tuple[str, str]
 
 
 def place(controller, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
     """Places the gang under the one lock; the core records the outcome, this executes its events."""
-    effective, request = action.job, action.request
+    resolved, request = action.job, action.request
     record = controller.record_of(key)
     with controller.placement_lock:
-        queued = bool(effective.spec.scheduling.queue)  # admitted by Kueue, in Kueue's order: never held here
+        queued = bool(resolved.spec.scheduling.queue)  # admitted by Kueue, in Kueue's order: never held here
         first_try = not record.queue_key[0]
-        record.chip = effective.chip
+        record.chip = resolved.chip
         record.queue_key = backlog.queue_key(job["metadata"].get("creationTimestamp"), *key)
-        blocker = None if queued else backlog.ahead(record.queue_key, effective.chip, waiting(controller, exclude=key))
+        blocker = None if queued else backlog.ahead(record.queue_key, resolved.chip, waiting(controller, exclude=key))
         if blocker is not None:
             record.waiting, record.promised = True, {}
             _try_first(controller, blocker, only_untried=True)
@@ -50,14 +50,14 @@ def place(controller, key: JobKey, job: dict, observed: Observed, decision: Deci
         if first_try and not placement.ok and not record.waiting:
             controller.wake_pending()  # it can never fit: the jobs queued behind it while untried go ahead
         tier = request.tier_labels[0] if request.tier_labels else ""
-        outcome = record_placement(decision.status, effective, placement, observed.now,
+        outcome = record_placement(decision.status, resolved, placement, observed.now,
                                    job["metadata"].get("generation"), node_domains(inventory, tier))
         if placement.ok:
             attempt = outcome.status["attempt"]
-            record.promised = {names.pod_name(key[1], attempt, index): (node, effective.per_pod)
+            record.promised = {names.pod_name(key[1], attempt, index): (node, resolved.per_pod)
                                for index, node in enumerate(placement.nodes)}
             if not queued:  # the queue moved now, not when this job's status says so: the next job goes at once
-                _try_first(controller, backlog.head(effective.chip, waiting(controller, exclude=key)))
+                _try_first(controller, backlog.head(resolved.chip, waiting(controller, exclude=key)))
         else:
             record.promised = {}
     decision.status = outcome.status

@@ -1,5 +1,5 @@
-"""The operator's own pod watch: list with a resourceVersion, then watch with bookmarks, keeping only the projection
-of each pod (`podview.project_pod`) of the jobs' pods and of the pods holding NPUs.
+"""The operator's own store of pods: a ListWatch (listwatch.py) keeps in it only the projection of each pod
+(`podview.project_pod`) of the jobs' pods and of the pods holding NPUs.
 
 kopf watched pods before: it turned every event into its own body, causes and handler calls, which was the
 operator's largest cost while a gang started. Here an event is one `json.loads` and one projection; the full pod
@@ -13,23 +13,14 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-import urllib3
-from kubernetes.client.exceptions import ApiException
-
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.podview import holds_npus, is_finished, labels_of, project_pod
-from ascend_hybrid.controller import metrics
+from ascend_hybrid.controller.listwatch import SYNC_TIMEOUT_SECONDS
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
 PodKey = tuple[str, str]
 Change = Callable[[dict | None, dict | None], None]
-BACKOFF_SECONDS = (0.5, 1, 2, 5, 10, 30)
-SYNC_TIMEOUT_SECONDS = 60.0
-
-
-class Gone(Exception):
-    """The resourceVersion is too old to watch from (410): list again."""
 
 
 def _key(pod: dict) -> PodKey:
@@ -47,7 +38,7 @@ def kept(pod: dict) -> bool:
 
 
 class PodStore:
-    """The kept pods' projections by job and by NPU, filled by one PodWatch per scope (a namespace, or all).
+    """The kept pods' projections by job and by NPU, filled by one ListWatch per scope (a namespace, or all).
 
     `on_change(old, new)` is called (outside the lock) for each pod whose projection changed; status writes of
     fields nobody here reads (kwok's heartbeats, managedFields) change nothing and call nothing."""
@@ -143,83 +134,3 @@ def reaction(controller) -> Change:
         if held and (new is None or (is_finished(new) and not (old is not None and is_finished(old)))):
             controller.wake_pending()
     return changed
-
-
-class ListWatch:
-    """list + watch of one resource in one scope into a store (PodStore, NamedStore), on a thread of its own
-    (`watch_pods` is its loop, named for the pods it was first written for)."""
-
-    def __init__(self, kube, store, namespace: str | None = None, *, resource: str = "pods",
-                 label_selector: str | None = None, timeout_seconds: int = 300, page_size: int = 500,
-                 stop: threading.Event | None = None, backoff: tuple[float, ...] = BACKOFF_SECONDS):
-        self.kube, self.store, self.namespace = kube, store, namespace
-        self.resource, self.label_selector = resource, label_selector
-        self.timeout_seconds, self.page_size, self.backoff = timeout_seconds, page_size, backoff
-        self.stop = stop or threading.Event()
-
-    @property
-    def scope(self) -> str:
-        return f"{self.resource} in {self.namespace or 'every namespace'}"
-
-    def watch_pods(self) -> None:
-        resource_version, failures = None, 0
-        while not self.stop.is_set():
-            try:
-                if resource_version is None:
-                    resource_version = self.relist()
-                resource_version = self.follow(resource_version)
-                failures = 0
-                continue
-            except Gone:
-                metrics.POD_WATCH_RESTARTS.labels(reason="gone").inc()
-                log.info("watch (%s): resourceVersion %s is too old; listing again", self.scope, resource_version)
-                resource_version = None
-                continue
-            except ApiException as error:
-                if error.status == 410:
-                    metrics.POD_WATCH_RESTARTS.labels(reason="gone").inc()
-                    resource_version = None
-                    continue
-                reason = f"HTTP {error.status} {error.reason}"
-            except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:  # connection lost, bad JSON
-                reason = f"{type(error).__name__}: {error}"
-            except Exception as error:  # a dead watch thread would leave the store stale for good
-                log.exception("watch (%s): unexpected error", self.scope)
-                reason = f"{type(error).__name__}: {error}"
-            wait = self.backoff[min(failures, len(self.backoff) - 1)]
-            failures += 1
-            metrics.POD_WATCH_RESTARTS.labels(reason="error").inc()
-            log.warning("watch (%s): %s; watching again in %.1fs", self.scope, reason, wait)
-            self.stop.wait(wait)
-
-    def relist(self) -> str:
-        """Every object of the scope, page by page (a page's full objects are dropped once projected)."""
-        items: list[dict] = []
-        token = None
-        while True:
-            page = self.kube.list_page(self.resource, self.namespace, self.page_size, token, self.label_selector)
-            projected = (self.store.project(item) for item in page.get("items") or ())
-            items += [item for item in projected if item is not None]
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                self.store.replace(self.namespace, items, self)
-                return page["metadata"]["resourceVersion"]
-
-    def follow(self, resource_version: str) -> str:
-        """Applies the watch's events until the apiserver ends it; returns the last resourceVersion seen."""
-        for event in self.kube.watch(self.resource, self.namespace, resource_version, self.timeout_seconds,
-                                     self.label_selector):
-            kind, item = event.get("type"), event.get("object") or {}
-            if kind == "ERROR":
-                if item.get("code") == 410:
-                    raise Gone(item.get("message"))
-                raise ValueError(f"watch error {item.get('code')}: {item.get('message')}")
-            resource_version = (item.get("metadata") or {}).get("resourceVersion") or resource_version
-            if kind != "BOOKMARK":
-                self.store.apply(kind, item)
-            if self.stop.is_set():
-                break
-        return resource_version
-
-
-PodWatch = ListWatch

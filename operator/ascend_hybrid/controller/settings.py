@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ascend_hybrid.reconcile.decision import NODE_NOT_READY_GRACE_SECONDS
+from ascend_hybrid.reconcile.state import NODE_NOT_READY_GRACE_SECONDS
 
 
 @dataclass(frozen=True)

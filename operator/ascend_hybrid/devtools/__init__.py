@@ -1,2 +1,2 @@
 """Tools that need a source checkout (CRD, chart and manifest generation, the demo). The operator never imports
-them; only `cli.py` registers their commands, lazily."""
+them; only `cli/commands.py` registers their commands, lazily."""

@@ -254,11 +254,11 @@ def watch_until_running(custom, core, jobs: list[dict], timeout: float = 300) ->
 
 
 def placement_report(body: dict, racks: dict[str, str]) -> list[str]:
-    effective = parse(body)
-    layout = layouts.from_effective(effective)
+    resolved = parse(body)
+    layout = layouts.from_effective(resolved)
     placement = body["status"]["placement"]
-    lines = [f"{effective.name}: world {effective.world_size} (DP {effective.data} × TP {effective.tensor} × "
-             f"PP {effective.pipeline}, EP {effective.expert}) on {placement.get('summary')}, "
+    lines = [f"{resolved.name}: world {resolved.world_size} (DP {resolved.data} × TP {resolved.tensor} × "
+             f"PP {resolved.pipeline}, EP {resolved.expert}) on {placement.get('summary')}, "
              f"TP groups node-local {placement['tensorGroupsNodeLocal']}"]
     for pod in layout.pods:
         node = placement["nodes"][pod.index]

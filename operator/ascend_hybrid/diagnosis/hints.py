@@ -12,37 +12,37 @@ from ascend_hybrid.planner.hardware import GIB
 from ascend_hybrid.spec.rules import ResolvedJob
 
 
-def prediction(effective: ResolvedJob) -> search.Evaluation | None:
+def prediction(resolved: ResolvedJob) -> search.Evaluation | None:
     """The planner's evaluation of exactly this job's strategy on its chip's built-in profile; None when the
     planner cannot evaluate it (a pod larger than the profile's node)."""
     try:
-        return search.evaluate_job(effective, hardware.builtin(effective.chip))
+        return search.evaluate_job(resolved, hardware.builtin(resolved.chip))
     except (search.PlanError, hardware.HardwareError, ValueError, KeyError):
         return None
 
 
-def memory_prediction(effective: ResolvedJob, evaluation: search.Evaluation | None) -> str:
+def memory_prediction(resolved: ResolvedJob, evaluation: search.Evaluation | None) -> str:
     if evaluation is None:
         return "the planner could not evaluate this strategy (`ascend-hybrid plan` says why)"
     used, usable = evaluation.memory.total / GIB, evaluation.usable / GIB
     verdict = "it does not fit" if used > usable else "the rest is activations and workspace it does not model"
-    return (f"the planner's prediction was {used:.1f} GiB of {usable:.1f} GiB usable per {effective.chip} NPU "
+    return (f"the planner's prediction was {used:.1f} GiB of {usable:.1f} GiB usable per {resolved.chip} NPU "
             f"({verdict}; `ascend-hybrid plan` ranks strategies that fit)")
 
 
-def _oom(failure: Failure, effective: ResolvedJob, evaluation: search.Evaluation | None) -> str:
+def _oom(failure: Failure, resolved: ResolvedJob, evaluation: search.Evaluation | None) -> str:
     if failure.host_oom:
         return ("the kernel killed the container for host memory: raise spec.template.resources.limits.memory "
                 "(and requests), or lower the per-pod batch (more parallelism.data pods, smaller "
                 "training.globalBatchSize)")
     return ("enable training.recompute (selective or full), raise parallelism.microBatches (now "
-            f"{effective.micro_batches}) or parallelism.pipeline (now {effective.pipeline}), or enable "
-            f"training.optimizerShard; {memory_prediction(effective, evaluation)}")
+            f"{resolved.micro_batches}) or parallelism.pipeline (now {resolved.pipeline}), or enable "
+            f"training.optimizerShard; {memory_prediction(resolved, evaluation)}")
 
 
-def hint(failure: Failure, effective: ResolvedJob, evaluation: search.Evaluation | None = None) -> str:
+def hint(failure: Failure, resolved: ResolvedJob, evaluation: search.Evaluation | None = None) -> str:
     """One paragraph: the fix for this failure of this job."""
-    spec, job = effective.spec, effective.name
+    spec, job = resolved.spec, resolved.name
     node = failure.node or "its node"
     table = {
         "HCCLConnectTimeout": (
@@ -56,7 +56,7 @@ def hint(failure: Failure, effective: ResolvedJob, evaluation: search.Evaluation
             "a rank was slow or gone (the other pods' messages, npu-smi and the node's health say which); raise "
             "execTimeoutSeconds when long collectives are expected, and keep tensor-parallel groups inside a node "
             f"(HCCL bandwidth); the job restarts without {node}"),
-        "DeviceOutOfMemory": _oom(failure, effective, evaluation),
+        "DeviceOutOfMemory": _oom(failure, resolved, evaluation),
         "NumericalDivergence": (
             f"the loss or the gradient norm diverged{f' at step {failure.step}' if failure.step is not None else ''}: "
             f"lower training.learningRate (now {spec.training.learning_rate:g}) and clip the gradients with "

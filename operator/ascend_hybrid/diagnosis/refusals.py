@@ -1,4 +1,4 @@
-"""Requests the apiserver refused, as an observation for the next `reconcile.decide` (pure).
+"""Requests the apiserver refused, as an observation for the next `decision.decide` (pure).
 
 The shell (`controller/kube.py`) turns an API error that no retry can fix into a `Refusal`: 400 (BadRequest) and
 422 (Invalid) say the object itself is wrong — a pod template with an invalid env name, label or quantity — so the

@@ -143,9 +143,9 @@ class Layout:
         return "cluster"
 
 
-def from_effective(effective) -> Layout:
-    return Layout(data=effective.data, tensor=effective.tensor, pipeline=effective.pipeline,
-                  per_pod=effective.per_pod, expert=effective.expert, expert_placement=effective.expert_placement)
+def from_effective(resolved) -> Layout:
+    return Layout(data=resolved.data, tensor=resolved.tensor, pipeline=resolved.pipeline,
+                  per_pod=resolved.per_pod, expert=resolved.expert, expert_placement=resolved.expert_placement)
 
 
 def tensor_groups_node_local(layout: Layout, pod_nodes: tuple[str, ...]) -> str:

@@ -87,13 +87,13 @@ def network_policy(job: str, namespace: str, uid: str, metrics_peers: list[dict]
                    metrics_port=metrics)
 
 
-def job_config(effective: ResolvedJob) -> dict:
+def job_config(resolved: ResolvedJob) -> dict:
     """What the trainer needs to build the model and the loop (job.json)."""
-    training = effective.spec.training.model_dump(by_alias=True, exclude_none=True)
-    training["globalBatchSize"] = effective.global_batch_size
-    return {"name": effective.name, "worldSize": effective.world_size,
-            "npu": {"chip": effective.chip, "perPod": effective.per_pod},
-            "parallelism": effective.degrees, "model": effective.model, "training": training}
+    training = resolved.spec.training.model_dump(by_alias=True, exclude_none=True)
+    training["globalBatchSize"] = resolved.global_batch_size
+    return {"name": resolved.name, "worldSize": resolved.world_size,
+            "npu": {"chip": resolved.chip, "perPod": resolved.per_pod},
+            "parallelism": resolved.degrees, "model": resolved.model, "training": training}
 
 
 def rank_table_config_map(job: str, namespace: str, uid: str, table: dict | None = None) -> dict:
@@ -108,10 +108,10 @@ def rank_table_config_map(job: str, namespace: str, uid: str, table: dict | None
     return manifest
 
 
-def job_config_map(effective: ResolvedJob, namespace: str, uid: str) -> dict:
-    data = {"job.json": json.dumps(job_config(effective), indent=2, sort_keys=True)}
-    return _render("configmap.yaml.j2", name=names.job_config_map(effective.name), namespace=namespace,
-                   labels=names.job_labels(effective.name), owner_references=owner_references(effective.name, uid),
+def job_config_map(resolved: ResolvedJob, namespace: str, uid: str) -> dict:
+    data = {"job.json": json.dumps(job_config(resolved), indent=2, sort_keys=True)}
+    return _render("configmap.yaml.j2", name=names.job_config_map(resolved.name), namespace=namespace,
+                   labels=names.job_labels(resolved.name), owner_references=owner_references(resolved.name, uid),
                    data=data)
 
 
@@ -119,9 +119,9 @@ def _field_env(name: str, path: str) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def pod_env(effective: ResolvedJob, index: int, sched_ip: str) -> list[dict]:
+def pod_env(resolved: ResolvedJob, index: int, sched_ip: str) -> list[dict]:
     """Design §8. User env wins over defaults, except the rank variables, which only the operator may set."""
-    spec, k = effective.spec, effective.per_pod
+    spec, k = resolved.spec, resolved.per_pod
     hccl = spec.hccl
     defaults: list[dict] = [
         _field_env("POD_NAME", "metadata.name"),
@@ -130,15 +130,15 @@ def pod_env(effective: ResolvedJob, index: int, sched_ip: str) -> list[dict]:
     ]
     values = {
         "MS_ROLE": "MS_WORKER", "MS_SCHED_HOST": sched_ip, "MS_SCHED_PORT": str(names.SCHED_PORT),
-        "MS_WORKER_NUM": str(effective.world_size), "MS_LOCAL_WORKER": str(k), "MS_NODE_RANK": str(index),
-        "RANK_TABLE_FILE": names.RANK_TABLE_FILE, "RANK_SIZE": str(effective.world_size), "RANK_START": str(index * k),
+        "MS_WORKER_NUM": str(resolved.world_size), "MS_LOCAL_WORKER": str(k), "MS_NODE_RANK": str(index),
+        "RANK_TABLE_FILE": names.RANK_TABLE_FILE, "RANK_SIZE": str(resolved.world_size), "RANK_START": str(index * k),
         "HCCL_CONNECT_TIMEOUT": str(hccl.connect_timeout_seconds), "HCCL_EXEC_TIMEOUT": str(hccl.exec_timeout_seconds),
         "HCCL_WHITELIST_DISABLE": "1" if hccl.whitelist_disable else "0",
     }
     if hccl.socket_ifname:
         values["HCCL_SOCKET_IFNAME"] = hccl.socket_ifname
     values.update({key: value for key, value in hccl.env.items() if key not in RANK_VARIABLES})
-    values["AHJ_PARALLEL"] = json.dumps(effective.degrees, sort_keys=True)
+    values["AHJ_PARALLEL"] = json.dumps(resolved.degrees, sort_keys=True)
     values["AHJ_JOB_CONFIG"] = names.JOB_CONFIG_FILE
     values["AHJ_TERMINATION_LOG"] = names.TERMINATION_LOG  # where the trainer writes why it ended
     if spec.training.checkpoint:
@@ -157,15 +157,15 @@ def pod_env(effective: ResolvedJob, index: int, sched_ip: str) -> list[dict]:
     return env
 
 
-def _resources(effective: ResolvedJob) -> dict:
-    spec = effective.spec
-    chips = str(effective.per_pod)
+def _resources(resolved: ResolvedJob) -> dict:
+    spec = resolved.spec
+    chips = str(resolved.per_pod)
     return {"requests": {**spec.template.resources.requests, spec.npu.resource: chips},
             "limits": {**spec.template.resources.limits, spec.npu.resource: chips}}
 
 
-def _volumes(effective: ResolvedJob) -> tuple[list[dict], list[dict]]:
-    job, spec = effective.name, effective.spec
+def _volumes(resolved: ResolvedJob) -> tuple[list[dict], list[dict]]:
+    job, spec = resolved.name, resolved.spec
     volumes = [
         {"name": names.RANK_TABLE_VOLUME, "configMap": {"name": names.rank_table_config_map(job)}},
         {"name": names.JOB_CONFIG_VOLUME, "configMap": {"name": names.job_config_map(job)}},
@@ -181,22 +181,22 @@ def _volumes(effective: ResolvedJob) -> tuple[list[dict], list[dict]]:
     return volumes + list(spec.template.volumes), mounts + list(spec.template.volume_mounts)
 
 
-def pod(effective: ResolvedJob, namespace: str, uid: str, attempt: int, index: int, node: str | None, sched_ip: str,
+def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: int, node: str | None, sched_ip: str,
         node_requirements: list[dict] | tuple = ()) -> dict:
     """One pod of the gang: gated, owned by the job, pinned to its placed node. A queued job's pods (node None)
     carry their Kueue pod-group labels and annotations instead, and only `node_requirements` (the chip type):
-    they are placed and pinned once Kueue admits them (queueing.py)."""
-    job, spec = effective.name, effective.spec
+    they are placed and pinned once Kueue admits them (queue_steps.py)."""
+    job, spec = resolved.name, resolved.spec
     template = spec.template
     labels = {**template.metadata.labels, **names.job_labels(job), names.ATTEMPT_LABEL: str(attempt),
               names.POD_INDEX_LABEL: str(index)}
     annotations = {**template.metadata.annotations, names.RANK_INDEX_ANNOTATION: str(index)}
     if spec.scheduling.queue:
-        group_labels, group_annotations = kueue.pod_metadata(job, attempt, effective.pod_count, spec.scheduling.queue)
+        group_labels, group_annotations = kueue.pod_metadata(job, attempt, resolved.pod_count, spec.scheduling.queue)
         labels.update(group_labels)
         annotations.update(group_annotations)
     requirements = [{"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}] if node else list(node_requirements)
-    volumes, mounts = _volumes(effective)
+    volumes, mounts = _volumes(resolved)
     return _render(
         "pod.yaml.j2", name=names.pod_name(job, attempt, index), namespace=namespace, labels=labels,
         annotations=annotations, owner_references=owner_references(job, uid), subdomain=names.headless_service(job),
@@ -204,12 +204,12 @@ def pod(effective: ResolvedJob, namespace: str, uid: str, attempt: int, index: i
         service_account_name=template.service_account_name, priority_class_name=template.priority_class_name,
         node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
         image_pull_policy=template.image_pull_policy, command=template.command, args=template.args,
-        env=pod_env(effective, index, sched_ip), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,
-        resources=_resources(effective), volume_mounts=mounts, volumes=volumes, termination_log=names.TERMINATION_LOG,
+        env=pod_env(resolved, index, sched_ip), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,
+        resources=_resources(resolved), volume_mounts=mounts, volumes=volumes, termination_log=names.TERMINATION_LOG,
     )
 
 
-def gang_pods(effective: ResolvedJob, namespace: str, uid: str, attempt: int, placed: list[tuple[int, str | None]],
+def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, placed: list[tuple[int, str | None]],
               sched_ip: str, node_requirements: list[dict] | tuple = ()) -> list[dict]:
     """`pod` for each (index, node) of one attempt. The template is rendered and parsed once: the pods differ only
     in their name, hostname, index label and annotation, rank env and pinned node, set on a copy of the first
@@ -218,16 +218,16 @@ def gang_pods(effective: ResolvedJob, namespace: str, uid: str, attempt: int, pl
     if not placed:
         return []
     first_index, first_node = placed[0]
-    first = pod(effective, namespace, uid, attempt, first_index, first_node, sched_ip, node_requirements)
+    first = pod(resolved, namespace, uid, attempt, first_index, first_node, sched_ip, node_requirements)
     skeleton = json.dumps(first)
     made = [first]
     for index, node in placed[1:]:
         manifest = json.loads(skeleton)
-        name = names.pod_name(effective.name, attempt, index)
+        name = names.pod_name(resolved.name, attempt, index)
         manifest["metadata"]["name"] = manifest["spec"]["hostname"] = name
         manifest["metadata"]["labels"][names.POD_INDEX_LABEL] = str(index)
         manifest["metadata"]["annotations"][names.RANK_INDEX_ANNOTATION] = str(index)
-        manifest["spec"]["containers"][0]["env"] = pod_env(effective, index, sched_ip)
+        manifest["spec"]["containers"][0]["env"] = pod_env(resolved, index, sched_ip)
         if node:
             terms = manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             terms["nodeSelectorTerms"][0]["matchExpressions"] = [
@@ -238,14 +238,14 @@ def gang_pods(effective: ResolvedJob, namespace: str, uid: str, attempt: int, pl
     return made
 
 
-def pods(effective: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str) -> list[dict]:
-    return gang_pods(effective, namespace, uid, attempt, list(enumerate(nodes)), sched_ip)
+def pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str) -> list[dict]:
+    return gang_pods(resolved, namespace, uid, attempt, list(enumerate(nodes)), sched_ip)
 
 
-def children(effective: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,
+def children(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,
              table: dict | None = None) -> list[dict]:
     """Every child in creation order: Services, ConfigMaps, then the gated Pods."""
-    return [*services(effective.name, namespace, uid),
-            rank_table_config_map(effective.name, namespace, uid, table),
-            job_config_map(effective, namespace, uid),
-            *pods(effective, namespace, uid, attempt, nodes, sched_ip)]
+    return [*services(resolved.name, namespace, uid),
+            rank_table_config_map(resolved.name, namespace, uid, table),
+            job_config_map(resolved, namespace, uid),
+            *pods(resolved, namespace, uid, attempt, nodes, sched_ip)]

@@ -109,10 +109,10 @@ def _check_pods_fit_nodes(per_pod: int, hw: Hardware) -> None:
                         f"{hw.name}: a pod must fit one node")
 
 
-def evaluate_job(effective: Any, hw: Hardware, fmt: StatesFormat = MIXED_PRECISION_ADAM) -> Evaluation:
+def evaluate_job(resolved: Any, hw: Hardware, fmt: StatesFormat = MIXED_PRECISION_ADAM) -> Evaluation:
     """Exactly the job's own strategy, fitting or not."""
-    _check_pods_fit_nodes(effective.per_pod, hw)
-    return evaluate_strategy(Workload.from_job(effective), Strategy.from_job(effective), hw, fmt)
+    _check_pods_fit_nodes(resolved.per_pod, hw)
+    return evaluate_strategy(Workload.from_job(resolved), Strategy.from_job(resolved), hw, fmt)
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def _variants(data: int, tensor: int, recompute_kinds: tuple[str, ...]) -> Itera
                 yield recompute, sequence_parallel, shard
 
 
-def plan(effective: Any, hw: Hardware, world: int | None = None, chip: str | None = None,
+def plan(resolved: Any, hw: Hardware, world: int | None = None, chip: str | None = None,
          fmt: StatesFormat = MIXED_PRECISION_ADAM) -> Plan:
     """Every valid strategy for `world` NPUs (default: the job's), the fitting ones ranked by step time.
 
@@ -174,13 +174,13 @@ def plan(effective: Any, hw: Hardware, world: int | None = None, chip: str | Non
     and the job's own training flags: no rule reads recompute, sequenceParallel or optimizerShard (a unit test
     holds rules.py to that), so each structure's verdict is its flag variants' verdict.
     """
-    world = world or effective.world_size
-    base = effective.spec
+    world = world or resolved.world_size
+    base = resolved.spec
     limits = Constraints.of_spec(base)
     npu = base.npu if chip is None else base.npu.model_copy(update={"chip": chip})
     _check_pods_fit_nodes(npu.per_pod or CHIPS[npu.chip].chips_per_node, hw)
-    w = Workload.from_job(effective)
-    training = base.training.model_copy(update={"global_batch_size": effective.global_batch_size})
+    w = Workload.from_job(resolved)
+    training = base.training.model_copy(update={"global_batch_size": resolved.global_batch_size})
     fitting: list[Evaluation] = []
     rejected = Rejections()
     closest: tuple | None = None  # (GiB over, tie-break, strategy) of the strategy that misses by the least
@@ -192,7 +192,7 @@ def plan(effective: Any, hw: Hardware, world: int | None = None, chip: str | Non
             "micro_batches": micro_batches, "virtual_pipeline_stages": virtual, "auto": None, "world": None,
             "auto_constraints": None})
         spec = base.model_copy(update={"parallelism": parallelism, "training": training, "npu": npu})
-        screened = rules.resolve(effective.name, spec)
+        screened = rules.resolve(resolved.name, spec)
         broken = rules.broken_rules(screened)
         variants = list(_variants(data, tensor, limits.recompute))
         considered += len(variants)

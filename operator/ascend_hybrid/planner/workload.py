@@ -33,14 +33,14 @@ class Workload:
     capacity_factor: float = CAPACITY_FACTOR
 
     @classmethod
-    def from_job(cls, effective: Any) -> Workload:
-        model, training = effective.model, effective.spec.training
+    def from_job(cls, resolved: Any) -> Workload:
+        model, training = resolved.model, resolved.spec.training
         experts = model.get("experts") or 0
         return cls(layers=model["layers"], hidden=model["hidden"], heads=model["heads"],
                    kv_heads=model.get("kvHeads") or model["heads"], ffn_hidden=model["ffnHidden"],
                    ffn_type=model.get("ffnType") or "gelu", vocab=model["vocab"], experts=experts,
                    top_k=(model.get("topK") or 2) if experts else 0, seq_length=training.seq_length,
-                   global_batch=effective.global_batch_size, flash_attention=training.flash_attention)
+                   global_batch=resolved.global_batch_size, flash_attention=training.flash_attention)
 
     @property
     def is_moe(self) -> bool:
@@ -102,13 +102,13 @@ class Strategy:
     per_pod: int = 8
 
     @classmethod
-    def from_job(cls, effective: Any) -> Strategy:
-        training = effective.spec.training
-        unit = effective.data * effective.micro_batches
-        return cls(effective.data, effective.tensor, effective.pipeline, effective.expert,
-                   effective.expert_placement, effective.micro_batches, effective.virtual_pipeline_stages,
+    def from_job(cls, resolved: Any) -> Strategy:
+        training = resolved.spec.training
+        unit = resolved.data * resolved.micro_batches
+        return cls(resolved.data, resolved.tensor, resolved.pipeline, resolved.expert,
+                   resolved.expert_placement, resolved.micro_batches, resolved.virtual_pipeline_stages,
                    training.recompute, training.sequence_parallel, training.optimizer_shard,
-                   max(effective.global_batch_size // unit, 1), effective.per_pod)
+                   max(resolved.global_batch_size // unit, 1), resolved.per_pod)
 
     def with_flags(self, recompute: str, sequence_parallel: bool, optimizer_shard: bool) -> Strategy:
         """The same degrees with other training flags (positional: dataclasses.replace is slow in the search loop)."""

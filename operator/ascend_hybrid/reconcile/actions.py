@@ -1,6 +1,6 @@
 """What a reconcile pass asks the shell to do: one small frozen type per kind of action (pure data).
 
-`reconcile.decide` returns them in order; `controller/reconciler.py` dispatches on the type. Nothing here talks to
+`decision.decide` returns them in order; `controller/loop.py` dispatches on the type. Nothing here talks to
 the API.
 """
 
@@ -32,7 +32,7 @@ class Place:
 class PodToCreate:
     manifest: dict
     node: str | None  # the node the placement chose (also in the manifest's required node affinity); None for a
-                      # queued job's pods, created before Kueue admits them and placed after (queueing.py)
+                      # queued job's pods, created before Kueue admits them and placed after (queue_steps.py)
     chips: int   # NPUs it takes there, promised until the watch shows the pod
 
 

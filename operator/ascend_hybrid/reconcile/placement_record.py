@@ -12,7 +12,7 @@ from ascend_hybrid.gang import backlog
 from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang.backlog import QueueKey
 from ascend_hybrid.gang.placement import Placement
-from ascend_hybrid.reconcile.decision import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision
+from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision
 from ascend_hybrid.spec.rules import ResolvedJob
 
 

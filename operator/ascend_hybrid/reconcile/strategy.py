@@ -176,7 +176,7 @@ def measured(plan: Mapping[str, Any], training: Mapping[str, Any], utilization: 
 class Step:
     """What the strategy step of a reconcile pass decided: the job to run, events to post, or why it fails."""
 
-    effective: ResolvedJob
+    resolved: ResolvedJob
     events: list[tuple[str, str, str]]   # (type, reason, message)
     failure: tuple[str, str] | None = None
 

@@ -1,4 +1,4 @@
-"""CEL views of a job's effective values, for the CRD's x-kubernetes-validations that rules.py writes beside each
+"""CEL views of a job's resolved values, for the CRD's x-kubernetes-validations that rules.py writes beside each
 Python rule. The expressions read `self` = the spec; the apiserver's cost estimator shapes how they are written."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def cel_degrees(expression: str | None) -> str | None:
                                      f"{_CEL_DEGREE_DEFAULTS[m[1]]})", expression)
 
 
-# CEL views of effective values; the CRD defaults every object, so only optional scalars need has().
+# CEL views of resolved values; the CRD defaults every object, so only optional scalars need has().
 CEL_PER_POD = f"(has(self.npu.perPod) ? self.npu.perPod : {cel_chips_per_node('self.npu.chip')})"
 CEL_MICRO = "(has(self.parallelism.microBatches) ? self.parallelism.microBatches : self.parallelism.pipeline)"
 CEL_AUTO = "(has(self.parallelism.auto) && self.parallelism.auto)"

@@ -1,6 +1,6 @@
 """The CRD generated from the pydantic models: structural schema, CEL rules, printer columns (pure).
 
-Writing it into crds/ and the chart, and checking them for drift, is `devtools/generate.py`'s job."""
+Writing it into crds/ and the chart, and checking them for drift, is `devtools/chartgen.py`'s job."""
 
 from __future__ import annotations
 

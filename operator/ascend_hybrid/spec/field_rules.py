@@ -1,4 +1,4 @@
-"""Kubernetes' own rules on what the pods will carry (k8s_validation.py), as rules of the job where CEL can check
+"""Kubernetes' own rules on what the pods will carry (k8s_validation/), as rules of the job where CEL can check
 them at admission too: the image, object names, the queue label, topology-tier keys. Python and CEL give the same
 message; a value is shown in double quotes."""
 

@@ -1,4 +1,4 @@
-"""The model presets (design §3) and a job's effective model: the preset, then the spec's explicit fields."""
+"""The model presets (design §3) and a job's resolved model: the preset, then the spec's explicit fields."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ MODEL_PRESETS: dict[str, dict[str, int | None]] = {
 CUSTOM_REQUIRED = ("layers", "hidden", "heads", "vocab")
 
 
-def effective_model(model) -> dict[str, Any]:
+def resolved_model(model) -> dict[str, Any]:
     explicit = model.model_dump(by_alias=True, exclude={"preset"}, exclude_none=True)
     if model.preset == "custom":
         base: dict[str, Any] = {"experts": 0, "topK": 2}

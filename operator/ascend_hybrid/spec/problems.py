@@ -96,7 +96,7 @@ def sanitized(value: Any, bad: dict[tuple, str], loc: tuple = ()) -> Any:
 
 def template_problems(spec: AscendHybridJobSpec) -> list[str]:
     """What the apiserver would refuse in the pods and CEL cannot see (map keys, free-form objects): Kubernetes' own
-    rules from k8s_validation.py, each problem naming the job's field."""
+    rules from k8s_validation/, each problem naming the job's field."""
     template = spec.template
     npu = spec.npu.resource  # the operator sets it in requests and limits itself
     operator_volumes = [names.RANK_TABLE_VOLUME, names.JOB_CONFIG_VOLUME]

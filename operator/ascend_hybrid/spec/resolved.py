@@ -11,7 +11,7 @@ from typing import Any
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.spec.api import AscendHybridJobSpec, Parallelism
 from ascend_hybrid.spec.cel import cel_degrees
-from ascend_hybrid.spec.models import effective_model
+from ascend_hybrid.spec.models import resolved_model
 
 
 class SpecError(ValueError):
@@ -86,7 +86,7 @@ def resolve(name: str, spec: AscendHybridJobSpec, strategy: Mapping[str, Any] | 
     return ResolvedJob(
         name=name, spec=spec, data=data, tensor=par.tensor or 1, pipeline=pipeline, expert=par.expert or 1,
         expert_placement=par.expert_placement or "dataParallel", micro_batches=micro_batches, chip=spec.npu.chip,
-        per_pod=spec.npu.per_pod or CHIPS[spec.npu.chip].chips_per_node, model=effective_model(spec.model),
+        per_pod=spec.npu.per_pod or CHIPS[spec.npu.chip].chips_per_node, model=resolved_model(spec.model),
         global_batch_size=spec.training.global_batch_size or data * micro_batches,
         virtual_pipeline_stages=par.virtual_pipeline_stages or 1, auto=bool(par.auto), planned=not par.auto,
     )

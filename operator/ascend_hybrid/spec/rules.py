@@ -2,7 +2,7 @@
 
 Each rule is written once here with both forms, so the apiserver (CEL, at admission) and the operator
 (Python, for everything CEL cannot see) report the very same message naming the field and the rule.
-Kubernetes' own rules on what the pods will carry (k8s_validation.py) are in the table where CEL can check them
+Kubernetes' own rules on what the pods will carry (k8s_validation/) are in the table where CEL can check them
 (the image, object names, the queue label, topology-tier keys); map keys and free-form objects (labels, annotations,
 env, resources, tolerations, volumes) CEL cannot see, and `template_problems` checks them in Python only. parse()
 also refuses what JSON and Kubernetes cannot hold (NaN, Infinity, integers beyond int64) and names wrong types as such.
@@ -303,9 +303,9 @@ RULES: tuple[Rule, ...] = _AUTO_RULES + (
 ) + FIELD_RULES
 
 
-def broken_rules(effective: ResolvedJob) -> list[str]:
+def broken_rules(resolved: ResolvedJob) -> list[str]:
     """Every rule a resolved job breaks, in RULES order: parse() reports them, the planner drops such candidates."""
-    return [problem for rule in RULES if (problem := rule.check(effective))]
+    return [problem for rule in RULES if (problem := rule.check(resolved))]
 
 NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1035 label: the job's name is also its Services' names
 NAME_RULE_CEL = f"size(self.metadata.name) <= {MAX_JOB_NAME} && self.metadata.name.matches('{NAME_PATTERN}')"
@@ -350,9 +350,9 @@ def parse(body: Mapping) -> ResolvedJob:
                                       if tuple(item["loc"]) not in numbers)]) from None
     if numbers:
         raise SpecError(problems)
-    effective = resolve(name, spec)
-    problems += broken_rules(effective)
+    resolved = resolve(name, spec)
+    problems += broken_rules(resolved)
     problems += template_problems(spec)
     if problems:
         raise SpecError(problems)
-    return effective
+    return resolved

@@ -14,7 +14,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid.cli import main as cli
+from ascend_hybrid.cli import commands as cli
 from support.bad_inputs import BAD_INPUT, BAD_INPUTS
 from support.builders import node, pod_object
 from support.paths import EXAMPLES

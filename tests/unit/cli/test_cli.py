@@ -219,7 +219,7 @@ def test_crd_check_fails_on_a_tampered_copy(tmp_path, repo_root):
 
     clean = check()
     assert clean.returncode == 0, clean.stderr
-    assert clean.stderr.strip() == str(tmp_path / "operator" / "ascend_hybrid" / "cli.py")
+    assert clean.stderr.strip() == str(tmp_path / "operator" / "ascend_hybrid" / "cli" / "__init__.py")
     tampered = chart / name
     tampered.write_text(tampered.read_text().replace("- ahj", "- ahx"))
     result = check()
@@ -280,7 +280,7 @@ def rule_cases():
 @pytest.mark.parametrize("failing, expected", [case[1:3] for case in rule_cases()], ids=[c[0] for c in rule_cases()])
 def test_every_rule_through_main(tmp_path, capsys, failing, expected):
     """In-process (the subprocess cases above show the console script behaves the same): exit 2, one line."""
-    from ascend_hybrid.cli import main as cli
+    from ascend_hybrid.cli import commands as cli
 
     path = write(tmp_path, "job.yaml", {**GOOD, "spec": failing})
     assert cli.main(["validate", "-f", str(path)]) == 2

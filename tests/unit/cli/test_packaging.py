@@ -20,7 +20,7 @@ print(json.dumps({
     "file": getattr(operator, "__file__", None),
     "itemgetter": operator.itemgetter(1)([0, 7]),
     "package": ascend_hybrid.__file__,
-    "templates": sorted(p.name for p in (files("ascend_hybrid") / "templates").iterdir()),
+    "templates": sorted(p.name for p in (files("ascend_hybrid") / "gang" / "templates").iterdir()),
 }))
 """
 

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from ascend_hybrid.cli import main as cli
+from ascend_hybrid.cli import commands as cli
 from support.paths import PLANNER_FIXTURES
 
 FIXTURES = PLANNER_FIXTURES

@@ -36,7 +36,7 @@ class FakeKube:
             raise Refused(error, "create", "services")
 
 
-def effective(body):
+def resolved(body):
     return parse(body)
 
 
@@ -48,7 +48,7 @@ def test_children_are_applied_and_the_sched_ip_recorded():
     body = {**job_body(name="job"), "metadata": {"name": "job", "namespace": "default", "uid": "u", "generation": 3}}
     kube = FakeKube()
     ctl = controller(kube)
-    children.ensure_children(ctl, KEY, body, effective(body))
+    children.ensure_children(ctl, KEY, body, resolved(body))
     record = ctl.record_of(KEY)
     assert sorted(m["metadata"]["name"] for m in kube.applied) == sorted(
         ["job", "job-sched", "job-config", "rings-config-job"])
@@ -61,12 +61,12 @@ def test_a_deleted_sched_service_comes_back_on_its_ip_once_the_apiserver_frees_i
     body = {**job_body(name="job"), "metadata": {"name": "job", "namespace": "default", "uid": "u", "generation": 1}}
     kube = FakeKube(allocated_for=2)
     ctl = controller(kube)
-    children.ensure_children(ctl, KEY, body, effective(body))
+    children.ensure_children(ctl, KEY, body, resolved(body))
     deleted = {"metadata": {"name": "job-sched"}, "spec": {"clusterIP": "127.32.0.7"}}
     ctl.child_changed(KEY, "Service", "job-sched", "DELETED", deleted)
     record = ctl.record_of(KEY)
     assert record.children_generation is None and record.lost_sched_ip == "127.32.0.7"
-    children.ensure_children(ctl, KEY, body, effective(body))
+    children.ensure_children(ctl, KEY, body, resolved(body))
     assert kube.created == ["127.32.0.7"] * 3 and record.lost_sched_ip is None and record.children_generation == 1
 
 

@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from ascend_hybrid.controller.clusterwatch import NamedStore, device_reaction, node_reaction
+from ascend_hybrid.controller.listwatch import ListWatch
 from ascend_hybrid.controller.loop import Controller
-from ascend_hybrid.controller.podwatch import ListWatch
 from support.builders import deviceinfo
 from support.queues import drain
 
@@ -83,7 +83,7 @@ def test_the_list_watch_of_nodes_asks_for_nodes_with_the_selector_given():
     stop = threading.Event()
     kube, store = NodesKube(stop), NamedStore()
     ListWatch(kube, store, "kube-system", resource="configmaps", label_selector="mx-consumer-cim=true",
-              stop=stop, backoff=(0.0,)).watch_pods()
+              stop=stop, backoff=(0.0,)).watch_forever()
     assert kube.calls == [("list", "configmaps", "kube-system", "mx-consumer-cim=true"),
                           ("watch", "configmaps", "kube-system", "mx-consumer-cim=true")]
     assert store.values() == []

@@ -144,7 +144,7 @@ def test_a_status_of_pod_counts_alone_waits_for_the_coalescing_window_but_a_real
     import time
 
     from ascend_hybrid.controller.loop import Next
-    from ascend_hybrid.reconcile.decision import Decision
+    from ascend_hybrid.reconcile.state import Decision
 
     controller, key = Controller(kube=None), ("ns", "job")
     old = {"phase": "Starting", "pods": {"running": 1}}

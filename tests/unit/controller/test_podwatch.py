@@ -10,8 +10,9 @@ from kubernetes.client.exceptions import ApiException
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.ascend import RESOURCE
+from ascend_hybrid.controller.listwatch import ListWatch
 from ascend_hybrid.controller.loop import Controller
-from ascend_hybrid.controller.podwatch import PodStore, PodWatch, reaction
+from ascend_hybrid.controller.podwatch import PodStore, reaction
 from support.queues import drain
 
 
@@ -55,7 +56,7 @@ def run(pages, watches, store=None):
     stop = threading.Event()
     kube = FakeKube(pages, watches, stop)
     store = store if store is not None else PodStore()
-    PodWatch(kube, store, None, stop=stop, backoff=(0.0,)).watch_pods()
+    ListWatch(kube, store, None, stop=stop, backoff=(0.0,)).watch_forever()
     return kube, store
 
 
@@ -86,7 +87,7 @@ def test_gone_lists_again_and_what_the_new_list_lacks_is_deleted():
         ApiException(status=410, reason="Gone"),
         [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}}],
     ], stop)
-    watch = PodWatch(kube, store, None, stop=stop, backoff=(0.0,))
+    watch = ListWatch(kube, store, None, stop=stop, backoff=(0.0,))
     original = kube.list_page
 
     def shrinking(resource, namespace, limit, continue_token=None, label_selector=None):
@@ -94,7 +95,7 @@ def test_gone_lists_again_and_what_the_new_list_lacks_is_deleted():
         kube.pages = [[pod("job-a1-1")]]  # job-a1-0 went while nobody watched
         return page
     kube.list_page = shrinking
-    watch.watch_pods()
+    watch.watch_forever()
     assert [call[0] for call in kube.calls] == ["list", "watch", "list", "watch", "list", "watch"]
     assert [p["metadata"]["name"] for p in store.job_pods(("ns", "job"))] == ["job-a1-1"]
     assert ("job-a1-0", None) in changes

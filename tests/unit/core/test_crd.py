@@ -241,8 +241,8 @@ def cel_problems(spec: dict, apply_defaults) -> list[str | None]:
 
 
 def python_problems(spec: dict) -> list[str | None]:
-    effective = rules.resolve("job", AscendHybridJobSpec.model_validate(spec))
-    return [rule.check(effective) for rule, _, _ in PROGRAMS]
+    resolved = rules.resolve("job", AscendHybridJobSpec.model_validate(spec))
+    return [rule.check(resolved) for rule, _, _ in PROGRAMS]
 
 
 cel_specs = st.fixed_dictionaries(
@@ -316,7 +316,7 @@ def test_cel_name_rule_agrees_with_python(length):
     assert verdict == python_ok == (length <= 50)
 
 
-# --- Kubernetes' own rules on fields CEL can see: the same verdict and message as k8s_validation.py -----------
+# --- Kubernetes' own rules on fields CEL can see: the same verdict and message as k8s_validation/ -----------
 
 
 # the characters the rules care about, printable (so Python's quoting of a value is CEL's "%s")

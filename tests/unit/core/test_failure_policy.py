@@ -1,4 +1,4 @@
-"""The failure policy (failure_policy.py, pure): the rules in order, the first match wins, the defaults after."""
+"""The failure policy (diagnosis/policy.py, pure): the rules in order, the first match wins, the defaults after."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Kubernetes' own validation rules (k8s_validation.py) against the cases Kubernetes tests them with, and the job
+"""Kubernetes' own validation rules (k8s_validation/) against the cases Kubernetes tests them with, and the job
 they make fail: a template the apiserver would refuse in every pod fails the job at once with InvalidSpec."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from decimal import Decimal
 import pytest
 
 from ascend_hybrid.reconcile import decision as reconcile
-from ascend_hybrid.reconcile.decision import Observed, decide
+from ascend_hybrid.reconcile.decision import decide
+from ascend_hybrid.reconcile.state import Observed
 from ascend_hybrid.spec import k8s_validation as k8s
 from ascend_hybrid.spec import rules
 
@@ -154,7 +155,7 @@ def test_a_template_only_python_can_check_fails_the_job_with_invalid_spec():
                                   "env": [{"name": "LOG=LEVEL", "value": "1"}]}}}
     with pytest.raises(rules.SpecError) as raised:
         rules.parse(body)
-    observed = Observed(job=body, effective=None, spec_problems=tuple(raised.value.problems), pods=(), rank_table=None,
+    observed = Observed(job=body, resolved=None, spec_problems=tuple(raised.value.problems), pods=(), rank_table=None,
                         children_ready=False, sched_ip=None, nodes={}, now=datetime(2026, 11, 29, 12, tzinfo=UTC))
     decision = decide(observed)
     assert decision.status["phase"] == "Failed"

@@ -30,8 +30,8 @@ def full_pod(index: int = 0, *, phase: str = "Running", failed: bool = False, ga
             "template": {"metadata": {"annotations": {"team": "llm", "note": "x" * 300}}}}
     if queued:
         spec["scheduling"] = {"queue": "team-a"}
-    effective = rules.parse(job_body(spec))
-    pod = render.pod(effective, "ns", "uid-1", 1, index, None if queued else f"node-{index}", "127.32.0.10")
+    resolved = rules.parse(job_body(spec))
+    pod = render.pod(resolved, "ns", "uid-1", 1, index, None if queued else f"node-{index}", "127.32.0.10")
     metadata = pod["metadata"]
     metadata.update(uid=f"pod-uid-{index}", resourceVersion="1234", creationTimestamp="2026-12-01T10:00:00Z",
                     managedFields=[{"manager": "kube-scheduler", "operation": "Update", "fieldsV1": {"f:status": {

@@ -1,5 +1,5 @@
 """The reconcile core for a job with spec.scheduling.queue: Kueue admits the gang, then the operator places it
-(queueing.py); preemption is a new attempt, not a restart. No API server involved."""
+(queue_steps.py); preemption is a new attempt, not a restart. No API server involved."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from ascend_hybrid.reconcile.actions import (
     PostEvent,
     RemoveGates,
 )
-from ascend_hybrid.reconcile.decision import Observed, decide
+from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.placement_record import record_placement
+from ascend_hybrid.reconcile.state import Observed
 from ascend_hybrid.spec.rules import parse
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
@@ -83,7 +84,7 @@ def workload(*conditions, attempt=1):
 
 
 def observe(body, pods=(), workload_=None, children_ready=True, now=NOW):
-    return Observed(job=body, effective=parse(body), spec_problems=(), pods=tuple(pods),
+    return Observed(job=body, resolved=parse(body), spec_problems=(), pods=tuple(pods),
                     rank_table={"status": "initializing"}, children_ready=children_ready, sched_ip="127.32.0.10",
                     nodes={name: node(name) for name in NODES}, now=now, workload=workload_)
 

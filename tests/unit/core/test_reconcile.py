@@ -11,8 +11,10 @@ import pytest
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DeviceInfo
+from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.reconcile import decision as reconcile
+from ascend_hybrid.reconcile import state
 from ascend_hybrid.reconcile.actions import (
     CreatePods,
     DeleteJob,
@@ -23,8 +25,9 @@ from ascend_hybrid.reconcile.actions import (
     RemoveGates,
     WriteRankTable,
 )
-from ascend_hybrid.reconcile.decision import Observed, decide
+from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.placement_record import record_placement
+from ascend_hybrid.reconcile.state import Observed
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.rules import parse
 
@@ -83,10 +86,10 @@ def node(name, ready=True, since=NOW):
 
 def observe(body, pods=(), rank_table=None, children_ready=True, nodes=None, now=NOW):
     try:
-        effective, problems = parse(body), ()
+        resolved, problems = parse(body), ()
     except rules.SpecError as error:
-        effective, problems = None, tuple(error.problems)
-    return Observed(job=body, effective=effective, spec_problems=problems, pods=tuple(pods),
+        resolved, problems = None, tuple(error.problems)
+    return Observed(job=body, resolved=resolved, spec_problems=problems, pods=tuple(pods),
                     rank_table=rank_table if rank_table is not None else {"status": "initializing"},
                     children_ready=children_ready, sched_ip="127.32.0.10",
                     nodes=nodes if nodes is not None else {n: node(n) for n in NODES}, now=now)
@@ -136,7 +139,7 @@ def test_failed_placement_is_pending_with_one_warning():
     status = first.status
     assert status["phase"] == "Pending" and status["placement"]["reason"].startswith("needs 2 pods")
     assert events(first) == [("Warning", "Unschedulable")]
-    assert first.requeue_after == reconcile.SLOW_REQUEUE_SECONDS
+    assert first.requeue_after == state.SLOW_REQUEUE_SECONDS
     again = record_placement(status, parse(body), failure, NOW, 1, {})
     assert again.actions == []  # one warning per reason, not one per retry
     placed = next(c for c in status["conditions"] if c["type"] == "Placed")
@@ -527,7 +530,7 @@ def test_the_only_pod_of_a_one_pod_job_deleted_is_a_counted_whole_gang_restart()
 
 
 def refusal(status, at=NOW, resource="pods", message="boom"):
-    return reconcile.Refusal(verb="create", resource=resource, name="demo-a1-0", namespace="ns", status=status,
+    return refusals.Refusal(verb="create", resource=resource, name="demo-a1-0", namespace="ns", status=status,
                              message=message, at=at)
 
 
@@ -552,7 +555,7 @@ def test_a_forbidden_write_is_a_condition_naming_verb_and_resource_then_retried(
     assert authorized["status"] == "False" and authorized["reason"] == "Forbidden"
     assert "may not create pods in namespace ns" in authorized["message"] and message in authorized["message"]
     assert kinds(fresh) == ["event"] and fresh.status["phase"] == "Placing"
-    assert fresh.requeue_after == pytest.approx(reconcile.refusals.RETRY_SECONDS)
+    assert fresh.requeue_after == pytest.approx(refusals.RETRY_SECONDS)
     again = decide(dataclasses.replace(observe(job(status=fresh.status)),
                                        refusal=refusal(403, message=message, at=NOW - timedelta(seconds=5))))
     assert kinds(again) == [] and again.requeue_after == pytest.approx(10)  # one event, not one per pass

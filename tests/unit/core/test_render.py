@@ -28,13 +28,13 @@ def load(path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
-def effective_of(spec: dict, name: str = "job") -> rules.ResolvedJob:
+def resolved_of(spec: dict, name: str = "job") -> rules.ResolvedJob:
     return rules.parse({"metadata": {"name": name}, "spec": spec})
 
 
-def children_of(effective, attempt: int = 1, table=None) -> list[dict]:
-    nodes = tuple(f"node-{i:02d}" for i in range(effective.pod_count))
-    return render.children(effective, "team-a", UID, attempt, nodes, SCHED_IP, table)
+def children_of(resolved, attempt: int = 1, table=None) -> list[dict]:
+    nodes = tuple(f"node-{i:02d}" for i in range(resolved.pod_count))
+    return render.children(resolved, "team-a", UID, attempt, nodes, SCHED_IP, table)
 
 
 def env_of(pod: dict) -> dict[str, dict]:
@@ -201,8 +201,8 @@ def full_spec() -> dict:
 
 @pytest.fixture(scope="module")
 def full_pods():
-    effective = effective_of(full_spec())
-    return effective, children_of(effective, attempt=2)[4:]
+    resolved = resolved_of(full_spec())
+    return resolved, children_of(resolved, attempt=2)[4:]
 
 
 def test_full_template_pods_are_valid(full_pods):
@@ -272,8 +272,8 @@ def test_defaults_leave_optional_fields_out(examples):
 
 @pytest.mark.parametrize("name, namespace", [("yes", "null"), ("on", "true"), ("n0", "0123")])
 def test_yaml_ambiguous_names_stay_strings(name, namespace):
-    effective = effective_of({"parallelism": {"data": 8}}, name=name)
-    objects = render.children(effective, namespace, UID, 1, ("off",), SCHED_IP)
+    resolved = resolved_of({"parallelism": {"data": 8}}, name=name)
+    objects = render.children(resolved, namespace, UID, 1, ("off",), SCHED_IP)
     for obj in objects:
         assert obj["metadata"]["namespace"] == namespace
         assert isinstance(obj["metadata"]["name"], str) and obj["metadata"]["name"].startswith(
@@ -297,7 +297,7 @@ def test_arbitrary_text_survives_rendering(annotations, env_value, image):
     spec = {"parallelism": {"data": 2}, "npu": {"perPod": 2},
             "template": {"metadata": {"annotations": annotations}, "image": image,
                          "env": [{"name": "TEXT", "value": env_value}]}}
-    pod = render.pod(effective_of(spec), "ns", UID, 1, 0, "node-0", SCHED_IP)
+    pod = render.pod(resolved_of(spec), "ns", UID, 1, 0, "node-0", SCHED_IP)
     assert pod["metadata"]["annotations"] == {**annotations, "hccl/rankIndex": "0"}
     assert values_of(pod)["TEXT"] == env_value
     assert pod["spec"]["containers"][0]["image"] == image
@@ -308,13 +308,13 @@ def test_every_pod_of_random_valid_jobs_validates():
     @settings(max_examples=12, deadline=None)
     @given(data=st.data())
     def check(data):
-        effective = effective_of(data.draw(valid_specs()))
-        objects = children_of(effective)
-        assert len(objects) == 4 + effective.pod_count
+        resolved = resolved_of(data.draw(valid_specs()))
+        objects = children_of(resolved)
+        assert len(objects) == 4 + resolved.pod_count
         for index, pod in enumerate(objects[4:]):
-            assert values_of(pod)["RANK_START"] == str(index * effective.per_pod)
+            assert values_of(pod)["RANK_START"] == str(index * resolved.per_pod)
             assert pod["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend910"] == str(
-                effective.per_pod)
+                resolved.per_pod)
         for obj in objects[:5] + objects[-1:]:
             kubernetes_validate.validate(copy.deepcopy(obj), K8S, strict=True)
 
@@ -335,10 +335,10 @@ def test_template_json_reads_back_unchanged_with_libyaml(text):
 
 def test_a_queued_pod_is_created_unpinned_with_its_chip_requirement_only():
     """Kueue groups pods by the shape of their spec (affinity included) and refuses more than 8 shapes: a queued
-    gang's pods differ in nothing Kueue compares until they are pinned after admission (queueing.py)."""
-    effective = effective_of({"parallelism": {"data": 12, "tensor": 8}, "scheduling": {"queue": "team-a"}})
+    gang's pods differ in nothing Kueue compares until they are pinned after admission (queue_steps.py)."""
+    resolved = resolved_of({"parallelism": {"data": 12, "tensor": 8}, "scheduling": {"queue": "team-a"}})
     chip = [{"key": "accelerator-type", "operator": "In", "values": ["module-910b-8"]}]
-    pods = [render.pod(effective, "team-a", UID, 3, index, None, SCHED_IP, chip) for index in range(12)]
+    pods = [render.pod(resolved, "team-a", UID, 3, index, None, SCHED_IP, chip) for index in range(12)]
     for pod in pods:
         kubernetes_validate.validate(copy.deepcopy(pod), K8S, strict=True)
         assert pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
@@ -351,7 +351,7 @@ def test_a_queued_pod_is_created_unpinned_with_its_chip_requirement_only():
                             "ports": [c["ports"] for c in pod["spec"]["containers"]]}, sort_keys=True)
               for pod in pods}
     assert len(shapes) == 1, "12 pods, one role for Kueue"
-    unlabelled = render.pod(effective, "team-a", UID, 3, 0, None, SCHED_IP)
+    unlabelled = render.pod(resolved, "team-a", UID, 3, 0, None, SCHED_IP)
     assert "affinity" not in unlabelled["spec"]
 
 
@@ -384,14 +384,14 @@ def test_a_gangs_pods_made_from_one_render_are_each_the_pod_render_would_make():
         spec = data.draw(valid_specs())
         if data.draw(st.booleans()):
             spec["template"] = full_spec()["template"]
-        effective = effective_of(spec)
-        indices = data.draw(st.lists(st.integers(0, effective.pod_count - 1), min_size=1, max_size=6, unique=True))
+        resolved = resolved_of(spec)
+        indices = data.draw(st.lists(st.integers(0, resolved.pod_count - 1), min_size=1, max_size=6, unique=True))
         pinned = data.draw(st.booleans())
         placed = [(index, f"node-{index * 7 % 5:02d}" if pinned else None) for index in indices]
         requirements = [] if pinned else [{"key": "accelerator-type", "operator": "In", "values": ["module-910b-8"]}]
-        made = render.gang_pods(effective, "team-a", UID, 2, placed, SCHED_IP, requirements)
-        assert made == [render.pod(effective, "team-a", UID, 2, index, node, SCHED_IP, requirements)
+        made = render.gang_pods(resolved, "team-a", UID, 2, placed, SCHED_IP, requirements)
+        assert made == [render.pod(resolved, "team-a", UID, 2, index, node, SCHED_IP, requirements)
                         for index, node in placed]
 
     check()
-    assert render.gang_pods(effective_of(full_spec()), "team-a", UID, 1, [], SCHED_IP) == []
+    assert render.gang_pods(resolved_of(full_spec()), "team-a", UID, 1, [], SCHED_IP) == []

@@ -1,4 +1,4 @@
-"""Validation rules and effective values of design §3: one failing and one passing example per rule."""
+"""Validation rules and resolved values of design §3: one failing and one passing example per rule."""
 
 from __future__ import annotations
 
@@ -100,8 +100,8 @@ PRESETS = {  # design §3, copied by hand: the table is a contract, not an imple
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_presets_table_exactly(preset):
-    effective = rules.parse(job(spec_with(parallelism={"data": 8}, model={"preset": preset})))
-    assert effective.model == {"preset": preset, **PRESETS[preset]}
+    resolved = rules.parse(job(spec_with(parallelism={"data": 8}, model={"preset": preset})))
+    assert resolved.model == {"preset": preset, **PRESETS[preset]}
 
 
 def test_default_preset_is_tiny():
@@ -109,15 +109,15 @@ def test_default_preset_is_tiny():
 
 
 def test_explicit_fields_override_the_preset():
-    effective = rules.parse(job(spec_with(parallelism={"data": 8}, model={"preset": "moe-100b", "layers": 32,
+    resolved = rules.parse(job(spec_with(parallelism={"data": 8}, model={"preset": "moe-100b", "layers": 32,
                                                                             "experts": 16, "topK": 4})))
-    assert effective.model == {**PRESETS["moe-100b"], "preset": "moe-100b", "layers": 32, "experts": 16, "topK": 4}
+    assert resolved.model == {**PRESETS["moe-100b"], "preset": "moe-100b", "layers": 32, "experts": 16, "topK": 4}
 
 
 def test_custom_defaults():
-    effective = rules.parse(job(spec_with(model={"preset": "custom", "layers": 4, "hidden": 96, "heads": 4,
+    resolved = rules.parse(job(spec_with(model={"preset": "custom", "layers": 4, "hidden": 96, "heads": 4,
                                                  "vocab": 1000})))
-    assert effective.model == {"preset": "custom", "layers": 4, "hidden": 96, "heads": 4, "vocab": 1000,
+    assert resolved.model == {"preset": "custom", "layers": 4, "hidden": 96, "heads": 4, "vocab": 1000,
                                "ffnHidden": 384, "experts": 0, "topK": 2}
     explicit = rules.parse(job(spec_with(model={"preset": "custom", "layers": 4, "hidden": 96, "heads": 4,
                                                 "vocab": 1000, "ffnHidden": 100, "experts": 4, "topK": 1})))
@@ -126,19 +126,19 @@ def test_custom_defaults():
 
 @pytest.mark.parametrize("chip, per_pod", [("910A", 8), ("910B", 8), ("A3", 16)])
 def test_per_pod_defaults_to_chips_per_node(chip, per_pod):
-    effective = rules.parse(job({"parallelism": {"data": 16}, "npu": {"chip": chip}}))
-    assert effective.per_pod == per_pod
-    assert effective.pod_count == 16 // per_pod
+    resolved = rules.parse(job({"parallelism": {"data": 16}, "npu": {"chip": chip}}))
+    assert resolved.per_pod == per_pod
+    assert resolved.pod_count == 16 // per_pod
 
 
 def test_defaults_of_degrees_and_policies():
-    effective = rules.parse(job({"parallelism": {}, "npu": {"perPod": 1}}))
-    assert (effective.data, effective.tensor, effective.pipeline, effective.expert) == (1, 1, 1, 1)
-    assert effective.expert_placement == "dataParallel"
-    assert effective.chip == "910B"
-    assert effective.micro_batches == 1
-    assert effective.global_batch_size == 1
-    spec = effective.spec
+    resolved = rules.parse(job({"parallelism": {}, "npu": {"perPod": 1}}))
+    assert (resolved.data, resolved.tensor, resolved.pipeline, resolved.expert) == (1, 1, 1, 1)
+    assert resolved.expert_placement == "dataParallel"
+    assert resolved.chip == "910B"
+    assert resolved.micro_batches == 1
+    assert resolved.global_batch_size == 1
+    spec = resolved.spec
     assert (spec.hccl.connect_timeout_seconds, spec.hccl.exec_timeout_seconds, spec.hccl.whitelist_disable) == (
         120, 600, True)
     policy = spec.run_policy
@@ -151,44 +151,44 @@ def test_defaults_of_degrees_and_policies():
 
 @pytest.mark.parametrize("pipeline", [1, 2, 4, 8])
 def test_micro_batches_default_to_pipeline(pipeline):
-    effective = rules.parse(job(spec_with(parallelism={"data": 2, "tensor": 4, "pipeline": pipeline})))
-    assert effective.micro_batches == pipeline
-    assert effective.degrees["microBatches"] == pipeline
-    assert effective.global_batch_size == 2 * pipeline
+    resolved = rules.parse(job(spec_with(parallelism={"data": 2, "tensor": 4, "pipeline": pipeline})))
+    assert resolved.micro_batches == pipeline
+    assert resolved.degrees["microBatches"] == pipeline
+    assert resolved.global_batch_size == 2 * pipeline
 
 
 def test_explicit_micro_batches_and_degrees():
-    effective = rules.parse(job(spec_with(parallelism={"data": 2, "tensor": 4, "pipeline": 2, "microBatches": 6},
+    resolved = rules.parse(job(spec_with(parallelism={"data": 2, "tensor": 4, "pipeline": 2, "microBatches": 6},
                                           training={"globalBatchSize": 24})))
-    assert effective.degrees == {"data": 2, "tensor": 4, "pipeline": 2, "expert": 1,
+    assert resolved.degrees == {"data": 2, "tensor": 4, "pipeline": 2, "expert": 1,
                                  "expertPlacement": "dataParallel", "microBatches": 6}
-    assert effective.world_size == 16 and effective.pod_count == 2 and effective.global_batch_size == 24
+    assert resolved.world_size == 16 and resolved.pod_count == 2 and resolved.global_batch_size == 24
 
 
 # --- examples --------------------------------------------------------------------------------------------
 
 def test_example_job_is_valid(examples):
     [body] = [doc for doc in yaml.safe_load_all((examples / "job.yaml").read_text()) if doc]
-    effective = rules.parse(body)
-    assert (effective.name, effective.world_size, effective.pod_count, effective.per_pod) == ("tiny-tp4-dp2", 8, 1, 8)
-    assert (effective.data, effective.tensor, effective.pipeline) == (2, 4, 1)
+    resolved = rules.parse(body)
+    assert (resolved.name, resolved.world_size, resolved.pod_count, resolved.per_pod) == ("tiny-tp4-dp2", 8, 1, 8)
+    assert (resolved.data, resolved.tensor, resolved.pipeline) == (2, 4, 1)
 
 
 def test_seed_example_is_valid(examples):
     [body] = [doc for doc in yaml.safe_load_all((examples / "seed-moe-128.yaml").read_text()) if doc]
-    effective = rules.parse(body)
-    assert (effective.world_size, effective.pod_count, effective.per_pod) == (128, 16, 8)
-    assert effective.degrees == {"data": 2, "tensor": 8, "pipeline": 8, "expert": 4,
+    resolved = rules.parse(body)
+    assert (resolved.world_size, resolved.pod_count, resolved.per_pod) == (128, 16, 8)
+    assert resolved.degrees == {"data": 2, "tensor": 8, "pipeline": 8, "expert": 4,
                                  "expertPlacement": "intraNode", "microBatches": 32}
-    assert effective.model["experts"] == 8 and effective.model["layers"] == 64
+    assert resolved.model["experts"] == 8 and resolved.model["layers"] == 64
 
 
 def test_yaml_dates_are_strings_as_kubectl_sends_them():
     # An unquoted date in YAML is a datetime.date for PyYAML; kubectl turns it into a string.
     body = yaml.safe_load("metadata: {name: job}\nspec:\n  parallelism: {data: 8}\n"
                           "  template: {metadata: {annotations: {since: 2024-01-02}}}\n")
-    effective = rules.parse(body)
-    assert effective.spec.template.metadata.annotations == {"since": "2024-01-02"}
+    resolved = rules.parse(body)
+    assert resolved.spec.template.metadata.annotations == {"since": "2024-01-02"}
 
 
 # --- property: parse agrees with the rules of §3 stated independently ------------------------------------
@@ -245,28 +245,28 @@ def test_parse_accepts_exactly_the_specs_that_meet_every_rule(spec):
 def test_valid_specs_resolve_every_default(data):
     spec = data.draw(valid_specs())
     assert expected_violations(spec) == 0
-    effective = rules.parse(job(spec))
+    resolved = rules.parse(job(spec))
     par, npu = spec["parallelism"], spec["npu"]
-    assert (effective.data, effective.tensor, effective.pipeline) == (par["data"], par["tensor"], par["pipeline"])
-    assert effective.expert == par.get("expert", 1)
-    assert effective.expert_placement == par.get("expertPlacement", "dataParallel")
-    assert effective.micro_batches == par.get("microBatches", par["pipeline"])
-    assert effective.per_pod == npu.get("perPod", CHIPS_PER_NODE[npu["chip"]])
-    assert effective.world_size == effective.data * effective.tensor * effective.pipeline
-    assert effective.world_size == effective.pod_count * effective.per_pod
-    assert effective.global_batch_size == spec.get("training", {}).get(
-        "globalBatchSize", effective.data * effective.micro_batches)
+    assert (resolved.data, resolved.tensor, resolved.pipeline) == (par["data"], par["tensor"], par["pipeline"])
+    assert resolved.expert == par.get("expert", 1)
+    assert resolved.expert_placement == par.get("expertPlacement", "dataParallel")
+    assert resolved.micro_batches == par.get("microBatches", par["pipeline"])
+    assert resolved.per_pod == npu.get("perPod", CHIPS_PER_NODE[npu["chip"]])
+    assert resolved.world_size == resolved.data * resolved.tensor * resolved.pipeline
+    assert resolved.world_size == resolved.pod_count * resolved.per_pod
+    assert resolved.global_batch_size == spec.get("training", {}).get(
+        "globalBatchSize", resolved.data * resolved.micro_batches)
     preset = PRESETS[spec["model"]["preset"]]
-    assert effective.model == {**preset, **spec["model"]}
+    assert resolved.model == {**preset, **spec["model"]}
 
 
 def test_default_enums_are_plain_strings():
     """Defaults must read like given values: `chip 910B`, never `Chip.ascend_910b`."""
-    effective = rules.parse(job({"parallelism": {"data": 8}}))
-    for value in (effective.chip, effective.expert_placement, effective.model["preset"],
-                  effective.spec.run_policy.clean_pod_policy):
+    resolved = rules.parse(job({"parallelism": {"data": 8}}))
+    for value in (resolved.chip, resolved.expert_placement, resolved.model["preset"],
+                  resolved.spec.run_policy.clean_pod_policy):
         assert type(value) is str, repr(value)
-    assert f"{effective.chip} {effective.expert_placement}" == "910B dataParallel"
+    assert f"{resolved.chip} {resolved.expert_placement}" == "910B dataParallel"
     assert problems_of(job({"parallelism": {"data": 9}, "npu": {"perPod": 9}})) == [
         "spec.npu.perPod=9 is not allowed for chip 910B (allowed: 1, 2, 3, 4, 5, 6, 7, 8)"]
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from ascend_hybrid.planner import hardware
 from ascend_hybrid.reconcile import strategy
 from ascend_hybrid.reconcile.actions import CreatePods, Place, PostEvent
-from ascend_hybrid.reconcile.decision import Observed, decide
+from ascend_hybrid.reconcile.decision import decide
+from ascend_hybrid.reconcile.state import Observed
 from ascend_hybrid.spec import crd, rules
 from ascend_hybrid.spec.api import AscendHybridJobSpec
 from support.builders import apply_defaults
@@ -33,7 +34,7 @@ def body(spec: dict, status: dict | None = None, name: str = "auto") -> dict:
 
 
 def observe(job: dict, profiles=None) -> Observed:
-    return Observed(job=job, effective=rules.parse(job), spec_problems=(), pods=(), rank_table={"status": "initializing"},
+    return Observed(job=job, resolved=rules.parse(job), spec_problems=(), pods=(), rank_table={"status": "initializing"},
                     children_ready=True, sched_ip="127.32.0.10", nodes={}, now=NOW,
                     hardware_profiles=profiles or {})
 

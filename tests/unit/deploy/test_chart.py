@@ -50,7 +50,7 @@ KUBE_PY_CALLS = {
     "patch_namespaced_pod": {("", "pods", "patch")},
     "delete_namespaced_pod": {("", "pods", "delete")},
     "create_namespaced_event": {("", "events", "create")},
-    # The pod watch (podwatch.py: list + watch, in every namespace or in each watched one); placement's
+    # The pod watch (listwatch.py: list + watch, in every namespace or in each watched one); placement's
     # cluster-wide reads when only some namespaces are watched.
     "list_pod_for_all_namespaces": {("", "pods", "list"), ("", "pods", "watch")},
     "list_namespaced_pod": {("", "pods", "list"), ("", "pods", "watch")},

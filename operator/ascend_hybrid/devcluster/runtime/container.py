@@ -153,8 +153,8 @@ def _user(pod: dict, container: dict, image: ImageConfig) -> str | None:
         if uid is None and not image_user.isdigit() and image_user not in ("", "root"):
             raise NotRunnable("CreateContainerConfigError", f"container has runAsNonRoot and image has non-numeric "
                               f"user ({image_user}), cannot verify user is non-root")
-        effective = uid if uid is not None else (int(image_user) if image_user.isdigit() else 0)
-        if effective == 0:
+        resolved = uid if uid is not None else (int(image_user) if image_user.isdigit() else 0)
+        if resolved == 0:
             raise NotRunnable("CreateContainerConfigError", "container has runAsNonRoot and image will run as root")
     if uid is None and gid is None:
         return None

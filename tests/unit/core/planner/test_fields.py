@@ -74,17 +74,17 @@ def test_each_new_rule_fails_with_one_clear_message_and_passes_when_met(failing,
 @pytest.mark.parametrize("given, resolved", [(True, "full"), (False, "none"), ("none", "none"),
                                              ("selective", "selective"), ("full", "full")])
 def test_recompute_takes_the_old_boolean_and_the_new_kinds(given, resolved):
-    effective = rules.parse(job(with_(training={"recompute": given})))
-    assert effective.spec.training.recompute == resolved
-    assert render.job_config(effective)["training"]["recompute"] == resolved
+    resolved = rules.parse(job(with_(training={"recompute": given})))
+    assert resolved.spec.training.recompute == resolved
+    assert render.job_config(resolved)["training"]["recompute"] == resolved
 
 
 def test_defaults_and_job_json():
-    effective = rules.parse(job(BASE))
-    training = effective.spec.training
+    resolved = rules.parse(job(BASE))
+    training = resolved.spec.training
     assert (training.recompute, training.sequence_parallel, training.flash_attention) == ("none", False, False)
-    assert effective.virtual_pipeline_stages == 1
-    config = render.job_config(effective)
+    assert resolved.virtual_pipeline_stages == 1
+    config = render.job_config(resolved)
     # Jobs that do not interleave render exactly the degrees they rendered before.
     assert "virtualPipelineStages" not in config["parallelism"]
     assert "kvHeads" not in config["model"] and "ffnType" not in config["model"]
@@ -161,9 +161,9 @@ new_field_specs = st.fixed_dictionaries({
 @given(spec=new_field_specs)
 def test_cel_and_python_agree_on_the_new_fields(spec):
     activation = {"self": celpy.json_to_cel(apply_defaults(SPEC, spec))}
-    effective = rules.resolve("job", AscendHybridJobSpec.model_validate(spec))
+    resolved = rules.resolve("job", AscendHybridJobSpec.model_validate(spec))
     for rule, check, message in PROGRAMS:
-        expected = rule.check(effective)
+        expected = rule.check(resolved)
         verdict = check.evaluate(activation)
         assert bool(verdict) == (expected is None), (rule.check, spec)
         if expected is not None:

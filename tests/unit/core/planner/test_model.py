@@ -55,8 +55,8 @@ def korthikanti_job() -> dict:
 
 
 def test_korthikanti_activations_from_the_formulas():
-    effective = rules.parse(korthikanti_job())
-    w, s = Workload.from_job(effective), Strategy.from_job(effective)
+    resolved = rules.parse(korthikanti_job())
+    w, s = Workload.from_job(resolved), Strategy.from_job(resolved)
     a, h, layers, seq, t, b = 64, 6144, 48, 2048, 8, 4
     assert (w.heads, w.hidden, w.layers, w.seq_length, s.tensor, s.micro_batch_size, s.pipeline) == (
         a, h, layers, seq, t, b, 1)
@@ -75,8 +75,8 @@ def test_korthikanti_activations_from_the_formulas():
 
 
 def test_flash_attention_removes_the_score_term_only():
-    effective = rules.parse(korthikanti_job())
-    w, s = Workload.from_job(effective), Strategy.from_job(effective)
+    resolved = rules.parse(korthikanti_job())
+    w, s = Workload.from_job(resolved), Strategy.from_job(resolved)
     flash = replace(w, flash_attention=True)
     assert memory.layer_activation_bytes(flash, s) == pytest.approx(
         memory.layer_activation_bytes(w, replace(s, recompute="selective")))
@@ -196,7 +196,7 @@ def test_builtin_profiles_are_overridable_and_unknown_chips_named():
 
 
 def test_a_pod_larger_than_a_node_is_refused():
-    effective = rules.parse({"metadata": {"name": "a3"}, "spec": {"parallelism": {"data": 16},
+    resolved = rules.parse({"metadata": {"name": "a3"}, "spec": {"parallelism": {"data": 16},
                                                                "npu": {"chip": "A3"}}})
     with pytest.raises(search.PlanError, match="perPod=16 exceeds chipsPerNode=8"):
-        search.evaluate_job(effective, hardware.builtin("910B"))
+        search.evaluate_job(resolved, hardware.builtin("910B"))

@@ -181,14 +181,14 @@ small_jobs = st.fixed_dictionaries({
 def test_every_candidate_of_random_jobs_passes_the_rules_and_ranks_by_time(spec, world):
     spec = dict(spec, npu=dict(spec["npu"]))
     body = {"metadata": {"name": "job"}, "spec": {**spec, "parallelism": {"data": spec["npu"]["perPod"]}}}
-    effective = rules.parse(body)
-    result = search.plan(effective, hardware.builtin(spec["npu"]["chip"]), world)
+    resolved = rules.parse(body)
+    result = search.plan(resolved, hardware.builtin(spec["npu"]["chip"]), world)
     for evaluation in result.candidates:
         s = evaluation.strategy
         assert evaluation.fits and s.world == world
         parallelism = {**s.parallelism(), "expertPlacement": s.expert_placement}
         candidate = {**body["spec"], "parallelism": parallelism,
-                     "training": {**spec["training"], "globalBatchSize": effective.global_batch_size,
+                     "training": {**spec["training"], "globalBatchSize": resolved.global_batch_size,
                                   "recompute": s.recompute, "sequenceParallel": s.sequence_parallel,
                                   "optimizerShard": s.optimizer_shard}}
         assert rules.broken_rules(rules.resolve("job", AscendHybridJobSpec.model_validate(candidate))) == []

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid.cli import main as cli
+from ascend_hybrid.cli import commands as cli
 from ascend_hybrid.gang.layout import Layout
 from ascend_hybrid.planner import svg
 

@@ -1,0 +1,146 @@
+"""One reconcile pass's state (pure): what it observed (Observed), what it decides (Decision), and the Pass the
+steps share — its helpers write conditions, the phase, requeues and the terminal outcomes. The steps themselves are
+functions of a Pass: decision.py (the main flow), queue_steps.py, failure_steps.py, telemetry_steps.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ascend_hybrid.contracts import kueue, names
+from ascend_hybrid.contracts.ascend import DeviceInfo
+from ascend_hybrid.contracts.conditions import condition, parse_time, set_condition, timestamp
+from ascend_hybrid.contracts.podview import TERMINAL_POD_PHASES, is_deleting, live_names, phase_of
+from ascend_hybrid.diagnosis.refusals import Refusal
+from ascend_hybrid.gang import ranktable
+from ascend_hybrid.monitoring import anomalies
+from ascend_hybrid.monitoring.progress import Sample
+from ascend_hybrid.planner.hardware import Hardware
+from ascend_hybrid.reconcile.actions import Action, DeleteJob, DeletePods, DeleteWorkloads, PostEvent, WriteRankTable
+from ascend_hybrid.spec.rules import ResolvedJob
+
+NODE_NOT_READY_GRACE_SECONDS = 30.0
+SLOW_REQUEUE_SECONDS = 30.0
+FAST_REQUEUE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Observed:
+    job: dict
+    resolved: ResolvedJob | None
+    spec_problems: tuple[str, ...]
+    pods: tuple[dict, ...]          # every pod labelled with this job, all attempts
+    rank_table: dict | None         # hccl.json now in the ConfigMap; None when the ConfigMap is missing
+    children_ready: bool            # Services and ConfigMaps applied for this generation
+    sched_ip: str | None
+    nodes: Mapping[str, dict]       # node name → Node, for NotReady detection and super-pod ids
+    now: datetime
+    node_grace_seconds: float = NODE_NOT_READY_GRACE_SECONDS
+    in_flight: frozenset[str] = frozenset()  # pods this process just created or released; the watch may lag
+    telemetry: Sample | None = None           # latest progress/utilization reading of the current attempt
+    device_infos: Mapping[str, DeviceInfo] = field(default_factory=dict)  # node → MindCluster deviceinfo
+    hardware_profiles: Mapping[str, Hardware] = field(default_factory=dict)  # the planner's, by name (--hardware-profiles)
+    workload: Mapping | None = None           # the Kueue Workload of the current attempt (queued jobs; queue_steps.py)
+    refusal: Refusal | None = None            # the apiserver's last refusal of this job's writes (refusals.py)
+
+
+@dataclass
+class Decision:
+    actions: list[Action] = field(default_factory=list)
+    status: dict = field(default_factory=dict)
+    requeue_after: float | None = None
+
+    def emit(self, event_type: str, reason: str, message: str) -> None:
+        self.actions.append(PostEvent(event_type, reason, message))
+
+    def act(self, action: Action) -> None:
+        self.actions.append(action)
+
+
+class Pass:
+    """One reconcile pass: steps read `o` (the observation) and write `d` (the decision) and `status` (its status)."""
+
+    def __init__(self, observed: Observed):
+        self.o = observed
+        self.job = observed.job
+        self.meta = observed.job["metadata"]
+        self.generation = self.meta.get("generation")
+        self.d = Decision(status=copy.deepcopy(observed.job.get("status") or {}))
+        self.status = self.d.status
+
+    @property
+    def queue(self) -> str | None:
+        """The job's Kueue LocalQueue (spec.scheduling.queue), or None on the direct path."""
+        resolved = self.o.resolved
+        return resolved.spec.scheduling.queue if resolved is not None else None
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+    def cond(self, kind: str, value: bool, reason: str, message: str = "") -> None:
+        set_condition(self.status, kind, value, reason, message, self.o.now, self.generation)
+
+    def phase(self, phase: str, message: str) -> None:
+        self.status["phase"], self.status["message"] = phase, message
+
+    def requeue(self, seconds: float) -> None:
+        current = self.d.requeue_after
+        self.d.requeue_after = seconds if current is None else min(current, seconds)
+
+    def reset_rank_table(self) -> None:
+        if self.o.rank_table is not None and self.o.rank_table.get("status") != "initializing":
+            self.d.act(WriteRankTable(dict(ranktable.INITIALIZING)))
+        rank = self.status.setdefault("rankTable", {})
+        rank.update(configMap=names.rank_table_config_map(self.meta["name"]), status="initializing")
+        self.cond("RankTableReady", False, "Initializing", "waiting for every pod to run with its devices")
+
+    def delete(self, pods: list[dict] | tuple[dict, ...]) -> None:
+        doomed = live_names(pods)
+        if doomed:
+            workloads = workloads_of(pods)
+            if workloads:
+                self.d.act(workloads)
+            self.d.act(DeletePods(doomed))
+
+    def new_attempt(self) -> None:
+        self.status["attempt"] = int(self.status.get("attempt") or 0) + 1
+        self.status.pop("placement", None)
+        self.status.pop("monitoring", None)  # the anomaly history of the old attempt says nothing of the new one
+        for kind in anomalies.CONDITIONS:
+            if (condition(self.status, kind) or {}).get("status") == "True":
+                self.cond(kind, False, "NewAttempt", f"attempt {self.status['attempt']} starts afresh")
+
+    # -- terminal outcomes --------------------------------------------------------------------------------------
+    def fail(self, reason: str, message: str, fix: str | None = None) -> Decision:
+        self.status["completionTime"] = timestamp(self.o.now)
+        self.cond("Running", False, reason, message)
+        self.cond("Failed", True, reason, message)
+        self.phase("Failed", message)
+        self.d.emit("Warning", reason, f"{message}. Fix: {fix}" if fix else message)
+        return self.finished(first=True)
+
+    def finished(self, first: bool = False) -> Decision:
+        """Terminal: apply cleanPodPolicy, then the TTL."""
+        e = self.o.resolved
+        policy = e.spec.run_policy.clean_pod_policy if e else "All"
+        if policy == "All":
+            self.delete(self.o.pods)
+        elif policy == "Running":
+            self.delete([pod for pod in self.o.pods if phase_of(pod) not in TERMINAL_POD_PHASES])
+        ttl = e.spec.run_policy.ttl_seconds_after_finished if e else None
+        finished = parse_time(self.status.get("completionTime"))
+        if ttl is not None and finished is not None:
+            left = ttl - (self.o.now - finished).total_seconds()
+            if left <= 0 and not first:
+                self.d.act(DeleteJob())
+            else:
+                self.requeue(max(left, 0.5))
+        return self.d
+
+
+def workloads_of(pods: list[dict] | tuple[dict, ...]) -> DeleteWorkloads | None:
+    """Tearing down pods of a queued attempt deletes its Workload too: Kueue then drops its finalizers and the quota
+    at once (pods that never bound would otherwise hold both until the pod GC, ~20 s)."""
+    groups = sorted({group for pod in pods if not is_deleting(pod) and (group := kueue.group_of(pod))})
+    return DeleteWorkloads(tuple(groups)) if groups else None
