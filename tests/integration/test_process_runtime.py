@@ -24,8 +24,8 @@ from kubernetes import client
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.kube import processes
-from ascend_hybrid.devcluster.runtime import default as runtime_default
 from ascend_hybrid.devcluster.runtime import helper as runtime_helper
+from ascend_hybrid.devcluster.runtime import runtime_default
 from ascend_hybrid.devcluster.runtime.launch import RUNTIME_ANNOTATION, claim_directory
 from ascend_hybrid.devcluster.telemetry import exporter, prometheus
 from ascend_hybrid.devcluster.testing import procnet

@@ -86,7 +86,7 @@ def _true(obj: Mapping | None, kind: str) -> Mapping | None:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Admission:
     """What Kueue has decided about one attempt's pod group."""
 
     state: str                          # ABSENT | UNMANAGED | WAITING | ADMITTED | EVICTED
@@ -133,26 +133,26 @@ def admitted_message(workload: Mapping | None, group: str) -> str:
     return f"pod group {group} admitted by {where}" + (f" (flavor {', '.join(flavors)})" if flavors else "")
 
 
-def assess(pods: Sequence[Mapping], pod_count: int, workload: Mapping | None, group: str) -> Verdict:
+def assess(pods: Sequence[Mapping], pod_count: int, workload: Mapping | None, group: str) -> Admission:
     """Kueue's verdict on one attempt from its pods (as observed) and its Workload (None: none yet, or gone)."""
     evicted = eviction(pods, workload)
     if evicted is not None:
-        return Verdict(EVICTED, reason=evicted[0], message=evicted[1])
+        return Admission(EVICTED, reason=evicted[0], message=evicted[1])
     if len(pods) < pod_count:
-        return Verdict(ABSENT, message=f"{len(pods)} of the {pod_count} pods of {group} exist")
+        return Admission(ABSENT, message=f"{len(pods)} of the {pod_count} pods of {group} exist")
     if not all(((pod.get("metadata") or {}).get("labels") or {}).get(MANAGED_LABEL) == "true" for pod in pods):
-        return Verdict(UNMANAGED, message=(
+        return Admission(UNMANAGED, message=(
             f"Kueue does not manage the pods of {group}: their namespace lacks the label {MANAGED_LABEL}=true "
             "(or Kueue is not installed), so the queue would not be enforced; they stay gated"))
     if any(kueue_gates(pod) for pod in pods):
-        return Verdict(WAITING, message=pending_message(workload, group))
+        return Admission(WAITING, message=pending_message(workload, group))
     selector: dict[str, str] = {}
     tolerations: list[Mapping] = []
     for pod in pods:
         spec = pod.get("spec") or {}
         selector.update(spec.get("nodeSelector") or {})
         tolerations += [t for t in spec.get("tolerations") or () if t not in tolerations]
-    return Verdict(ADMITTED, message=admitted_message(workload, group), node_selector=selector,
+    return Admission(ADMITTED, message=admitted_message(workload, group), node_selector=selector,
                    tolerations=tuple(tolerations))
 
 

@@ -31,8 +31,8 @@ from ascend_hybrid.devcluster.paths import (
     other_pod_cidrs,
     save_settings,
 )
-from ascend_hybrid.devcluster.runtime import default as runtime_default
 from ascend_hybrid.devcluster.runtime import helper as runtime_helper
+from ascend_hybrid.devcluster.runtime import runtime_default
 from ascend_hybrid.devcluster.telemetry import exporter, prometheus
 
 DEVICE_PLUGIN_MODULE = "ascend_hybrid.devcluster.deviceplugin.plugin"

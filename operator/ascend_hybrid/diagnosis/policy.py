@@ -23,7 +23,7 @@ from ascend_hybrid.spec.causes import (
 
 
 @dataclass(frozen=True)
-class Verdict:
+class FailureVerdict:
     action: str
     why: str                      # "rule 2 (exitCodes 42)" or "the default for HCCLExecTimeout"
     counts: bool = True           # against backoffLimit
@@ -48,7 +48,7 @@ def matches(rule, failure: Failure) -> str | None:
     return None
 
 
-def judge(rules, failure: Failure) -> Verdict:
+def judge(rules, failure: Failure) -> FailureVerdict:
     """The verdict of the failure policy `rules` (api.FailurePolicyRule, in order) on `failure`."""
     for number, rule in enumerate(rules):
         matched = matches(rule, failure)
@@ -57,19 +57,19 @@ def judge(rules, failure: Failure) -> Verdict:
     return _verdict(default_action(failure.cause), f"the default for {failure.cause}", failure)
 
 
-def _verdict(action: str, why: str, failure: Failure) -> Verdict:
+def _verdict(action: str, why: str, failure: Failure) -> FailureVerdict:
     disruption = failure.cause in FAULT_CAUSES and action != FAIL_JOB
     avoid: tuple[str, ...] = ()
     if action == RESTART_AVOIDING_NODE and failure.node and failure.cause not in SOFTWARE_CAUSES:
         avoid = (failure.node,)
     counts = action != FAIL_JOB and not disruption and action != IGNORE
-    return Verdict(action, why, counts=counts, disruption=disruption, avoid=avoid)
+    return FailureVerdict(action, why, counts=counts, disruption=disruption, avoid=avoid)
 
 
 COUNTERS = ("restarts", "disruptions", "ignoredFailures")
 
 
-def counters_after(status: Mapping, verdict: Verdict) -> tuple[dict[str, int], int]:
+def counters_after(status: Mapping, verdict: FailureVerdict) -> tuple[dict[str, int], int]:
     """status.restarts / disruptions / ignoredFailures after this verdict's restart, and the restarts that count
     against backoffLimit (all restarts but the disruptions and the ignored failures)."""
     counters = {key: int(status.get(key) or 0) for key in COUNTERS}
@@ -81,7 +81,7 @@ def counters_after(status: Mapping, verdict: Verdict) -> tuple[dict[str, int], i
     return counters, counters["restarts"] - counters["disruptions"] - counters["ignoredFailures"]
 
 
-def restart_text(what: str, verdict: Verdict, attempt: int, counted: int, limit: int) -> str:
+def restart_text(what: str, verdict: FailureVerdict, attempt: int, counted: int, limit: int) -> str:
     kind = ("a disruption, not counted against backoffLimit" if verdict.disruption
             else "ignored, not counted against backoffLimit" if not verdict.counts else f"{counted}/{limit}")
     avoiding = f", without node {', '.join(verdict.avoid)}" if verdict.avoid else ""

@@ -19,7 +19,7 @@ from ascend_hybrid.contracts.conditions import (
     parse_time,
     timestamp,
 )
-from ascend_hybrid.contracts.kueue import EVICTED, Verdict
+from ascend_hybrid.contracts.kueue import EVICTED, Admission
 from ascend_hybrid.contracts.podview import (
     attempt_of,
     is_deleting,
@@ -92,17 +92,17 @@ def run(p: Pass) -> Decision:
     # parallelism, npu or template changed under running pods: restart as a new attempt
     if current and p.status.get("podTemplateHash") not in (None, template_hash):
         return restart_for_spec_change(p, list(current.values()))
-    verdict = queue_steps.kueue_verdict(p, current) if p.queue else None
+    admission = queue_steps.kueue_admission(p, current) if p.queue else None
     # Kueue evicted the pod group: the attempt ends without counting a restart
-    if verdict is not None and verdict.state == EVICTED:
-        return queue_steps.preempted(p, verdict, current)
+    if admission is not None and admission.state == EVICTED:
+        return queue_steps.preempted(p, admission, current)
     placement = placement_of_attempt(p, attempt)
     # a placed attempt that broke (the failure policy decides) or whose every pod succeeded
     if (done := attempt_outcome(p, current, placement)) is not None:
         return done
     # not placed yet: Kueue first for a queued job, else place the gang once the previous attempt's pods went
     if placement.get("attempt") != attempt:
-        return enqueued(p, current, stale, verdict, template_hash)
+        return enqueued(p, current, stale, admission, template_hash)
     # placed: create, release and complete the gang, then watch it run
     return start(p, current, placement, template_hash)
 
@@ -190,11 +190,11 @@ def attempt_outcome(p: Pass, current: dict, placement: dict) -> Decision | None:
     return None
 
 
-def enqueued(p: Pass, current: dict, stale: list, verdict: Verdict | None, template_hash: str) -> Decision:
+def enqueued(p: Pass, current: dict, stale: list, admission: Admission | None, template_hash: str) -> Decision:
     """An attempt not placed yet: a queued job goes through Kueue (queue_steps); an unqueued one waits for the
     previous attempt's pods to go, then asks the shell to place the gang."""
-    if verdict is not None:
-        return queue_steps.enqueued(p, current, stale, verdict, template_hash)
+    if admission is not None:
+        return queue_steps.enqueued(p, current, stale, admission, template_hash)
     if stale:
         p.phase(p.status.get("phase") or "Pending", "waiting for the previous attempt's pods to go")
         p.requeue(FAST_REQUEUE_SECONDS)

@@ -40,11 +40,11 @@ WAITING_FOR_QUOTA = "WaitingForQuota"
 def group_name(p: Pass) -> str:
     return kueue.group_name(p.meta["name"], int(p.status["attempt"]))
 
-def kueue_verdict(p: Pass, current: dict) -> kueue.Verdict:
+def kueue_admission(p: Pass, current: dict) -> kueue.Admission:
     return kueue.assess(list(current.values()), p.o.resolved.pod_count, p.o.workload, group_name(p))
 
 # -- before placement --------------------------------------------------------------------------------------
-def enqueued(p: Pass, current: dict, stale: list, verdict: kueue.Verdict, template_hash: str) -> Decision:
+def enqueued(p: Pass, current: dict, stale: list, admission: kueue.Admission, template_hash: str) -> Decision:
     o, e, status = p.o, p.o.resolved, p.status
     attempt, job, group = int(status["attempt"]), p.meta["name"], group_name(p)
     status["podTemplateHash"] = template_hash  # a spec change while queued restarts the attempt too
@@ -63,11 +63,11 @@ def enqueued(p: Pass, current: dict, stale: list, verdict: kueue.Verdict, templa
                                "waiting for Kueue to admit it")
         p.requeue(RECHECK_SECONDS)
         return p.d
-    if verdict.state == kueue.ABSENT:  # created, not all seen by the watch yet
-        waiting_for_quota(p, verdict.message)
+    if admission.state == kueue.ABSENT:  # created, not all seen by the watch yet
+        waiting_for_quota(p, admission.message)
         p.requeue(RECHECK_SECONDS)
-    elif verdict.state == kueue.UNMANAGED:
-        message = (f"{verdict.message}. Label the namespace (kubectl label namespace {p.meta['namespace']} "
+    elif admission.state == kueue.UNMANAGED:
+        message = (f"{admission.message}. Label the namespace (kubectl label namespace {p.meta['namespace']} "
                    f"{kueue.MANAGED_LABEL}=true), then delete these pods: they are made again under Kueue")
         previous = condition(status, "Admitted")
         if previous is None or previous["reason"] != "NotManagedByKueue":
@@ -75,11 +75,11 @@ def enqueued(p: Pass, current: dict, stale: list, verdict: kueue.Verdict, templa
         p.cond("Admitted", False, "NotManagedByKueue", message)
         p.phase("Pending", message)
         p.requeue(ADMISSION_POLL_SECONDS)
-    elif verdict.state == kueue.WAITING:
-        waiting_for_quota(p, verdict.message)
+    elif admission.state == kueue.WAITING:
+        waiting_for_quota(p, admission.message)
         p.requeue(ADMISSION_POLL_SECONDS)
     else:
-        return admitted(p, verdict, stale)
+        return admitted(p, admission, stale)
     return p.d
 
 def waiting_for_quota(p: Pass, message: str) -> None:
@@ -92,18 +92,18 @@ def waiting_for_quota(p: Pass, message: str) -> None:
         p.cond("Admitted", False, WAITING_FOR_QUOTA, message)
     p.phase("Pending", message)
 
-def admitted(p: Pass, verdict: kueue.Verdict, stale: list) -> Decision:
+def admitted(p: Pass, admission: kueue.Admission, stale: list) -> Decision:
     previous = condition(p.status, "Admitted")
     if previous is None or previous["status"] != "True":
-        p.d.emit("Normal", "Admitted", verdict.message)
-    p.cond("Admitted", True, "Admitted", verdict.message)
+        p.d.emit("Normal", "Admitted", admission.message)
+    p.cond("Admitted", True, "Admitted", admission.message)
     if stale:
-        p.phase("Pending", f"{verdict.message}; waiting for the previous attempt's pods to go")
+        p.phase("Pending", f"{admission.message}; waiting for the previous attempt's pods to go")
         p.requeue(RECHECK_SECONDS)
         return p.d
     request = GangRequest.for_job(p.o.resolved, p.status.get("avoidedNodes") or ())
-    tolerations = (*request.tolerations, *(t for t in verdict.tolerations if t not in request.tolerations))
-    p.d.act(Place(replace(request, node_selector={**request.node_selector, **verdict.node_selector},
+    tolerations = (*request.tolerations, *(t for t in admission.tolerations if t not in request.tolerations))
+    p.d.act(Place(replace(request, node_selector={**request.node_selector, **admission.node_selector},
                              tolerations=tolerations), p.o.resolved))
     return p.d
 
@@ -125,13 +125,13 @@ def release(p: Pass, releasable: list[tuple[str, tuple[str, ...]]], current: dic
         (name, tuple(kueue.release_patch(by_name[name][1], gates, names.GANG_GATE, nodes[by_name[name][0]])))
         for name, gates in releasable))
 
-def preempted(p: Pass, verdict: kueue.Verdict, current: dict) -> Decision:
+def preempted(p: Pass, admission: kueue.Admission, current: dict) -> Decision:
     """Kueue evicted the group: the attempt ends, not as a failure. Kueue deletes its pods; whatever is left
     goes with its Workload, and a new attempt queues again (restarts and backoffLimit untouched)."""
     p.delete(list(current.values()))
     p.reset_rank_table()
     p.new_attempt()
-    message = (f"preempted by Kueue ({verdict.reason}): {verdict.message}; "
+    message = (f"preempted by Kueue ({admission.reason}): {admission.message}; "
                f"queued again as attempt {p.status['attempt']}")
     p.cond("Admitted", False, PREEMPTED, message)
     p.cond("Running", False, PREEMPTED, message)

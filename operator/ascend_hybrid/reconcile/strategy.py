@@ -31,7 +31,7 @@ class StrategyError(ValueError):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class StrategyFit:
     """Whether a strategy is fit to run, and if not, the condition's reason and message."""
 
     fits: bool
@@ -85,7 +85,7 @@ def choose(job: ResolvedJob, hw: Hardware, hash_: str) -> dict:
     return _plan_status(best, hw, hash_, "planned", found.considered, found.rejected.count)
 
 
-def evaluate(job: ResolvedJob, hw: Hardware, hash_: str) -> tuple[dict, Verdict]:
+def evaluate(job: ResolvedJob, hw: Hardware, hash_: str) -> tuple[dict, StrategyFit]:
     """A manual job's own strategy scored; when it is unfit, the planner's best alternative and its gain."""
     try:
         evaluation = search.evaluate_job(job, hw)
@@ -94,30 +94,30 @@ def evaluate(job: ResolvedJob, hw: Hardware, hash_: str) -> tuple[dict, Verdict]
     workload = Workload.from_job(job)
     document = explain.candidate_document(evaluation, workload, hw)
     status = _plan_status(document, hw, hash_, "evaluated", 1, 0)
-    verdict = verdict_of(document)
+    verdict = fit_of(document)
     if not verdict.fits:
         alternative = best_alternative(job, hw, evaluation)
         if alternative is not None:
             status["alternative"] = alternative
-            verdict = Verdict(False, verdict.reason, f"{verdict.message}; the planner's best for {job.world_size} × "
+            verdict = StrategyFit(False, verdict.reason, f"{verdict.message}; the planner's best for {job.world_size} × "
                                                      f"{hw.name}: {alternative['summary']}")
     return status, verdict
 
 
-def verdict_of(candidate: Mapping[str, Any]) -> Verdict:
+def fit_of(candidate: Mapping[str, Any]) -> StrategyFit:
     memory, time = candidate["memory"], candidate["time"]
     if not candidate["fits"]:
-        return Verdict(False, "PredictedOutOfMemory", f"predicted {memory['totalGiB']} GiB on stage "
+        return StrategyFit(False, "PredictedOutOfMemory", f"predicted {memory['totalGiB']} GiB on stage "
                                                       f"{memory['stage']}, above the usable {memory['usableGiB']} GiB")
     if time["bubbleFraction"] > IDLE_LIMIT:
-        return Verdict(False, "LargePipelineBubble", f"the pipeline idles {time['bubbleFraction']:.1%} of each step "
+        return StrategyFit(False, "LargePipelineBubble", f"the pipeline idles {time['bubbleFraction']:.1%} of each step "
                                                      f"(> {IDLE_LIMIT:.0%})")
     tensor = (candidate.get("groups") or {}).get("tensor") or {}
     if tensor.get("tier") in ("interNode", "crossRing"):
         where = "nodes" if tensor["tier"] == "interNode" else "HCCS rings"
-        return Verdict(False, "TensorParallelAcrossNodes", f"TP {candidate['parallelism']['tensor']} spans "
+        return StrategyFit(False, "TensorParallelAcrossNodes", f"TP {candidate['parallelism']['tensor']} spans "
                                                            f"{where}: its all-reduces leave the fast links")
-    return Verdict(True, "Fits", f"predicted {memory['totalGiB']} of {memory['usableGiB']} GiB, "
+    return StrategyFit(True, "Fits", f"predicted {memory['totalGiB']} of {memory['usableGiB']} GiB, "
                                  f"step {time['stepSeconds']} s, idle {time['bubbleFraction']:.1%}")
 
 

@@ -106,11 +106,11 @@ def test_eviction_is_read_from_the_workload_or_from_the_pods_termination_target(
     message = "Preempted to accommodate a workload (UID: 2f1f) due to prioritization in the ClusterQueue"
     evicted = workload(("Evicted", "True", "Preempted", message), ("Admitted", "False", "NoReservation", ""))
     running = [group_pod(i, kueue_gates=()) for i in range(2)]
-    assert kueue.assess(running, 2, evicted, GROUP) == kueue.Verdict(kueue.EVICTED, "Preempted", message)
+    assert kueue.assess(running, 2, evicted, GROUP) == kueue.Admission(kueue.EVICTED, "Preempted", message)
     target = [{"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted",
                "message": message}]
     doomed = [group_pod(0, kueue_gates=(), conditions=target)]
-    assert kueue.assess(doomed, 2, None, GROUP) == kueue.Verdict(kueue.EVICTED, "Preempted", message), (
+    assert kueue.assess(doomed, 2, None, GROUP) == kueue.Admission(kueue.EVICTED, "Preempted", message), (
         "the pod condition outlives the Workload, and counts even with pods missing")
     ours = [{"type": "TerminationTarget", "status": "True", "reason": "WorkloadDeleted", "message": "deleted"}]
     assert kueue.assess([group_pod(0, kueue_gates=(), conditions=ours), running[1]], 2, None, GROUP).state == (

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import yaml
 
-from ascend_hybrid.devtools import chartgen as generate
+from ascend_hybrid.devtools import chartgen
 from ascend_hybrid.spec import crd
 
 CRD = crd.build()
 
 
 def test_committed_copies_have_no_drift(repo_root):
-    assert generate.stale_crd_copies() == []
+    assert chartgen.stale_crd_copies() == []
     targets = [repo_root / "crds" / crd.CRD_FILE_NAME,
                repo_root / "charts" / "ascend-hybrid-operator" / "crds" / crd.CRD_FILE_NAME]
-    assert list(generate.crd_paths()) == targets
+    assert list(chartgen.crd_paths()) == targets
     for target in targets:
         assert target.read_text() == crd.render()
         assert yaml.safe_load(target.read_text()) == CRD
@@ -22,8 +22,8 @@ def test_committed_copies_have_no_drift(repo_root):
 
 def test_drift_is_detected_on_a_tampered_copy(tmp_path):
     good, bad, missing = tmp_path / "good.yaml", tmp_path / "bad.yaml", tmp_path / "missing.yaml"
-    assert generate.write_crd((good, bad)) == [good, bad]
+    assert chartgen.write_crd((good, bad)) == [good, bad]
     tampered = bad.read_text().replace("shortNames:\n    - ahj\n", "shortNames:\n    - ahx\n")
     assert tampered != bad.read_text()
     bad.write_text(tampered)
-    assert generate.stale_crd_copies((good, bad, missing)) == [bad, missing]
+    assert chartgen.stale_crd_copies((good, bad, missing)) == [bad, missing]

@@ -1,5 +1,5 @@
 """The container runtime's pure side: a pod as a `podman run` (container.py), its volumes' files with the
-projected ServiceAccount token (volumes.py), restartPolicy and back-off (restart.py), the plan's restarts, the
+projected ServiceAccount token (volumes.py), restartPolicy and back-off (restart.py), the runtime decisions' restarts, the
 status of a restarted container, and the cluster default for containers."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from ascend_hybrid.contracts import names
-from ascend_hybrid.devcluster.runtime import default as runtime_default
-from ascend_hybrid.devcluster.runtime import status as podstatus
+from ascend_hybrid.devcluster.runtime import podstatus, runtime_default
 from ascend_hybrid.devcluster.runtime.container import (
     CONTAINER_RUNTIME,
     RUNTIME_LABEL,
@@ -23,9 +22,9 @@ from ascend_hybrid.devcluster.runtime.container import (
     is_container_pod,
     run_arguments,
 )
+from ascend_hybrid.devcluster.runtime.decisions import ReportExit, Restart, Start, Tracked, decide
 from ascend_hybrid.devcluster.runtime.kubelet import Modes, ProcessMode, apiserver_address, runtime_id
 from ascend_hybrid.devcluster.runtime.launch import RUNTIME_ANNOTATION, NotRunnable, PodLayout
-from ascend_hybrid.devcluster.runtime.plan import ReportExit, Restart, Start, Tracked, plan
 from ascend_hybrid.devcluster.runtime.restart import (
     RESET_AFTER_SECONDS,
     backoff_seconds,
@@ -274,16 +273,16 @@ def test_the_plan_restarts_an_ended_container_after_its_back_off():
                   "status": {"phase": "Running", "podIP": "127.16.0.9"}}}
     ended = Tracked(pid=1, workers=1, grace=30, exit_code=137, announced=True, streak=1, started_at=0.0,
                     finished_at=30.0)
-    assert plan(pods, {"a": ended}, capacity=4, now=100) == [ReportExit("a", 10)]
+    assert decide(pods, {"a": ended}, capacity=4, now=100) == [ReportExit("a", 10)]
     waiting = Tracked(pid=1, workers=3, grace=30, exit_code=137, reported=True, restart_at=110.0)
-    assert plan(pods, {"a": waiting}, capacity=4, now=100) == []
-    assert plan(pods, {"a": waiting}, capacity=4, now=110) == [Restart("a")]
+    assert decide(pods, {"a": waiting}, capacity=4, now=100) == []
+    assert decide(pods, {"a": waiting}, capacity=4, now=110) == [Restart("a")]
     # its workers stay counted while it waits: a newcomer that would not fit beside it waits too
     newcomer = {**pods["a"], "metadata": {**pods["a"]["metadata"], "uid": "b", "name": "b"},
                 "spec": {**pods["a"]["spec"], "containers": [{"name": "main", "image": "x", "env": [
                     {"name": "MS_LOCAL_WORKER", "value": "2"}]}]}, "status": {"phase": "Pending",
                                                                                "podIP": "127.16.0.10"}}
-    assert Start("b") not in plan({**pods, "b": newcomer}, {"a": waiting}, capacity=4, now=100)
+    assert Start("b") not in decide({**pods, "b": newcomer}, {"a": waiting}, capacity=4, now=100)
 
 
 def test_a_restarted_container_reports_its_restart_count_and_last_state():

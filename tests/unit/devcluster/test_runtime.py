@@ -1,4 +1,4 @@
-"""The process runtime's decisions (runtime_plan.plan) and its guard (runtime_guard), and the cluster default's
+"""The process runtime's decisions (decisions.decide) and its guard (guard.py), and the cluster default's
 admission policy (runtime_default): pure, no cluster."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_hybrid.devcluster.runtime import default as runtime_default
-from ascend_hybrid.devcluster.runtime.guard import admit, default_capacity, requested_workers
-from ascend_hybrid.devcluster.runtime.plan import (
+from ascend_hybrid.devcluster.runtime import runtime_default
+from ascend_hybrid.devcluster.runtime.decisions import (
     Announce,
     Forget,
     Kill,
@@ -21,8 +20,9 @@ from ascend_hybrid.devcluster.runtime.plan import (
     SyncVolumes,
     Tracked,
     Wait,
-    plan,
+    decide,
 )
+from ascend_hybrid.devcluster.runtime.guard import admit, default_capacity, requested_workers
 
 NOW = 1000.0
 
@@ -50,14 +50,14 @@ def running(workers: int = 1, **fields) -> Tracked:
 
 
 def test_a_bound_pod_with_its_ip_starts_and_one_without_an_ip_waits_for_kwok():
-    assert plan({"a": pod("a"), "b": pod("b", ip=None)}, {}, capacity=4, now=NOW) == [Start("a")]
+    assert decide({"a": pod("a"), "b": pod("b", ip=None)}, {}, capacity=4, now=NOW) == [Start("a")]
 
 
 def test_pods_start_oldest_first_while_the_guard_has_room_and_the_first_that_does_not_fit_holds_the_rest():
     pods = {"late": pod("late", created="2026-11-29T17:03:00Z", workers=1),
             "big": pod("big", created="2026-11-29T17:02:00Z", workers=3),
             "first": pod("first", created="2026-11-29T17:01:00Z", workers=2)}
-    actions = plan(pods, {}, capacity=4, now=NOW)
+    actions = decide(pods, {}, capacity=4, now=NOW)
     assert actions[0] == Start("first")
     assert [type(a) for a in actions[1:]] == [Wait, Wait]
     assert actions[1].uid == "big" and "2 of the 4" in actions[1].message
@@ -67,65 +67,65 @@ def test_pods_start_oldest_first_while_the_guard_has_room_and_the_first_that_doe
 def test_a_pod_that_can_never_fit_waits_alone():
     pods = {"huge": pod("huge", created="2026-11-29T17:01:00Z", workers=99),
             "small": pod("small", created="2026-11-29T17:02:00Z", workers=1)}
-    actions = plan(pods, {}, capacity=4, now=NOW)
+    actions = decide(pods, {}, capacity=4, now=NOW)
     assert actions[0].uid == "huge" and isinstance(actions[0], Wait) and "cannot start here" in actions[0].message
     assert actions[1] == Start("small")
 
 
 def test_running_processes_count_against_the_capacity():
     pods = {"old": pod("old", phase="Running"), "new": pod("new", workers=2)}
-    assert isinstance(plan(pods, {"old": running(workers=3)}, capacity=4, now=NOW)[-1], Wait)
-    assert plan(pods, {"old": running(workers=2)}, capacity=4, now=NOW)[-1] == Start("new")
+    assert isinstance(decide(pods, {"old": running(workers=3)}, capacity=4, now=NOW)[-1], Wait)
+    assert decide(pods, {"old": running(workers=2)}, capacity=4, now=NOW)[-1] == Start("new")
 
 
 def test_a_running_process_keeps_its_volumes_in_sync_and_its_running_status_written():
     pods = {"a": pod("a", phase="Running")}
-    assert plan(pods, {"a": running()}, capacity=4, now=NOW) == [SyncVolumes("a")]
-    assert plan(pods, {"a": running(announced=False)}, capacity=4, now=NOW) == [Announce("a"), SyncVolumes("a")]
+    assert decide(pods, {"a": running()}, capacity=4, now=NOW) == [SyncVolumes("a")]
+    assert decide(pods, {"a": running(announced=False)}, capacity=4, now=NOW) == [Announce("a"), SyncVolumes("a")]
 
 
 def test_an_ended_process_is_reported_once():
     pods = {"a": pod("a", phase="Running")}
-    assert plan(pods, {"a": running(exit_code=137)}, capacity=4, now=NOW) == [ReportExit("a")]
-    assert plan(pods, {"a": running(exit_code=137, reported=True)}, capacity=4, now=NOW) == []
+    assert decide(pods, {"a": running(exit_code=137)}, capacity=4, now=NOW) == [ReportExit("a")]
+    assert decide(pods, {"a": running(exit_code=137, reported=True)}, capacity=4, now=NOW) == []
 
 
 def test_deleting_a_pod_stops_its_group_kills_it_after_the_grace_period_and_then_removes_the_pod():
     deleting = {"a": pod("a", phase="Running", deleting=True, grace=7)}
-    assert plan(deleting, {"a": running()}, capacity=4, now=NOW) == [Stop("a", 7.0)]
+    assert decide(deleting, {"a": running()}, capacity=4, now=NOW) == [Stop("a", 7.0)]
     stopping = running(stop_deadline=NOW + 1)
-    assert plan(deleting, {"a": stopping}, capacity=4, now=NOW) == []
-    assert plan(deleting, {"a": stopping}, capacity=4, now=NOW + 1) == [Kill("a")]
-    assert plan(deleting, {"a": running(exit_code=143, stop_deadline=NOW + 1)}, capacity=4, now=NOW) == [Remove("a")]
+    assert decide(deleting, {"a": stopping}, capacity=4, now=NOW) == []
+    assert decide(deleting, {"a": stopping}, capacity=4, now=NOW + 1) == [Kill("a")]
+    assert decide(deleting, {"a": running(exit_code=143, stop_deadline=NOW + 1)}, capacity=4, now=NOW) == [Remove("a")]
     # never started (e.g. waiting for room): removed at once
-    assert plan({"b": pod("b", deleting=True)}, {}, capacity=4, now=NOW) == [Remove("b")]
+    assert decide({"b": pod("b", deleting=True)}, {}, capacity=4, now=NOW) == [Remove("b")]
 
 
 def test_a_deleted_pod_held_by_a_finalizer_gets_its_terminal_phase_before_it_is_removed():
     """Kueue lets go of a pod only once it is terminated: the runtime writes the end first, as a kubelet does."""
     held = ("kueue.x-k8s.io/managed",)
     deleting = {"a": pod("a", phase="Running", deleting=True, finalizers=held)}
-    assert plan(deleting, {"a": running()}, capacity=4, now=NOW) == [Stop("a", 30.0)]
+    assert decide(deleting, {"a": running()}, capacity=4, now=NOW) == [Stop("a", 30.0)]
     ended = running(exit_code=143, stop_deadline=NOW + 1)
-    assert plan(deleting, {"a": ended}, capacity=4, now=NOW) == [ReportExit("a"), Remove("a")]
+    assert decide(deleting, {"a": ended}, capacity=4, now=NOW) == [ReportExit("a"), Remove("a")]
     reported = {"a": pod("a", phase="Failed", deleting=True, finalizers=held)}
-    assert plan(reported, {"a": running(exit_code=143, reported=True)}, capacity=4, now=NOW) == [Remove("a")]
+    assert decide(reported, {"a": running(exit_code=143, reported=True)}, capacity=4, now=NOW) == [Remove("a")]
     # never started here: a terminal phase all the same
-    assert plan({"b": pod("b", deleting=True, finalizers=held)}, {}, capacity=4, now=NOW) == [
+    assert decide({"b": pod("b", deleting=True, finalizers=held)}, {}, capacity=4, now=NOW) == [
         ReportStopped("b"), Remove("b")]
-    assert plan({"c": pod("c", phase="Failed", deleting=True, finalizers=held)}, {}, capacity=4, now=NOW) == [
+    assert decide({"c": pod("c", phase="Failed", deleting=True, finalizers=held)}, {}, capacity=4, now=NOW) == [
         Remove("c")]
 
 
 def test_a_pod_gone_from_the_api_has_its_process_stopped_and_then_forgotten():
-    assert plan({}, {"a": running()}, capacity=4, now=NOW) == [Stop("a", 30.0)]
-    assert plan({}, {"a": running(stop_deadline=NOW - 1)}, capacity=4, now=NOW) == [Kill("a")]
-    assert plan({}, {"a": running(exit_code=0, reported=True)}, capacity=4, now=NOW) == [Forget("a")]
+    assert decide({}, {"a": running()}, capacity=4, now=NOW) == [Stop("a", 30.0)]
+    assert decide({}, {"a": running(stop_deadline=NOW - 1)}, capacity=4, now=NOW) == [Kill("a")]
+    assert decide({}, {"a": running(exit_code=0, reported=True)}, capacity=4, now=NOW) == [Forget("a")]
 
 
 def test_a_running_pod_without_a_process_here_was_lost_and_finished_pods_are_left_alone():
     pods = {"r": pod("r", phase="Running"), "s": pod("s", phase="Succeeded"), "f": pod("f", phase="Failed")}
-    assert plan(pods, {}, capacity=4, now=NOW) == [ReportLost("r")]
+    assert decide(pods, {}, capacity=4, now=NOW) == [ReportLost("r")]
 
 
 @given(st.lists(st.tuples(st.integers(1, 6), st.booleans()), max_size=8), st.integers(1, 8))
@@ -138,7 +138,7 @@ def test_what_starts_never_exceeds_the_capacity(pod_specs, capacity):
         if is_running:
             tracked[uid] = running(workers=workers)
     in_use = sum(t.workers for t in tracked.values())
-    started = [a.uid for a in plan(pods, tracked, capacity, NOW) if isinstance(a, Start)]
+    started = [a.uid for a in decide(pods, tracked, capacity, NOW) if isinstance(a, Start)]
     assert in_use > capacity or in_use + sum(requested_workers(pods[u]["spec"]["containers"][0])
                                              for u in started) <= capacity
 

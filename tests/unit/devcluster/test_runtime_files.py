@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ascend_hybrid.contracts import names
-from ascend_hybrid.devcluster.runtime import status as podstatus
+from ascend_hybrid.devcluster.runtime import podstatus
 from ascend_hybrid.devcluster.runtime.launch import (
     TRAINER_IMAGE,
     NotRunnable,

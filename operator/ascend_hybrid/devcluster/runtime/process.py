@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from ascend_hybrid.devcluster.runtime.status import cri_log_line
+from ascend_hybrid.devcluster.runtime.podstatus import cri_log_line
 
 PR_SET_PDEATHSIG = 1
 MAX_RECORD_BYTES = 16 * 1024  # the kubelet's CRI log record limit; longer lines become P records

@@ -8,7 +8,7 @@ kwok gives such a pod its IPs once the device plugin annotated it and otherwise 
 directory (and keeps them in sync), starts the process with the container's env (launch.py), turns the pod
 Running, serves its output to `kubectl logs` through a kwok Logs object, reports Succeeded or Failed with the
 exit code (or restarts a container as its restartPolicy says: restart.py), stops the group on deletion (SIGTERM,
-SIGKILL after the grace period) and then deletes the pod. The decisions are plan.plan() (plan.py); this module
+SIGKILL after the grace period) and then deletes the pod. The decisions are decisions.decide(); this module
 carries them out.
 
     python -m ascend_hybrid.devcluster.runtime.service --kubeconfig FILE --cluster-dir DIR [--ready-file F]
@@ -34,18 +34,8 @@ from kubernetes.client.rest import ApiException
 from ascend_hybrid.devcluster.kube.client import api_client, describe, with_retries
 from ascend_hybrid.devcluster.kube.informer import Source, start_informers, wait_synced
 from ascend_hybrid.devcluster.kube.processes import helper_main, log, run_until_signalled
-from ascend_hybrid.devcluster.runtime import status as podstatus
-from ascend_hybrid.devcluster.runtime.forwarder import Forwarder, service_routes
-from ascend_hybrid.devcluster.runtime.guard import default_capacity, requested_workers
-from ascend_hybrid.devcluster.runtime.kubelet import (
-    ContainerMode,
-    Modes,
-    ProcessMode,
-    read_bytes,
-    write_atomically,
-)
-from ascend_hybrid.devcluster.runtime.launch import NotRunnable, PodLayout, runtime_container
-from ascend_hybrid.devcluster.runtime.plan import (
+from ascend_hybrid.devcluster.runtime import podstatus
+from ascend_hybrid.devcluster.runtime.decisions import (
     Announce,
     Forget,
     Kill,
@@ -59,8 +49,18 @@ from ascend_hybrid.devcluster.runtime.plan import (
     SyncVolumes,
     Tracked,
     Wait,
-    plan,
+    decide,
 )
+from ascend_hybrid.devcluster.runtime.forwarder import Forwarder, service_routes
+from ascend_hybrid.devcluster.runtime.guard import default_capacity, requested_workers
+from ascend_hybrid.devcluster.runtime.kubelet import (
+    ContainerMode,
+    Modes,
+    ProcessMode,
+    read_bytes,
+    write_atomically,
+)
+from ascend_hybrid.devcluster.runtime.launch import NotRunnable, PodLayout, runtime_container
 from ascend_hybrid.devcluster.runtime.process import PodProcess
 from ascend_hybrid.devcluster.runtime.restart import next_streak
 from ascend_hybrid.devcluster.runtime.volumes import VolumeFile
@@ -183,7 +183,7 @@ class ProcessRuntime:
                     Stop: self.stop, Kill: self.kill, ReportExit: self.report_exit, Restart: self.restart,
                     ReportLost: self.report_lost, ReportStopped: self.report_stopped, Remove: self.remove,
                     Forget: self.forget}
-        for action in plan(process_pods, dict(self.tracked), self.capacity, time.monotonic()):
+        for action in decide(process_pods, dict(self.tracked), self.capacity, time.monotonic()):
             handlers[type(action)](action, process_pods.get(action.uid))
         for notes in (self.told, self.removing):  # what was noted about pods that are gone for good
             for uid in [uid for uid in notes if uid not in process_pods and uid not in self.tracked]:

@@ -1,5 +1,5 @@
 """The process runtime's decisions (pure): from the process pods the API shows and the processes it runs, what
-to do now. The shell (runtime.py) calls plan() on every change and every tick, and carries the actions out.
+to do now. The shell (service.py) calls decide() on every change and every tick, and carries the actions out.
 
 A kubelet's rules, for one container per pod with restartPolicy Never:
 - a bound, Pending pod with its IP (kwok gives it one once the device plugin annotated it) starts, oldest
@@ -166,7 +166,7 @@ def _workers(pod: dict) -> int:
         return 1  # Start will find out and say why it cannot run
 
 
-def plan(pods: dict[str, dict], tracked: dict[str, Tracked], capacity: int, now: float) -> list[Action]:
+def decide(pods: dict[str, dict], tracked: dict[str, Tracked], capacity: int, now: float) -> list[Action]:
     """pods: uid → the process pods bound to a node, as the API shows them now; tracked: uid → processes."""
     actions: list[Action] = []
     for uid, process in tracked.items():
