@@ -337,8 +337,10 @@ def parse(body: Mapping) -> ResolvedJob:
     elif len(name) > MAX_JOB_NAME or not re.match(NAME_PATTERN, name):
         problems.append(f"metadata.name={name!r}: {NAME_RULE_MESSAGE.removeprefix('metadata.name ')}")
     spec_body = body.get("spec")
-    if not isinstance(spec_body, Mapping):
+    if spec_body is None:
         raise SpecError([*problems, "spec: is required (an object with at least spec.parallelism)"])
+    if not isinstance(spec_body, Mapping):
+        raise SpecError([*problems, f"spec={json.dumps(spec_body)}: must be an object (with at least spec.parallelism)"])
     numbers = number_problems(spec_body)
     problems += numbers.values()
     try:
