@@ -47,7 +47,26 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
         target = copy.deepcopy(definitions[node["$ref"].split("/")[-1]])
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
         return _structural(merged, definitions)
-    node = dict(node)
+    node = _inline_combinators(dict(node), definitions)
+    _to_openapi_v3(node)
+    optional = "default" in node and node["default"] is None  # a field that is absent unless the user sets it
+    if optional:
+        node.pop("default")
+    out = _with_structural_children(node, definitions)
+    if out.get("type") == "integer":
+        # Kubernetes integers are int64 (the apiserver decodes nothing wider); the format says so in the schema and
+        # in `kubectl explain`, and rules.parse refuses wider integers with the same bound.
+        out.setdefault("format", "int64")
+    if out.get("type") == "object" and "properties" in out and "default" not in out and not optional:
+        # Defaulting every object lets nested defaults (and the CEL rules relying on them) apply; an optional one
+        # (autoConstraints) stays absent, so has() tells whether the user set it.
+        if not out.get("required"):
+            out["default"] = {}
+    return out
+
+
+def _inline_combinators(node: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
+    """`anyOf [X, null]` becomes X, nullable; a single `allOf` is merged in."""
     if "anyOf" in node:
         options = node.pop("anyOf")
         variants = [v for v in options if v.get("type") != "null"]
@@ -63,6 +82,11 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
     if "allOf" in node and len(node["allOf"]) == 1:
         base = _structural(node.pop("allOf")[0], definitions)
         node = {**base, **node}
+    return node
+
+
+def _to_openapi_v3(node: dict[str, Any]) -> None:
+    """JSON Schema 2020 keywords (pydantic's) as Kubernetes' OpenAPI v3.0 subset says them, in place."""
     node.pop("title", None)
     if node.get("additionalProperties") is False:
         node.pop("additionalProperties")
@@ -76,9 +100,9 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
     if "enum" in node and "type" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
         # An untyped node that preserves unknown fields is how a field takes values of two types (api.RECOMPUTE_SCHEMA).
         node["type"] = "string"
-    optional = "default" in node and node["default"] is None  # a field that is absent unless the user sets it
-    if optional:
-        node.pop("default")
+
+
+def _with_structural_children(node: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for key, value in node.items():
         if key == "properties":
@@ -90,15 +114,6 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
             out[key] = _structural(value, definitions)
         else:
             out[key] = value
-    if out.get("type") == "integer":
-        # Kubernetes integers are int64 (the apiserver decodes nothing wider); the format says so in the schema and
-        # in `kubectl explain`, and rules.parse refuses wider integers with the same bound.
-        out.setdefault("format", "int64")
-    if out.get("type") == "object" and "properties" in out and "default" not in out and not optional:
-        # Defaulting every object lets nested defaults (and the CEL rules relying on them) apply; an optional one
-        # (autoConstraints) stays absent, so has() tells whether the user set it.
-        if not out.get("required"):
-            out["default"] = {}
     return out
 
 
