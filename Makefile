@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo demo-kueue test unit setup toolchain crd lint bench bench-4096 clean images
+.PHONY: demo demo-kueue test check unit setup toolchain crd lint hooks bench bench-4096 clean images
 
 demo: setup toolchain
 	mkdir -p build
@@ -21,8 +21,13 @@ test: setup toolchain lint
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi; \
 	  exit $$status
 
+# The inner loop, hermetic on a clean clone (no Go toolchain, no cluster): lint (ruff, mypy, layering), the unit
+# tests but the few that need the toolchain's helm or Kueue manifests, and the contract tests.
+check: lint
+	$(BIN)/pytest -q -m "not toolchain" tests/unit tests/contract
+
 unit: setup
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest -q -m "not toolchain" tests/unit
 
 setup: $(VENV)/.installed
 
@@ -39,7 +44,12 @@ toolchain: setup
 
 lint: setup
 	$(BIN)/ruff check operator trainer tests bench
+	$(BIN)/python hack/mypy_baseline.py
 	$(BIN)/pytest -q -p no:cacheprovider tests/contract/test_layering.py
+
+# A pre-commit hook that runs `make lint` (hack/hooks/pre-commit).
+hooks:
+	git config core.hooksPath hack/hooks
 
 crd: setup
 	$(BIN)/ascend-hybrid crd write

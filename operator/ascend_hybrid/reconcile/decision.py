@@ -88,7 +88,7 @@ def run(p: Pass) -> Decision:
     stale = [pod for pod in p.o.pods if attempt_of(pod) != attempt]
     p.delete(stale)
     current = {pod_index(pod): pod for pod in p.o.pods if attempt_of(pod) == attempt}
-    template_hash = pod_template_hash(p.o.resolved)
+    template_hash = pod_template_hash(p.resolved)
     # parallelism, npu or template changed under running pods: restart as a new attempt
     if current and p.status.get("podTemplateHash") not in (None, template_hash):
         return restart_for_spec_change(p, list(current.values()))
@@ -111,14 +111,14 @@ def chosen_strategy(p: Pass) -> Decision | None:
     """The planner's step (strategy.step) on every live pass; the job runs with the strategy it resolves."""
     o, status = p.o, p.status
     if status.get("phase") not in TERMINAL_JOB_PHASES:
-        chosen = strategy.step(p.job.get("spec") or {}, o.resolved, status, o.hardware_profiles, o.now,
+        chosen = strategy.step(p.job.get("spec") or {}, p.resolved, status, o.hardware_profiles, o.now,
                                p.generation)
         for event in chosen.events:
             p.d.emit(*event)
         if chosen.failure:
             return p.fail(*chosen.failure)
         p.o = replace(o, resolved=chosen.resolved)
-    status["worldSize"], status["observedGeneration"] = p.o.resolved.world_size, p.generation
+    status["worldSize"], status["observedGeneration"] = p.resolved.world_size, p.generation
     status.setdefault("restarts", 0)
     return None
 
@@ -134,7 +134,7 @@ def first_seen(p: Pass) -> None:
     """Attempt 1 begins: Created, Pending, one event."""
     if p.status.get("attempt"):
         return
-    e = p.o.resolved
+    e = p.resolved
     p.status["attempt"] = 1
     p.cond("Created", True, "Created", f"world {e.world_size}: {e.pod_count} pods × {e.per_pod} NPUs")
     p.phase("Pending", "waiting for placement")
@@ -142,7 +142,7 @@ def first_seen(p: Pass) -> None:
 
 
 def past_deadline(p: Pass) -> Decision | None:
-    deadline = p.o.resolved.spec.run_policy.active_deadline_seconds
+    deadline = p.resolved.spec.run_policy.active_deadline_seconds
     started = parse_time(p.status.get("startTime"))
     if not (deadline and started):
         return None
@@ -154,7 +154,7 @@ def past_deadline(p: Pass) -> Decision | None:
 
 
 def suspension(p: Pass) -> Decision | None:
-    if p.o.resolved.spec.run_policy.suspend:
+    if p.resolved.spec.run_policy.suspend:
         return suspended(p)
     if p.status.get("phase") == "Suspended":
         p.new_attempt()
@@ -166,7 +166,7 @@ def suspension(p: Pass) -> Decision | None:
 
 def placement_of_attempt(p: Pass, attempt: int) -> dict:
     placement = p.status.get("placement") or {}
-    if placement.get("attempt") == attempt and len(placement.get("nodes") or ()) != p.o.resolved.pod_count:
+    if placement.get("attempt") == attempt and len(placement.get("nodes") or ()) != p.resolved.pod_count:
         return {}  # made for another spec (its parallelism changed before any pod existed): place anew
     return placement
 
@@ -185,7 +185,7 @@ def attempt_outcome(p: Pass, current: dict, placement: dict) -> Decision | None:
     if failure is not None:  # broken, its cause not in yet
         return p.d
     pods = list(current.values())
-    if pods and len(pods) == p.o.resolved.pod_count and all(phase_of(pod) == "Succeeded" for pod in pods):
+    if pods and len(pods) == p.resolved.pod_count and all(phase_of(pod) == "Succeeded" for pod in pods):
         return succeeded(p, pods)
     return None
 
@@ -199,13 +199,13 @@ def enqueued(p: Pass, current: dict, stale: list, admission: Admission | None, t
         p.phase(p.status.get("phase") or "Pending", "waiting for the previous attempt's pods to go")
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
-    e = p.o.resolved
+    e = p.resolved
     p.d.act(Place(GangRequest.for_job(e, p.status.get("avoidedNodes") or ()), e))
     return p.d
 
 
 def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decision:
-    o, e, status = p.o, p.o.resolved, p.status
+    o, e, status = p.o, p.resolved, p.status
     attempt = int(status["attempt"])
     status["podTemplateHash"] = template_hash
     status.setdefault("startTime", timestamp(o.now))
@@ -271,12 +271,12 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
     return p.d
 
 def super_pods(p: Pass, nodes: list[str]) -> dict[str, str] | None:
-    if not CHIPS[p.o.resolved.chip].super_pods:
+    if not CHIPS[p.resolved.chip].super_pods:
         return None
     return ranktable.node_super_pods(nodes, p.o.nodes, p.o.device_infos)
 
 def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decision:
-    e = p.o.resolved
+    e = p.resolved
     created = min(parse_time(pod["metadata"].get("creationTimestamp")) or p.o.now for pod in pods)
     admitted = condition(p.status, "Admitted")  # a queued gang waits for the scheduler from its admission
     if admitted is not None and admitted["status"] == "True":
@@ -301,7 +301,7 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
 def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
     """The failure policy's verdict: fail, or restart the whole gang (counted against backoffLimit, or as a
     disruption, or ignored), avoiding the first failed rank's node where it says so."""
-    e, status = p.o.resolved, p.status
+    e, status = p.resolved, p.status
     verdict = judge(e.spec.run_policy.failure_policy.rules, failure)
     fix = hint(failure, e, prediction(e) if failure.cause == "DeviceOutOfMemory" else None)
     status["lastFailure"] = last_failure(failure, verdict.action, int(status["attempt"]), fix, p.o.now)
@@ -338,7 +338,7 @@ def restart_for_spec_change(p: Pass, current: list[dict]) -> Decision:
 
 def succeeded(p: Pass, current: list[dict]) -> Decision:
     p.status["completionTime"] = timestamp(p.o.now)
-    p.status["pods"] = pod_counts(current, p.o.resolved.pod_count)
+    p.status["pods"] = pod_counts(current, p.resolved.pod_count)
     p.cond("Running", False, "Completed", "all pods succeeded")
     p.cond("Succeeded", True, "AllPodsSucceeded", f"attempt {p.status['attempt']} succeeded")
     p.phase("Succeeded", f"all {len(current)} pods succeeded")

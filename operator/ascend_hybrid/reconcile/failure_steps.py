@@ -18,7 +18,7 @@ from ascend_hybrid.reconcile.state import Pass
 def failure(p: Pass, current: dict, placement: dict) -> Failure | Wait | None:
     """The first failure of this attempt (failures.find_failure); a Wait that holds the attempt while its
     cause is not in yet; None while it is healthy (or a node is within its grace)."""
-    e, attempt = p.o.resolved, int(p.status["attempt"])
+    e, attempt = p.resolved, int(p.status["attempt"])
     lost = []
     if p.status.get("phase") in ("Starting", "Running") or p.queue:
         lost = [(index, names.pod_name(p.meta["name"], attempt, index)) for index in range(e.pod_count)

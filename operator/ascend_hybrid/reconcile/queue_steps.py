@@ -41,11 +41,11 @@ def group_name(p: Pass) -> str:
     return kueue.group_name(p.meta["name"], int(p.status["attempt"]))
 
 def kueue_admission(p: Pass, current: dict) -> kueue.Admission:
-    return kueue.assess(list(current.values()), p.o.resolved.pod_count, p.o.workload, group_name(p))
+    return kueue.assess(list(current.values()), p.resolved.pod_count, p.o.workload, group_name(p))
 
 # -- before placement --------------------------------------------------------------------------------------
 def enqueued(p: Pass, current: dict, stale: list, admission: kueue.Admission, template_hash: str) -> Decision:
-    o, e, status = p.o, p.o.resolved, p.status
+    o, e, status = p.o, p.resolved, p.status
     attempt, job, group = int(status["attempt"]), p.meta["name"], group_name(p)
     status["podTemplateHash"] = template_hash  # a spec change while queued restarts the attempt too
     if not o.children_ready or not o.sched_ip:
@@ -101,10 +101,10 @@ def admitted(p: Pass, admission: kueue.Admission, stale: list) -> Decision:
         p.phase("Pending", f"{admission.message}; waiting for the previous attempt's pods to go")
         p.requeue(RECHECK_SECONDS)
         return p.d
-    request = GangRequest.for_job(p.o.resolved, p.status.get("avoidedNodes") or ())
+    request = GangRequest.for_job(p.resolved, p.status.get("avoidedNodes") or ())
     tolerations = (*request.tolerations, *(t for t in admission.tolerations if t not in request.tolerations))
     p.d.act(Place(replace(request, node_selector={**request.node_selector, **admission.node_selector},
-                             tolerations=tolerations), p.o.resolved))
+                             tolerations=tolerations), p.resolved))
     return p.d
 
 # -- after placement ---------------------------------------------------------------------------------------

@@ -72,6 +72,13 @@ class Pass:
         self.status = self.d.status
 
     @property
+    def resolved(self) -> ResolvedJob:
+        """The resolved job (an auto job's with its chosen strategy); steps run only after run() checked it."""
+        if self.o.resolved is None:
+            raise ValueError("a reconcile step ran for a job whose spec does not resolve")
+        return self.o.resolved
+
+    @property
     def queue(self) -> str | None:
         """The job's Kueue LocalQueue (spec.scheduling.queue), or None on the direct path."""
         resolved = self.o.resolved

@@ -21,7 +21,7 @@ def record_telemetry(p: Pass) -> None:
     if sample is None:
         return
     if sample.ok:
-        p.status["training"] = training_status(sample, p.o.resolved.spec.training.steps)
+        p.status["training"] = training_status(sample, p.resolved.spec.training.steps)
         p.status["utilization"] = utilization_status(sample)
         if p.status.get("plan"):
             p.status["plan"] = strategy.measured(p.status["plan"], p.status["training"],
@@ -40,7 +40,7 @@ def record_telemetry(p: Pass) -> None:
 def record_anomalies(p: Pass, sample: Sample) -> None:
     """LoadImbalanced, Straggling, TrainingStalled from this sample and the attempt's history in
     status.monitoring; one Warning event when one turns on."""
-    e = p.o.resolved
+    e = p.resolved
     evaluation = prediction(e)
     folded = anomalies.fold(p.status.get("monitoring"), sample, e.spec.monitoring,
                             evaluation.time.step if evaluation is not None else None)

@@ -25,6 +25,8 @@ from ascend_hybrid.devcluster.controlplane import toolchain
 from ascend_hybrid.devtools import chartgen
 from ascend_hybrid.spec import crd
 
+pytestmark = pytest.mark.toolchain  # helm renders the chart: the Go toolchain must be built
+
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE_ENV = "AHJ_UPDATE_GOLDEN"
 VARIANTS = {"chart-default": (), "chart-namespaced-monitoring": (GOLDEN / "values-namespaced-monitoring.yaml",),

@@ -44,6 +44,7 @@ def test_every_server_of_kueue_is_on_loopback_at_the_chosen_ports_and_the_visibi
     assert config["managedJobsNamespaceSelector"] == {"matchLabels": {"kueue.x-k8s.io/managed": "true"}}
 
 
+@pytest.mark.toolchain  # reads the Kueue manifests the toolchain build copies
 def test_the_webhooks_are_called_by_url_on_loopback_and_pods_only_in_managed_namespaces(kueue_files):
     documents = manifests.webhook_configurations((kueue_files / "webhooks.yaml").read_text(), 14003, CA)
     names = {webhook["name"] for document in documents for webhook in document["webhooks"]}
@@ -58,12 +59,14 @@ def test_the_webhooks_are_called_by_url_on_loopback_and_pods_only_in_managed_nam
     assert paths["mpod.kb.io"] == "/mutate--v1-pod" and paths["vpod.kb.io"] == "/validate--v1-pod"
 
 
+@pytest.mark.toolchain  # reads the Kueue manifests the toolchain build copies
 def test_a_webhook_manifest_that_lost_a_webhook_we_need_is_an_error(kueue_files):
     text = (kueue_files / "webhooks.yaml").read_text().replace("name: mpod.kb.io", "name: mpod-renamed.kb.io")
     with pytest.raises(ValueError, match="mpod.kb.io"):
         manifests.webhook_configurations(text, 14003, CA)
 
 
+@pytest.mark.toolchain  # reads the Kueue manifests the toolchain build copies
 def test_crds_that_upstream_converts_by_webhook_get_our_url_and_the_others_stay_as_they_are(kueue_files):
     texts = [path.read_text() for path in sorted((kueue_files / "crds").glob("*.yaml"))]
     documents = manifests.crds(texts, 14003, CA)
