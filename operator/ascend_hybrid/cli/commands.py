@@ -81,7 +81,7 @@ def cmd_validate(args) -> int:
 
 def cmd_layout(args) -> int:
     _, resolved = load_job(args.file)
-    layout = layouts.from_effective(resolved)
+    layout = layouts.from_resolved(resolved)
     if args.output == "json":
         document = {"worldSize": layout.world_size, "groups": layout.groups(),
                     "pods": [{"index": p.index, "ranks": [p.first, p.last]} for p in layout.pods]}

@@ -22,6 +22,7 @@ from ascend_hybrid.contracts.ascend import device_infos_by_node
 from ascend_hybrid.contracts.podview import attempt_of
 from ascend_hybrid.controller import children, metrics, placing
 from ascend_hybrid.controller.kube import Kube, rank_table_of
+from ascend_hybrid.controller.logs import job_fields
 from ascend_hybrid.controller.records import Indexes, JobKey, JobRecord
 from ascend_hybrid.controller.refused import Refused
 from ascend_hybrid.controller.settings import OperatorSettings
@@ -173,7 +174,7 @@ class Controller:
                 delay = backoff[min(record.failures, len(backoff) - 1)]
                 record.failures += 1
                 metrics.RECONCILE_ERRORS.labels(namespace=key[0]).inc()
-                log.exception("reconcile %s/%s failed; retrying in %ss", key[0], key[1], delay)
+                log.exception("reconcile %s/%s failed; retrying in %ss", key[0], key[1], delay, extra=job_fields(key))
             finally:
                 metrics.RECONCILE_SECONDS.labels(outcome=outcome).observe(time.perf_counter() - started)
                 self.queue.done(key)
@@ -293,7 +294,7 @@ class Controller:
         try:
             after = self._execute(key, job, observed, decision)
         except Refused as refused:
-            log.warning("%s/%s: %s", key[0], key[1], refused)
+            log.warning("%s/%s: %s", key[0], key[1], refused, extra=job_fields(key))
             record.refusal = refused.refusal(key[0])
             return Next.REFUSED
         if any(not isinstance(action, PostEvent) for action in decision.actions):
@@ -309,7 +310,7 @@ class Controller:
         try:
             self.kube.post_event(job, event_type, reason, message)
         except Refused as refused:
-            log.warning("event %s not posted: %s", reason, refused)
+            log.warning("event %s not posted: %s", reason, refused, extra=job_fields(job_key(job)))
 
     def _execute(self, key: JobKey, job: dict, observed: Observed, decision: Decision) -> Next:
         namespace, name = key
@@ -317,7 +318,7 @@ class Controller:
         after = Next.WAIT
         for action in decision.actions:
             if not isinstance(action, PostEvent):
-                log.info("%s/%s: %s", namespace, name, _describe(action))
+                log.info("%s/%s: %s", namespace, name, _describe(action), extra=job_fields(key))
             match action:
                 case PostEvent():
                     self.post_event(job, action.type, action.reason, action.message)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from ascend_hybrid.controller import hardening
+from ascend_hybrid.controller import hardening, logs
 from ascend_hybrid.controller.settings import OperatorSettings
 
 EXIT_NOT_READY = 2
@@ -37,6 +37,8 @@ def register(subparsers) -> None:
                         "profile named like a chip (910A, 910B, A3) replaces the built-in one, others are chosen by "
                         "spec.npu.hardwareProfile")
     parser.add_argument("--log-level", default=defaults.log_level, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    parser.add_argument("--log-format", default=defaults.log_format, choices=logs.FORMATS,
+                        help="text, or one JSON object per line with the job's namespace and name as fields")
     hardening.add_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -46,7 +48,7 @@ def settings_from(args) -> OperatorSettings:
         namespaces=tuple(args.namespace), kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
         health_port=args.health_port, bind_address=args.bind_address, workers=args.workers,
         node_grace_seconds=args.node_grace_seconds, prometheus_url=args.prometheus_url,
-        telemetry_interval=args.telemetry_interval, log_level=args.log_level, hardware_profiles=args.hardware_profiles,
+        telemetry_interval=args.telemetry_interval, log_level=args.log_level, log_format=args.log_format, hardware_profiles=args.hardware_profiles,
         **hardening.settings_of(args))
 
 
@@ -94,7 +96,7 @@ def run(args) -> int:
     except ValueError as error:
         print(f"error: --hardware-profiles {settings.hardware_profiles}: {error}", file=sys.stderr)
         return EXIT_NOT_READY
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(settings.log_level, settings.log_format)
     if settings.log_level != "DEBUG":
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled event drowns the rest
     if settings.kubeconfig:

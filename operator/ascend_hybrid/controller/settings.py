@@ -20,6 +20,7 @@ class OperatorSettings:
     telemetry_interval: float = 30.0
     hardware_profiles: str | None = None       # a YAML file of planner hardware profiles (--hardware-profiles)
     log_level: str = "INFO"
+    log_format: str = "text"                   # or json: one object per line (controller/logs.py)
     watch_timeout_seconds: int = 300           # the watches' server timeout (client timeout: +10 %, ≥ 5 s)
     # reconcile loop
     max_steps_per_pass: int = 6                # decide → execute rounds per pass before waiting for the watch

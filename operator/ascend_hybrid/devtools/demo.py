@@ -255,7 +255,7 @@ def watch_until_running(custom, core, jobs: list[dict], timeout: float = 300) ->
 
 def placement_report(body: dict, racks: dict[str, str]) -> list[str]:
     resolved = parse(body)
-    layout = layouts.from_effective(resolved)
+    layout = layouts.from_resolved(resolved)
     placement = body["status"]["placement"]
     lines = [f"{resolved.name}: world {resolved.world_size} (DP {resolved.data} × TP {resolved.tensor} × "
              f"PP {resolved.pipeline}, EP {resolved.expert}) on {placement.get('summary')}, "

@@ -143,7 +143,7 @@ class Layout:
         return "cluster"
 
 
-def from_effective(resolved) -> Layout:
+def from_resolved(resolved) -> Layout:
     return Layout(data=resolved.data, tensor=resolved.tensor, pipeline=resolved.pipeline,
                   per_pod=resolved.per_pod, expert=resolved.expert, expert_placement=resolved.expert_placement)
 

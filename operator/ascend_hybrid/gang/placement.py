@@ -56,7 +56,7 @@ class GangRequest:
     @classmethod
     def for_job(cls, job: ResolvedJob, excluded_nodes: Iterable[str] = ()) -> GangRequest:
         """The gang of one attempt of a resolved job: its pods, their chips, the groups to keep close."""
-        layout = layouts.from_effective(job)
+        layout = layouts.from_resolved(job)
         template = job.spec.template
         return cls(pod_count=layout.pod_count, chips_per_pod=job.per_pod, chip=job.chip,
                    groups=layout.placement_groups(), tolerations=tuple(template.tolerations),

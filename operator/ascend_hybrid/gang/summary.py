@@ -31,7 +31,7 @@ def group_tiers(layout: Layout, pod_nodes=None, node_domains_=None) -> dict:
 
 def placement_report(job: ResolvedJob, placement: Placement, inventory: Inventory) -> dict:
     """Node → ranks, rack and TP locality of a placed gang."""
-    layout = layouts.from_effective(job)
+    layout = layouts.from_resolved(job)
     tier = job.spec.scheduling.topology_tiers[0] if job.spec.scheduling.topology_tiers else None
     domains = node_domains(inventory, tier) if tier else {}
     nodes: dict[str, dict] = {}

@@ -30,7 +30,7 @@ def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: 
     attempt = int(status.get("attempt") or 1)
     previous_reason = (status.get("placement") or {}).get("reason")
     if placement.ok:
-        layout = layouts.from_effective(job)
+        layout = layouts.from_resolved(job)
         racks = {node_domains.get(node) for node in placement.nodes}
         spread = f"{_count(len(set(placement.nodes)), 'node')} in {_count(len(racks), 'rack')}"
         status["placement"] = {

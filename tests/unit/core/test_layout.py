@@ -160,7 +160,7 @@ def test_seed_case():
 
 def test_seed_example_file_gives_the_seed_layout(examples):
     resolved = rules.parse(yaml.safe_load((examples / "seed-moe-128.yaml").read_text()))
-    assert layouts.from_effective(resolved) == Layout(2, 8, 8, 8, 4, "intraNode")
+    assert layouts.from_resolved(resolved) == Layout(2, 8, 8, 8, 4, "intraNode")
 
 
 def test_data_parallel_experts():

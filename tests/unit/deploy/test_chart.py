@@ -20,9 +20,16 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from ascend_hybrid.controller import kube, leader, metrics, metrics_auth
+from ascend_hybrid.controller import (
+    handlers,  # noqa: F401 - importing it registers the operator's kopf handlers
+    kube,
+    leader,
+    metrics,
+    metrics_auth,
+)
 from ascend_hybrid.devcluster.controlplane import toolchain
 from ascend_hybrid.devtools import chartgen
+from ascend_hybrid.gang import render
 from ascend_hybrid.spec import crd
 
 pytestmark = pytest.mark.toolchain  # helm renders the chart: the Go toolchain must be built
@@ -247,7 +254,7 @@ def test_deployment_runs_two_locked_down_replicas_behind_a_lease(rendered):
     (container,) = pod["containers"]
     assert container["image"] == "ascend-hybrid/operator:0.1.0"
     assert container["command"] == ["ascend-hybrid"]
-    assert container["args"] == ["run", "--metrics-port=8080", "--health-port=8081", "--log-level=INFO",
+    assert container["args"] == ["run", "--metrics-port=8080", "--health-port=8081", "--log-level=INFO", "--log-format=text",
                                  "--leader-elect", "--lease-name=ascend-hybrid-operator",
                                  "--lease-duration-seconds=10", "--lease-renew-deadline-seconds=7",
                                  "--lease-retry-seconds=2"]
@@ -376,7 +383,7 @@ def test_every_api_call_of_leader_election_and_metrics_auth_is_known():
 def operator_needs(namespaced: bool, secured: bool = False, with_kueue: bool = False) -> set[tuple[str, str, str]]:
     calls = {name: needs for name, needs in KUBE_PY_CALLS.items() if secured or name not in NETWORK_POLICY_CALLS}
     needs = set().union(*calls.values()) | kopf_watch_needs() | KOPF_OWN_NEEDS | set(LEADER_CALLS.values())
-    if '"blockOwnerDeletion": True' in (Path(crd.__file__).parent / "render.py").read_text():
+    if '"blockOwnerDeletion": True' in Path(render.__file__).read_text():
         needs |= OWNER_REFERENCE_NEEDS
     if secured:
         needs |= set(METRICS_AUTH_CALLS.values())

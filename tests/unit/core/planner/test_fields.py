@@ -71,12 +71,12 @@ def test_each_new_rule_fails_with_one_clear_message_and_passes_when_met(failing,
     assert problems_of(passing) == []
 
 
-@pytest.mark.parametrize("given, resolved", [(True, "full"), (False, "none"), ("none", "none"),
-                                             ("selective", "selective"), ("full", "full")])
-def test_recompute_takes_the_old_boolean_and_the_new_kinds(given, resolved):
+@pytest.mark.parametrize("given, kind", [(True, "full"), (False, "none"), ("none", "none"),
+                                         ("selective", "selective"), ("full", "full")])
+def test_recompute_takes_the_old_boolean_and_the_new_kinds(given, kind):
     resolved = rules.parse(job(with_(training={"recompute": given})))
-    assert resolved.spec.training.recompute == resolved
-    assert render.job_config(resolved)["training"]["recompute"] == resolved
+    assert resolved.spec.training.recompute == kind
+    assert render.job_config(resolved)["training"]["recompute"] == kind
 
 
 def test_defaults_and_job_json():
