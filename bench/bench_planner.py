@@ -1,4 +1,5 @@
-"""Strategy planner speed at cluster scale: `plan` over 16 384 NPUs, for the seed's MoE model and a dense 175 B GPT.
+"""Strategy planner speed at cluster scale: `plan` over 16 384 NPUs, for the seed's MoE model (seed §4.5,
+docs/design.md §11) and a dense 175 B GPT.
 
     PYTHONPATH=operator .venv/bin/python bench/bench_planner.py [--rounds N] [--world N]
 
@@ -17,7 +18,7 @@ from ascend_hybrid.planner import hardware, search
 from ascend_hybrid.spec import rules
 
 GOAL_SECONDS = 2.0
-JOBS = {
+JOBS = {  # "seed §4.5": the seed article's case, docs/design.md §11
     "moe-100b (seed §4.5 model)": {"model": {"preset": "moe-100b"},
                                    "training": {"globalBatchSize": 8192, "seqLength": 4096}},
     "dense 175 B GPT": {"model": {"preset": "custom", "layers": 96, "hidden": 12288, "heads": 96, "vocab": 51200},

@@ -36,7 +36,8 @@ def add_910b_nodes(dev_cluster, count: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def ascend_cluster(dev_cluster):
-    """The session cluster with the CRD and at least the 16 × 8 910B NPUs the seed example needs."""
+    """The session cluster with the CRD and at least the 16 × 8 910B NPUs the seed example needs (seed §4.5,
+    docs/design.md §11)."""
     install_crd(dev_cluster)
     missing = SEED_NODES - len(dev_cluster.nodes("910B"))
     if missing > 0:

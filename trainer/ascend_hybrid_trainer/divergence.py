@@ -7,7 +7,7 @@ A step diverged when
   orders of magnitude while it stays finite: the tiny preset at learning rate 1e6 goes from 6.26 at step 1 to
   2.4e13 at step 2);
 - the gradient norm is above `grad_factor` x the median of the last WINDOW norms (once MIN_HISTORY are known):
-  an exploding gradient, the seed's "梯度爆炸 — 查看梯度范数".
+  an exploding gradient, the seed's "梯度爆炸 — 查看梯度范数" (seed §5.5, docs/design.md §11).
 A factor of 0 turns its rule off. Why the defaults are 10 and 100: docs/troubleshooting.md.
 """
 

@@ -1,6 +1,7 @@
-"""What to change, per cause (pure): the seed's troubleshooting table (§5.5) and the HCCL guide, written against
-this CRD's fields, with the job's own numbers where the operator knows them. The planner evaluates the job's own
-strategy for the out-of-memory hint (its memory prediction per NPU) and the straggler check (its step time)."""
+"""What to change, per cause (pure): the seed's troubleshooting table (seed §5.5, docs/design.md §11) and the HCCL
+guide, written against this CRD's fields, with the job's own numbers where the operator knows them. The planner
+evaluates the job's own strategy for the out-of-memory hint (its memory prediction per NPU) and the straggler check
+(its step time)."""
 
 from __future__ import annotations
 

@@ -117,7 +117,7 @@ def config_map_data(table: dict[str, Any]) -> tuple[dict[str, str], dict[str, st
     hccl.json as MindCluster writes it (indented) whenever it fits the ConfigMap, compact when only that fits
     (about 8 000 ranks). Larger (a 16 384-rank table is about 1.2 MB compact) it goes gzipped into binaryData
     `hccl.json.gz`, and hccl.json holds only status, version, server_count and `"compressed": "hccl.json.gz"`:
-    the bundled trainer's launcher decompresses the sibling file (docs/architecture.md, design §7)."""
+    the bundled trainer's launcher decompresses the sibling file (design §7)."""
     version = str(table.get("version", "1.0"))
     for text in (dumps(table), compact(table)):
         if len(text.encode()) <= CONFIG_MAP_BUDGET:

@@ -2,8 +2,8 @@
 status.monitoring, turns the conditions LoadImbalanced, Straggling and TrainingStalled on or off.
 
 - LoadImbalanced: the busiest and the idlest chip of the job differ by more than
-  spec.monitoring.utilizationSpreadPercent points for imbalanceSamples samples in a row (seed §5.3: some NPUs
-  busy, some idle). Off at the first sample under the threshold.
+  spec.monitoring.utilizationSpreadPercent points for imbalanceSamples samples in a row (seed §5.3 in
+  docs/design.md §11: some NPUs busy, some idle). Off at the first sample under the threshold.
 - Straggling: the step time since the last sample is above stragglerFactor × the median of the recent ones
   (stragglerWindow) and, where the planner predicts a step time, above stragglerFactor × the prediction as well
   (a job as slow as the planner said is not straggling). Needs three earlier step times; off at the next step

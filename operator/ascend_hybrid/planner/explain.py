@@ -86,7 +86,7 @@ def warnings(ev: Evaluation, hw: Hardware) -> list[str]:
     elif tensor.tier == "crossRing":
         out.append(f"TP {s.tensor} crosses the {hw.intra_node.ring_size}-chip HCCS rings: its all-reduces go over "
                    f"the link between rings ({tier_of(tensor, hw).gbps:g} GB/s)")
-    if s.expert > 1 and ev.layout["expert"].tier == "interNode":
+    if s.expert > 1 and ev.layout["expert"].tier == "interNode":  # seed §4.5: docs/design.md §11
         out.append(f"EP {s.expert} all-to-all crosses nodes: expertPlacement intraNode keeps it inside the node "
                    "(seed §4.5)")
     if not ev.fits:

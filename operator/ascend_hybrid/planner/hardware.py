@@ -17,7 +17,7 @@ from ascend_hybrid.contracts.chips import CHIPS
 
 GIB = 2 ** 30
 DEFAULT_COMPUTE_EFFICIENCY = 0.5  # achieved share of peak in transformer matmuls when a file does not say
-DEFAULT_USABLE_FRACTION = 0.9  # seed §5.2: keep 10-20 % of HBM free; 10 % is the edge of that advice
+DEFAULT_USABLE_FRACTION = 0.9  # seed §5.2 (docs/design.md §11): keep 10-20 % of HBM free; 10 % is the edge
 
 
 class HardwareError(ValueError):

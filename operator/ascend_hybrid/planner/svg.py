@@ -1,6 +1,7 @@
-"""Pictures of a strategy as SVG text (seed §1 starts from a topology diagram): racks → nodes → chips coloured by
-pipeline stage, TP groups outlined, DP replicas and EP groups labelled; for a plan also the 1F1B timeline of one
-step per stage, bubbles visible, and the memory of each stage against usable HBM. Pure: returns a string."""
+"""Pictures of a strategy as SVG text (seed §1, docs/design.md §11, starts from a topology diagram): racks → nodes →
+chips coloured by pipeline stage, TP groups outlined, DP replicas and EP groups labelled; for a plan also the 1F1B
+timeline of one step per stage, bubbles visible, and the memory of each stage against usable HBM. Pure: returns a
+string."""
 
 from __future__ import annotations
 

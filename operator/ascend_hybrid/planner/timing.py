@@ -2,7 +2,8 @@
 
 What overlaps is stated where it is modelled: TP and EP collectives sit on the critical path of every
 micro-batch; pipeline sends overlap the steady state and are exposed only while the pipeline fills and drains;
-the gradient reduction of DP overlaps the backward pass of the last micro-batch (bucketed, seed §3.1).
+the gradient reduction of DP overlaps the backward pass of the last micro-batch (bucketed: seed §3.1 in
+docs/design.md §11).
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ class StepTime:
 
 
 def bubble_fraction(s: Strategy) -> float:
-    """Idle share of a step: (p - 1)/(v·m + p - 1) — the seed §4.5 case, p 8 and m 32, gives 7/39 ≈ 0.179."""
+    """Idle share of a step: (p - 1)/(v·m + p - 1) — the seed §4.5 case (docs/design.md §11), p 8 and m 32,
+    gives 7/39 ≈ 0.179."""
     p = s.pipeline
     return (p - 1) / (s.virtual_stages * s.micro_batches + p - 1)
 
@@ -159,10 +161,11 @@ def step_time(w: Workload, s: Strategy, hw: Hardware, parameters_per_device: int
     hop = _collective(layout["pipeline"], hw, tokens * w.hidden * BYTES_16BIT / t, 1) if p > 1 else 0.0
     pipeline = 2 * v * (p - 1) * hop
 
-    # DP: the device's gradients once per step, hierarchical on Ascend (seed §2.3): reduce-scatter inside the node,
-    # all-reduce across nodes, all-gather inside the node; it overlaps the last micro-batch's backward. The parallel
-    # optimizer moves the same bytes (ZeRO §5) as a reduce-scatter of gradients, which overlaps the same way, and an
-    # all-gather of the updated weights, which the next step's forward must wait for.
+    # DP: the device's gradients once per step, hierarchical on Ascend (seed §2.3, docs/design.md §11):
+    # reduce-scatter inside the node, all-reduce across nodes, all-gather inside the node; it overlaps the last
+    # micro-batch's backward. The parallel optimizer moves the same bytes (ZeRO §5) as a reduce-scatter of
+    # gradients, which overlaps the same way, and an all-gather of the updated weights, which the next step's
+    # forward must wait for.
     all_reduce = _data_parallel_seconds(layout["data"], hw, parameters_per_device * gradient_bytes)
     if s.optimizer_shard:
         data = max(0.0, all_reduce / 2 - backward_mb) + all_reduce / 2

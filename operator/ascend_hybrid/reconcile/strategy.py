@@ -21,7 +21,9 @@ from ascend_hybrid.planner.workload import Workload
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.rules import ResolvedJob
 
-IDLE_LIMIT = 0.25  # an idle share of a step above this is worth a warning (seed §4.5: keep m ≥ 4·p)
+# An idle share of a step above this is worth a warning: seed §3.3 (docs/design.md §11) advises m ≥ 4·p
+# micro-batches, which keeps the share under (p - 1)/(5p - 1) < 20 %.
+IDLE_LIMIT = 0.25
 PLAN_KEYS = ("parallelism", "microBatchSize", "recompute", "sequenceParallel", "flashAttention", "optimizerShard",
              "fits", "memory", "time", "tokensPerSecondPerDevice", "mfu", "why", "warnings")
 

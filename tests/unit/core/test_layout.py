@@ -1,4 +1,5 @@
-"""Rank layout of design §4, exhaustively by property and on the seed case (DP2 TP8 PP8 EP4 intraNode)."""
+"""Rank layout of design §4, exhaustively by property and on the seed §4.5 case (DP2 TP8 PP8 EP4 intraNode; the
+seed article: docs/design.md §11)."""
 
 from __future__ import annotations
 

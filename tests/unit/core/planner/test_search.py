@@ -1,4 +1,5 @@
-"""The planner's search: the seed §4.5 case, what it recommends, and properties of the model and the search."""
+"""The planner's search: the seed §4.5 case (docs/design.md §11), what it recommends, and properties of the model
+and the search."""
 
 from __future__ import annotations
 
