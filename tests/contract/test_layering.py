@@ -19,15 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from support.layers import CORE_ORDER, SHELL
 from support.paths import REPO_ROOT
 
 PACKAGE = "ascend_hybrid"
 TRAINER = "ascend_hybrid_trainer"
-# The core's sub-packages, bottom first: each may import those before it, never those after it.
-CORE_ORDER = ("contracts", "spec", "gang", "planner", "monitoring", "diagnosis", "reconcile")
-# The shell's layers: cli/ (the commands, which start the operator, the dev tools and the dev cluster) may import
-# every other; controller/ the core; devtools/ and devcluster/ as the rules below say.
-SHELL = ("cli", "controller", "devtools", "devcluster")
 CORE_THIRD_PARTY = ("pydantic", "jinja2", "yaml", "prometheus_client.parser")
 CORE_FORBIDDEN_STDLIB = ("socket", "subprocess", "threading", "multiprocessing", "asyncio", "concurrent",
                          "urllib.request", "http", "ssl", "selectors")

@@ -14,7 +14,6 @@ import pytest
 
 from support.paths import REPO_ROOT
 
-MAX_LINES = 450
 SOURCE_ROOTS = (REPO_ROOT / "operator" / "ascend_hybrid", REPO_ROOT / "trainer" / "ascend_hybrid_trainer")
 
 
@@ -38,9 +37,3 @@ def test_one_source_module_spells_it(what, pattern, home):
     found = [path.relative_to(REPO_ROOT) for path in source_modules(include_devcluster=False)
              if re.search(pattern, path.read_text())]
     assert [path.name for path in found] == [home], f"{what} is spelled in {found}; import it from {home}"
-
-
-def test_no_source_module_is_over_the_limit():
-    long = {str(path.relative_to(REPO_ROOT)): count for path in source_modules()
-            if (count := len(path.read_text().splitlines())) > MAX_LINES}
-    assert long == {}, f"over {MAX_LINES} lines: {long}"

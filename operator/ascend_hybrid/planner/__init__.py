@@ -1,0 +1,5 @@
+"""The strategy planner (core): which DP/TP/PP/EP split, micro-batches, recompute and sharding fit a model on a
+world of NPUs, and how fast. `hardware` — chip and link profiles (built-in and user files); `workload` — the model
+and batch a job trains, and a Strategy; `memory` — per-device memory (ZeRO states, activations); `timing` — step
+time per link tier; `search` — every candidate the rules accept, ranked; `explain` — why, in words and JSON;
+`svg` — the plan as a picture. docs/planner.md has the formulas and their sources."""
