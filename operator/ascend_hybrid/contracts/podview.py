@@ -7,8 +7,9 @@ phases (`conditions.JOB_PHASES`); the names below keep the two apart.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
+from typing import Any
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DEVICE_NAME_ANNOTATIONS, RESOURCE
@@ -73,7 +74,7 @@ def node_of(pod: Mapping) -> str | None:
     return (pod.get("spec") or {}).get("nodeName")
 
 
-def live_names(pods) -> tuple[str, ...]:
+def live_names(pods: Iterable[Mapping]) -> tuple[str, ...]:
     return tuple(pod["metadata"]["name"] for pod in pods if not is_deleting(pod))
 
 
@@ -84,7 +85,7 @@ def pod_counts(pods: list[dict], total: int) -> dict:
 
 
 # -- NPU requests ------------------------------------------------------------------------------------------------
-def quantity(value) -> int:
+def quantity(value: object) -> int:
     """Extended resources are whole numbers; anything unreadable counts as none rather than crashing."""
     try:
         return int(str(value).strip())
@@ -157,7 +158,7 @@ PROJECTED_TERMINATED = ("exitCode", "reason", "message", "finishedAt")
 INTERNED_LENGTH = 64
 
 
-def _some(source: Mapping, keys) -> dict:
+def _some(source: Mapping, keys: Iterable[str]) -> dict:
     return {key: source[key] for key in keys if source.get(key) is not None}
 
 
@@ -205,7 +206,7 @@ def project_pod(pod: Mapping) -> dict:
     return _shared({"metadata": kept_metadata, "spec": kept_spec, "status": kept_status})
 
 
-def _shared(value):
+def _shared(value: Any) -> Any:
     """The same value with its keys and short strings interned: 20 000 watched pods repeat "Running", "True",
     label keys and condition types; each parse would otherwise keep its own copies (about a third of a pod)."""
     if isinstance(value, dict):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import cast
 
 from ascend_hybrid.contracts import conditions, kueue, names
 from ascend_hybrid.contracts.ascend import device_infos_by_node
@@ -160,9 +161,10 @@ class Controller:
                     return
                 self.leadership.wait_leading(1.0)  # a standby's keys wait in the queue, deduplicated
                 continue
-            key = self.queue.get()
-            if key is None:
+            queued = self.queue.get()
+            if queued is None:
                 return
+            key = cast(JobKey, queued)  # the queue holds what enqueue() puts in it: job keys
             started, outcome = time.perf_counter(), "error"
             try:
                 delay = self.reconcile(key)

@@ -22,6 +22,7 @@ from datetime import datetime
 
 from ascend_hybrid.contracts.conditions import parse_time, timestamp
 from ascend_hybrid.monitoring.progress import ChipReading, Sample
+from ascend_hybrid.spec.api import Monitoring
 
 LOAD_IMBALANCED, STRAGGLING, TRAINING_STALLED = "LoadImbalanced", "Straggling", "TrainingStalled"
 CONDITIONS = (LOAD_IMBALANCED, STRAGGLING, TRAINING_STALLED)
@@ -47,7 +48,7 @@ def _chip(reading: ChipReading) -> str:
     return f"chip {reading.chip} of pod {reading.pod} at {reading.percent:.0f}%"
 
 
-def imbalance(chips: tuple[ChipReading, ...], count: int, spec) -> Change:
+def imbalance(chips: tuple[ChipReading, ...], count: int, spec: Monitoring) -> Change:
     ordered = sorted(chips, key=lambda reading: (reading.percent, reading.pod, reading.chip))
     low, high = ordered[0], ordered[-1]
     spread = high.percent - low.percent
@@ -72,7 +73,7 @@ def slowest_pod(per_pod: tuple[tuple[str, float], ...]) -> str:
     return f"; the slowest pod is {pod} ({seconds:.3g}s per step, median pod {median:.3g}s)"
 
 
-def straggling(recent: float, history: list[float], spec, predicted: float | None,
+def straggling(recent: float, history: list[float], spec: Monitoring, predicted: float | None,
                per_pod: tuple[tuple[str, float], ...]) -> Change | None:
     if len(history) < MIN_HISTORY:
         return None
@@ -90,7 +91,7 @@ def straggling(recent: float, history: list[float], spec, predicted: float | Non
                   "bandwidth between the nodes")
 
 
-def stalled(step: int, since: datetime, now: datetime, spec) -> Change:
+def stalled(step: int, since: datetime, now: datetime, spec: Monitoring) -> Change:
     idle = (now - since).total_seconds()
     figures = f"step {step} since {timestamp(since)} ({idle:.0f}s; threshold spec.monitoring.stallSeconds=" \
               f"{spec.stall_seconds})"
@@ -102,7 +103,7 @@ def stalled(step: int, since: datetime, now: datetime, spec) -> Change:
                   "npu-smi on their nodes")
 
 
-def fold(previous: dict | None, sample: Sample, spec, predicted_step_seconds: float | None = None
+def fold(previous: dict | None, sample: Sample, spec: Monitoring, predicted_step_seconds: float | None = None
          ) -> tuple[dict, list[Change]] | None:
     """The new status.monitoring and the changes this sample makes (only conditions it says something about);
     None when the sample is not newer than the last one folded in."""

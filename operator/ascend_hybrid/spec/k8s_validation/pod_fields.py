@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -84,7 +84,7 @@ def _is_integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def env_problems(path: str, env: list[Mapping]) -> list[str]:
+def env_problems(path: str, env: Sequence[Mapping]) -> list[str]:
     """Each entry a core/v1 EnvVar: a name as IsRelaxedEnvVarName wants it, a string value or one valueFrom source."""
     problems = []
     for index, entry in enumerate(env):
@@ -178,7 +178,7 @@ def resources_problems(path: str, requests: Mapping[str, str], limits: Mapping[s
     return problems
 
 
-def toleration_problems(path: str, tolerations: list[Mapping]) -> list[str]:
+def toleration_problems(path: str, tolerations: Sequence[Mapping]) -> list[str]:
     """ValidateTolerations, field by field, with the fields' types as core/v1 Toleration declares them."""
     problems = []
     for index, toleration in enumerate(tolerations):
@@ -220,7 +220,7 @@ def toleration_problems(path: str, tolerations: list[Mapping]) -> list[str]:
     return problems
 
 
-def volume_problems(path: str, volumes: list[Mapping], reserved: Iterable[str]) -> list[str]:
+def volume_problems(path: str, volumes: Sequence[Mapping], reserved: Iterable[str]) -> list[str]:
     """ValidateVolumes: a unique DNS-1123 label name and exactly one volume source each."""
     problems, seen, reserved = [], set(), set(reserved)
     for index, volume in enumerate(volumes):
@@ -249,7 +249,7 @@ def volume_problems(path: str, volumes: list[Mapping], reserved: Iterable[str]) 
     return problems
 
 
-def volume_mount_problems(path: str, mounts: list[Mapping], volumes: Iterable[str],
+def volume_mount_problems(path: str, mounts: Sequence[Mapping], volumes: Iterable[str],
                           reserved_paths: Iterable[str]) -> list[str]:
     """validateVolumeMounts: a name that is one of the pod's volumes, a mount path, unique mount paths."""
     problems, names, seen, reserved_paths = [], set(volumes), set(), set(reserved_paths)
