@@ -6,11 +6,26 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
-from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, RACK_LABEL, RESOURCE, SUPERPOD_LABEL
+from ascend_hybrid.contracts.ascend import (
+    ACCELERATOR_TYPE_LABEL,
+    DEVICE_ANNOTATION,
+    RACK_LABEL,
+    RESOURCE,
+    SUPERPOD_LABEL,
+)
 from ascend_hybrid.contracts.chips import CHIPS
-from ascend_hybrid.contracts.names import ATTEMPT_LABEL, JOB_LABEL, POD_INDEX_LABEL
+from ascend_hybrid.contracts.names import (
+    ATTEMPT_LABEL,
+    GANG_GATE,
+    HOSTNAME_LABEL,
+    JOB_LABEL,
+    POD_INDEX_LABEL,
+)
+from ascend_hybrid.contracts.names import pod_name as gang_pod_name
 from ascend_hybrid.devcluster.deviceplugin.allocation import device_annotations
 from ascend_hybrid.devcluster.nodes.manifests import SimNode
 from ascend_hybrid.devcluster.telemetry import figures
@@ -212,3 +227,339 @@ def telemetry_pod(name="job-a1-0", chips=(0, 1), phase="Running", ip="127.16.0.7
                          "annotations": {**held, **(annotations or {})}},
             "spec": {"nodeName": node, "containers": [{"name": "ascend"}]},
             "status": {"phase": phase, "podIP": ip, "startTime": started}}
+
+
+# -- fluent builders: pods, nodes and jobs as the API returns them ----------------------------------------------
+# Each starts from the smallest object its kind needs and says what a test adds, one method a fact, as Kueue's
+# testing wrappers do: `PodBuilder("demo", 0).attempt(2).gated().exited(137, reason="OOMKilled").build()`.
+# Every method returns the builder; `build()` returns a fresh plain dict, so one builder can make several objects.
+
+Moment = datetime | str
+
+
+def stamp(moment: Moment) -> str:
+    """An RFC 3339 time as the API writes it (whole seconds, Z)."""
+    return moment if isinstance(moment, str) else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PodBuilder:
+    """A pod. `PodBuilder(job, index)` is pod `index` of a gang (named and labelled as the operator does);
+    `PodBuilder.named(name)` is any other pod. Both start Pending, unbound, one container `ascend`, no chips.
+
+    Addresses follow the simulated cluster, all loopback: pod `i` runs on host 127.15.0.{i+1} with pod IP
+    127.16.0.{i+1}, and its chip `c` has device IP 127.100.{i}.{c}."""
+
+    def __init__(self, job: str, index: int, *, namespace: str = "default") -> None:
+        self._job, self._index, self._attempt = job, index, 1
+        self._pod: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": gang_pod_name(job, 1, index), "namespace": namespace,
+                         "labels": {JOB_LABEL: job, ATTEMPT_LABEL: "1", POD_INDEX_LABEL: str(index)},
+                         "annotations": {}},
+            "spec": {"containers": [{"name": "ascend", "image": "x"}]},
+            "status": {"phase": "Pending"}}
+
+    @classmethod
+    def named(cls, name: str, *, namespace: str = "default", index: int = 0) -> PodBuilder:
+        """A pod that belongs to no gang; `index` only picks its default addresses."""
+        builder = cls("", index, namespace=namespace)
+        builder._job = None
+        builder._pod["metadata"].update(name=name, labels={})
+        return builder
+
+    # metadata
+    def attempt(self, attempt: int) -> PodBuilder:
+        self._attempt = attempt
+        metadata = self._pod["metadata"]
+        if self._job is not None:
+            metadata["name"] = gang_pod_name(self._job, attempt, self._index)
+        metadata["labels"][ATTEMPT_LABEL] = str(attempt)
+        return self
+
+    def namespace(self, namespace: str) -> PodBuilder:
+        self._pod["metadata"]["namespace"] = namespace
+        return self
+
+    def uid(self, uid: str) -> PodBuilder:
+        self._pod["metadata"]["uid"] = uid
+        return self
+
+    def label(self, key: str, value: str | None) -> PodBuilder:
+        """Sets a label; None removes it."""
+        labels = self._pod["metadata"]["labels"]
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+        return self
+
+    def labels(self, labels: dict[str, str]) -> PodBuilder:
+        self._pod["metadata"]["labels"].update(labels)
+        return self
+
+    def annotation(self, key: str, value: str) -> PodBuilder:
+        self._pod["metadata"]["annotations"][key] = value
+        return self
+
+    def created(self, moment: Moment) -> PodBuilder:
+        self._pod["metadata"]["creationTimestamp"] = stamp(moment)
+        return self
+
+    def deleting(self, moment: Moment, grace: int = 30) -> PodBuilder:
+        self._pod["metadata"].update(deletionTimestamp=stamp(moment), deletionGracePeriodSeconds=grace)
+        return self
+
+    def finalizers(self, *finalizers: str) -> PodBuilder:
+        self._pod["metadata"]["finalizers"] = list(finalizers)
+        return self
+
+    def metadata(self, **fields: Any) -> PodBuilder:
+        """Any other metadata field as the API spells it (resourceVersion, managedFields, …)."""
+        self._pod["metadata"].update(copy.deepcopy(fields))
+        return self
+
+    # the device plugin's annotation: the one place that writes it
+    def devices(self, ids: Iterable[int] | None = None, *, count: int | None = None,
+                super_ids: Sequence[int] | None = None, server_id: str | None = None,
+                pod_name: str | None = None) -> PodBuilder:
+        """The chips the device plugin gave the pod, in its annotation. `count` instead of `ids` takes the
+        highest `count` chips of a 16-chip node, so chip ids differ from local ranks. The server id defaults
+        to the pod's host IP, the pod name to its index."""
+        chips = list(ids) if ids is not None else list(range(16 - (count or 0), 16))
+        devices = []
+        for position, chip in enumerate(chips):
+            device = {"device_id": str(chip), "device_ip": f"127.100.{self._index}.{chip}"}
+            if super_ids is not None:
+                device["super_device_id"] = str(super_ids[position])
+            devices.append(device)
+        configuration = {"pod_name": str(self._index) if pod_name is None else pod_name,
+                         "server_id": self._host_ip() if server_id is None else server_id, "devices": devices}
+        return self.device_annotation(json.dumps(configuration))
+
+    def device_annotation(self, text: str | None) -> PodBuilder:
+        """The device plugin's annotation as given (malformed ones included); None removes it."""
+        annotations = self._pod["metadata"]["annotations"]
+        if text is None:
+            annotations.pop(DEVICE_ANNOTATION, None)
+        else:
+            annotations[DEVICE_ANNOTATION] = text
+        return self
+
+    # spec
+    def node(self, node: str | None) -> PodBuilder:
+        """Bound to `node` (None: unbound)."""
+        if node is None:
+            self._pod["spec"].pop("nodeName", None)
+        else:
+            self._pod["spec"]["nodeName"] = node
+        return self
+
+    def gated(self, *gates: str) -> PodBuilder:
+        """Held by scheduling gates (the operator's gang gate unless others are named): Pending and unbound."""
+        self._pod["spec"]["schedulingGates"] = [{"name": gate} for gate in (gates or (GANG_GATE,))]
+        self._pod["spec"].pop("nodeName", None)
+        return self.phase("Pending")
+
+    def chips(self, count: int, *, requests: bool = True, limits: bool = True) -> PodBuilder:
+        """The container asks for `count` NPUs (in its limits and requests unless told otherwise)."""
+        resources = self._container().setdefault("resources", {})
+        for kind, wanted in (("limits", limits), ("requests", requests)):
+            if wanted:
+                resources.setdefault(kind, {})[RESOURCE] = str(count)
+        return self
+
+    def container(self, **fields: Any) -> PodBuilder:
+        """Fields of the one container (env, ports, image, resources, …)."""
+        self._container().update(copy.deepcopy(fields))
+        return self
+
+    def pinned(self, node: str, *, by: str = "hostname", also: Sequence[dict] = ()) -> PodBuilder:
+        """Required node affinity to `node`, by its hostname label or (by="field") its name, after `also`."""
+        if by == "hostname":
+            term = {"matchExpressions": [*also, {"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}]}
+        else:
+            term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        return self.spec(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [term]}}})
+
+    def spec(self, **fields: Any) -> PodBuilder:
+        """Any other spec field as the API spells it (tolerations, nodeSelector, affinity, …)."""
+        self._pod["spec"].update(copy.deepcopy(fields))
+        return self
+
+    # status
+    def phase(self, phase: str) -> PodBuilder:
+        self._pod["status"]["phase"] = phase
+        return self
+
+    def running(self, *, node: str | None = None, pod_ip: str | None = "auto",
+                host_ip: str | None = "auto") -> PodBuilder:
+        """Running, bound (to node-{index} unless told) and with its host and pod IPs (None leaves one out)."""
+        self.node(node or self._pod["spec"].get("nodeName") or f"node-{self._index}")
+        status = self._pod["status"]
+        status["phase"] = "Running"
+        for key, value, default in (("hostIP", host_ip, self._host_ip()),
+                                    ("podIP", pod_ip, f"127.16.0.{self._index + 1}")):
+            if value is None:
+                status.pop(key, None)
+            else:
+                status[key] = default if value == "auto" else value
+        return self
+
+    def exited(self, code: int, *, reason: str | None = None, message: str | None = None,
+               finished: Moment | None = None) -> PodBuilder:
+        """The container terminated with `code` (the phase is set apart: `.phase("Failed")`)."""
+        terminated = {"exitCode": code, "reason": reason, "message": message,
+                      "finishedAt": stamp(finished) if finished is not None else None}
+        self._pod["status"]["containerStatuses"] = [{"name": self._container()["name"], "state": {
+            "terminated": {key: value for key, value in terminated.items() if value is not None}}}]
+        return self
+
+    def condition(self, kind: str, status: str = "True", **fields: Any) -> PodBuilder:
+        self._pod["status"].setdefault("conditions", []).append({"type": kind, "status": status, **fields})
+        return self
+
+    def status(self, **fields: Any) -> PodBuilder:
+        """Any other status field as the API spells it."""
+        self._pod["status"].update(copy.deepcopy(fields))
+        return self
+
+    def build(self) -> dict:
+        return copy.deepcopy(self._pod)
+
+    def _container(self) -> dict:
+        return self._pod["spec"]["containers"][0]
+
+    def _host_ip(self) -> str:
+        return self._pod["status"].get("hostIP") or f"127.15.0.{self._index + 1}"
+
+
+class NodeBuilder:
+    """A Ready node with its hostname label and no chips; `.chip(...)` makes it an NPU node of that chip."""
+
+    def __init__(self, name: str) -> None:
+        self._node: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {HOSTNAME_LABEL: name}},
+            "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+    def chip(self, chip: str, *, chips: int | None = None, capacity: int | None = None) -> NodeBuilder:
+        """An Ascend node of `chip` (910A | 910B | A3) by its accelerator-type label, with `chips` allocatable
+        NPUs (all the chip's by default) of `capacity`."""
+        count = CHIPS[chip].chips_per_node if chips is None else chips
+        self.label(ACCELERATOR_TYPE_LABEL, ACCELERATOR[chip])
+        status = self._node["status"]
+        status["allocatable"] = {"cpu": "192", "memory": "1536Gi", RESOURCE: str(count)}
+        status["capacity"] = {"cpu": "192", "memory": "1536Gi", RESOURCE: str(count if capacity is None else capacity)}
+        return self
+
+    def label(self, key: str, value: str | None) -> NodeBuilder:
+        """Sets a label; None removes it."""
+        labels = self._node["metadata"]["labels"]
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+        return self
+
+    def rack(self, rack: str) -> NodeBuilder:
+        return self.label(RACK_LABEL, rack)
+
+    def super_pod(self, super_pod: str) -> NodeBuilder:
+        return self.label(SUPERPOD_LABEL, super_pod)
+
+    def not_ready(self, *, since: Moment | None = None, **fields: Any) -> NodeBuilder:
+        return self.ready(False, since=since, **fields)
+
+    def ready(self, ready: bool = True, *, since: Moment | None = None, **fields: Any) -> NodeBuilder:
+        """The Ready condition, with its lastTransitionTime and any other fields (reason, message)."""
+        condition = {"type": "Ready", "status": "True" if ready else "False", **fields}
+        if since is not None:
+            condition["lastTransitionTime"] = stamp(since)
+        conditions = self._node["status"]["conditions"]
+        conditions[:] = [c for c in conditions if c["type"] != "Ready"] + [condition]
+        return self
+
+    def condition(self, kind: str, status: str) -> NodeBuilder:
+        self._node["status"]["conditions"].insert(0, {"type": kind, "status": status})
+        return self
+
+    def cordoned(self) -> NodeBuilder:
+        self._node["spec"]["unschedulable"] = True
+        return self
+
+    def taint(self, key: str, effect: str = "NoSchedule", value: str | None = None) -> NodeBuilder:
+        taint = {"key": key, "effect": effect, **({"value": value} if value is not None else {})}
+        self._node["spec"].setdefault("taints", []).append(taint)
+        return self
+
+    def metadata(self, **fields: Any) -> NodeBuilder:
+        """Any other metadata field as the API spells it (managedFields, resourceVersion, …)."""
+        self._node["metadata"].update(copy.deepcopy(fields))
+        return self
+
+    def status(self, **fields: Any) -> NodeBuilder:
+        self._node["status"].update(copy.deepcopy(fields))
+        return self
+
+    def build(self) -> dict:
+        return copy.deepcopy(self._node)
+
+
+class JobBuilder:
+    """An AscendHybridJob with an empty spec: each test says the spec it is about."""
+
+    def __init__(self, name: str = "job", *, namespace: str = "default") -> None:
+        self._job: dict[str, Any] = {"apiVersion": API_VERSION, "kind": "AscendHybridJob",
+                                     "metadata": {"name": name, "namespace": namespace}, "spec": {}}
+
+    def namespace(self, namespace: str | None) -> JobBuilder:
+        """The namespace (None: none, as a manifest before it is applied)."""
+        if namespace is None:
+            self._job["metadata"].pop("namespace", None)
+        else:
+            self._job["metadata"]["namespace"] = namespace
+        return self
+
+    def uid(self, uid: str, generation: int = 1) -> JobBuilder:
+        """Stored by the apiserver: its uid and generation."""
+        self._job["metadata"].update(uid=uid, generation=generation)
+        return self
+
+    def created(self, moment: Moment) -> JobBuilder:
+        self._job["metadata"]["creationTimestamp"] = stamp(moment)
+        return self
+
+    def metadata(self, **fields: Any) -> JobBuilder:
+        self._job["metadata"].update(copy.deepcopy(fields))
+        return self
+
+    def spec(self, spec: Any) -> JobBuilder:
+        """The whole spec as given (a copy), however wrong: the tests of the rules need that."""
+        self._job["spec"] = copy.deepcopy(spec)
+        return self
+
+    def section(self, name: str, **fields: Any) -> JobBuilder:
+        """Fields of one spec section, merged over what is there: `.section("runPolicy", backoffLimit=2)`."""
+        self._job["spec"].setdefault(name, {}).update(copy.deepcopy(fields))
+        return self
+
+    def parallelism(self, **degrees: int) -> JobBuilder:
+        return self.section("parallelism", **degrees)
+
+    def per_pod(self, npus: int) -> JobBuilder:
+        return self.section("npu", perPod=npus)
+
+    def backoff_limit(self, limit: int) -> JobBuilder:
+        return self.section("runPolicy", backoffLimit=limit)
+
+    def queue(self, queue: str) -> JobBuilder:
+        return self.section("scheduling", queue=queue)
+
+    def status(self, status: dict | None) -> JobBuilder:
+        self._job["status"] = copy.deepcopy(status or {})
+        return self
+
+    def build(self) -> dict:
+        return copy.deepcopy(self._job)
