@@ -41,45 +41,6 @@ def job_body(spec: dict | None = None, name: str = "job", **metadata: Any) -> di
             "metadata": {"name": name, "namespace": "default", **metadata}, "spec": copy.deepcopy(spec)}
 
 
-def pod_object(job: str, index: int, per_pod: int, *, attempt: int = 1, phase: str = "Running",
-               pod_ip: str | None = "auto", host_ip: str | None = "auto", device_ids: list[int] | None = None,
-               annotate: bool = True, node: str | None = None, super_device_ids: list[int] | None = None,
-               annotation: str | None = None, index_label: Any = "auto") -> dict:
-    """A pod of a job as `kubectl get pod -o yaml` shows it, with the device plugin's annotation.
-
-    Addresses are loopback (the simulated cluster never uses private ranges). Device ids default to the
-    highest `per_pod` chips of a 16-chip node, so they differ from local ranks.
-    """
-    ids = list(device_ids) if device_ids is not None else list(range(16 - per_pod, 16))
-    host = f"127.0.{index // 2}.{index % 2 + 1}" if host_ip == "auto" else host_ip
-    labels = {JOB_LABEL: job, ATTEMPT_LABEL: str(attempt)}
-    if index_label == "auto":
-        labels[POD_INDEX_LABEL] = str(index)
-    elif index_label is not None:
-        labels[POD_INDEX_LABEL] = index_label
-    annotations = {}
-    if annotate:
-        devices = []
-        for position, device_id in enumerate(ids):
-            device = {"device_id": str(device_id), "device_ip": f"127.100.{index}.{device_id}"}
-            if super_device_ids is not None:
-                device["super_device_id"] = str(super_device_ids[position])
-            devices.append(device)
-        annotations[DEVICE_ANNOTATION] = annotation if annotation is not None else json.dumps(
-            {"pod_name": str(index), "server_id": host, "devices": devices})
-    status: dict[str, Any] = {"phase": phase}
-    if phase == "Running":
-        if host is not None:
-            status["hostIP"] = host
-        if pod_ip is not None:
-            status["podIP"] = f"127.1.0.{index + 1}" if pod_ip == "auto" else pod_ip
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{job}-a{attempt}-{index}", "namespace": "default", "labels": labels,
-                         "annotations": annotations},
-            "spec": {"nodeName": node or f"node-{index}", "containers": [{"name": "ascend", "image": "x"}]},
-            "status": status}
-
-
 def apply_defaults(schema: dict, value: Any) -> Any:
     """Structural defaulting as the apiserver does it: absent properties take their default, recursively."""
     if not isinstance(value, dict) or schema.get("type") != "object":
