@@ -316,9 +316,12 @@ class PodBuilder:
         return self
 
     def gated(self, *gates: str) -> PodBuilder:
-        """Held by scheduling gates (the operator's gang gate unless others are named): Pending and unbound."""
+        """Held by scheduling gates (the operator's gang gate unless others are named): Pending, unbound, and
+        so without addresses."""
         self._pod["spec"]["schedulingGates"] = [{"name": gate} for gate in (gates or (GANG_GATE,))]
         self._pod["spec"].pop("nodeName", None)
+        for address in ("hostIP", "podIP"):
+            self._pod["status"].pop(address, None)
         return self.phase("Pending")
 
     def chips(self, count: int, *, requests: bool = True, limits: bool = True) -> PodBuilder:
@@ -369,7 +372,8 @@ class PodBuilder:
 
     def exited(self, code: int, *, reason: str | None = None, message: str | None = None,
                finished: Moment | None = None) -> PodBuilder:
-        """The container terminated with `code` (the phase is set apart: `.phase("Failed")`)."""
+        """The container terminated with `code`, and so the pod (restartPolicy Never) Failed, or Succeeded on 0."""
+        self.phase("Succeeded" if code == 0 else "Failed")
         terminated = {"exitCode": code, "reason": reason, "message": message,
                       "finishedAt": stamp(finished) if finished is not None else None}
         self._pod["status"]["containerStatuses"] = [{"name": self._container()["name"], "state": {
