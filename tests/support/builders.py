@@ -315,10 +315,15 @@ class PodBuilder:
             self._pod["spec"]["nodeName"] = node
         return self
 
+    def gates(self, *gates: str) -> PodBuilder:
+        """Exactly these scheduling gates (none: an empty list, as left once every gate is removed)."""
+        self._pod["spec"]["schedulingGates"] = [{"name": gate} for gate in gates]
+        return self
+
     def gated(self, *gates: str) -> PodBuilder:
         """Held by scheduling gates (the operator's gang gate unless others are named): Pending, unbound, and
         so without addresses."""
-        self._pod["spec"]["schedulingGates"] = [{"name": gate} for gate in (gates or (GANG_GATE,))]
+        self.gates(*(gates or (GANG_GATE,)))
         self._pod["spec"].pop("nodeName", None)
         for address in ("hostIP", "podIP"):
             self._pod["status"].pop(address, None)
