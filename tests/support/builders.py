@@ -36,9 +36,8 @@ API_VERSION = "hybrid.ascend.dev/v1alpha1"
 def job_body(spec: dict | None = None, name: str = "job", **metadata: Any) -> dict:
     """A whole AscendHybridJob object; the default spec is valid (DP 2 × TP 4 on one 8-NPU 910B pod)."""
     if spec is None:
-        spec = {"parallelism": {"data": 2, "tensor": 4}, "npu": {"perPod": 8}}
-    return {"apiVersion": API_VERSION, "kind": "AscendHybridJob",
-            "metadata": {"name": name, "namespace": "default", **metadata}, "spec": copy.deepcopy(spec)}
+        return JobBuilder(name).parallelism(data=2, tensor=4).per_pod(8).metadata(**metadata).build()
+    return JobBuilder(name).spec(spec).metadata(**metadata).build()
 
 
 def apply_defaults(schema: dict, value: Any) -> Any:
