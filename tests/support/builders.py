@@ -261,6 +261,10 @@ class PodBuilder:
         self._pod["metadata"]["annotations"][key] = value
         return self
 
+    def annotations(self, annotations: dict[str, str]) -> PodBuilder:
+        self._pod["metadata"]["annotations"].update(annotations)
+        return self
+
     def created(self, moment: Moment) -> PodBuilder:
         self._pod["metadata"]["creationTimestamp"] = stamp(moment)
         return self
