@@ -393,8 +393,13 @@ class PodBuilder:
         return self
 
     def status(self, **fields: Any) -> PodBuilder:
-        """Any other status field as the API spells it."""
-        self._pod["status"].update(copy.deepcopy(fields))
+        """Any other status field as the API spells it; None removes one."""
+        status = self._pod["status"]
+        for key, value in fields.items():
+            if value is None:
+                status.pop(key, None)
+            else:
+                status[key] = copy.deepcopy(value)
         return self
 
     def build(self) -> dict:
