@@ -22,6 +22,8 @@ from support.builders import job_body, node
 HERE = Path(__file__).parent
 
 
+# Not a PodBuilder: the subject is the projection of the whole pod as the apiserver returns it (the rendered
+# manifest plus managedFields, defaults and statuses), so every field here is written out.
 def full_pod(index: int = 0, *, phase: str = "Running", failed: bool = False, gated: bool = False,
              queued: bool = False) -> dict:
     """A pod as the apiserver returns it: the operator's rendered manifest plus what the apiserver, the

@@ -29,13 +29,14 @@ from ascend_hybrid.devcluster.runtime.launch import (
 )
 from ascend_hybrid.gang import render
 from ascend_hybrid.spec.rules import parse
-from support.builders import job_body
+from support.builders import PodBuilder, job_body
 
 ROOT = Path("/sim/runtime")
 BASE_ENV = {"PATH": "/venv/bin:/usr/bin", "LANG": "C.UTF-8"}
 MOMENT = datetime(2026, 11, 29, 17, 0, 0, tzinfo=UTC)
 
 
+# Not a PodBuilder: the subject is the operator's own rendering (render.pod), as the API returns it.
 def operator_pod(job_body, checkpoint: bool = True) -> dict:
     """Pod 1 of a DP 2 job as the operator renders it, bound, with its IP, as the API would return it."""
     training = {"steps": 20, "checkpoint": {"claimName": "ckpt", "everySteps": 5}} if checkpoint else {"steps": 20}
@@ -187,9 +188,7 @@ def test_the_deletion_grace_period_wins_over_the_spec():
 # podstatus ---------------------------------------------------------------------------------------------------
 
 def small_pod() -> dict:
-    return {"metadata": {"namespace": "ns", "name": "p", "uid": "u"},
-            "spec": {"nodeName": "node-001", "containers": [{"name": "ascend", "image": "trainer:1"}]},
-            "status": {"phase": "Pending"}}
+    return PodBuilder.named("p", namespace="ns").uid("u").node("node-001").container(image="trainer:1").build()
 
 
 def test_running_then_terminated_patches_carry_the_uid_the_pid_and_the_exit_code():
