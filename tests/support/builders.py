@@ -227,6 +227,18 @@ class PodBuilder:
         builder._pod["metadata"].update(name=name, labels={})
         return builder
 
+    @classmethod
+    def of(cls, pod: dict, *, index: int = 0) -> PodBuilder:
+        """Starts from a copy of an existing pod (one the operator rendered, say); `index` picks its default
+        addresses."""
+        builder = cls.named(pod["metadata"]["name"], index=index)
+        builder._pod = copy.deepcopy(pod)
+        metadata = builder._pod["metadata"]
+        metadata.setdefault("labels", {})
+        metadata.setdefault("annotations", {})
+        builder._pod.setdefault("status", {})
+        return builder
+
     # metadata
     def attempt(self, attempt: int) -> PodBuilder:
         self._attempt = attempt

@@ -36,7 +36,6 @@ BASE_ENV = {"PATH": "/venv/bin:/usr/bin", "LANG": "C.UTF-8"}
 MOMENT = datetime(2026, 11, 29, 17, 0, 0, tzinfo=UTC)
 
 
-# Not a PodBuilder: the subject is the operator's own rendering (render.pod), as the API returns it.
 def operator_pod(job_body, checkpoint: bool = True) -> dict:
     """Pod 1 of a DP 2 job as the operator renders it, bound, with its IP, as the API would return it."""
     training = {"steps": 20, "checkpoint": {"claimName": "ckpt", "everySteps": 5}} if checkpoint else {"steps": 20}
@@ -44,11 +43,8 @@ def operator_pod(job_body, checkpoint: bool = True) -> dict:
                      "template": {"metadata": {"annotations": {"sim.hybrid.ascend.dev/runtime": "process"}}}},
                     name="real", uid="job-uid")
     pod = render.pod(parse(body), "ns", "job-uid", attempt=1, index=1, node="node-001", sched_ip="127.32.0.9")
-    pod["metadata"]["uid"] = "pod-uid"
-    pod["spec"]["nodeName"] = "node-001"
-    pod["status"] = {"phase": "Pending", "podIP": "127.16.0.7", "podIPs": [{"ip": "127.16.0.7"}],
-                     "hostIP": "127.15.0.1"}
-    return pod
+    return (PodBuilder.of(pod, index=1).uid("pod-uid").node("node-001")
+            .status(phase="Pending", podIP="127.16.0.7", podIPs=[{"ip": "127.16.0.7"}], hostIP="127.15.0.1").build())
 
 
 def configmaps_of_job(table_status: str = "completed") -> dict:
