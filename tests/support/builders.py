@@ -1,6 +1,14 @@
-"""One set of builders for the tests and benchmarks: AscendHybridJob bodies, gang pods as the API returns them
-(with the device plugin's annotation), NPU-holding pods, Nodes and MindCluster deviceinfo ConfigMaps, and the
-CRD's structural defaulting. Every address is loopback, as in the simulated cluster."""
+"""One set of builders for the tests and benchmarks. Pods, nodes and jobs are built fluently, as Kueue's testing
+wrappers do, one method a fact, into plain dicts as the API returns them:
+
+    PodBuilder("demo", 0).attempt(2).gated().exited(137, reason="OOMKilled").build()
+    NodeBuilder("n0").chip("910A").rack("r1").not_ready().build()
+    JobBuilder("demo").parallelism(data=2, tensor=4).per_pod(8).build()
+
+A test that needs the same object often names a preset (a function returning a builder) and adds what differs.
+Beside them: MindCluster deviceinfo ConfigMaps, a rack-labelled cluster of nodes, the simulated telemetry's pods,
+job_body (a whole job, valid by default) and the CRD's structural defaulting. Every address is loopback, as in
+the simulated cluster; the device plugin's annotation is written in one place, PodBuilder.devices."""
 
 from __future__ import annotations
 
@@ -58,84 +66,6 @@ def apply_defaults(schema: dict, value: Any) -> Any:
 ACCELERATOR = {"910A": "module", "910B": "module-910b-8", "A3": "module-a3-16"}
 
 
-def node(
-    name: str,
-    *,
-    chip: str | None = "910B",
-    chips: int | None = None,
-    rack: str | None = None,
-    super_pod: str | None = None,
-    ready: bool = True,
-    cordoned: bool = False,
-    taints: list[dict] | None = None,
-    labels: dict | None = None,
-    capacity: int | None = None,
-) -> dict:
-    all_labels = {"kubernetes.io/hostname": name}
-    if chip is not None:
-        all_labels["accelerator-type"] = ACCELERATOR[chip]
-    if rack is not None:
-        all_labels[RACK_LABEL] = rack
-    if super_pod is not None:
-        all_labels[SUPERPOD_LABEL] = super_pod
-    all_labels.update(labels or {})
-    count = chips if chips is not None else (CHIPS[chip].chips_per_node if chip else 0)
-    status = {
-        "allocatable": {"cpu": "192", "memory": "1536Gi", RESOURCE: str(count)},
-        "capacity": {"cpu": "192", "memory": "1536Gi", RESOURCE: str(capacity if capacity is not None else count)},
-        "conditions": [
-            {"type": "MemoryPressure", "status": "False"},
-            {"type": "Ready", "status": "True" if ready else "False"},
-        ],
-    }
-    spec: dict = {}
-    if cordoned:
-        spec["unschedulable"] = True
-    if taints:
-        spec["taints"] = taints
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": all_labels}, "spec": spec,
-            "status": status}
-
-
-def npu_pod(
-    name: str,
-    *,
-    node_name: str | None = None,
-    chips: int = 8,
-    phase: str = "Running",
-    device_ids: list[int] | None = None,
-    annotation: str = "config",  # "config" | "real" | "plain": which annotation names the chips
-    pinned_to: str | None = None,
-    pin_by: str = "hostname",  # "hostname" | "field"
-    limits_only: bool = False,
-) -> dict:
-    annotations = {}
-    if device_ids is not None:
-        if annotation == "config":
-            annotations[DEVICE_ANNOTATION] = json.dumps(
-                {"pod_name": name, "server_id": "127.15.0.1",
-                 "devices": [{"device_id": str(d), "device_ip": f"127.64.0.{d}"} for d in device_ids]})
-        else:
-            key = "huawei.com/AscendReal" if annotation == "real" else RESOURCE
-            annotations[key] = ",".join(f"Ascend910-{d}" for d in device_ids)
-    resources = {"limits": {RESOURCE: str(chips)}}
-    if not limits_only:
-        resources["requests"] = {RESOURCE: str(chips)}
-    spec: dict = {"containers": [{"name": "ascend", "image": "x", "resources": resources}]}
-    if node_name:
-        spec["nodeName"] = node_name
-    if pinned_to:
-        if pin_by == "hostname":
-            term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [pinned_to]}]}
-        else:
-            term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pinned_to]}]}
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [term]}}}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "annotations": annotations},
-            "spec": spec, "status": {"phase": phase}}
-
-
 def deviceinfo(
     node_name: str,
     *,
@@ -172,7 +102,7 @@ def deviceinfo(
 
 def cluster(count: int, *, per_rack: int, chip: str = "910B", prefix: str = "node") -> list[dict]:
     """`count` Ready nodes named <prefix>-0000…, racks of `per_rack` named rack-00…"""
-    return [node(f"{prefix}-{i:04d}", chip=chip, rack=f"rack-{i // per_rack:02d}") for i in range(count)]
+    return [NodeBuilder(f"{prefix}-{i:04d}").chip(chip).rack(f"rack-{i // per_rack:02d}").build() for i in range(count)]
 
 
 SIM_STARTED = "2026-11-29T17:00:00Z"
@@ -300,7 +230,7 @@ class PodBuilder:
                 pod_name: str | None = None) -> PodBuilder:
         """The chips the device plugin gave the pod, in its annotation. `count` instead of `ids` takes the
         highest `count` chips of a 16-chip node, so chip ids differ from local ranks. The server id defaults
-        to the pod's host IP, the pod name to its index."""
+        to the pod's host IP, the pod name to its own."""
         chips = list(ids) if ids is not None else list(range(16 - (count or 0), 16))
         devices = []
         for position, chip in enumerate(chips):
@@ -308,9 +238,14 @@ class PodBuilder:
             if super_ids is not None:
                 device["super_device_id"] = str(super_ids[position])
             devices.append(device)
-        configuration = {"pod_name": str(self._index) if pod_name is None else pod_name,
+        configuration = {"pod_name": self._pod["metadata"]["name"] if pod_name is None else pod_name,
                          "server_id": self._host_ip() if server_id is None else server_id, "devices": devices}
         return self.device_annotation(json.dumps(configuration))
+
+    def chip_names(self, ids: Iterable[int], *, annotation: str = "huawei.com/AscendReal") -> PodBuilder:
+        """The chips named as the device plugin also writes them (Ascend910-<id>, comma-separated), under
+        `annotation` (huawei.com/AscendReal, or the resource name as older plugins do)."""
+        return self.annotation(annotation, ",".join(f"Ascend910-{chip}" for chip in ids))
 
     def device_annotation(self, text: str | None) -> PodBuilder:
         """The device plugin's annotation as given (malformed ones included); None removes it."""
@@ -437,8 +372,12 @@ class NodeBuilder:
     def chip(self, chip: str, *, chips: int | None = None, capacity: int | None = None) -> NodeBuilder:
         """An Ascend node of `chip` (910A | 910B | A3) by its accelerator-type label, with `chips` allocatable
         NPUs (all the chip's by default) of `capacity`."""
-        count = CHIPS[chip].chips_per_node if chips is None else chips
         self.label(ACCELERATOR_TYPE_LABEL, ACCELERATOR[chip])
+        return self.npus(CHIPS[chip].chips_per_node if chips is None else chips, capacity=capacity)
+
+    def npus(self, count: int, *, capacity: int | None = None) -> NodeBuilder:
+        """`count` allocatable NPUs of `capacity` (the same unless told), beside a large node's CPU and memory;
+        no chip label (`.chip(...)` adds it)."""
         status = self._node["status"]
         status["allocatable"] = {"cpu": "192", "memory": "1536Gi", RESOURCE: str(count)}
         status["capacity"] = {"cpu": "192", "memory": "1536Gi", RESOURCE: str(count if capacity is None else capacity)}
@@ -479,8 +418,8 @@ class NodeBuilder:
         self._node["spec"]["unschedulable"] = True
         return self
 
-    def taint(self, key: str, effect: str = "NoSchedule", value: str | None = None) -> NodeBuilder:
-        taint = {"key": key, "effect": effect, **({"value": value} if value is not None else {})}
+    def taint(self, key: str, effect: str = "NoSchedule", value: str | None = None, **fields: Any) -> NodeBuilder:
+        taint = {"key": key, "effect": effect, **({"value": value} if value is not None else {}), **fields}
         self._node["spec"].setdefault("taints", []).append(taint)
         return self
 

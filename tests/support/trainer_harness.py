@@ -177,7 +177,7 @@ def running_pod(pod: dict, chip: int) -> dict:
     from support.builders import PodBuilder
 
     return (PodBuilder.of(pod).running(node="node-a", pod_ip=LOCAL_HOST, host_ip=LOCAL_HOST)
-            .devices([chip], pod_name=pod["metadata"]["name"]).build())
+            .devices([chip]).build())
 
 
 def pod_launch_envs(tmp_path: Path, manifests: list[dict]) -> list[dict[str, str]]:
