@@ -70,9 +70,9 @@ def deviceinfo(
     node_name: str,
     *,
     chips: int = 8,
-    unhealthy: list[int] = (),
-    network_unhealthy: list[int] = (),
-    separated: list[int] = (),
+    unhealthy: Sequence[int] = (),
+    network_unhealthy: Sequence[int] = (),
+    separated: Sequence[int] = (),
     super_pod: int = -1,
     rack: int = -1,
 ) -> dict:
@@ -140,7 +140,8 @@ class PodBuilder:
     127.16.0.{i+1}, and its chip `c` has device IP 127.100.{i}.{c}."""
 
     def __init__(self, job: str, index: int, *, namespace: str = "default") -> None:
-        self._job, self._index, self._attempt = job, index, 1
+        self._job: str | None = job
+        self._index = index
         self._pod: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": gang_pod_name(job, 1, index), "namespace": namespace,
@@ -171,7 +172,6 @@ class PodBuilder:
 
     # metadata
     def attempt(self, attempt: int) -> PodBuilder:
-        self._attempt = attempt
         metadata = self._pod["metadata"]
         if self._job is not None:
             metadata["name"] = gang_pod_name(self._job, attempt, self._index)
