@@ -113,10 +113,9 @@ def telemetry_pod(name="job-a1-0", chips=(0, 1), phase="Running", ip="127.16.0.7
     """A pod as the simulated telemetry sees it: chips given by the simulated device plugin on node 2."""
     held = device_annotations(name, SimNode(2, "910B", 0, 1), tuple(chips)) if chips else {}
     labels = {figures.JOB_LABEL: job, figures.ATTEMPT_LABEL: "1"} if job else {}
-    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels,
-                         "annotations": {**held, **(annotations or {})}},
-            "spec": {"nodeName": node, "containers": [{"name": "ascend"}]},
-            "status": {"phase": phase, "podIP": ip, "startTime": started}}
+    return (PodBuilder.named(name, namespace="ns").uid(f"uid-{name}").labels(labels)
+            .annotations({**held, **(annotations or {})}).node(node).phase(phase).status(podIP=ip, startTime=started)
+            .build())
 
 
 # -- fluent builders: pods, nodes and jobs as the API returns them ----------------------------------------------
