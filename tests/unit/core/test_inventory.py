@@ -19,8 +19,11 @@ def pod(name: str, chips: int = 8) -> PodBuilder:
     return PodBuilder.named(name).chips(chips).phase("Running")
 
 
-def labelled(**labels):
-    return {"metadata": {"name": "n", "labels": labels}}
+def labelled(**labels: str) -> dict:
+    node = NodeBuilder("n")
+    for key, value in labels.items():
+        node.label(key, value)
+    return node.build()
 
 
 @pytest.mark.parametrize(
