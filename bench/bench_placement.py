@@ -14,8 +14,7 @@ import time
 
 from ascend_hybrid.gang.inventory import build_inventory
 from ascend_hybrid.gang.placement import GangRequest, place
-from support.builders import cluster
-from support.builders import npu_pod as pod
+from support.builders import PodBuilder, cluster
 
 NODES, RACKS, PODS, CHIPS, GROUP = 4096, 16, 2048, 8, 2
 BUSY_NODES, SMALL_PODS = 2000, 8000  # 8 000 one-chip pods leave 2 000 nodes half used
@@ -51,8 +50,8 @@ def main() -> None:
     args = parser.parse_args()
 
     nodes = cluster(NODES, per_rack=NODES // RACKS)
-    small = [pod(f"small-{i}", node_name=f"node-{i % BUSY_NODES:04d}", chips=1, device_ids=[i // BUSY_NODES])
-             for i in range(SMALL_PODS)]
+    small = [PodBuilder.named(f"small-{i}").chips(1).phase("Running").node(f"node-{i % BUSY_NODES:04d}")
+             .devices([i // BUSY_NODES]).build() for i in range(SMALL_PODS)]
     t_inventory, busy = best_of(args.repeat, lambda: build_inventory(nodes, small))
     empty = build_inventory(nodes, [])
     groups = tuple(tuple(range(g, g + GROUP)) for g in range(0, PODS, GROUP))

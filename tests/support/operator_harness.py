@@ -21,6 +21,7 @@ from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster.controlplane import ports
 from ascend_hybrid.spec.api import PLURAL, VERSION
+from support.builders import JobBuilder
 from support.paths import REPO_ROOT as REPO
 
 
@@ -135,13 +136,14 @@ def example(name: str) -> dict:
 
 
 def job_manifest(name: str, *, data=2, tensor=4, pipeline=1, per_pod=8, annotations=None, **spec_extra) -> dict:
-    spec = {"parallelism": {"data": data, "tensor": tensor, "pipeline": pipeline}, "npu": {"perPod": per_pod},
-            "model": {"preset": "tiny"}, "training": {"steps": 10}}
+    """A job for a real cluster: the tiny model for 10 steps, each of `spec_extra`'s sections merged over it."""
+    job = (JobBuilder(name).namespace(None).parallelism(data=data, tensor=tensor, pipeline=pipeline).per_pod(per_pod)
+           .section("model", preset="tiny").section("training", steps=10))
     if annotations:
-        spec["template"] = {"metadata": {"annotations": annotations}}
+        job.section("template", metadata={"annotations": annotations})
     for key, value in spec_extra.items():
-        spec[key] = {**spec.get(key, {}), **value}
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AscendHybridJob", "metadata": {"name": name}, "spec": spec}
+        job.section(key, **value)
+    return job.build()
 
 
 class Jobs:

@@ -25,7 +25,6 @@ STEPS, GLOBAL_BATCH, SEQ_LENGTH, LEARNING_RATE, SEED = 6, 4, 32, 1e-3, 0
 CHECKPOINT_EVERY = 3
 TRAINER = [sys.executable, "-m", "ascend_hybrid_trainer"]
 OPERATOR_CLI = Path(sys.executable).with_name("ascend-hybrid")
-DEVICE_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
 POD_INDEX_LABEL = "hybrid.ascend.dev/pod-index"
 
 
@@ -160,15 +159,10 @@ def run_local(arguments: list[str], timeout: float = 240) -> tuple[Proc, Process
 
 def render_job(tmp_path: Path, spec: dict, name: str = "dp2") -> list[dict]:
     """`ascend-hybrid render` of a job on one 8-NPU 910B node, with the scheduler at 127.0.0.1."""
-    job = {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob",
-           "metadata": {"name": name, "namespace": "default"}, "spec": spec}
-    node = {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "node-a", "labels": {"kubernetes.io/hostname": "node-a",
-                                                      "accelerator-type": "module-910b-8"}},
-            "spec": {},
-            "status": {"allocatable": {"cpu": "192", "memory": "1536Gi", "huawei.com/Ascend910": "8"},
-                       "capacity": {"cpu": "192", "memory": "1536Gi", "huawei.com/Ascend910": "8"},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    from support.builders import JobBuilder, NodeBuilder  # the operator's package, imported only when used
+
+    job = JobBuilder(name).spec(spec).build()
+    node = NodeBuilder("node-a").chip("910B").build()
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     (tmp_path / "nodes.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [node]}))
     result = subprocess.run([str(OPERATOR_CLI), "render", "-f", str(tmp_path / "job.yaml"), "--nodes",
@@ -180,13 +174,10 @@ def render_job(tmp_path: Path, spec: dict, name: str = "dp2") -> list[dict]:
 
 def running_pod(pod: dict, chip: int) -> dict:
     """The rendered pod as the API returns it once Running on 127.0.0.1 with its chip from the device plugin."""
-    running = json.loads(json.dumps(pod))
-    running["metadata"].setdefault("annotations", {})[DEVICE_ANNOTATION] = json.dumps(
-        {"pod_name": pod["metadata"]["name"], "server_id": LOCAL_HOST,
-         "devices": [{"device_id": str(chip), "device_ip": f"127.100.0.{chip + 1}"}]})
-    running["spec"]["nodeName"] = "node-a"
-    running["status"] = {"phase": "Running", "podIP": LOCAL_HOST, "hostIP": LOCAL_HOST}
-    return running
+    from support.builders import PodBuilder
+
+    return (PodBuilder.of(pod).running(node="node-a", pod_ip=LOCAL_HOST, host_ip=LOCAL_HOST)
+            .devices([chip]).build())
 
 
 def pod_launch_envs(tmp_path: Path, manifests: list[dict]) -> list[dict[str, str]]:

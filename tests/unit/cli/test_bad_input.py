@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ascend_hybrid.cli import commands as cli
 from support.bad_inputs import BAD_INPUT, BAD_INPUTS
-from support.builders import node, pod_object
+from support.builders import NodeBuilder, PodBuilder
 from support.paths import EXAMPLES
 
 JOB = str(EXAMPLES / "job.yaml")
@@ -236,12 +236,10 @@ def replaced(value, path, junk):
     return value
 
 
-GOOD_NODE = node("a2-0", rack="rack-0", taints=[{"key": "t", "value": "v", "effect": "NoSchedule"}])
-GOOD_POD = pod_object("tiny-tp4-dp2", 0, 8, node="a2-0")
-GOOD_POD["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-    "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
-                                                 "values": ["a2-0"]}]}]}}}
-GOOD_POD["spec"]["containers"][0]["resources"] = {"requests": {"huawei.com/Ascend910": "8"}}
+GOOD_NODE = (NodeBuilder("a2-0").chip("910B").condition("MemoryPressure", "False").rack("rack-0")
+             .taint("t", value="v").build())
+GOOD_POD = (PodBuilder("tiny-tp4-dp2", 0).running(node="a2-0").devices(count=8).pinned("a2-0")
+            .chips(8, limits=False).build())
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.builders import pod_object
+from support.builders import PodBuilder
 
 GOOD = {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "metadata": {"name": "cli-job"},
         "spec": {"parallelism": {"data": 2, "tensor": 2}, "npu": {"perPod": 2}}}
@@ -135,15 +135,20 @@ def test_layout_text(cli_path, examples):
     assert "pod 0: ranks 0-7" in result.stdout
 
 
+def ready(job: str, index: int) -> dict:
+    """Pod `index` of `job`, running with its IPs and 2 chips annotated: what the rank table waits for."""
+    return PodBuilder(job, index).running().devices(count=2).build()
+
+
 def pods_file(tmp_path: Path, pods: list[dict], nodes: list[dict] = ()) -> Path:
     return write(tmp_path, "pods.yaml", {"apiVersion": "v1", "kind": "List", "items": [*pods, *nodes]})
 
 
 def test_ranktable_from_pods_yaml(cli_path, tmp_path):
     job = write(tmp_path, "job.yaml", GOOD)
-    pods = [pod_object("cli-job", i, 2, device_ids=[2 * i, 2 * i + 1]) for i in range(2)]
-    stale = pod_object("cli-job", 0, 2, attempt=0, phase="Failed")
-    other = pod_object("other-job", 0, 2)
+    pods = [PodBuilder("cli-job", i).running().devices([2 * i, 2 * i + 1]).build() for i in range(2)]
+    stale = PodBuilder("cli-job", 0).attempt(0).node("node-0").devices(count=2).phase("Failed").build()
+    other = ready("other-job", 0)
     path = pods_file(tmp_path, [stale, *pods, other])
     result = run(cli_path, "ranktable", "-f", str(job), "--pods", str(path))
     assert result.returncode == 0, result.stderr
@@ -156,7 +161,7 @@ def test_ranktable_from_pods_yaml(cli_path, tmp_path):
 
 def test_ranktable_waits_and_says_why(cli_path, tmp_path):
     job = write(tmp_path, "job.yaml", GOOD)
-    pods = [pod_object("cli-job", 0, 2), pod_object("cli-job", 1, 2, phase="Pending")]
+    pods = [ready("cli-job", 0), PodBuilder("cli-job", 1).node("node-1").devices(count=2).build()]
     result = run(cli_path, "ranktable", "-f", str(job), "--pods", str(pods_file(tmp_path, pods)))
     assert result.returncode == 0
     assert json.loads(result.stdout) == {"status": "initializing"}
@@ -167,7 +172,8 @@ def test_ranktable_a3_uses_super_pod_labels(cli_path, tmp_path):
     body = json.loads(json.dumps(GOOD))
     body["spec"]["npu"] = {"chip": "A3", "perPod": 2}
     job = write(tmp_path, "job.yaml", body)
-    pods = [pod_object("cli-job", i, 2, node=f"a3-{i}", super_device_ids=[7, 8]) for i in range(2)]
+    pods = [PodBuilder("cli-job", i).running(node=f"a3-{i}").devices(count=2, super_ids=[7, 8]).build()
+            for i in range(2)]
     nodes = [{"apiVersion": "v1", "kind": "Node",
               "metadata": {"name": f"a3-{i}", "labels": {"huawei.com/topotree.superpodid": str(3 + i)}}}
              for i in range(2)]
@@ -180,14 +186,14 @@ def test_ranktable_a3_uses_super_pod_labels(cli_path, tmp_path):
 
 def test_ranktable_without_pods_of_the_job(cli_path, tmp_path):
     job = write(tmp_path, "job.yaml", GOOD)
-    path = pods_file(tmp_path, [pod_object("other", 0, 2)])
+    path = pods_file(tmp_path, [ready("other", 0)])
     assert errors_of(run(cli_path, "ranktable", "-f", str(job), "--pods", str(path))) == [
         f"{path}: no pods labelled hybrid.ascend.dev/job=cli-job"]
 
 
 def test_ranktable_with_a_garbled_attempt_label(cli_path, tmp_path):
     job = write(tmp_path, "job.yaml", GOOD)
-    pods = [pod_object("cli-job", i, 2) for i in range(2)]
+    pods = [ready("cli-job", i) for i in range(2)]
     pods[0]["metadata"]["labels"]["hybrid.ascend.dev/attempt"] = "x"
     result = run(cli_path, "ranktable", "-f", str(job), "--pods", str(pods_file(tmp_path, pods)))
     assert result.returncode == 0

@@ -11,7 +11,7 @@ import pytest
 from ascend_hybrid.controller.clusterwatch import NamedStore, device_reaction, node_reaction
 from ascend_hybrid.controller.listwatch import ListWatch
 from ascend_hybrid.controller.loop import Controller
-from support.builders import deviceinfo
+from support.builders import NodeBuilder, deviceinfo
 from support.queues import drain
 
 
@@ -25,8 +25,9 @@ def controller():
 
 
 def ready_node(status: str = "True") -> dict:
-    return {"metadata": {"name": "n1", "labels": {}, "managedFields": [{"manager": "kwok"}]}, "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": status}], "allocatable": {}}}
+    """Node n1 as the watch lists it (managedFields), Ready or not."""
+    return (NodeBuilder("n1").metadata(managedFields=[{"manager": "kwok"}]).ready(status == "True")
+            .status(allocatable={}).build())
 
 
 def test_node_heartbeats_wake_nothing_but_a_ready_change_wakes_every_job(controller):

@@ -13,17 +13,20 @@ from ascend_hybrid.contracts.ascend import RESOURCE
 from ascend_hybrid.controller.listwatch import ListWatch
 from ascend_hybrid.controller.loop import Controller
 from ascend_hybrid.controller.podwatch import PodStore, reaction
+from support.builders import PodBuilder
 from support.queues import drain
 
 
-def pod(name: str, *, namespace: str = "ns", job: str | None = "job", chips: int = 8, phase: str = "Pending",
-        version: str = "1", **status) -> dict:
-    labels = {names.JOB_LABEL: job} if job else {"app": "web"}
-    resources = {"limits": {RESOURCE: str(chips), "cpu": "2"}} if chips else {}
-    return {"metadata": {"name": name, "namespace": namespace, "labels": labels, "resourceVersion": version,
-                         "managedFields": [{"manager": "kwok"}]},
-            "spec": {"containers": [{"name": "ascend", "image": "trainer", "resources": resources}]},
-            "status": {"phase": phase, **status}}
+def pod(name: str, namespace: str = "ns", version: str = "1") -> PodBuilder:
+    """A pod of job `job` asking for 8 NPUs, as the watch lists it (a resourceVersion, managedFields)."""
+    return (PodBuilder.named(name, namespace=namespace).label(names.JOB_LABEL, "job")
+            .metadata(resourceVersion=version, managedFields=[{"manager": "kwok"}])
+            .container(image="trainer", resources={"limits": {RESOURCE: "8", "cpu": "2"}}))
+
+
+def web(name: str, namespace: str = "ns") -> PodBuilder:
+    """A pod of no job."""
+    return pod(name, namespace).label(names.JOB_LABEL, None).label("app", "web")
 
 
 class FakeKube:
@@ -63,11 +66,12 @@ def run(pages, watches, store=None):
 def test_lists_every_page_then_watches_from_the_lists_version_and_resumes_from_the_last_one_seen():
     changes = []
     store = PodStore(lambda old, new: changes.append((old and old["metadata"]["name"], new and new["status"]["phase"])))
-    first_watch = [{"type": "ADDED", "object": pod("job-a1-2", version="101")},
+    first_watch = [{"type": "ADDED", "object": pod("job-a1-2", version="101").build()},
                    {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "105"}}}]
-    second_watch = [{"type": "MODIFIED", "object": pod("job-a1-2", phase="Running", version="106")},
-                    {"type": "DELETED", "object": pod("job-a1-0", version="107")}]
-    kube, store = run([[pod("job-a1-0"), pod("web", job=None, chips=0)], [pod("job-a1-1")]],
+    second_watch = [{"type": "MODIFIED", "object": pod("job-a1-2", version="106").phase("Running").build()},
+                    {"type": "DELETED", "object": pod("job-a1-0", version="107").build()}]
+    kube, store = run([[pod("job-a1-0").build(), web("web").container(resources={}).build()],
+                       [pod("job-a1-1").build()]],
                       [first_watch, second_watch], store)
     assert kube.calls == [("list", None, None), ("list", None, "1"), ("watch", None, "100"), ("watch", None, "105"),
                           ("watch", None, "107")]
@@ -83,7 +87,7 @@ def test_gone_lists_again_and_what_the_new_list_lacks_is_deleted():
     changes = []
     store = PodStore(lambda old, new: changes.append((old and old["metadata"]["name"], new and new["metadata"]["name"])))
     stop = threading.Event()
-    kube = FakeKube([[pod("job-a1-0"), pod("job-a1-1")]], [
+    kube = FakeKube([[pod("job-a1-0").build(), pod("job-a1-1").build()]], [
         ApiException(status=410, reason="Gone"),
         [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}}],
     ], stop)
@@ -92,7 +96,7 @@ def test_gone_lists_again_and_what_the_new_list_lacks_is_deleted():
 
     def shrinking(resource, namespace, limit, continue_token=None, label_selector=None):
         page = original(resource, namespace, limit, continue_token)
-        kube.pages = [[pod("job-a1-1")]]  # job-a1-0 went while nobody watched
+        kube.pages = [[pod("job-a1-1").build()]]  # job-a1-0 went while nobody watched
         return page
     kube.list_page = shrinking
     watch.watch_forever()
@@ -102,17 +106,17 @@ def test_gone_lists_again_and_what_the_new_list_lacks_is_deleted():
 
 
 def test_an_error_is_retried_from_the_same_version_and_the_watch_goes_on():
-    kube, store = run([[pod("job-a1-0")]], [ConnectionResetError("reset by peer"),
+    kube, store = run([[pod("job-a1-0").build()]], [ConnectionResetError("reset by peer"),
                                             ApiException(status=500, reason="Internal Server Error"),
-                                            [{"type": "ADDED", "object": pod("job-a1-1", version="120")}]])
+                                            [{"type": "ADDED", "object": pod("job-a1-1", version="120").build()}]])
     assert kube.calls == [("list", None, None), ("watch", None, "100"), ("watch", None, "100"),
                           ("watch", None, "100"), ("watch", None, "120")]
     assert len(store.job_pods(("ns", "job"))) == 2
 
 
 def test_an_unexpected_error_is_retried_too_rather_than_ending_the_watch_thread():
-    kube, store = run([[pod("job-a1-0")]], [KeyError("metadata"),
-                                            [{"type": "ADDED", "object": pod("job-a1-1", version="120")}]])
+    kube, store = run([[pod("job-a1-0").build()]], [KeyError("metadata"),
+                                            [{"type": "ADDED", "object": pod("job-a1-1", version="120").build()}]])
     assert kube.calls == [("list", None, None), ("watch", None, "100"), ("watch", None, "100"),
                           ("watch", None, "120")]
     assert len(store.job_pods(("ns", "job"))) == 2
@@ -122,8 +126,8 @@ def test_a_status_write_of_fields_nobody_reads_changes_nothing_and_wakes_nothing
     changes = []
     store = PodStore(lambda old, new: changes.append(new))
     store.replace(None, [], "source")
-    store.apply("ADDED", pod("job-a1-0", version="1"))
-    beat = pod("job-a1-0", version="2")
+    store.apply("ADDED", pod("job-a1-0", version="1").build())
+    beat = pod("job-a1-0", version="2").build()
     beat["status"]["qosClass"] = "Burstable"
     beat["metadata"]["managedFields"].append({"manager": "kubelet"})
     store.apply("MODIFIED", beat)
@@ -133,9 +137,9 @@ def test_a_status_write_of_fields_nobody_reads_changes_nothing_and_wakes_nothing
 def test_a_pod_that_loses_its_job_label_and_holds_no_npus_leaves_the_store():
     store = PodStore()
     store.replace(None, [], "source")
-    store.apply("ADDED", pod("job-a1-0", chips=0))
+    store.apply("ADDED", pod("job-a1-0").container(resources={}).build())
     assert len(store.job_pods(("ns", "job"))) == 1 and store.npu_pods() == []
-    store.apply("MODIFIED", pod("job-a1-0", job=None, chips=0))
+    store.apply("MODIFIED", web("job-a1-0").container(resources={}).build())
     assert store.job_pods(("ns", "job")) == [] and store.size() == 0
 
 
@@ -151,8 +155,8 @@ def test_readers_wait_for_every_scope_to_be_listed():
 
 def test_a_namespace_list_replaces_only_that_namespace():
     store = PodStore(sources=2)
-    store.replace("a", [pod("p", namespace="a")], "watch-a")
-    store.replace("b", [pod("p", namespace="b")], "watch-b")
+    store.replace("a", [pod("p", namespace="a").build()], "watch-a")
+    store.replace("b", [pod("p", namespace="b").build()], "watch-b")
     store.replace("a", [], "watch-a")
     assert [p["metadata"]["namespace"] for p in store.npu_pods()] == ["b"]
 
@@ -167,12 +171,12 @@ def controller():
 def test_a_job_pods_change_queues_its_job_and_a_finished_npu_pod_wakes_the_waiting_jobs(controller):
     changed = reaction(controller)
     controller.record_of(("other", "waiting")).phase = "Pending"
-    changed(None, pod("job-a1-0"))
+    changed(None, pod("job-a1-0").build())
     assert drain(controller) == {("ns", "job")}
-    running = pod("db-0", job=None, phase="Running")
+    running = web("db-0").phase("Running").build()
     changed(None, running)
     assert drain(controller) == set()  # one more NPU pod frees nothing
-    finished = pod("db-0", job=None, phase="Succeeded")
+    finished = web("db-0").phase("Succeeded").build()
     changed(running, finished)
     assert drain(controller) == {("other", "waiting")}
     changed(finished, {**finished, "status": {"phase": "Succeeded", "reason": "Completed"}})

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 from ascend_hybrid.controller.loop import Controller, Indexes, JobRecord
 from ascend_hybrid.gang import backlog
+from support.builders import PodBuilder
 
 
 def indexes(jobs: list[backlog.Entry] | None = None) -> Indexes:
     return Indexes(nodes=list, npu_pods=list, job_pods=lambda key: [], device_infos=list, jobs=lambda: list(jobs or []))
 
 
-def npu_pod(name: str, node: str | None = None, pinned: str | None = None) -> dict:
-    spec: dict = {"containers": [{"name": "ascend", "resources": {"limits": {"huawei.com/Ascend910": "8"}}}]}
-    if node:
-        spec["nodeName"] = node
-    if pinned:
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "accelerator-type", "operator": "In", "values": ["module-910b-8"]},
-                                  {"key": "kubernetes.io/hostname", "operator": "In", "values": [pinned]}]}]}}}
-    return {"metadata": {"name": name, "namespace": "ns"}, "spec": spec}
+CHIP = {"key": "accelerator-type", "operator": "In", "values": ["module-910b-8"]}
+
+
+def npu_pod(name: str) -> PodBuilder:
+    """A pod of 8 NPUs as created: unbound, not pinned."""
+    return PodBuilder.named(name, namespace="ns").chips(8, requests=False)
 
 
 def test_a_queued_gangs_promise_holds_until_its_pods_show_pinned_or_bound():
@@ -26,9 +24,10 @@ def test_a_queued_gangs_promise_holds_until_its_pods_show_pinned_or_bound():
     controller.indexes = indexes()
     controller.jobs[("ns", "queued")] = JobRecord(promised={"queued-a1-0": ("node-001", 8), "queued-a1-1": ("node-002", 8)})
     # seen by the watch, but as created: unpinned (Kueue admitted them, the pin is on its way)
-    unpinned = [npu_pod("queued-a1-0"), npu_pod("queued-a1-1")]
+    unpinned = [npu_pod("queued-a1-0").build(), npu_pod("queued-a1-1").build()]
     assert controller.reserved(unpinned, exclude=("ns", "other")) == {"node-001": 8, "node-002": 8}
-    shown = [npu_pod("queued-a1-0", pinned="node-001"), npu_pod("queued-a1-1", node="node-002")]
+    shown = [npu_pod("queued-a1-0").pinned("node-001", also=[CHIP]).build(),
+             npu_pod("queued-a1-1").node("node-002").build()]
     assert controller.reserved(shown, exclude=("ns", "other")) == {}
     assert controller.jobs[("ns", "queued")].promised == {}
     controller.queue.close()
@@ -51,8 +50,8 @@ def test_after_a_failover_a_queued_gangs_persisted_placement_holds_until_its_pod
                            phase="Starting", attempt=1, placed_attempt=1, nodes=("node-001", "node-002"), queued=True)
     controller = Controller(kube=None)
     controller.indexes = indexes([placed])
-    unpinned = [npu_pod("queued-a1-0"), npu_pod("queued-a1-1")]
+    unpinned = [npu_pod("queued-a1-0").build(), npu_pod("queued-a1-1").build()]
     assert controller.reserved(unpinned, exclude=("ns", "other")) == {"node-001": 8, "node-002": 8}
-    shown = [npu_pod("queued-a1-0", pinned="node-001"), npu_pod("queued-a1-1")]
+    shown = [npu_pod("queued-a1-0").pinned("node-001", also=[CHIP]).build(), npu_pod("queued-a1-1").build()]
     assert controller.reserved(shown, exclude=("ns", "other")) == {"node-002": 8}
     controller.queue.close()

@@ -17,7 +17,7 @@ from ascend_hybrid.contracts.ascend import (
 )
 from ascend_hybrid.gang import ranktable
 from ascend_hybrid.gang.inventory import build_inventory
-from support.builders import deviceinfo, node, pod_object
+from support.builders import NodeBuilder, PodBuilder, deviceinfo
 
 
 def test_deviceinfo_counts_unhealthy_network_unhealthy_recovering_and_separated_chips_unusable():
@@ -40,8 +40,8 @@ def test_other_and_broken_configmaps_give_no_health_information_and_never_raise(
 
 
 def test_the_super_pod_id_is_the_label_else_deviceinfo():
-    labelled = node("a3-0", chip="A3", super_pod="3")
-    unlabelled = node("a3-1", chip="A3")
+    labelled = NodeBuilder("a3-0").chip("A3").super_pod("3").build()
+    unlabelled = NodeBuilder("a3-1").chip("A3").build()
     info = parse_deviceinfo(deviceinfo("a3-1", chips=16, super_pod=7))
     assert super_pod_id(labelled, info) == "3"
     assert super_pod_id(unlabelled, info) == "7"
@@ -49,11 +49,11 @@ def test_the_super_pod_id_is_the_label_else_deviceinfo():
 
 
 def test_an_a3_node_without_the_label_gets_its_deviceinfo_super_pod_in_the_rank_table_and_the_inventory():
-    nodes = [node("a3-0", chip="A3"), node("a3-1", chip="A3")]
+    nodes = [NodeBuilder("a3-0").chip("A3").build(), NodeBuilder("a3-1").chip("A3").build()]
     assert all(SUPERPOD_LABEL not in n["metadata"]["labels"] for n in nodes)
     infos = [deviceinfo("a3-0", chips=16, super_pod=5), deviceinfo("a3-1", chips=16, super_pod=6)]
-    pods = [pod_object("a3", index, 16, device_ids=list(range(16)), super_device_ids=list(range(16)),
-                       node=f"a3-{index}") for index in range(2)]
+    pods = [PodBuilder("a3", index).running(node=f"a3-{index}").devices(range(16), super_ids=range(16)).build()
+            for index in range(2)]
     by_name = {n["metadata"]["name"]: n for n in nodes}
     super_pods = ranktable.node_super_pods(["a3-0", "a3-1"], by_name, device_infos_by_node(infos))
     table = ranktable.build_rank_table(pods, 16, super_pods, pod_count=2)
@@ -64,7 +64,7 @@ def test_an_a3_node_without_the_label_gets_its_deviceinfo_super_pod_in_the_rank_
 
 
 def test_pod_chips_come_from_the_device_annotation_else_the_chip_name_annotations():
-    annotated = pod_object("j", 0, 2, device_ids=[6, 3])
+    annotated = PodBuilder("j", 0).running().devices([6, 3]).build()
     assert [device["device_id"] for device in pod_devices(annotated)] == ["3", "6"]
     assert pod_chip_ids(annotated) == {3, 6}
     named = {"metadata": {"annotations": {DEVICE_ANNOTATION: "{broken", "huawei.com/AscendReal": "Ascend910-1"}}}

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_hybrid.contracts import names
-from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DeviceInfo
+from ascend_hybrid.contracts.ascend import DeviceInfo
 from ascend_hybrid.diagnosis.failures import (
     PEER_GRACE_SECONDS,
     Failure,
@@ -23,42 +22,32 @@ from ascend_hybrid.diagnosis.failures import (
     summary,
 )
 from ascend_hybrid.spec.causes import CAUSES, TRAINER_CAUSES
+from support.builders import NodeBuilder, PodBuilder
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 PLACED = ["node-0", "node-1", "node-2"]
 
 
-def stamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def pod(index, phase="Running", code=None, message=None, reason=None, finished=None, node="auto", chips=(0, 1),
-        conditions=()):
-    node = PLACED[index] if node == "auto" else node
-    status = {"phase": phase, "conditions": [{"type": kind, "status": "True"} for kind in conditions]}
-    if code is not None:
-        terminated = {"exitCode": code, "reason": reason, "message": message,
-                      "finishedAt": stamp(finished) if finished else None}
-        status["containerStatuses"] = [{"name": "ascend", "state": {"terminated": {
-            key: value for key, value in terminated.items() if value is not None}}}]
-    devices = json.dumps({"devices": [{"device_id": str(chip), "device_ip": f"127.64.0.{chip}"} for chip in chips]})
-    return {"metadata": {"name": names.pod_name("job", 1, index), "labels": {names.POD_INDEX_LABEL: str(index)},
-                         "annotations": {DEVICE_ANNOTATION: devices}},
-            "spec": {"nodeName": node}, "status": status}
+def pod(index: int) -> PodBuilder:
+    """Pod `index` of job's first attempt, running on its node of PLACED, holding chips 0 and 1."""
+    return PodBuilder("job", index).running(node=PLACED[index]).devices([0, 1])
 
 
 def report(cause, rank=None, step=None, detail=""):
     return json.dumps({"cause": cause, "rank": rank, "step": step, "detail": detail})
 
 
-def node(name, ready=True, since=NOW):
-    return {"metadata": {"name": name},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                                       "reason": "KubeletNotReady", "message": "kubelet stopped posting",
-                                       "lastTransitionTime": stamp(since)}]}}
+def gang() -> list[dict]:
+    """The three pods, running."""
+    return [pod(index).build() for index in range(3)]
 
 
-HEALTHY = {name: node(name) for name in PLACED}
+def node(name: str) -> NodeBuilder:
+    return NodeBuilder(name).ready(since=NOW)
+
+
+LOST = {"reason": "KubeletNotReady", "message": "kubelet stopped posting"}
+HEALTHY = {name: node(name).build() for name in PLACED}
 
 
 def find(pods, nodes=HEALTHY, infos=None, now=NOW, grace=30.0, lost=()):
@@ -106,34 +95,37 @@ def test_a_report_survives_any_log_lines_before_it(cause, rank, step, detail, no
     assert parsed == {"cause": cause, "rank": rank, "step": step, "detail": detail}
 
 
+HCCL_TIMEOUT = pod(1).exited(7, reason="Error", message=report("HCCLExecTimeout", 9, 40, "EI0002"), finished=NOW)
+
+
 # -- one failed pod -----------------------------------------------------------------------------------------------
 def test_a_report_classifies_the_pod():
-    failure = classify_failed_pod(pod(1, "Failed", 7, report("HCCLExecTimeout", 9, 40, "EI0002"), "Error", NOW), "n")
+    failure = classify_failed_pod(HCCL_TIMEOUT.build(), "n")
     assert (failure.cause, failure.rank, failure.step, failure.detail, failure.exit_code) == (
         "HCCLExecTimeout", 9, 40, "EI0002", 7)
     assert (failure.pod, failure.index, failure.node, failure.time) == ("job-a1-1", 1, "n", NOW)
 
 
 def test_a_host_oom_kill_is_out_of_memory_and_a_bare_exit_is_unknown_with_its_last_line():
-    oom = classify_failed_pod(pod(0, "Failed", 137, None, "OOMKilled"), "n")
+    oom = classify_failed_pod(pod(0).exited(137, reason="OOMKilled").build(), "n")
     assert oom.cause == "DeviceOutOfMemory" and oom.host_oom and "OOMKilled" in oom.detail
-    tail = classify_failed_pod(pod(0, "Failed", 3, "Traceback\nModuleNotFoundError: No module named 'mindspore'\n",
-                                   "Error"), "n")
+    tail = classify_failed_pod(pod(0).exited(3, reason="Error", message="Traceback\nModuleNotFoundError: No module "
+                                            "named 'mindspore'\n").build(), "n")
     assert tail.cause == "Unknown" and tail.detail == "ModuleNotFoundError: No module named 'mindspore'"
-    bare = classify_failed_pod(pod(0, "Failed", 1), "n")
+    bare = classify_failed_pod(pod(0).exited(1).build(), "n")
     assert bare.cause == "Unknown" and bare.detail == "exit code 1 (no reason given)"
 
 
 def test_pod_conditions_that_are_true_are_kept():
-    failure = classify_failed_pod(pod(0, "Failed", 1, conditions=("DisruptionTarget",)), "n")
+    failure = classify_failed_pod(pod(0).exited(1).condition("DisruptionTarget").build(), "n")
     assert failure.conditions == frozenset({"DisruptionTarget"})
 
 
 # -- the first of the attempt -------------------------------------------------------------------------------------
 def test_the_earliest_finished_container_is_the_first_failure():
-    later = pod(0, "Failed", 7, report("HCCLExecTimeout", 0), finished=NOW + timedelta(seconds=5))
-    earlier = pod(2, "Failed", 4, report("DeviceOutOfMemory", 17), finished=NOW)
-    assert find([later, pod(1), earlier], now=NOW + timedelta(seconds=6)).cause == "DeviceOutOfMemory"
+    later = pod(0).exited(7, message=report("HCCLExecTimeout", 0), finished=NOW + timedelta(seconds=5)).build()
+    earlier = pod(2).exited(4, message=report("DeviceOutOfMemory", 17), finished=NOW).build()
+    assert find([later, pod(1).build(), earlier], now=NOW + timedelta(seconds=6)).cause == "DeviceOutOfMemory"
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(CAUSES)), min_size=1, max_size=6))
@@ -146,45 +138,46 @@ def test_first_failed_takes_the_earliest_real_cause_ties_by_index(ends):
 
 
 def test_an_echo_waits_for_the_real_cause_then_stands_alone():
-    echo = pod(0, "Failed", 9, report("PeerFailed", 0), finished=NOW)
-    waiting = find([echo, pod(1), pod(2)], now=NOW + timedelta(seconds=3))
+    echo = pod(0).exited(9, message=report("PeerFailed", 0), finished=NOW).build()
+    waiting = find([echo, pod(1).build(), pod(2).build()], now=NOW + timedelta(seconds=3))
     assert isinstance(waiting, Wait) and waiting.hold and waiting.seconds == pytest.approx(PEER_GRACE_SECONDS - 3)
-    assert find([echo, pod(1), pod(2)], now=NOW + timedelta(seconds=PEER_GRACE_SECONDS)).cause == "PeerFailed"
-    others_done = [echo, pod(1, "Failed", 9, report("PeerFailed", 1), finished=NOW), pod(2, "Succeeded")]
+    assert find([echo, *gang()[1:]], now=NOW + timedelta(seconds=PEER_GRACE_SECONDS)).cause == "PeerFailed"
+    others_done = [echo, pod(1).exited(9, message=report("PeerFailed", 1), finished=NOW).build(),
+                   pod(2).phase("Succeeded").build()]
     assert find(others_done, now=NOW + timedelta(seconds=1)).cause == "PeerFailed"  # nobody left to say more
 
 
 def test_a_node_not_ready_past_its_grace_or_next_to_a_failure_is_the_cause():
-    nodes = {**HEALTHY, "node-1": node("node-1", ready=False, since=NOW - timedelta(seconds=10))}
-    within = find([pod(0), pod(1), pod(2)], nodes)
+    nodes = {**HEALTHY, "node-1": node("node-1").not_ready(since=NOW - timedelta(seconds=10), **LOST).build()}
+    within = find(gang(), nodes)
     assert isinstance(within, Wait) and not within.hold and within.seconds == pytest.approx(20)
-    past = find([pod(0), pod(1), pod(2)], nodes, now=NOW + timedelta(seconds=20))
+    past = find(gang(), nodes, now=NOW + timedelta(seconds=20))
     assert (past.cause, past.node, past.pod) == ("NodeNotReady", "node-1", "job-a1-1") and past.fault
     assert "kubelet stopped posting" in past.detail
-    echo = pod(0, "Failed", 7, report("HCCLExecTimeout", 0), finished=NOW)
-    assert find([echo, pod(1), pod(2)], nodes).cause == "NodeNotReady"
+    echo = pod(0).exited(7, message=report("HCCLExecTimeout", 0), finished=NOW).build()
+    assert find([echo, pod(1).build(), pod(2).build()], nodes).cause == "NodeNotReady"
 
 
 def test_a_finished_pod_on_a_lost_node_is_no_fault():
-    nodes = {**HEALTHY, "node-1": node("node-1", ready=False, since=NOW - timedelta(seconds=90))}
-    assert find([pod(0), pod(1, "Succeeded"), pod(2)], nodes) is None
+    nodes = {**HEALTHY, "node-1": node("node-1").not_ready(since=NOW - timedelta(seconds=90), **LOST).build()}
+    assert find([pod(0).build(), pod(1).phase("Succeeded").build(), pod(2).build()], nodes) is None
 
 
 def test_an_unusable_chip_the_pod_holds_is_a_chip_fault():
     infos = {"node-2": DeviceInfo("node-2", unusable=frozenset({1, 6}))}
-    failure = find([pod(0), pod(1), pod(2)], infos=infos)
+    failure = find(gang(), infos=infos)
     assert (failure.cause, failure.node, failure.chips, failure.index) == ("ChipUnhealthy", "node-2", (1,), 2)
-    assert find([pod(0), pod(1), pod(2, chips=(2, 3))], infos=infos) is None
+    assert find([pod(0).build(), pod(1).build(), pod(2).devices((2, 3)).build()], infos=infos) is None
 
 
 def test_a_lost_pod_is_pod_deleted_and_a_healthy_attempt_is_none():
-    assert find([pod(0), pod(1), pod(2)]) is None
-    lost = find([pod(0), None, pod(2)], lost=[(1, "job-a1-1")])
+    assert find(gang()) is None
+    lost = find([pod(0).build(), None, pod(2).build()], lost=[(1, "job-a1-1")])
     assert (lost.cause, lost.pod, lost.node) == ("PodDeleted", "job-a1-1", "node-1")
 
 
 def test_summary_and_last_failure_record_what_is_known():
-    failure = classify_failed_pod(pod(1, "Failed", 7, report("HCCLExecTimeout", 9, 40, "EI0002"), "Error", NOW),
+    failure = classify_failed_pod(HCCL_TIMEOUT.build(),
                                   "node-1")
     assert summary(failure) == ("pod job-a1-1 on node node-1 failed: exit code 7 (Error), rank 9, step 40: "
                                 "HCCLExecTimeout: EI0002")

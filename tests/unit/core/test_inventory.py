@@ -3,15 +3,27 @@ import random
 
 import pytest
 
-from ascend_hybrid.contracts.ascend import RACK_LABEL, SUPERPOD_LABEL, chip_type_of, pod_chip_ids
+from ascend_hybrid.contracts.ascend import RACK_LABEL, RESOURCE, SUPERPOD_LABEL, chip_type_of, pod_chip_ids
 from ascend_hybrid.contracts.podview import npu_request
 from ascend_hybrid.gang.inventory import blocking_taints, build_inventory, tolerates
-from support.builders import deviceinfo, node
-from support.builders import npu_pod as pod
+from support.builders import NodeBuilder, PodBuilder, deviceinfo
 
 
-def labelled(**labels):
-    return {"metadata": {"name": "n", "labels": labels}}
+def node(name: str) -> NodeBuilder:
+    """A Ready 910B node with its 8 NPUs."""
+    return NodeBuilder(name).chip("910B")
+
+
+def pod(name: str, chips: int = 8) -> PodBuilder:
+    """A Running pod asking for `chips` NPUs, not yet bound."""
+    return PodBuilder.named(name).chips(chips).phase("Running")
+
+
+def labelled(**labels: str) -> dict:
+    node = NodeBuilder("n")
+    for key, value in labels.items():
+        node.label(key, value)
+    return node.build()
 
 
 @pytest.mark.parametrize(
@@ -53,7 +65,7 @@ def one(nodes, pods=(), infos=(), **kw):
 
 
 def test_node_fields():
-    n = one([node("a", rack="r1", super_pod="7", labels={"zone": "z"})])
+    n = one([node("a").rack("r1").super_pod("7").label("zone", "z").build()])
     assert (n.name, n.chip, n.allocatable, n.capacity, n.free) == ("a", "910B", 8, 8, 8)
     assert n.ready and not n.unschedulable and n.taints == ()
     assert (n.rack, n.super_pod, n.tier("zone"), n.tier("missing")) == ("r1", "7", "z", None)
@@ -62,22 +74,27 @@ def test_node_fields():
 
 def test_not_ready_cordon_taints_and_missing_ready_condition():
     taint = {"key": "k", "value": "v", "effect": "NoSchedule"}
-    n = one([node("a", ready=False, cordoned=True, taints=[taint])])
+    n = one([node("a").not_ready().cordoned().taint(**taint).build()])
     assert not n.ready and n.unschedulable and dict(n.taints[0]) == taint
-    bare = node("b")
+    bare = node("b").build()
     bare["status"]["conditions"] = []
     assert not one([bare]).ready
 
 
 @pytest.mark.parametrize("annotation", ["config", "real", "plain"])
 def test_used_chips_from_annotations(annotation):
-    p = pod("p", node_name="a", chips=2, device_ids=[3, 4], annotation=annotation)
-    n = one([node("a")], [p])
+    held = pod("p", 2).node("a")
+    if annotation == "config":
+        held.devices([3, 4])
+    else:
+        held.chip_names([3, 4], annotation="huawei.com/AscendReal" if annotation == "real" else RESOURCE)
+    p = held.build()
+    n = one([node("a").build()], [p])
     assert n.used == {3, 4} and n.free == 6 and n.free_ids == {0, 1, 2, 5, 6, 7}
 
 
 def test_config_annotation_preferred_and_broken_one_falls_back():
-    p = pod("p", node_name="a", chips=1, device_ids=[5], annotation="config")
+    p = pod("p", 1).node("a").devices([5]).build()
     p["metadata"]["annotations"]["huawei.com/AscendReal"] = "Ascend910-6"
     assert pod_chip_ids(p) == {5}
     p["metadata"]["annotations"]["ascend.kubectl.kubernetes.io/ascend-910-configuration"] = "{not json"
@@ -85,7 +102,7 @@ def test_config_annotation_preferred_and_broken_one_falls_back():
 
 
 def test_pod_without_annotation_holds_unknown_chips():
-    n = one([node("a")], [pod("p", node_name="a", chips=3)])
+    n = one([node("a").build()], [pod("p", 3).node("a").build()])
     assert n.free == 5 and n.unknown_used == 3 and n.free_ids is None
     assert n.candidate_ids == frozenset(range(8)) and n.unknown_held == 3
 
@@ -93,42 +110,42 @@ def test_pod_without_annotation_holds_unknown_chips():
 @pytest.mark.parametrize("phase, counted", [("Pending", True), ("Running", True), ("Unknown", True),
                                             ("Succeeded", False), ("Failed", False)])
 def test_terminal_pods_do_not_count(phase, counted):
-    assert one([node("a")], [pod("p", node_name="a", chips=8, phase=phase)]).free == (0 if counted else 8)
+    assert one([node("a").build()], [pod("p").node("a").phase(phase).build()]).free == (0 if counted else 8)
 
 
 def test_pod_being_deleted_still_counts():
-    p = pod("p", node_name="a", chips=4)
+    p = pod("p", 4).node("a").build()
     p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert one([node("a")], [p]).free == 4
+    assert one([node("a").build()], [p]).free == 4
 
 
 @pytest.mark.parametrize("pin_by", ["hostname", "field"])
 def test_unbound_pod_pinned_by_affinity_counts(pin_by):
-    pinned = pod("p", chips=8, phase="Pending", pinned_to="a", pin_by=pin_by)
-    inventory = build_inventory([node("a"), node("b")], [pinned])
+    pinned = pod("p").phase("Pending").pinned("a", by=pin_by).build()
+    inventory = build_inventory([node("a").build(), node("b").build()], [pinned])
     assert (inventory["a"].free, inventory["b"].free) == (0, 8)
 
 
 def test_pin_by_hostname_label_that_differs_from_node_name():
-    n = node("node-a", labels={"kubernetes.io/hostname": "host-a"})
-    assert one([n], [pod("p", chips=2, phase="Pending", pinned_to="host-a")]).free == 6
+    n = node("node-a").label("kubernetes.io/hostname", "host-a").build()
+    assert one([n], [pod("p", 2).phase("Pending").pinned("host-a").build()]).free == 6
 
 
 def test_unbound_pods_that_are_not_pinned_do_not_count():
-    loose = pod("p", chips=8, phase="Pending")
-    two_values = pod("q", chips=8, phase="Pending", pinned_to="a")
+    loose = pod("p").phase("Pending").build()
+    two_values = pod("q").phase("Pending").pinned("a").build()
     expr = two_values["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     expr["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = ["a", "b"]
-    or_terms = pod("r", chips=8, phase="Pending", pinned_to="a")
+    or_terms = pod("r").phase("Pending").pinned("a").build()
     terms = or_terms["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     terms["nodeSelectorTerms"].append({"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z"]}]})
-    elsewhere = pod("s", node_name="not-in-inventory", chips=8)
-    assert one([node("a")], [loose, two_values, or_terms, elsewhere]).free == 8
+    elsewhere = pod("s").node("not-in-inventory").build()
+    assert one([node("a").build()], [loose, two_values, or_terms, elsewhere]).free == 8
 
 
 def test_requests_limits_and_init_containers():
-    assert npu_request(pod("p", chips=4, limits_only=True)) == 4
-    p = pod("p", chips=2)
+    assert npu_request(PodBuilder.named("p").phase("Running").chips(4, requests=False).build()) == 4
+    p = pod("p", 2).build()
     p["spec"]["containers"].append({"name": "side", "resources": {"requests": {"huawei.com/Ascend910": "1"}}})
     p["spec"]["initContainers"] = [{"name": "init", "resources": {"limits": {"huawei.com/Ascend910": "5"}}}]
     assert npu_request(p) == 5
@@ -138,10 +155,10 @@ def test_requests_limits_and_init_containers():
 
 
 def test_ignore_pods_and_reserved():
-    mine = pod("mine", node_name="a", chips=4)
+    mine = pod("mine", 4).node("a").build()
     mine["metadata"]["labels"] = {"hybrid.ascend.dev/job": "j"}
-    other = pod("other", node_name="a", chips=2, device_ids=[6, 7])
-    n = one([node("a")], [mine, other], reserved={"a": 1, "ghost": 8},
+    other = pod("other", 2).node("a").devices([6, 7]).build()
+    n = one([node("a").build()], [mine, other], reserved={"a": 1, "ghost": 8},
             ignore_pods=lambda p: (p["metadata"].get("labels") or {}).get("hybrid.ascend.dev/job") == "j")
     assert (n.free, n.reserved, n.free_ids) == (5, 1, None)  # reserved chips have no ids
     assert n.candidate_ids == frozenset(range(6))
@@ -149,24 +166,24 @@ def test_ignore_pods_and_reserved():
 
 def test_deviceinfo_health():
     info = deviceinfo("a", unhealthy=[1], network_unhealthy=[2], separated=[6], super_pod=3, rack=9)
-    n = one([node("a")], [], [info])
+    n = one([node("a").build()], [], [info])
     assert n.unhealthy == {1, 2, 6} and n.free == 5 and n.free_ids == {0, 3, 4, 5, 7}
     assert (n.super_pod, n.rack, n.lost_to_health) == ("3", "9", 3)
 
 
 def test_labels_win_over_deviceinfo_domains():
-    n = one([node("a", rack="label-rack", super_pod="label-sp")], [], [deviceinfo("a", super_pod=3, rack=9)])
+    n = one([node("a").rack("label-rack").super_pod("label-sp").build()], [], [deviceinfo("a", super_pod=3, rack=9)])
     assert (n.rack, n.super_pod, n.tier(RACK_LABEL), n.tier(SUPERPOD_LABEL)) == ("label-rack", "label-sp") * 2
 
 
 def test_chips_kubelet_already_withheld_are_not_subtracted_twice():
     # a real kubelet drops the unhealthy device from allocatable: 8 capacity, 7 allocatable
-    n = one([node("a", chips=7, capacity=8)], [], [deviceinfo("a", unhealthy=[3])])
+    n = one([node("a").npus(7, capacity=8).build()], [], [deviceinfo("a", unhealthy=[3])])
     assert n.free == 7 and n.free_ids == {0, 1, 2, 4, 5, 6, 7} and n.lost_to_health == 0
 
 
 def test_unhealthy_chip_held_by_a_pod_is_not_lost_twice():
-    n = one([node("a")], [pod("p", node_name="a", chips=1, device_ids=[3])], [deviceinfo("a", unhealthy=[3])])
+    n = one([node("a").build()], [pod("p", 1).node("a").devices([3]).build()], [deviceinfo("a", unhealthy=[3])])
     assert n.free == 7 and n.free_ids == {0, 1, 2, 4, 5, 6, 7}
 
 
@@ -179,7 +196,7 @@ def test_unhealthy_chip_held_by_a_pod_is_not_lost_twice():
 ])
 def test_unreadable_deviceinfo_means_no_extra_information(data):
     cm = {"metadata": {"name": "mindx-dl-deviceinfo-a", "namespace": "kube-system"}, "data": data}
-    n = one([node("a")], [], [cm])
+    n = one([node("a").build()], [], [cm])
     assert n.free == 8 and n.unhealthy == frozenset()
 
 
@@ -188,30 +205,30 @@ def test_deviceinfo_of_other_namespaces_and_names_is_ignored():
     info["metadata"]["namespace"] = "default"
     other = deviceinfo("a", unhealthy=[1])
     other["metadata"]["name"] = "something-else"
-    assert one([node("a")], [], [info, other]).free == 8
+    assert one([node("a").build()], [], [info, other]).free == 8
 
 
 def test_910a_rings_with_unknown_holders():
-    n = one([node("a", chip="910A")], [pod("p", node_name="a", chips=2, device_ids=[0, 1]),
-                                       pod("q", node_name="a", chips=1)])
+    n = one([node("a").chip("910A").build()], [pod("p", 2).node("a").devices([0, 1]).build(),
+                                       pod("q", 1).node("a").build()])
     # ids 2..7 are candidates, one of them is held by q: either ring may be the one that lost a chip
     assert (n.free, n.ring_free(0), n.ring_free(1)) == (5, 1, 3)
 
 
 def test_junk_quantities_and_non_npu_nodes():
-    cpu = node("cpu", chip=None)
+    cpu = NodeBuilder("cpu").npus(0).build()
     cpu["status"]["allocatable"].pop("huawei.com/Ascend910")
     cpu["status"]["capacity"].pop("huawei.com/Ascend910")
-    odd = node("odd")
+    odd = node("odd").build()
     odd["status"]["allocatable"]["huawei.com/Ascend910"] = "lots"
     inventory = build_inventory([cpu, odd], [])
     assert (inventory["cpu"].chip, inventory["cpu"].free, inventory["odd"].free) == (None, 0, 0)
 
 
 def test_inventory_sorted_and_independent_of_input_order():
-    nodes = [node(f"n{i}", rack=f"r{i % 3}") for i in range(10)]
-    pods = [pod(f"p{i}", node_name=f"n{i % 10}", chips=1 + i % 3, device_ids=None if i % 2 else [i % 8])
-            for i in range(25)]
+    nodes = [node(f"n{i}").rack(f"r{i % 3}").build() for i in range(10)]
+    pods = [pod(f"p{i}", 1 + i % 3).node(f"n{i % 10}").build() if i % 2 else
+            pod(f"p{i}", 1 + i % 3).node(f"n{i % 10}").devices([i % 8]).build() for i in range(25)]
     expected = build_inventory(nodes, pods)
     assert [n.name for n in expected] == sorted(n["metadata"]["name"] for n in nodes)
     rng = random.Random(4)

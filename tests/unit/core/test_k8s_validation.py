@@ -127,11 +127,11 @@ def test_what_only_the_kubelets_parser_refuses(image, error):
 # --- objects given to the CLI ------------------------------------------------------------------------------------
 
 def test_object_shapes_accept_what_the_api_returns_and_name_what_is_wrong():
-    from support.builders import node, pod_object
+    from support.builders import NodeBuilder, PodBuilder
 
-    assert k8s.object_problems(node("a", rack="r", taints=[{"key": "k", "effect": "NoSchedule"}])) == []
-    assert k8s.object_problems(pod_object("job", 0, 8)) == []
-    bad = node("a")
+    assert k8s.object_problems(NodeBuilder("a").chip("910B").rack("r").taint("k").build()) == []
+    assert k8s.object_problems(PodBuilder("job", 0).running().devices(count=8).build()) == []
+    bad = NodeBuilder("a").chip("910B").condition("MemoryPressure", "False").build()
     bad["metadata"]["labels"]["rack"] = 3
     bad["status"]["conditions"].append("Ready")
     bad["status"]["allocatable"]["huawei.com/Ascend910"] = True

@@ -7,8 +7,26 @@ from hypothesis import strategies as st
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.gang.inventory import build_inventory
 from ascend_hybrid.gang.placement import GangRequest, place
-from support.builders import cluster, deviceinfo, node
-from support.builders import npu_pod as pod
+from support.builders import NodeBuilder, PodBuilder, cluster, deviceinfo
+
+
+def node(name: str) -> NodeBuilder:
+    """A Ready 910B node with its 8 NPUs."""
+    return NodeBuilder(name).chip("910B")
+
+
+def pod(name: str, chips: int = 8) -> PodBuilder:
+    """A Running pod asking for `chips` NPUs, not yet bound."""
+    return PodBuilder.named(name).chips(chips).phase("Running")
+
+
+def nodes_named(*names: str) -> list[dict]:
+    return [node(name).build() for name in names]
+
+
+def in_racks(**racks: tuple[str, ...]) -> list[dict]:
+    """Nodes by rack: in_racks(A=("a1", "a2")) is a1 and a2 labelled rack A."""
+    return [node(name).rack(rack).build() for rack, names in racks.items() for name in names]
 
 
 def pairs(n: int) -> tuple[tuple[int, int], ...]:
@@ -32,8 +50,8 @@ def test_tp4_dp2_one_pod_on_one_node():
 
 def test_910a_four_chip_pods_land_inside_rings():
     # chips 1 and 6 are taken: no ring is whole, a 4-chip pod cannot fit although 6 chips are free
-    used = [pod("u", node_name="a", chips=2, device_ids=[1, 6])]
-    whole = [node("a", chip="910A"), node("b", chip="910A")]
+    used = [pod("u", 2).node("a").devices([1, 6]).build()]
+    whole = [node("a").chip("910A").build(), node("b").chip("910A").build()]
     placement = place(GangRequest(2, 4, "910A"), build_inventory(whole, used))
     assert placement.ok and placement.nodes == ("b", "b")
     assert placement.rings == (0, 1) and placement.chips == ((0, 1, 2, 3), (4, 5, 6, 7))
@@ -42,50 +60,47 @@ def test_910a_four_chip_pods_land_inside_rings():
 
 
 def test_910a_small_pods_fill_the_fuller_ring_first():
-    used = [pod("u", node_name="a", chips=2, device_ids=[0, 1])]
-    placement = place(GangRequest(3, 2, "910A"), build_inventory([node("a", chip="910A")], used))
+    used = [pod("u", 2).node("a").devices([0, 1]).build()]
+    placement = place(GangRequest(3, 2, "910A"), build_inventory([node("a").chip("910A").build()], used))
     assert placement.ok and placement.rings == (0, 1, 1)
     assert placement.chips[0] == (2, 3) and placement.chips[1:] == (None, None)  # which 2 of 4: plugin decides
 
 
 def test_910a_unknown_holder_blocks_rings_unless_count_rules_it_out():
-    unknown = [pod("u", node_name="a", chips=1)]
-    assert not place(GangRequest(2, 4, "910A"), build_inventory([node("a", chip="910A")], unknown)).ok
-    assert place(GangRequest(1, 2, "910A"), build_inventory([node("a", chip="910A")], unknown)).ok
+    unknown = [pod("u", 1).node("a").build()]
+    assert not place(GangRequest(2, 4, "910A"), build_inventory([node("a").chip("910A").build()], unknown)).ok
+    assert place(GangRequest(1, 2, "910A"), build_inventory([node("a").chip("910A").build()], unknown)).ok
 
 
 def test_several_pods_share_a_node_and_take_the_fewest_nodes():
-    inventory = build_inventory([node("a"), node("b"), node("c")], [pod("x", node_name="a", chips=6)])
+    inventory = build_inventory(nodes_named("a", "b", "c"), [pod("x", 6).node("a").build()])
     placement = place(GangRequest(4, 2, "910B", groups=((0, 1, 2, 3),)), inventory)
     assert placement.nodes == ("b", "b", "b", "b")  # one node beats a partly used one plus another
 
 
 def test_partly_used_nodes_before_empty_ones():
-    pods = [pod("x", node_name="c", chips=4), pod("y", node_name="d", chips=6)]
-    inventory = build_inventory([node("a"), node("b"), node("c"), node("d")], pods)
+    pods = [pod("x", 4).node("c").build(), pod("y", 6).node("d").build()]
+    inventory = build_inventory(nodes_named("a", "b", "c", "d"), pods)
     placement = place(GangRequest(2, 2, "910B"), inventory)
     assert placement.nodes == ("d", "c")  # best fit: the fullest node that still fits
 
 
 def test_fewest_racks_before_bin_packing_and_names():
-    nodes = [node("a1", rack="A"), node("a2", rack="A"), node("a3", rack="A"),
-             node("b1", rack="B"), node("b2", rack="B"), node("b3", rack="B"), node("b4", rack="B")]
-    pods = [pod("x", node_name="a1", chips=1)]
+    nodes = in_racks(A=("a1", "a2", "a3"), B=("b1", "b2", "b3", "b4"))
+    pods = [pod("x", 1).node("a1").build()]
     placement = place(GangRequest(4, 8, "910B", groups=((0, 1, 2, 3),)), build_inventory(nodes, pods))
     assert placement.nodes == ("b1", "b2", "b3", "b4") and placement.racks_per_group() == (1,)
 
 
 def test_group_that_needs_two_racks_takes_the_roomiest():
-    nodes = [node("a1", rack="A"), node("b1", rack="B"), node("b2", rack="B"), node("c1", rack="C"),
-             node("c2", rack="C"), node("c3", rack="C")]
+    nodes = in_racks(A=("a1",), B=("b1", "b2"), C=("c1", "c2", "c3"))
     placement = place(GangRequest(5, 8, "910B", groups=((0, 1, 2, 3, 4),)), build_inventory(nodes, []))
     assert placement.ok and sorted(placement.nodes) == ["b1", "b2", "c1", "c2", "c3"]
     assert placement.racks_per_group() == (2,)
 
 
 def test_earlier_groups_get_first_pick():
-    nodes = [node("a1", rack="A"), node("a2", rack="A"), node("b1", rack="B"), node("b2", rack="B"),
-             node("b3", rack="B")]
+    nodes = in_racks(A=("a1", "a2"), B=("b1", "b2", "b3"))
     placement = place(GangRequest(5, 8, "910B", groups=((2, 3, 4), (0, 1))), build_inventory(nodes, []))
     assert placement.nodes == ("a1", "a2", "b1", "b2", "b3")
 
@@ -93,8 +108,8 @@ def test_earlier_groups_get_first_pick():
 def test_overlapping_groups_join_nodes_the_group_already_holds():
     # the stage (0, 1, 2) lands on c; the DP group (3, 0) then puts pod 3 next to pod 0 on c, although
     # a is as full and comes first by name
-    pods = [pod("x", node_name="a", chips=6), pod("y", node_name="b", chips=4)]
-    inventory = build_inventory([node("a"), node("b"), node("c")], pods)
+    pods = [pod("x", 6).node("a").build(), pod("y", 4).node("b").build()]
+    inventory = build_inventory([node("a").build(), node("b").build(), node("c").build()], pods)
     placement = place(GangRequest(4, 2, "910B", groups=((0, 1, 2), (3, 0))), inventory)
     assert placement.nodes == ("c", "c", "c", "c")
     assert place(GangRequest(4, 2, "910B", groups=((0, 1, 2),)), inventory).nodes[3] == "a"
@@ -106,20 +121,21 @@ def test_ungrouped_pods_are_packed():
 
 
 def test_reserved_chips_and_other_gangs_pinned_pods_are_not_handed_out_again():
-    gated = pod("other-gang-0", chips=8, phase="Pending", pinned_to="a")
-    inventory = build_inventory([node("a"), node("b"), node("c")], [gated], reserved={"b": 2})
+    gated = pod("other-gang-0").phase("Pending").pinned("a").build()
+    inventory = build_inventory([node("a").build(), node("b").build(), node("c").build()], [gated], reserved={"b": 2})
     assert place(GangRequest(1, 8, "910B"), inventory).nodes == ("c",)
     assert place(GangRequest(4, 2, "910B"), inventory).nodes == ("b", "b", "b", "c")
     assert not place(GangRequest(2, 8, "910B"), inventory).ok
 
 
 def test_chips_unknown_when_the_plugin_chooses_among_more_free_chips():
-    placement = place(GangRequest(1, 4, "910B"), build_inventory([node("a")], []))
+    placement = place(GangRequest(1, 4, "910B"), build_inventory([node("a").build()], []))
     assert placement.chips == (None,) and placement.rings == (None,)
 
 
 def test_custom_tier_label_and_unlabeled_nodes_last():
-    nodes = [node("a", super_pod="sp1"), node("b", super_pod="sp2"), node("c", super_pod="sp2"), node("d")]
+    nodes = [node("a").super_pod("sp1").build(), node("b").super_pod("sp2").build(), node("c").super_pod("sp2").build(),
+             node("d").build()]
     request = GangRequest(2, 8, "910B", groups=((0, 1),), tier_labels=("huawei.com/topotree.superpodid",))
     placement = place(request, build_inventory(nodes, []))
     assert placement.nodes == ("b", "c") and placement.racks == ("sp2", "sp2")
@@ -130,14 +146,15 @@ def test_custom_tier_label_and_unlabeled_nodes_last():
 def test_exclusions_are_all_named_in_the_reason():
     taint = {"key": "key", "value": "value", "effect": "NoSchedule"}
     nodes = cluster(12, per_rack=6) + [
-        node("nr-1", ready=False), node("nr-2", ready=False), node("nr-3", ready=False), node("nr-4", ready=False),
-        node("cordon-1", cordoned=True), node("cordon-2", cordoned=True), node("taint-1", taints=[taint]),
-        node("a-1", chip="910A"), node("cpu", chip=None), node("sick", labels={"pool": "x"}),
-        node("banned"), node("selector", labels={"pool": "y"}), node("busy"),
+        *(node(f"nr-{i}").not_ready().build() for i in range(1, 5)),
+        node("cordon-1").cordoned().build(), node("cordon-2").cordoned().build(),
+        node("taint-1").taint(**taint).build(),
+        node("a-1").chip("910A").build(), NodeBuilder("cpu").npus(0).build(), node("sick").label("pool", "x").build(),
+        node("banned").build(), node("selector").label("pool", "y").build(), node("busy").build(),
     ]
     for n in nodes:
         n["metadata"]["labels"].setdefault("pool", "x")
-    pods = [pod("p", node_name="busy", chips=1)]
+    pods = [pod("p", 1).node("busy").build()]
     request = GangRequest(16, 8, "910B", node_selector={"pool": "x"}, excluded_nodes=frozenset({"banned"}))
     placement = place(request, build_inventory(nodes, pods, [deviceinfo("sick", unhealthy=[0])]))
     assert not placement.ok and placement.nodes == () and placement.chips == ()
@@ -151,7 +168,8 @@ def test_exclusions_are_all_named_in_the_reason():
 
 def test_tolerated_taints_and_selected_nodes_are_used():
     taint = {"key": "dedicated", "value": "ai", "effect": "NoExecute"}
-    nodes = [node("a", taints=[taint], labels={"pool": "ai"}), node("b", labels={"pool": "ai"}), node("c")]
+    nodes = [node("a").taint(**taint).label("pool", "ai").build(), node("b").label("pool", "ai").build(),
+             node("c").build()]
     request = GangRequest(2, 8, "910B", tolerations=({"key": "dedicated", "operator": "Exists"},),
                           node_selector={"pool": "ai"})
     assert place(request, build_inventory(nodes, [])).nodes == ("a", "b")
@@ -174,7 +192,7 @@ def test_group_index_out_of_range_is_a_programming_error():
 
 
 def test_a3_sixteen_chip_nodes():
-    nodes = [node(f"s{i}", chip="A3", super_pod="1") for i in range(2)]
+    nodes = [node(f"s{i}").chip("A3").super_pod("1").build() for i in range(2)]
     placement = place(GangRequest(4, 8, "A3", groups=((0, 1, 2, 3),)), build_inventory(nodes, []))
     assert placement.ok and placement.nodes == ("s0", "s0", "s1", "s1")
 
@@ -194,9 +212,16 @@ def scenarios(draw):
         name = f"n{i:02d}"
         node_chip = chip if rng.random() < 0.85 else rng.choice(CHIP_TYPES)
         taints = [{"key": "t", "value": "v", "effect": "NoSchedule"}] if rng.random() < 0.1 else None
-        nodes.append(node(name, chip=node_chip, rack=rng.choice(["r0", "r1", "r2", None]),
-                          ready=rng.random() < 0.9, cordoned=rng.random() < 0.1, taints=taints,
-                          labels={"pool": rng.choice("xy")}))
+        built = NodeBuilder(name).chip(node_chip)
+        rack = rng.choice(["r0", "r1", "r2", None])
+        if rack is not None:
+            built.rack(rack)
+        built.ready(rng.random() < 0.9)
+        if rng.random() < 0.1:
+            built.cordoned()
+        for taint in taints or ():
+            built.taint(**taint)
+        nodes.append(built.label("pool", rng.choice("xy")).build())
         size = 16 if node_chip == "A3" else 8
         free_ids = list(range(size))
         rng.shuffle(free_ids)
@@ -204,9 +229,10 @@ def scenarios(draw):
             count = rng.randint(1, 3)
             ids, free_ids = free_ids[:count], free_ids[count:]
             known = ids if rng.random() < 0.7 else None
-            pods.append(pod(f"{name}-p{j}", node_name=name if rng.random() < 0.8 else None,
-                            pinned_to=name, chips=len(ids), device_ids=known,
-                            phase=rng.choice(["Running", "Pending", "Succeeded"])))
+            held = pod(f"{name}-p{j}", len(ids)).node(name if rng.random() < 0.8 else None).pinned(name)
+            if known is not None:
+                held.devices(known)
+            pods.append(held.phase(rng.choice(["Running", "Pending", "Succeeded"])).build())
         if rng.random() < 0.3 and free_ids:
             infos.append(deviceinfo(name, chips=size, unhealthy=free_ids[:1]))
         if rng.random() < 0.2:

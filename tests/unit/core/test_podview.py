@@ -17,11 +17,13 @@ from ascend_hybrid.contracts.podview import project_pod
 from ascend_hybrid.diagnosis import failures
 from ascend_hybrid.gang import inventory, ranktable, render
 from ascend_hybrid.spec import rules
-from support.builders import job_body, node
+from support.builders import NodeBuilder, job_body
 
 HERE = Path(__file__).parent
 
 
+# Not a PodBuilder: the subject is the projection of the whole pod as the apiserver returns it (the rendered
+# manifest plus managedFields, defaults and statuses), so every field here is written out.
 def full_pod(index: int = 0, *, phase: str = "Running", failed: bool = False, gated: bool = False,
              queued: bool = False) -> dict:
     """A pod as the apiserver returns it: the operator's rendered manifest plus what the apiserver, the
@@ -68,7 +70,7 @@ def full_pod(index: int = 0, *, phase: str = "Running", failed: bool = False, ga
 
 PODS = [full_pod(0), full_pod(1, gated=True), full_pod(2, phase="Failed", failed=True), full_pod(3, phase="Pending"),
         full_pod(4, queued=True, gated=True)]
-NODES = [node(f"node-{index}", chips=8) for index in range(5)]
+NODES = [NodeBuilder(f"node-{index}").chip("910B").build() for index in range(5)]
 
 READERS = {
     "labels_of": podview.labels_of, "attempt_of": podview.attempt_of, "pod_index": podview.pod_index,

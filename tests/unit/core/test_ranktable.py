@@ -10,14 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, pod_devices
+from ascend_hybrid.contracts.names import POD_INDEX_LABEL
 from ascend_hybrid.contracts.podview import pod_index
 from ascend_hybrid.gang import ranktable
 from ascend_hybrid.gang.ranktable import INITIALIZING, build_rank_table, missing_for_completion
-from support.builders import pod_object
+from support.builders import PodBuilder
 
 
-def gang(pod_object, pods: int = 2, per_pod: int = 8, **kwargs) -> list[dict]:
-    return [pod_object("job", index, per_pod, **kwargs) for index in range(pods)]
+def ready(index: int, per_pod: int) -> PodBuilder:
+    """Pod `index` of job `job` as the rank table needs it: running, its IPs, `per_pod` chips annotated."""
+    return PodBuilder("job", index).running().devices(count=per_pod)
 
 
 def all_strings(value) -> bool:
@@ -29,8 +31,8 @@ def all_strings(value) -> bool:
 
 
 def test_completed_table_of_two_pods():
-    pods = [pod_object("job", 0, 4, device_ids=[4, 5, 6, 7], host_ip="127.0.0.10", pod_ip="127.1.0.20"),
-            pod_object("job", 1, 4, device_ids=[0, 1, 2, 3], host_ip="127.0.0.11", pod_ip="127.1.0.21")]
+    pods = [PodBuilder("job", 0).running(host_ip="127.0.0.10", pod_ip="127.1.0.20").devices([4, 5, 6, 7]).build(),
+            PodBuilder("job", 1).running(host_ip="127.0.0.11", pod_ip="127.1.0.21").devices([0, 1, 2, 3]).build()]
     table = build_rank_table(list(reversed(pods)), 4, pod_count=2)
     assert table == {
         "status": "completed", "version": "1.0", "server_count": "2",
@@ -47,7 +49,7 @@ def test_completed_table_of_two_pods():
 
 
 def test_devices_are_taken_lowest_chip_first():
-    [pod] = [pod_object("job", 0, 4, device_ids=[7, 2, 5, 3])]
+    pod = PodBuilder("job", 0).running().devices([7, 2, 5, 3]).build()
     table = build_rank_table([pod], 4)
     assert [(d["device_id"], d["rank_id"]) for d in table["server_list"][0]["device"]] == [
         ("2", "0"), ("3", "1"), ("5", "2"), ("7", "3")]
@@ -55,48 +57,48 @@ def test_devices_are_taken_lowest_chip_first():
 
 
 @pytest.mark.parametrize("change, reason", [
-    (dict(phase="Pending"), "phase Pending"),
-    (dict(phase="Failed"), "phase Failed"),
-    (dict(pod_ip=None), "no pod IP"),
-    (dict(host_ip=None), "no pod IP"),
-    (dict(annotate=False), "no device annotation"),
-    (dict(annotation="not json"), "no device annotation"),
-    (dict(annotation='["list"]'), "no device annotation"),
-    (dict(annotation='{"devices": [{"device_ip": "127.100.0.1"}]}'), "no device annotation"),
-    (dict(device_ids=[0, 1, 2]), "3 devices annotated, needs 4"),
-    (dict(device_ids=[0, 1, 2, 3, 4]), "5 devices annotated, needs 4"),
+    (lambda pod: pod.phase("Pending"), "phase Pending"),
+    (lambda pod: pod.phase("Failed"), "phase Failed"),
+    (lambda pod: pod.running(pod_ip=None), "no pod IP"),
+    (lambda pod: pod.running(host_ip=None), "no pod IP"),
+    (lambda pod: pod.device_annotation(None), "no device annotation"),
+    (lambda pod: pod.device_annotation("not json"), "no device annotation"),
+    (lambda pod: pod.device_annotation('["list"]'), "no device annotation"),
+    (lambda pod: pod.device_annotation('{"devices": [{"device_ip": "127.100.0.1"}]}'), "no device annotation"),
+    (lambda pod: pod.devices([0, 1, 2]), "3 devices annotated, needs 4"),
+    (lambda pod: pod.devices([0, 1, 2, 3, 4]), "5 devices annotated, needs 4"),
 ])
 def test_initializing_until_every_pod_is_ready(change, reason):
-    ready = pod_object("job", 0, 4)
-    not_ready = pod_object("job", 1, 4, **change)
-    assert build_rank_table([ready, not_ready], 4, pod_count=2) == INITIALIZING
-    problems = missing_for_completion([ready, not_ready], 4, 2)
+    first = ready(0, 4).build()
+    not_ready = change(ready(1, 4)).build()
+    assert build_rank_table([first, not_ready], 4, pod_count=2) == INITIALIZING
+    problems = missing_for_completion([first, not_ready], 4, 2)
     assert len(problems) == 1 and reason in problems[0] and "job-a1-1" in problems[0]
-    assert build_rank_table([ready, pod_object("job", 1, 4)], 4, pod_count=2)["status"] == "completed"
+    assert build_rank_table([first, ready(1, 4).build()], 4, pod_count=2)["status"] == "completed"
 
 
 def test_initializing_with_a_missing_pod():
-    pods = [pod_object("job", 0, 2), pod_object("job", 2, 2)]
+    pods = [ready(0, 2).build(), ready(2, 2).build()]
     assert build_rank_table(pods, 2, pod_count=3) == INITIALIZING
     assert missing_for_completion(pods, 2, 3) == ["pod index 1: missing"]
 
 
-@pytest.mark.parametrize("pods_of", [
-    lambda pod_object: [pod_object("job", 0, 2), pod_object("job", 0, 2, pod_ip="127.1.0.9")],  # duplicate index
-    lambda pod_object: [pod_object("job", 0, 2), pod_object("job", 5, 2)],                       # out of range
-    lambda pod_object: [pod_object("job", 0, 2), pod_object("job", 1, 2, index_label=None)],     # no index label
-    lambda pod_object: [pod_object("job", 0, 2), pod_object("job", 1, 2, index_label="x")],      # bad index label
-    lambda pod_object: [pod_object("job", 0, 2), pod_object("job", 1, 2, index_label="-1")],
+@pytest.mark.parametrize("second", [
+    lambda: ready(0, 2).running(pod_ip="127.16.0.9"),              # duplicate index
+    lambda: ready(5, 2),                                           # out of range
+    lambda: ready(1, 2).label(POD_INDEX_LABEL, None),              # no index label
+    lambda: ready(1, 2).label(POD_INDEX_LABEL, "x"),               # bad index label
+    lambda: ready(1, 2).label(POD_INDEX_LABEL, "-1"),
 ])
-def test_bad_or_duplicate_indices_are_initializing(pods_of):
-    pods = pods_of(pod_object)
+def test_bad_or_duplicate_indices_are_initializing(second):
+    pods = [ready(0, 2).build(), second().build()]
     assert build_rank_table(pods, 2, pod_count=2) == INITIALIZING
     assert build_rank_table(pods, 2) == INITIALIZING
     assert any("bad or duplicate pod index" in problem for problem in missing_for_completion(pods, 2, 2))
 
 
 def test_status_returned_is_a_copy():
-    table = build_rank_table([pod_object("job", 0, 2, phase="Pending")], 2)
+    table = build_rank_table([PodBuilder("job", 0).node("node-0").devices(count=2).build()], 2)
     table["status"] = "mutated"
     assert INITIALIZING == {"status": "initializing"}
 
@@ -115,9 +117,8 @@ def test_completed_table_properties(pod_count, per_pod, seed, super_pods):
     for index in range(pod_count):
         ids = rng.sample(range(16), per_pod)
         annotated[index] = ids
-        pods.append(pod_object("job", index, per_pod, device_ids=ids, node=f"node-{index // 2}",
-                             host_ip=f"127.0.1.{index + 1}", super_device_ids=[1000 * index + i for i in ids]
-                             if super_pods else None))
+        pods.append(PodBuilder("job", index).running(node=f"node-{index // 2}", host_ip=f"127.0.1.{index + 1}")
+                    .devices(ids, super_ids=[1000 * index + i for i in ids] if super_pods else None).build())
     shuffled = pods[:]
     rng.shuffle(shuffled)
     node_super_pods = {f"node-{n}": str(n % 3) for n in range(pod_count)} if super_pods else None
@@ -133,7 +134,7 @@ def test_completed_table_properties(pod_count, per_pod, seed, super_pods):
     assert sorted(ranks) == list(range(pod_count * per_pod)), "every rank once"
     for index, server in enumerate(servers):
         assert server["server_id"] == f"127.0.1.{index + 1}"
-        assert server["container_ip"] == f"127.1.0.{index + 1}"
+        assert server["container_ip"] == f"127.16.0.{index + 1}"
         ids = [int(device["device_id"]) for device in server["device"]]
         assert ids == sorted(annotated[index]), "device ids from the annotation"
         for local, device in enumerate(server["device"]):
@@ -159,8 +160,8 @@ def test_completed_table_properties(pod_count, per_pod, seed, super_pods):
 
 
 def test_v12_shape():
-    pods = [pod_object("job", i, 2, device_ids=[0, 1], super_device_ids=[10 + 2 * i, 11 + 2 * i],
-                     node=f"a3-{i}", host_ip=f"127.0.0.{i + 1}") for i in range(3)]
+    pods = [PodBuilder("job", i).running(node=f"a3-{i}", host_ip=f"127.0.0.{i + 1}")
+            .devices([0, 1], super_ids=[10 + 2 * i, 11 + 2 * i]).build() for i in range(3)]
     table = build_rank_table(pods, 2, {"a3-0": "7", "a3-1": "7", "a3-2": "9"})
     assert table["version"] == "1.2"
     assert table["super_pod_list"] == [
@@ -171,7 +172,7 @@ def test_v12_shape():
 
 
 def test_pod_devices_reads_the_device_plugin_annotation():
-    pod = pod_object("job", 0, 2, device_ids=[3, 1])
+    pod = PodBuilder("job", 0).running().devices([3, 1]).build()
     assert json.loads(pod["metadata"]["annotations"][DEVICE_ANNOTATION])["devices"][0]["device_id"] == "3"
     assert [d["device_id"] for d in pod_devices(pod)] == ["1", "3"]
     assert pod_devices({"metadata": {}}) is None

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ascend_hybrid.contracts import names
-from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DeviceInfo
+from ascend_hybrid.contracts.ascend import DeviceInfo
 from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.reconcile import decision as reconcile
@@ -30,6 +30,7 @@ from ascend_hybrid.reconcile.placement_record import record_placement
 from ascend_hybrid.reconcile.state import Observed
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.rules import parse
+from support.builders import JobBuilder, NodeBuilder, PodBuilder
 
 KINDS = {PostEvent: "event", Place: "place", EnsureChildren: "ensure_children", CreatePods: "create_pods",
          RemoveGates: "remove_gates", DeletePods: "delete_pods", WriteRankTable: "write_rank_table",
@@ -39,49 +40,29 @@ NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 NODES = ("node-a", "node-b")
 
 
-def job(spec_overrides=None, status=None, name="demo"):
-    spec = {"parallelism": {"data": 2, "tensor": 4}, "npu": {"perPod": 4}, "runPolicy": {"backoffLimit": 2}}
-    for key, value in (spec_overrides or {}).items():
-        spec[key] = {**spec.get(key, {}), **value}
-    return {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob",
-            "metadata": {"name": name, "namespace": "ns", "uid": "uid-1", "generation": 1,
-                         "creationTimestamp": "2026-11-29T11:59:00Z"},
-            "spec": spec, "status": status or {}}
+def demo(name: str = "demo") -> JobBuilder:
+    """The job under test: DP 2 × TP 4 on two 4-NPU pods, two restarts allowed, stored a minute ago."""
+    return (JobBuilder(name, namespace="ns").uid("uid-1").created("2026-11-29T11:59:00Z")
+            .parallelism(data=2, tensor=4).per_pod(4).backoff_limit(2).status({}))
 
 
-def pod(index, attempt=1, phase="Running", node=None, gated=False, devices=True, exit_code=None, created=NOW,
-        message=None, reason=None, finished=None):
-    node = node or NODES[index]
-    meta = {"name": names.pod_name("demo", attempt, index), "namespace": "ns",
-            "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "labels": {names.JOB_LABEL: "demo", names.ATTEMPT_LABEL: str(attempt), names.POD_INDEX_LABEL: str(index)},
-            "annotations": {}}
-    if devices:
-        meta["annotations"][DEVICE_ANNOTATION] = json.dumps(
-            {"pod_name": meta["name"], "server_id": f"127.15.0.{index + 1}",
-             "devices": [{"device_id": str(i), "device_ip": f"127.64.{index}.{i}"} for i in range(4)]})
-    spec = {"nodeName": None if gated else node}
-    if gated:
-        spec["schedulingGates"] = [{"name": names.GANG_GATE}]
-    status = {"phase": "Pending" if gated else phase}
-    if phase == "Running" and not gated:
-        status.update(podIP=f"127.16.0.{index + 1}", hostIP=f"127.15.0.{index + 1}")
-    if exit_code is not None:
-        terminated = {"exitCode": exit_code, "reason": reason, "message": message,
-                      "finishedAt": finished.strftime("%Y-%m-%dT%H:%M:%SZ") if finished else None}
-        status["containerStatuses"] = [{"name": "ascend", "state": {"terminated": {
-            key: value for key, value in terminated.items() if value is not None}}}]
-    return {"metadata": meta, "spec": spec, "status": status}
+def pod(index: int, attempt: int = 1) -> PodBuilder:
+    """Pod `index` of demo, running on its node of NODES with its 4 chips annotated."""
+    return (PodBuilder("demo", index, namespace="ns").attempt(attempt).created(NOW).running(node=NODES[index])
+            .devices(range(4)))
 
 
 def report(cause, rank=None, step=None, detail=""):
     return json.dumps({"cause": cause, "rank": rank, "step": step, "detail": detail})
 
 
-def node(name, ready=True, since=NOW):
-    return {"metadata": {"name": name, "labels": {}},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                                       "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ")}]}}
+def both() -> list[dict]:
+    """Both pods, running."""
+    return [pod(0).build(), pod(1).build()]
+
+
+def node(name: str) -> NodeBuilder:
+    return NodeBuilder(name).ready(since=NOW)
 
 
 def observe(body, pods=(), rank_table=None, children_ready=True, nodes=None, now=NOW):
@@ -92,7 +73,7 @@ def observe(body, pods=(), rank_table=None, children_ready=True, nodes=None, now
     return Observed(job=body, resolved=resolved, spec_problems=problems, pods=tuple(pods),
                     rank_table=rank_table if rank_table is not None else {"status": "initializing"},
                     children_ready=children_ready, sched_ip="127.32.0.10",
-                    nodes=nodes if nodes is not None else {n: node(n) for n in NODES}, now=now)
+                    nodes=nodes if nodes is not None else {n: node(n).build() for n in NODES}, now=now)
 
 
 def kinds(decision):
@@ -108,7 +89,7 @@ def events(decision):
 
 
 def placed_status(attempt=1, phase="Placing", **extra):
-    body = job()
+    body = demo().build()
     status = decide(observe(body)).status
     status = record_placement(status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
                               {n: "rack-0" for n in NODES}).status
@@ -118,7 +99,7 @@ def placed_status(attempt=1, phase="Placing", **extra):
 
 
 def test_new_job_is_created_and_asks_for_placement():
-    decision = decide(observe(job()))
+    decision = decide(observe(demo().build()))
     assert kinds(decision) == ["event", "place"]
     assert decision.status["phase"] == "Pending" and decision.status["attempt"] == 1
     assert decision.status["worldSize"] == 8
@@ -132,7 +113,7 @@ def test_new_job_is_created_and_asks_for_placement():
 
 
 def test_failed_placement_is_pending_with_one_warning():
-    body = job()
+    body = demo().build()
     status = decide(observe(body)).status
     failure = Placement(ok=False, reason="needs 2 pods × 4 huawei.com/Ascend910 (910B); 0 of 0 nodes could host a pod")
     first = record_placement(status, parse(body), failure, NOW, 1, {})
@@ -147,7 +128,7 @@ def test_failed_placement_is_pending_with_one_warning():
 
 
 def test_placed_job_applies_children_then_creates_gated_pods():
-    body = job(status=placed_status())
+    body = demo().status(placed_status()).build()
     assert kinds(decide(observe(body, children_ready=False))) == ["ensure_children"]
     decision = decide(observe(body))
     create = action(decision, "create_pods")
@@ -166,36 +147,36 @@ def test_placed_job_applies_children_then_creates_gated_pods():
 
 
 def test_only_missing_pods_are_created_after_a_crash():
-    body = job(status=placed_status())
-    decision = decide(observe(body, pods=[pod(0, gated=True)]))
+    body = demo().status(placed_status()).build()
+    decision = decide(observe(body, pods=[pod(0).gated().build()]))
     assert [p.manifest["metadata"]["name"] for p in action(decision, "create_pods").pods] == ["demo-a1-1"]
     assert [name for name, _ in action(decision, "remove_gates").pods] == ["demo-a1-0", "demo-a1-1"]
 
 
 def test_pods_in_flight_are_neither_recreated_nor_lost():
-    body = job(status=placed_status(phase="Starting"))
-    seen_one = observe(body, pods=[pod(0, gated=True)])
+    body = demo().status(placed_status(phase="Starting")).build()
+    seen_one = observe(body, pods=[pod(0).gated().build()])
     decision = decide(Observed(**{**seen_one.__dict__, "in_flight": frozenset({"demo-a1-0", "demo-a1-1"})}))
     assert "create_pods" not in kinds(decision) and "remove_gates" not in kinds(decision)
     assert decision.status["phase"] == "Starting" and decision.status["restarts"] == 0
-    without = decide(observe(job(status=placed_status(phase="Starting")), pods=[pod(0)]))
+    without = decide(observe(demo().status(placed_status(phase="Starting")).build(), pods=[pod(0).build()]))
     assert without.status["phase"] == "Restarting"  # the same gap, not explained by a recent creation
 
 
 def test_gates_are_removed_only_when_the_whole_gang_exists():
-    body = job(status=placed_status())
-    decision = decide(observe(body, pods=[pod(0, gated=True), pod(1, gated=True)]))
+    body = demo().status(placed_status()).build()
+    decision = decide(observe(body, pods=[pod(0).gated().build(), pod(1).gated().build()]))
     gate = names.GANG_GATE
     assert action(decision, "remove_gates").pods == (("demo-a1-0", (gate,)), ("demo-a1-1", (gate,)))
     assert decision.status["phase"] == "Starting"
 
 
 def test_rank_table_completes_when_every_pod_runs_with_devices():
-    body = job(status=placed_status(phase="Starting"))
-    waiting = decide(observe(body, pods=[pod(0), pod(1, devices=False)]))
+    body = demo().status(placed_status(phase="Starting")).build()
+    waiting = decide(observe(body, pods=[pod(0).build(), pod(1).device_annotation(None).build()]))
     assert "write_rank_table" not in kinds(waiting) and waiting.status["phase"] == "Starting"
     assert waiting.status["rankTable"]["status"] == "initializing"
-    decision = decide(observe(body, pods=[pod(0), pod(1)]))
+    decision = decide(observe(body, pods=both()))
     table = action(decision, "write_rank_table").table
     assert table["status"] == "completed" and table["server_count"] == "2"
     ranks = [d["rank_id"] for s in table["server_list"] for d in s["device"]]
@@ -205,18 +186,18 @@ def test_rank_table_completes_when_every_pod_runs_with_devices():
     assert "hccl.json completed for 8 ranks" in next(a.message for a in decision.actions if isinstance(a, PostEvent))
     ready = next(c for c in decision.status["conditions"] if c["type"] == "RankTableReady")
     assert ready["status"] == "True"
-    steady = decide(observe(job(status=decision.status), pods=[pod(0), pod(1)], rank_table=table))
+    steady = decide(observe(demo().status(decision.status).build(), pods=both(), rank_table=table))
     assert "write_rank_table" not in kinds(steady) and events(steady) == []
     rewritten = copy.deepcopy(decision.status)  # someone reset the table while the gang ran: completed again
     next(c for c in rewritten["conditions"] if c["type"] == "RankTableReady")["status"] = "False"
-    again = decide(observe(job(status=rewritten), pods=[pod(0), pod(1)], rank_table={"status": "initializing"}))
+    again = decide(observe(demo().status(rewritten).build(), pods=both(), rank_table={"status": "initializing"}))
     assert events(again) == [("Normal", "RankTableReady")]
 
 
 def test_an_a3_rank_table_takes_super_pods_from_deviceinfo_when_nodes_lack_the_label():
-    body = job({"npu": {"chip": "A3", "perPod": 4}}, status=placed_status(phase="Starting"))
+    body = demo().section("npu", chip="A3", perPod=4).status(placed_status(phase="Starting")).build()
     infos = {name: DeviceInfo(name, super_pod=str(7 + index)) for index, name in enumerate(NODES)}
-    observed = observe(body, pods=[pod(0), pod(1)])
+    observed = observe(body, pods=both())
     decision = decide(dataclasses.replace(observed, device_infos=infos))
     table = action(decision, "write_rank_table").table
     assert table["version"] == "1.2"
@@ -224,8 +205,8 @@ def test_an_a3_rank_table_takes_super_pods_from_deviceinfo_when_nodes_lack_the_l
 
 
 def test_an_unexplained_failure_restarts_the_whole_gang_keeping_its_node():
-    body = job(status=placed_status(phase="Running"))
-    decision = decide(observe(body, pods=[pod(0), pod(1, phase="Failed", exit_code=137)],
+    body = demo().status(placed_status(phase="Running")).build()
+    decision = decide(observe(body, pods=[pod(0).build(), pod(1).exited(137).build()],
                               rank_table={"status": "completed"}))
     assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
     assert action(decision, "write_rank_table").table == {"status": "initializing"}
@@ -240,10 +221,10 @@ def test_an_unexplained_failure_restarts_the_whole_gang_keeping_its_node():
 
 
 def test_an_hccl_timeout_restarts_the_gang_avoiding_the_node_of_the_first_failed_rank():
-    body = job(status=placed_status(phase="Running"))
-    echo = pod(0, phase="Failed", exit_code=9, message=report("PeerFailed", 0, 17), finished=NOW)
-    cause = pod(1, phase="Failed", exit_code=7, message=report("HCCLExecTimeout", 5, 17, "EI0002 timeout"),
-                finished=NOW + timedelta(seconds=1))
+    body = demo().status(placed_status(phase="Running")).build()
+    echo = pod(0).exited(9, message=report("PeerFailed", 0, 17), finished=NOW).build()
+    cause = pod(1).exited(7, message=report("HCCLExecTimeout", 5, 17, "EI0002 timeout"),
+                          finished=NOW + timedelta(seconds=1)).build()
     decision = decide(observe(body, pods=[echo, cause], now=NOW + timedelta(seconds=2)))
     status = decision.status
     assert status["avoidedNodes"] == ["node-b"] and status["restarts"] == 1 and status.get("disruptions", 0) == 0
@@ -259,19 +240,19 @@ def test_an_hccl_timeout_restarts_the_gang_avoiding_the_node_of_the_first_failed
 
 
 def test_an_echo_alone_waits_for_the_real_cause_while_other_pods_run():
-    body = job(status=placed_status(phase="Running"))
-    echo = pod(0, phase="Failed", exit_code=9, message=report("PeerFailed", 0, 3), finished=NOW)
-    early = decide(observe(body, pods=[echo, pod(1)], now=NOW + timedelta(seconds=4)))
+    body = demo().status(placed_status(phase="Running")).build()
+    echo = pod(0).exited(9, message=report("PeerFailed", 0, 3), finished=NOW).build()
+    early = decide(observe(body, pods=[echo, pod(1).build()], now=NOW + timedelta(seconds=4)))
     assert early.status["phase"] == "Running" and "delete_pods" not in kinds(early)
     assert early.requeue_after == pytest.approx(6)
-    late = decide(observe(body, pods=[echo, pod(1)], now=NOW + timedelta(seconds=11)))
+    late = decide(observe(body, pods=[echo, pod(1).build()], now=NOW + timedelta(seconds=11)))
     assert late.status["phase"] == "Restarting" and late.status["lastFailure"]["cause"] == "PeerFailed"
 
 
 def test_a_configuration_error_fails_at_once_and_blames_no_node():
-    body = job(status=placed_status(phase="Running"))
-    failed = pod(1, phase="Failed", exit_code=2, message=report("ConfigError", 4, None, "training.steps=0: must be >= 1"))
-    decision = decide(observe(body, pods=[pod(0), failed]))
+    body = demo().status(placed_status(phase="Running")).build()
+    failed = pod(1).exited(2, message=report("ConfigError", 4, None, "training.steps=0: must be >= 1")).build()
+    decision = decide(observe(body, pods=[pod(0).build(), failed]))
     status = decision.status
     assert status["phase"] == "Failed" and status.get("restarts", 0) == 0 and not status.get("avoidedNodes")
     failed_condition = next(c for c in status["conditions"] if c["type"] == "Failed")
@@ -280,9 +261,9 @@ def test_a_configuration_error_fails_at_once_and_blames_no_node():
 
 
 def test_device_out_of_memory_fails_with_the_planners_prediction_in_the_hint():
-    body = job(status=placed_status(phase="Running"))
-    failed = pod(0, phase="Failed", exit_code=4, message=report("DeviceOutOfMemory", 1, 0, "Out of memory: 62 GB"))
-    decision = decide(observe(body, pods=[failed, pod(1)]))
+    body = demo().status(placed_status(phase="Running")).build()
+    failed = pod(0).exited(4, message=report("DeviceOutOfMemory", 1, 0, "Out of memory: 62 GB")).build()
+    decision = decide(observe(body, pods=[failed, pod(1).build()]))
     hint = decision.status["lastFailure"]["hint"]
     assert decision.status["phase"] == "Failed"
     assert "training.recompute" in hint and "optimizerShard" in hint
@@ -290,8 +271,8 @@ def test_device_out_of_memory_fails_with_the_planners_prediction_in_the_hint():
 
 
 def test_a_host_oom_kill_is_out_of_memory_with_the_memory_limit_in_the_hint():
-    body = job(status=placed_status(phase="Running"))
-    decision = decide(observe(body, pods=[pod(0), pod(1, phase="Failed", exit_code=137, reason="OOMKilled")]))
+    body = demo().status(placed_status(phase="Running")).build()
+    decision = decide(observe(body, pods=[pod(0).build(), pod(1).exited(137, reason="OOMKilled").build()]))
     failure = decision.status["lastFailure"]
     assert (failure["cause"], failure["reason"], failure["action"]) == ("DeviceOutOfMemory", "OOMKilled", "FailJob")
     assert "spec.template.resources.limits.memory" in failure["hint"]
@@ -301,14 +282,15 @@ def test_user_rules_come_first_and_the_first_match_wins():
     rules_ = {"failurePolicy": {"rules": [{"exitCodes": [42], "action": "Ignore"},
                                           {"causes": ["HCCLExecTimeout"], "action": "FailJob"},
                                           {"exitCodes": [7], "action": "RestartJob"}]}}
-    ignored = decide(observe(job({"runPolicy": rules_}, status=placed_status(phase="Running", restarts=2)),
-                             pods=[pod(0), pod(1, phase="Failed", exit_code=42)]))
+    retried = demo().section("runPolicy", **rules_).status(placed_status(phase="Running", restarts=2)).build()
+    ignored = decide(observe(retried, pods=[pod(0).build(), pod(1).exited(42).build()]))
     status = ignored.status
     assert status["phase"] == "Restarting"  # backoffLimit 2 is used up, but an ignored failure does not count
     assert (status["restarts"], status["ignoredFailures"]) == (3, 1) and status["avoidedNodes"] == []
     assert "rules[0] (exitCodes 42)" in status["message"]
-    hccl = pod(1, phase="Failed", exit_code=7, message=report("HCCLExecTimeout", 4, 9, "Heartbeat Lost"))
-    failed = decide(observe(job({"runPolicy": rules_}, status=placed_status(phase="Running")), pods=[pod(0), hccl]))
+    hccl = pod(1).exited(7, message=report("HCCLExecTimeout", 4, 9, "Heartbeat Lost")).build()
+    failed = decide(observe(demo().section("runPolicy", **rules_).status(placed_status(phase="Running")).build(),
+                            pods=[pod(0).build(), hccl]))
     assert failed.status["phase"] == "Failed" and failed.status["lastFailure"]["action"] == "FailJob"
     assert "rules[1] (causes HCCLExecTimeout)" in failed.status["message"]
 
@@ -317,15 +299,15 @@ def test_next_attempt_waits_for_old_pods_then_places_avoiding_nodes():
     status = placed_status(phase="Restarting")
     status.update(attempt=2, restarts=1, avoidedNodes=["node-b"])
     status.pop("placement")
-    waiting = decide(observe(job(status=status), pods=[pod(0, phase="Running")]))
+    waiting = decide(observe(demo().status(status).build(), pods=[pod(0).phase("Running").build()]))
     assert kinds(waiting) == ["delete_pods"]
-    decision = decide(observe(job(status=status)))
+    decision = decide(observe(demo().status(status).build()))
     assert action(decision, "place").request.excluded_nodes == frozenset({"node-b"})
 
 
 def test_backoff_exhausted_fails_naming_pod_and_exit_code():
     status = placed_status(phase="Running", restarts=3, disruptions=1)  # two counted restarts of backoffLimit 2
-    decision = decide(observe(job(status=status), pods=[pod(0), pod(1, phase="Failed", exit_code=3)]))
+    decision = decide(observe(demo().status(status).build(), pods=[pod(0).build(), pod(1).exited(3).build()]))
     assert decision.status["phase"] == "Failed"
     failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "BackoffLimitExceeded"
@@ -335,24 +317,25 @@ def test_backoff_exhausted_fails_naming_pod_and_exit_code():
 
 
 def test_all_pods_succeeded_and_clean_pod_policy_all():
-    body = job({"runPolicy": {"cleanPodPolicy": "All", "ttlSecondsAfterFinished": 60}},
-               status=placed_status(phase="Running"))
-    decision = decide(observe(body, pods=[pod(0, phase="Succeeded"), pod(1, phase="Succeeded")]))
+    body = (demo().section("runPolicy", cleanPodPolicy="All", ttlSecondsAfterFinished=60)
+            .status(placed_status(phase="Running")).build())
+    decision = decide(observe(body, pods=[pod(0).phase("Succeeded").build(), pod(1).phase("Succeeded").build()]))
     assert decision.status["phase"] == "Succeeded" and decision.status["completionTime"]
     assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
     assert decision.requeue_after == pytest.approx(60)
-    later = decide(observe(job({"runPolicy": {"ttlSecondsAfterFinished": 60}}, status=decision.status),
+    later = decide(observe(demo().section("runPolicy", ttlSecondsAfterFinished=60).status(decision.status).build(),
                            now=NOW + timedelta(seconds=61)))
     assert kinds(later) == ["delete_job"]
 
 
 def test_node_not_ready_restarts_after_the_grace_period_only():
     status = placed_status(phase="Running")
-    pods = [pod(0), pod(1)]
-    nodes = {"node-a": node("node-a"), "node-b": node("node-b", ready=False, since=NOW - timedelta(seconds=10))}
-    early = decide(observe(job(status=status), pods=pods, nodes=nodes))
+    pods = both()
+    nodes = {"node-a": node("node-a").build(),
+             "node-b": node("node-b").not_ready(since=NOW - timedelta(seconds=10)).build()}
+    early = decide(observe(demo().status(status).build(), pods=pods, nodes=nodes))
     assert "delete_pods" not in kinds(early) and early.requeue_after == pytest.approx(20)
-    late = decide(observe(job(status=status), pods=pods, nodes=nodes, now=NOW + timedelta(seconds=25)))
+    late = decide(observe(demo().status(status).build(), pods=pods, nodes=nodes, now=NOW + timedelta(seconds=25)))
     assert late.status["avoidedNodes"] == ["node-b"] and late.status["phase"] == "Restarting"
     assert next(c for c in late.status["conditions"] if c["type"] == "Restarting")["reason"] == "NodeNotReady"
     assert (late.status["restarts"], late.status["disruptions"]) == (1, 1)
@@ -360,21 +343,24 @@ def test_node_not_ready_restarts_after_the_grace_period_only():
 
 def test_node_faults_do_not_consume_the_backoff_limit():
     status = placed_status(phase="Running", restarts=2)  # backoffLimit 2, used up
-    nodes = {"node-a": node("node-a"), "node-b": node("node-b", ready=False, since=NOW - timedelta(seconds=60))}
-    decision = decide(observe(job(status=status), pods=[pod(0), pod(1)], nodes=nodes))
+    nodes = {"node-a": node("node-a").build(),
+             "node-b": node("node-b").not_ready(since=NOW - timedelta(seconds=60)).build()}
+    decision = decide(observe(demo().status(status).build(), pods=both(), nodes=nodes))
     assert decision.status["phase"] == "Restarting" and decision.status["disruptions"] == 1
     assert decision.status["lastFailure"]["cause"] == "NodeNotReady"
 
 
 def test_a_failure_next_to_a_node_within_its_grace_blames_the_node():
-    nodes = {"node-a": node("node-a", ready=False, since=NOW - timedelta(seconds=5)), "node-b": node("node-b")}
-    echo = pod(1, phase="Failed", exit_code=7, message=report("HCCLExecTimeout", 4, 2, "Heartbeat Lost"))
-    decision = decide(observe(job(status=placed_status(phase="Running")), pods=[pod(0), echo], nodes=nodes))
+    nodes = {"node-a": node("node-a").not_ready(since=NOW - timedelta(seconds=5)).build(),
+             "node-b": node("node-b").build()}
+    echo = pod(1).exited(7, message=report("HCCLExecTimeout", 4, 2, "Heartbeat Lost")).build()
+    decision = decide(observe(demo().status(placed_status(phase="Running")).build(), pods=[pod(0).build(), echo],
+                              nodes=nodes))
     assert decision.status["lastFailure"]["cause"] == "NodeNotReady" and decision.status["avoidedNodes"] == ["node-a"]
 
 
 def test_an_unhealthy_chip_under_a_running_pod_restarts_avoiding_its_node():
-    observed = observe(job(status=placed_status(phase="Running")), pods=[pod(0), pod(1)])
+    observed = observe(demo().status(placed_status(phase="Running")).build(), pods=both())
     infos = {"node-b": DeviceInfo("node-b", unusable=frozenset({2}))}
     decision = decide(dataclasses.replace(observed, device_infos=infos))
     status = decision.status
@@ -385,7 +371,7 @@ def test_an_unhealthy_chip_under_a_running_pod_restarts_avoiding_its_node():
 
 
 def test_pod_deleted_while_running_restarts():
-    decision = decide(observe(job(status=placed_status(phase="Running")), pods=[pod(0)]))
+    decision = decide(observe(demo().status(placed_status(phase="Running")).build(), pods=[pod(0).build()]))
     assert decision.status["phase"] == "Restarting"
     assert "demo-a1-1" in decision.status["message"] and decision.status["lastFailure"]["cause"] == "PodDeleted"
     assert decision.status["avoidedNodes"] == []
@@ -393,114 +379,117 @@ def test_pod_deleted_while_running_restarts():
 
 def test_suspend_deletes_pods_and_resume_places_anew():
     status = placed_status(phase="Running")
-    suspended = decide(observe(job({"runPolicy": {"suspend": True}}, status=status), pods=[pod(0), pod(1)]))
+    suspended = decide(observe(demo().section("runPolicy", suspend=True).status(status).build(), pods=both()))
     assert action(suspended, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
     assert suspended.status["phase"] == "Suspended" and "placement" not in suspended.status
-    resumed = decide(observe(job(status=suspended.status)))
+    resumed = decide(observe(demo().status(suspended.status).build()))
     assert resumed.status["attempt"] == 2 and resumed.status["phase"] == "Pending"
     assert "place" in kinds(resumed) and resumed.status["restarts"] == 0
 
 
 def test_template_change_restarts_with_the_new_spec_but_training_change_does_not():
     status = placed_status(phase="Running")
-    running = decide(observe(job(status=status), pods=[pod(0), pod(1)]))
-    changed = job({"template": {"image": "other:1"}}, status=running.status)
-    decision = decide(observe(changed, pods=[pod(0), pod(1)]))
+    running = decide(observe(demo().status(status).build(), pods=both()))
+    changed = demo().section("template", image="other:1").status(running.status).build()
+    decision = decide(observe(changed, pods=both()))
     assert decision.status["phase"] == "Restarting" and decision.status["restarts"] == 0
-    training = job({"training": {"steps": 5}}, status=running.status)
-    assert decide(observe(training, pods=[pod(0), pod(1)])).status["phase"] == "Running"
+    training = demo().section("training", steps=5).status(running.status).build()
+    assert decide(observe(training, pods=both())).status["phase"] == "Running"
 
 
 def test_scheduling_timeout_deletes_the_attempt_and_replans():
     status = placed_status(phase="Starting")
     old = NOW - timedelta(seconds=400)
-    pods = [pod(0, created=old), {**pod(1, created=old), "spec": {"nodeName": None}}]
-    decision = decide(observe(job(status=status), pods=pods))
+    pods = [pod(0).created(old).build(), {**pod(1).created(old).build(), "spec": {"nodeName": None}}]
+    decision = decide(observe(demo().status(status).build(), pods=pods))
     assert decision.status["attempt"] == 2 and "placement" not in decision.status
     assert ("Warning", "SchedulingTimeout") in events(decision)
     assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
 
 
 def test_invalid_spec_fails_with_every_problem():
-    decision = decide(observe(job({"parallelism": {"tensor": 3}})))
+    decision = decide(observe(demo().section("parallelism", tensor=3).build()))
     assert decision.status["phase"] == "Failed"
     assert "spec.parallelism.tensor=3 must divide spec.npu.perPod=4" in decision.status["message"]
 
 
 def test_active_deadline_fails_the_job():
     status = placed_status(phase="Running", startTime="2026-11-29T11:00:00Z")
-    decision = decide(observe(job({"runPolicy": {"activeDeadlineSeconds": 600}}, status=status), pods=[pod(0), pod(1)]))
+    decision = decide(observe(demo().section("runPolicy", activeDeadlineSeconds=600).status(status).build(),
+                              pods=both()))
     assert decision.status["phase"] == "Failed"
     assert next(c for c in decision.status["conditions"] if c["type"] == "Failed")["reason"] == "DeadlineExceeded"
 
 
 def test_decide_does_not_mutate_its_input():
-    body = job(status=placed_status(phase="Running"))
+    body = demo().status(placed_status(phase="Running")).build()
     before = copy.deepcopy(body)
-    decide(observe(body, pods=[pod(0), pod(1, phase="Failed", exit_code=1)]))
+    decide(observe(body, pods=[pod(0).build(), pod(1).exited(1).build()]))
     assert body == before
 
 
 def test_pod_template_hash_ignores_training_settings():
-    a, b = parse(job()), parse(job({"training": {"steps": 7}}))
+    a, b = parse(demo().build()), parse(demo().section("training", steps=7).build())
     assert reconcile.pod_template_hash(a) == reconcile.pod_template_hash(b)
-    assert reconcile.pod_template_hash(a) != reconcile.pod_template_hash(parse(job({"parallelism": {"data": 4}})))
+    wider = parse(demo().section("parallelism", data=4).build())
+    assert reconcile.pod_template_hash(a) != reconcile.pod_template_hash(wider)
 
 
 def test_running_job_records_progress_and_utilization_and_says_when_they_go_stale():
     from ascend_hybrid.monitoring.progress import Sample
-    body = job({"training": {"steps": 200}}, status=placed_status(phase="Running"))
-    table = decide(observe(body, pods=[pod(0), pod(1)])).actions
+    body = demo().section("training", steps=200).status(placed_status(phase="Running")).build()
+    table = decide(observe(body, pods=both())).actions
     completed = next(a.table for a in table if isinstance(a, WriteRankTable))
     good = Sample("trainer", NOW, step=50, loss=2.5, tokens_per_second=1000.0, step_seconds=0.5, npu_percent=87.5)
-    first = decide(Observed(**{**observe(body, pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": good}))
+    first = decide(Observed(**{**observe(body, pods=both(), rank_table=completed).__dict__, "telemetry": good}))
     assert first.status["training"] == {"step": 50, "loss": 2.5, "tokensPerSecond": 1000.0, "stepSeconds": 0.5,
                                         "progressPercentage": 25.0, "estimatedRemainingSeconds": 75.0}
     assert first.status["utilization"] == {"npuPercent": 87.5, "source": "trainer", "sampledAt": "2026-11-29T12:00:00Z"}
     bad = Sample("trainer", NOW + timedelta(seconds=30), error="trainer metrics unreachable (127.16.0.1:9400: refused)")
-    stale = decide(Observed(**{**observe(job({"training": {"steps": 200}}, status=first.status),
-                                         pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": bad}))
+    stale = decide(Observed(**{**observe(demo().section("training", steps=200).status(first.status).build(),
+                                         pods=both(), rank_table=completed).__dict__, "telemetry": bad}))
     assert stale.status["phase"] == "Running"
     assert stale.status["utilization"]["sampledAt"] == "2026-11-29T12:00:00Z"  # the old figure, with its age
     metrics = next(c for c in stale.status["conditions"] if c["type"] == "MetricsAvailable")
     assert metrics["status"] == "False" and "unreachable" in metrics["message"]
     assert [e for e in events(stale) if e[1] == "MetricsUnavailable"] == [("Warning", "MetricsUnavailable")]
-    again = decide(Observed(**{**observe(job({"training": {"steps": 200}}, status=stale.status),
-                                         pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": bad}))
+    again = decide(Observed(**{**observe(demo().section("training", steps=200).status(stale.status).build(),
+                                         pods=both(), rank_table=completed).__dict__, "telemetry": bad}))
     assert not [e for e in events(again) if e[1] == "MetricsUnavailable"]  # one event, not one per reading
 
 
 def test_no_series_yet_is_not_an_outage():
     from ascend_hybrid.monitoring.progress import Sample
-    body = job(status=placed_status(phase="Running"))
-    completed = next(a.table for a in decide(observe(body, pods=[pod(0), pod(1)])).actions if isinstance(a, WriteRankTable))
+    body = demo().status(placed_status(phase="Running")).build()
+    completed = next(a.table for a in decide(observe(body, pods=both())).actions if isinstance(a, WriteRankTable))
     empty = Sample("prometheus", NOW, error="Prometheus has no series for this job yet", no_data_yet=True)
-    first = decide(Observed(**{**observe(body, pods=[pod(0), pod(1)], rank_table=completed).__dict__, "telemetry": empty}))
+    first = decide(Observed(**{**observe(body, pods=both(), rank_table=completed).__dict__, "telemetry": empty}))
     assert not [e for e in events(first) if e[1] == "MetricsUnavailable"]
     assert next(c for c in first.status["conditions"] if c["type"] == "MetricsAvailable")["reason"] == "NoDataYet"
     down = Sample("prometheus", NOW, error="Prometheus at http://127.0.0.1:9 unreachable: refused")
-    later = decide(Observed(**{**observe(job(status=first.status), pods=[pod(0), pod(1)], rank_table=completed).__dict__,
-                               "telemetry": down}))
+    later = decide(Observed(**{**observe(demo().status(first.status).build(), pods=both(),
+                                         rank_table=completed).__dict__, "telemetry": down}))
     assert [e for e in events(later) if e[1] == "MetricsUnavailable"] == [("Warning", "MetricsUnavailable")]
 
 
 def test_a_placement_made_for_other_degrees_is_made_again():
     status = placed_status()  # 2 pods placed
-    decision = decide(observe(job({"parallelism": {"data": 4}}, status=status)))  # now 4 pods, none created yet
+    # now 4 pods, none created yet
+    decision = decide(observe(demo().section("parallelism", data=4).status(status).build()))
     assert "create_pods" not in kinds(decision)
     assert action(decision, "place").request.pod_count == 4
 
 
 def test_anomalies_turn_on_with_one_warning_and_a_restart_starts_them_afresh():
     from ascend_hybrid.monitoring.progress import ChipReading, Sample
-    body = job({"monitoring": {"imbalanceSamples": 2}}, status=placed_status(phase="Running"))
-    completed = next(a.table for a in decide(observe(body, pods=[pod(0), pod(1)])).actions
+    body = demo().section("monitoring", imbalanceSamples=2).status(placed_status(phase="Running")).build()
+    completed = next(a.table for a in decide(observe(body, pods=both())).actions
                      if isinstance(a, WriteRankTable))
     skewed = (ChipReading("demo-a1-0", "0", 92.0), ChipReading("demo-a1-1", "3", 11.0))
     status, warnings = body["status"], []
     for second in (0, 30, 30, 60):  # the sample of second 30 is seen by two passes
         reading = Sample("trainer", NOW + timedelta(seconds=second), step=10 + second, chips=skewed)
-        observed = observe(job({"monitoring": {"imbalanceSamples": 2}}, status=status), pods=[pod(0), pod(1)],
+        observed = observe(demo().section("monitoring", imbalanceSamples=2).status(status).build(), pods=both(),
                            rank_table=completed)
         decision = decide(dataclasses.replace(observed, telemetry=reading))
         status = decision.status
@@ -509,14 +498,14 @@ def test_anomalies_turn_on_with_one_warning_and_a_restart_starts_them_afresh():
     assert imbalanced["status"] == "True" and "chip 3 of pod demo-a1-1 at 11%" in imbalanced["message"]
     assert len(warnings) == 1 and warnings[0].type == "Warning"
     assert status["monitoring"]["imbalancedSamples"] == 3 and status["monitoring"]["sampledAt"] == "2026-11-29T12:01:00Z"
-    restarted = decide(observe(job(status=status), pods=[pod(0), pod(1, phase="Failed", exit_code=1)],
+    restarted = decide(observe(demo().status(status).build(), pods=[pod(0).build(), pod(1).exited(1).build()],
                                rank_table=completed)).status
     assert "monitoring" not in restarted
     assert next(c for c in restarted["conditions"] if c["type"] == "LoadImbalanced")["status"] == "False"
 
 
 def test_the_only_pod_of_a_one_pod_job_deleted_is_a_counted_whole_gang_restart():
-    body = job({"parallelism": {"data": 1, "tensor": 4}}, status=placed_status(phase="Running"))
+    body = demo().section("parallelism", data=1, tensor=4).status(placed_status(phase="Running")).build()
     body["status"]["placement"]["nodes"] = ["node-a"]
     decision = decide(observe(body, pods=[]))
     assert decision.status["phase"] == "Restarting" and decision.status["restarts"] == 1
@@ -524,7 +513,7 @@ def test_the_only_pod_of_a_one_pod_job_deleted_is_a_counted_whole_gang_restart()
     assert ("Warning", "PodDeleted") in events(decision)
     assert "demo-a1-0" in decision.status["message"]
     # before the gang ever started, no pod is no failure: the pod is (re)created in the same attempt
-    placing = job({"parallelism": {"data": 1, "tensor": 4}}, status=placed_status(phase="Placing"))
+    placing = demo().section("parallelism", data=1, tensor=4).status(placed_status(phase="Placing")).build()
     placing["status"]["placement"]["nodes"] = ["node-a"]
     assert "create_pods" in kinds(decide(observe(placing, pods=[])))
 
@@ -537,7 +526,7 @@ def refusal(status, at=NOW, resource="pods", message="boom"):
 @pytest.mark.parametrize("code", [400, 422])
 def test_a_pod_the_apiserver_refuses_fails_the_job_with_its_message(code):
     message = 'Pod "demo-a1-0" is invalid: spec.containers[0].env[9].name: Invalid value: "1BAD"'
-    observed = observe(job(status=placed_status(phase="Placing")), pods=[pod(1, gated=True)])
+    observed = observe(demo().status(placed_status(phase="Placing")).build(), pods=[pod(1).gated().build()])
     decision = decide(dataclasses.replace(observed, refusal=refusal(code, message=message)))
     assert decision.status["phase"] == "Failed"
     failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")
@@ -548,7 +537,7 @@ def test_a_pod_the_apiserver_refuses_fails_the_job_with_its_message(code):
 
 
 def test_a_forbidden_write_is_a_condition_naming_verb_and_resource_then_retried():
-    observed = observe(job(status=placed_status(phase="Placing")))
+    observed = observe(demo().status(placed_status(phase="Placing")).build())
     message = 'pods is forbidden: User "system:serviceaccount:x:y" cannot create resource "pods"'
     fresh = decide(dataclasses.replace(observed, refusal=refusal(403, message=message)))
     authorized = next(c for c in fresh.status["conditions"] if c["type"] == "Authorized")
@@ -556,21 +545,21 @@ def test_a_forbidden_write_is_a_condition_naming_verb_and_resource_then_retried(
     assert "may not create pods in namespace ns" in authorized["message"] and message in authorized["message"]
     assert kinds(fresh) == ["event"] and fresh.status["phase"] == "Placing"
     assert fresh.requeue_after == pytest.approx(refusals.RETRY_SECONDS)
-    again = decide(dataclasses.replace(observe(job(status=fresh.status)),
+    again = decide(dataclasses.replace(observe(demo().status(fresh.status).build()),
                                        refusal=refusal(403, message=message, at=NOW - timedelta(seconds=5))))
     assert kinds(again) == [] and again.requeue_after == pytest.approx(10)  # one event, not one per pass
-    later = decide(dataclasses.replace(observe(job(status=fresh.status)),
+    later = decide(dataclasses.replace(observe(demo().status(fresh.status).build()),
                                        refusal=refusal(403, at=NOW - timedelta(seconds=20))))
     assert "create_pods" in kinds(later)  # tried again
-    cleared = decide(observe(job(status=fresh.status)))
+    cleared = decide(observe(demo().status(fresh.status).build()))
     assert next(c for c in cleared.status["conditions"] if c["type"] == "Authorized")["status"] == "True"
-    assert not [c for c in decide(observe(job(status=placed_status()))).status["conditions"]
+    assert not [c for c in decide(observe(demo().status(placed_status()).build())).status["conditions"]
                 if c["type"] == "Authorized"]
 
 
 def test_a_sched_service_back_with_another_ip_restarts_the_gang():
-    body = job(status=placed_status(phase="Running"))
-    pods = [pod(0), pod(1)]
+    body = demo().status(placed_status(phase="Running")).build()
+    pods = both()
     for p in pods:
         p["spec"]["containers"] = [{"name": "ascend", "env": [{"name": "MS_SCHED_HOST", "value": "127.32.0.10"}]}]
     assert decide(observe(body, pods=pods)).status["phase"] == "Running"

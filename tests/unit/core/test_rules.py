@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ascend_hybrid.spec import rules
+from support.builders import JobBuilder
 from support.rule_cases import BASE, RULE_CASES, spec_with
 from support.strategies import valid_specs
 
@@ -22,8 +23,8 @@ def problems_of(body: dict) -> list[str]:
 
 
 def job(spec: dict, name: str = "job") -> dict:
-    return {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob",
-            "metadata": {"name": name}, "spec": spec}
+    """A manifest as written, before the apiserver gives it a namespace."""
+    return JobBuilder(name).namespace(None).spec(spec).build()
 
 
 # (id, failing spec, the one expected problem, a passing spec of the same rule)

@@ -8,24 +8,20 @@ from hypothesis import strategies as st
 from ascend_hybrid.devcluster.deviceplugin import allocation
 from ascend_hybrid.devcluster.deviceplugin.allocation import ChipLedger
 from ascend_hybrid.devcluster.nodes.manifests import PROFILES, SimNode
+from support.builders import PodBuilder
 
 
-def pod(chips=None, annotations=None, phase="Pending", init_chips=None, requests_only=False):
-    def container(count):
-        key = "requests" if requests_only else "limits"
-        return {"name": "c", "resources": {key: {"huawei.com/Ascend910": str(count)}} if count else {}}
-    spec = {"containers": [container(chips)], "nodeName": "node-001"}
-    if init_chips:
-        spec["initContainers"] = [container(init_chips)]
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u1", "annotations": annotations or {}},
-            "spec": spec, "status": {"phase": phase}}
+def pod() -> PodBuilder:
+    """A bound pod whose one container asks for nothing yet."""
+    return PodBuilder.named("p", namespace="ns").uid("u1").node("node-001").container(name="c", resources={})
 
 
 def test_requested_chips_reads_limits_or_requests_and_init_containers():
-    assert allocation.requested_chips(pod(2)) == 2
-    assert allocation.requested_chips(pod(3, requests_only=True)) == 3
-    assert allocation.requested_chips(pod(None)) == 0
-    assert allocation.requested_chips(pod(1, init_chips=4)) == 4
+    assert allocation.requested_chips(pod().chips(2, requests=False).build()) == 2
+    assert allocation.requested_chips(pod().chips(3, limits=False).build()) == 3
+    assert allocation.requested_chips(pod().build()) == 0
+    init = {"name": "c", "resources": {"limits": {"huawei.com/Ascend910": "4"}}}
+    assert allocation.requested_chips(pod().chips(1, requests=False).spec(initContainers=[init]).build()) == 4
 
 
 def test_910a_pods_of_up_to_four_chips_stay_in_one_ring_best_fit():
@@ -74,10 +70,13 @@ def test_a3_device_annotations_carry_super_device_ids():
 
 def test_held_chips_come_from_the_configuration_or_the_chip_names():
     node = SimNode(index=1, chip="910B", rack=0, server_index=0)
-    assert allocation.held_chips(pod(2, allocation.device_annotations("p", node, (5, 6)))) == (5, 6)
-    assert allocation.held_chips(pod(2, {"huawei.com/Ascend910": "Ascend910-4,Ascend910-1"})) == (1, 4)
-    assert allocation.held_chips(pod(2)) is None
-    assert allocation.held_chips(pod(2, {"huawei.com/Ascend910": "garbage"})) is None
+    two = pod().chips(2, requests=False)
+    assert allocation.held_chips(two.build()) is None
+    assert allocation.held_chips(two.annotations(allocation.device_annotations("p", node, (5, 6))).build()) == (5, 6)
+    named = {"huawei.com/Ascend910": "Ascend910-4,Ascend910-1"}
+    assert allocation.held_chips(pod().chips(2, requests=False).annotations(named).build()) == (1, 4)
+    garbled = {"huawei.com/Ascend910": "garbage"}
+    assert allocation.held_chips(pod().chips(2, requests=False).annotations(garbled).build()) is None
 
 
 def test_ledger_gives_distinct_chips_skips_unusable_ones_and_frees_on_release():

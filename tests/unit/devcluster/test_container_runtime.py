@@ -42,7 +42,7 @@ from ascend_hybrid.devcluster.runtime.volumes import (
 )
 from ascend_hybrid.gang import render
 from ascend_hybrid.spec.rules import parse
-from support.builders import job_body
+from support.builders import PodBuilder, job_body
 
 ROOT = Path("/sim/runtime")
 APISERVER = ("127.0.0.1", 29330)
@@ -62,13 +62,12 @@ def api_access_volume() -> dict:
 
 def container_pod(**container) -> dict:
     """A bound container pod with its IP, one container `main`, the API-access volume mounted."""
-    main = {"name": "main", "image": "ascend-hybrid/operator:0.1.0",
-            "volumeMounts": [{"name": "kube-api-access-x1", "mountPath": SA_MOUNT, "readOnly": True}], **container}
-    return {"metadata": {"name": "op", "namespace": "ns", "uid": "u-1", "labels": {"app": "op"},
-                         "annotations": {RUNTIME_ANNOTATION: CONTAINER_RUNTIME}},
-            "spec": {"nodeName": "node-001", "serviceAccountName": "default", "containers": [main],
-                     "volumes": [api_access_volume()]},
-            "status": {"phase": "Pending", "podIP": "127.16.0.9", "hostIP": "127.15.0.1"}}
+    mounts = [{"name": "kube-api-access-x1", "mountPath": SA_MOUNT, "readOnly": True}]
+    return (PodBuilder.named("op", namespace="ns").uid("u-1").label("app", "op")
+            .annotation(RUNTIME_ANNOTATION, CONTAINER_RUNTIME)
+            .node("node-001").spec(serviceAccountName="default", volumes=[api_access_volume()])
+            .container(**{"name": "main", "image": "ascend-hybrid/operator:0.1.0", "volumeMounts": mounts, **container})
+            .status(podIP="127.16.0.9", hostIP="127.15.0.1").build())
 
 
 CONFIGMAPS = {("ns", "kube-root-ca.crt"): {"data": {"ca.crt": "CA PEM"}},

@@ -29,7 +29,7 @@ from ascend_hybrid.devcluster.runtime.launch import (
 )
 from ascend_hybrid.gang import render
 from ascend_hybrid.spec.rules import parse
-from support.builders import job_body
+from support.builders import PodBuilder, job_body
 
 ROOT = Path("/sim/runtime")
 BASE_ENV = {"PATH": "/venv/bin:/usr/bin", "LANG": "C.UTF-8"}
@@ -43,11 +43,8 @@ def operator_pod(job_body, checkpoint: bool = True) -> dict:
                      "template": {"metadata": {"annotations": {"sim.hybrid.ascend.dev/runtime": "process"}}}},
                     name="real", uid="job-uid")
     pod = render.pod(parse(body), "ns", "job-uid", attempt=1, index=1, node="node-001", sched_ip="127.32.0.9")
-    pod["metadata"]["uid"] = "pod-uid"
-    pod["spec"]["nodeName"] = "node-001"
-    pod["status"] = {"phase": "Pending", "podIP": "127.16.0.7", "podIPs": [{"ip": "127.16.0.7"}],
-                     "hostIP": "127.15.0.1"}
-    return pod
+    return (PodBuilder.of(pod, index=1).uid("pod-uid").node("node-001")
+            .status(phase="Pending", podIP="127.16.0.7", podIPs=[{"ip": "127.16.0.7"}], hostIP="127.15.0.1").build())
 
 
 def configmaps_of_job(table_status: str = "completed") -> dict:
@@ -187,9 +184,7 @@ def test_the_deletion_grace_period_wins_over_the_spec():
 # podstatus ---------------------------------------------------------------------------------------------------
 
 def small_pod() -> dict:
-    return {"metadata": {"namespace": "ns", "name": "p", "uid": "u"},
-            "spec": {"nodeName": "node-001", "containers": [{"name": "ascend", "image": "trainer:1"}]},
-            "status": {"phase": "Pending"}}
+    return PodBuilder.named("p", namespace="ns").uid("u").node("node-001").container(image="trainer:1").build()
 
 
 def test_running_then_terminated_patches_carry_the_uid_the_pid_and_the_exit_code():

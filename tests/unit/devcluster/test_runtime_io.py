@@ -13,6 +13,7 @@ from ascend_hybrid.devcluster.kube.waiting import wait_until
 from ascend_hybrid.devcluster.runtime.forwarder import Address, Forwarder, service_routes
 from ascend_hybrid.devcluster.runtime.process import PodProcess, exit_code_of
 from ascend_hybrid.devcluster.testing import procnet
+from support.builders import PodBuilder
 
 
 def service(name: str, cluster_ip: str, selector: dict | None, ports: list[dict], namespace: str = "ns") -> dict:
@@ -21,10 +22,9 @@ def service(name: str, cluster_ip: str, selector: dict | None, ports: list[dict]
 
 
 def ready_pod(name: str, ip: str, labels: dict, namespace: str = "ns", ready: bool = True, ports=None) -> dict:
-    return {"metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {"containers": [{"name": "ascend", "ports": ports or []}]},
-            "status": {"phase": "Running", "podIP": ip,
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    """A running pod with its IP, Ready or not, exposing `ports`."""
+    return (PodBuilder.named(name, namespace=namespace).labels(labels).container(ports=ports or [])
+            .phase("Running").status(podIP=ip).condition("Ready", "True" if ready else "False").build())
 
 
 def test_routes_come_from_the_selector_and_the_ready_pods_not_from_endpoint_slices():

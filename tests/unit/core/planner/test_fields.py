@@ -15,14 +15,14 @@ from ascend_hybrid.gang import render
 from ascend_hybrid.spec import crd, rules
 from ascend_hybrid.spec.api import AscendHybridJobSpec
 from ascend_hybrid_trainer.config import ConfigError, parse_job
-from support.builders import apply_defaults
+from support.builders import JobBuilder, apply_defaults
 
 BASE = {"parallelism": {"data": 2, "tensor": 4}, "npu": {"perPod": 8}}
 
 
 def job(spec: dict) -> dict:
-    return {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "metadata": {"name": "job"},
-            "spec": spec}
+    """A manifest as written, before the apiserver gives it a namespace."""
+    return JobBuilder("job").namespace(None).spec(spec).build()
 
 
 def problems_of(spec: dict) -> list[str]:
