@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.controller.kube import rank_table_of, service_ip
 from ascend_hybrid.controller.refused import Refused
 from ascend_hybrid.gang import render
 
+if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
+    from ascend_hybrid.controller.loop import Controller
+    from ascend_hybrid.controller.records import JobKey
+    from ascend_hybrid.spec.resolved import ResolvedJob
+
 log = logging.getLogger(__name__)
 KEEP_IP_SECONDS = 10.0  # how long a deleted Service's IP may take to be released before another is taken
 
 
-def ensure_children(controller, key, job: dict, resolved) -> None:
+def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: ResolvedJob) -> None:
     """Applies the job's Services and ConfigMaps (job.json from `resolved`, the resolved job the pods run)."""
     namespace, name = key
     uid = job["metadata"]["uid"]
@@ -50,7 +56,7 @@ def ensure_children(controller, key, job: dict, resolved) -> None:
         record.children_generation = job["metadata"].get("generation")
 
 
-def _recreate_with_ip(controller, service: dict, ip: str) -> None:
+def _recreate_with_ip(controller: Controller, service: dict, ip: str) -> None:
     """Creates `<job>-sched` with the IP the pods know; 409: it exists again, nothing to do. The apiserver releases
     a deleted Service's IP a moment later ("provided IP is already allocated" until then): tried for
     KEEP_IP_SECONDS, then the apply makes one with a new IP (the gang then fails and restarts)."""
@@ -67,7 +73,7 @@ def _recreate_with_ip(controller, service: dict, ip: str) -> None:
         time.sleep(0.5)
 
 
-def child_changed(controller, key, kind: str, name: str, event_type: str, body: dict) -> None:
+def child_changed(controller: Controller, key: JobKey, kind: str, name: str, event_type: str, body: dict) -> None:
     record = controller.jobs.get(key)
     if record is None:
         return  # not reconciled by this process yet: its first pass reads and applies everything anyway

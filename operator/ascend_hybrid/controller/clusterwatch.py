@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ascend_hybrid.contracts.ascend import parse_deviceinfo
 from ascend_hybrid.contracts.podview import ready_condition
 from ascend_hybrid.controller.listwatch import SYNC_TIMEOUT_SECONDS
+
+if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
+    from ascend_hybrid.controller.loop import Controller
 
 Change = Callable[[str, dict | None, dict | None], None]
 
@@ -80,7 +84,7 @@ def node_signature(node: dict | None) -> tuple | None:
             repr(status.get("allocatable")), repr(dict((node.get("metadata") or {}).get("labels") or {})))
 
 
-def node_reaction(controller) -> Change:
+def node_reaction(controller: Controller) -> Change:
     """A node changed what placement reads: the waiting jobs try again; not Ready: every job looks (its pods)."""
     def changed(name: str, old: dict | None, new: dict | None) -> None:
         if node_signature(old) == node_signature(new):
@@ -91,7 +95,7 @@ def node_reaction(controller) -> Change:
     return changed
 
 
-def device_reaction(controller) -> Change:
+def device_reaction(controller: Controller) -> Change:
     """A node's chip health changed: a waiting job may fit now, and a running gang may hold a chip that broke
     (ChipUnhealthy). The device plugin rewrites its ConfigMap with every UpdateTime: only the unusable chips count."""
     def unusable(item: dict | None) -> frozenset[int] | None:

@@ -63,7 +63,7 @@ class Next(enum.Enum):
 @dataclass
 class Controller:
     kube: Kube
-    indexes: Indexes | None = None  # bound by the kopf startup handler before any job is enqueued
+    bound_indexes: Indexes | None = None  # bound by the kopf startup handler before any job is enqueued
     settings: OperatorSettings = field(default_factory=OperatorSettings)
     queue: WorkQueue = field(default_factory=WorkQueue)
     placement_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -72,6 +72,17 @@ class Controller:
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
     leadership: object | None = None  # leader.LeaderElector under --leader-elect: workers take keys only while leading
+
+    @property
+    def indexes(self) -> Indexes:
+        """The stores the watches fill; bound before any job is enqueued, so a pass never runs without them."""
+        if self.bound_indexes is None:
+            raise RuntimeError("the controller's indexes are not bound yet (the kopf startup handler binds them)")
+        return self.bound_indexes
+
+    @indexes.setter
+    def indexes(self, stores: Indexes) -> None:
+        self.bound_indexes = stores
 
     def __post_init__(self) -> None:
         if self.pool is None:

@@ -5,6 +5,7 @@ records the outcome (placement_record.py)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
@@ -15,14 +16,17 @@ from ascend_hybrid.gang.inventory import build_inventory, pinned_node
 from ascend_hybrid.gang.placement import place as place_on
 from ascend_hybrid.gang.summary import node_domains
 from ascend_hybrid.reconcile import placement_record
-from ascend_hybrid.reconcile.actions import Place
+from ascend_hybrid.reconcile.actions import Place, PostEvent
 from ascend_hybrid.reconcile.placement_record import record_placement
 from ascend_hybrid.reconcile.state import Decision, Observed
+
+if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
+    from ascend_hybrid.controller.loop import Controller
 
 JobKey = tuple[str, str]
 
 
-def place(controller, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
+def place(controller: Controller, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
     """Places the gang under the one lock; the core records the outcome, this executes its events."""
     resolved, request = action.job, action.request
     record = controller.record_of(key)
@@ -63,11 +67,12 @@ def place(controller, key: JobKey, job: dict, observed: Observed, decision: Deci
     decision.status = outcome.status
     decision.requeue_after = outcome.requeue_after
     for event in outcome.actions:
-        controller.post_event(job, event.type, event.reason, event.message)
+        if isinstance(event, PostEvent):  # a placement outcome's only actions are its events
+            controller.post_event(job, event.type, event.reason, event.message)
     return placement.ok
 
 
-def _try_first(controller, job: backlog.QueueKey | None, *, only_untried: bool = False) -> None:
+def _try_first(controller: Controller, job: backlog.QueueKey | None, *, only_untried: bool = False) -> None:
     """Puts a pass of `job` before every pass already due. A job held back by an older one that this process has
     not tried yet asks for that one (a job already tried and waiting for chips is woken when chips free)."""
     if job is None:
@@ -79,7 +84,7 @@ def _try_first(controller, job: backlog.QueueKey | None, *, only_untried: bool =
     controller.queue.add(key, first=True)
 
 
-def cluster_holdings(controller) -> tuple[list[dict], list[dict]]:
+def cluster_holdings(controller: Controller) -> tuple[list[dict], list[dict]]:
     """(NPU pods, device health ConfigMaps) of the whole cluster. When kopf watches only some namespaces its
     indexes miss the NPUs held elsewhere and the kube-system ConfigMaps: those are listed cluster-wide."""
     if controller.settings.watches_cluster:
@@ -88,14 +93,14 @@ def cluster_holdings(controller) -> tuple[list[dict], list[dict]]:
             controller.kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true"))
 
 
-def waiting(controller, exclude: JobKey) -> list[backlog.Waiting]:
+def waiting(controller: Controller, exclude: JobKey) -> list[backlog.Waiting]:
     tried = {key: record for key, record in list(controller.jobs.items()) if record.queue_key[0]}
     known = [backlog.Waiting(record.queue_key, record.chip) for key, record in tried.items()
              if key != exclude and record.phase == "Pending" and record.waiting]
     return backlog.waiting(known, controller.indexes.jobs(), set(tried) | {exclude})
 
 
-def reserved(controller, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
+def reserved(controller: Controller, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
     """Chips per node promised to gangs the inventory cannot see on their nodes yet: this process's promises
     and the placements other jobs' statuses hold (made by a process that died before creating every pod), until
     their pods are shown bound or pinned (a queued gang's pods exist unpinned until Kueue admits them)."""

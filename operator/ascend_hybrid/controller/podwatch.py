@@ -12,10 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.podview import holds_npus, is_finished, labels_of, project_pod
 from ascend_hybrid.controller.listwatch import SYNC_TIMEOUT_SECONDS
+
+if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
+    from ascend_hybrid.controller.loop import Controller
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
@@ -124,12 +128,13 @@ class PodStore:
                 self.on_change(old, new)
 
 
-def reaction(controller) -> Change:
+def reaction(controller: Controller) -> Change:
     """What a changed pod means to the controller: its job's next pass, and free chips for the waiting jobs
     when a pod holding NPUs went or finished."""
     def changed(old: dict | None, new: dict | None) -> None:
-        for key in {job_of(pod) for pod in (old, new) if pod is not None} - {None}:
-            controller.enqueue(key)
+        for key in {job_of(pod) for pod in (old, new) if pod is not None}:
+            if key is not None:
+                controller.enqueue(key)
         held = any(holds_npus(pod.get("spec") or {}) for pod in (old, new) if pod is not None)
         if held and (new is None or (is_finished(new) and not (old is not None and is_finished(old)))):
             controller.wake_pending()

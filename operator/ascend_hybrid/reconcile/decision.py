@@ -205,6 +205,9 @@ def enqueued(p: Pass, current: dict, stale: list, admission: Admission | None, t
 
 
 def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decision:
+    """A placed attempt, from its children to Running: apply the Services and ConfigMaps, create the missing pods
+    pinned to their nodes and release them, wait for the scheduler, then complete the rank table (or reset it while
+    a pod is not ready) and read the running job's telemetry."""
     o, e, status = p.o, p.resolved, p.status
     attempt = int(status["attempt"])
     status["podTemplateHash"] = template_hash

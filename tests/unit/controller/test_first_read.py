@@ -17,7 +17,7 @@ class ConfigMapKube:
 
 def observe_first(status: dict):
     kube = ConfigMapKube()
-    controller = Controller(kube=kube, indexes=Indexes(nodes=list, npu_pods=list, job_pods=lambda key: [],
+    controller = Controller(kube=kube, bound_indexes=Indexes(nodes=list, npu_pods=list, job_pods=lambda key: [],
                                                        device_infos=list))
     job = job_body({"parallelism": {"data": 2, "tensor": 8}, "npu": {"perPod": 8}})
     job["metadata"].update(namespace="ns", uid="u")
