@@ -29,3 +29,26 @@ def test_the_operator_image_has_no_mindspore_and_its_trainer_command_says_how_to
     proc = images.run(images.operator, "ascend-hybrid-trainer", "local", "--data", "1", timeout=60)
     assert proc.returncode == 3, (proc.stdout, proc.stderr)
     assert "pip install 'ascend-hybrid[trainer]'" in proc.stderr
+
+
+def test_the_operator_image_runs_the_rank_table_expander_and_has_its_probe_command(images):
+    """Large jobs' pods run this image as their rank-table expander (render.expander_container): a 16 384-rank
+    ConfigMap's files expanded to the complete hccl.json, and `test -s` (its startup probe) present."""
+    script = (
+        "import base64, os; from ascend_hybrid import ranktable\n"
+        "servers = [{'device': [{'device_id': str(c), 'device_ip': f'127.{64 + i // 250}.{i % 250}.{c}', "
+        "'rank_id': str(8 * i + c)} for c in range(8)], 'server_id': f'127.15.{i // 250}.{i % 250 + 1}', "
+        "'host_ip': f'127.15.{i // 250}.{i % 250 + 1}', 'container_ip': f'127.16.{i // 250}.{i % 250 + 1}'} "
+        "for i in range(2048)]\n"
+        "table = {'status': 'completed', 'server_list': servers, 'server_count': '2048', 'version': '1.0'}\n"
+        "data, binary = ranktable.config_map_data(table, 2)\n"
+        "os.makedirs('/tmp/source')\n"
+        "[open(f'/tmp/source/{k}', 'w').write(v) for k, v in data.items()]\n"
+        "[open(f'/tmp/source/{k}', 'wb').write(base64.b64decode(v)) for k, v in binary.items()]\n")
+    shell = (f"python -c \"{script}\" && python -m ascend_hybrid.ranktable_sidecar --source /tmp/source "
+             "--target /tmp/target --once && test -s /tmp/target/hccl.json && cat /tmp/target/version && echo && "
+             "python -c \"import json; t = json.load(open('/tmp/target/hccl.json')); "
+             "print(len([d for s in t['server_list'] for d in s['device']]))\"")
+    proc = images.run(images.operator, "sh", "-c", shell, timeout=120)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "status completed, version 2" in proc.stdout and proc.stdout.split()[-2:] == ["2", "16384"], proc.stdout

@@ -65,7 +65,9 @@ def test_gated_pod_waits_then_binds_to_its_node_runs_with_a_loopback_ip_and_devi
     assert ipaddress.ip_address(pod["status"]["podIP"]) in POD_NETWORK
     assert pod["status"]["hostIP"] == node_ip(2)
     configuration = device_configuration(pod)
-    assert configuration["server_id"] == node_ip(2) and configuration["pod_name"] == "gated"
+    # the current device plugin's shape: server_id is the pod's UID, host_ip (and server_ip) the node's IP
+    assert configuration["server_id"] == pod["metadata"]["uid"] and configuration["pod_name"] == "gated"
+    assert configuration["host_ip"] == configuration["server_ip"] == node_ip(2)
     assert len(configuration["devices"]) == 2
     assert all(ipaddress.ip_address(d["device_ip"]).is_loopback for d in configuration["devices"])
     assert pod["metadata"]["annotations"][RESOURCE] == ",".join(

@@ -13,6 +13,7 @@ from ascend_hybrid.devcluster.nodes import fleet
 from ascend_hybrid.devcluster.nodes.manifests import plan_nodes
 from ascend_hybrid.devcluster.paths import load_settings
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
+from support.hccl_check import hccl_problems
 from support.operator_harness import Jobs, OperatorProcess, example, install_crd, job_manifest, kubectl, wait_for
 
 pytestmark = pytest.mark.integration
@@ -75,9 +76,11 @@ def assert_rank_table_matches(jobs: Jobs, name: str, world: int, per_pod: int) -
     ranks = [device["rank_id"] for server in table["server_list"] for device in server["device"]]
     assert ranks == [str(rank) for rank in range(world)]
     pods = {p["status"]["podIP"]: p for p in jobs.pods(name, attempt=jobs.status(name)["attempt"])}
+    own_node = len({p["spec"]["nodeName"] for p in pods.values()}) == len(pods)
     for server in table["server_list"]:
         pod = pods[server["container_ip"]]
-        assert server["server_id"] == pod["status"]["hostIP"]
+        assert server["host_ip"] == pod["status"]["hostIP"]
+        assert server["server_id"] == (pod["status"]["hostIP"] if own_node else pod["metadata"]["uid"])
         first = int(server["device"][0]["rank_id"])
         assert first == int(pod["metadata"]["labels"][names.POD_INDEX_LABEL]) * per_pod
 
@@ -97,6 +100,48 @@ def test_example_job_runs_with_a_completed_rank_table(jobs, ascend_cluster):
     assert header.split()[:10] == ["NAME", "WORLD", "TP", "PP", "DP", "EP", "PHASE", "UTIL", "STEP", "RESTARTS"]
     assert row.split()[:7] == ["tiny-tp4-dp2", "8", "4", "1", "2", "1", "Running"]
     assert "2/2" in row
+
+
+def test_a_910a_job_of_two_4_chip_pods_on_one_node_gets_a_table_hccl_accepts(jobs):
+    """Each pod's TP group fills one 4-chip HCCS ring, so both pods share one 910A node: their server ids must
+    differ (HCCL's EI0004), as the device plugin's server_id (the pod's UID) makes them, with the node's IP as
+    host_ip. The ConfigMap's version counts the tables written."""
+    jobs.create(job_manifest("ring-pair", data=2, tensor=4, per_pod=4, npu={"chip": "910A"}))
+    status = jobs.wait_running("ring-pair")
+    pods = jobs.pods("ring-pair", attempt=status["attempt"])
+    assert len(pods) == 2 and len({pod["spec"]["nodeName"] for pod in pods}) == 1, "both rings of one node"
+    table = jobs.rank_table("ring-pair")
+    assert hccl_problems(table, "910A") == []
+    by_ip = {pod["status"]["podIP"]: pod for pod in pods}
+    for server in table["server_list"]:
+        pod = by_ip[server["container_ip"]]
+        assert (server["server_id"], server["host_ip"]) == (pod["metadata"]["uid"], pod["status"]["hostIP"])
+    config_map = jobs.core.read_namespaced_config_map(names.rank_table_config_map("ring-pair"), jobs.namespace)
+    assert int(config_map.data["version"]) >= 1
+
+
+def test_a_chip_ip_the_device_plugin_could_not_read_keeps_the_table_initializing_naming_it(jobs, ascend_cluster):
+    """The device plugin annotates `"device_ip": "-1"` for a chip whose IP it could not read; HCCL would refuse the
+    table, so it stays initializing and RankTableReady names the pod and the chip (MindCluster's validateDeviceIP)."""
+    rings = ascend_cluster.nodes("910A")
+    for node in rings:
+        fleet.set_device_ip_readable(ascend_cluster.core, node, 5, readable=False)
+    try:
+        time.sleep(1)  # the device plugin's node watch sees the annotation before the gang is released
+        jobs.create(job_manifest("lost-ip", data=2, tensor=4, per_pod=4, npu={"chip": "910A"}))
+
+        def names_the_chip():
+            ready = next((c for c in jobs.status("lost-ip").get("conditions") or []
+                          if c["type"] == "RankTableReady"), {})
+            return ready.get("status") == "False" and "device 5 has device_ip '-1'" in ready.get("message", "") \
+                and ready
+        ready = wait_for(names_the_chip, 60, "RankTableReady to name chip 5", lambda: jobs.describe("lost-ip"))
+        assert "lost-ip-a1-" in ready["message"]  # the pod that holds ring 4-7 of the node
+        assert jobs.rank_table("lost-ip") == {"status": "initializing", "version": "1.0"}
+        assert all(pod["status"]["phase"] == "Running" for pod in jobs.pods("lost-ip"))
+    finally:
+        for node in rings:
+            fleet.set_device_ip_readable(ascend_cluster.core, node, 5, readable=True)
 
 
 def test_seed_moe_128_places_each_stage_in_one_rack(jobs):

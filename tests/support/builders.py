@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -46,6 +47,12 @@ def job_body(spec: dict | None = None, name: str = "job", **metadata: Any) -> di
     if spec is None:
         return JobBuilder(name).parallelism(data=2, tensor=4).per_pod(8).metadata(**metadata).build()
     return JobBuilder(name).spec(spec).metadata(**metadata).build()
+
+
+def pod_uid(job: str, attempt: int, index: int) -> str:
+    """A fixed UID per pod, shaped as the apiserver's (a UUID)."""
+    import uuid
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{job}/{attempt}/{index}"))
 
 
 def apply_defaults(schema: dict, value: Any) -> Any:
@@ -111,7 +118,7 @@ SIM_STARTED = "2026-11-29T17:00:00Z"
 def telemetry_pod(name="job-a1-0", chips=(0, 1), phase="Running", ip="127.16.0.7", annotations=None, job="job",
                   started=SIM_STARTED, node="node-002") -> dict:
     """A pod as the simulated telemetry sees it: chips given by the simulated device plugin on node 2."""
-    held = device_annotations(name, SimNode(2, "910B", 0, 1), tuple(chips)) if chips else {}
+    held = device_annotations(name, f"uid-{name}", SimNode(2, "910B", 0, 1), tuple(chips)) if chips else {}
     labels = {figures.JOB_LABEL: job, figures.ATTEMPT_LABEL: "1"} if job else {}
     return (PodBuilder.named(name, namespace="ns").uid(f"uid-{name}").labels(labels)
             .annotations({**held, **(annotations or {})}).node(node).phase(phase).status(podIP=ip, startTime=started)
@@ -226,19 +233,29 @@ class PodBuilder:
     # the device plugin's annotation: the one place that writes it
     def devices(self, ids: Iterable[int] | None = None, *, count: int | None = None,
                 super_ids: Sequence[int] | None = None, server_id: str | None = None,
-                pod_name: str | None = None) -> PodBuilder:
-        """The chips the device plugin gave the pod, in its annotation. `count` instead of `ids` takes the
-        highest `count` chips of a 16-chip node, so chip ids differ from local ranks. The server id defaults
-        to the pod's host IP, the pod name to its own."""
+                pod_name: str | None = None, device_ips: Sequence[str] | None = None,
+                legacy: bool = False) -> PodBuilder:
+        """The chips the device plugin gave the pod, in its annotation, in the current plugin's shape and field
+        order (ascend-device-plugin): pod_name, server_id (the pod's UID), host_ip, super_pod_id, devices,
+        rack_id, server_index, server_ip. `legacy`: an older plugin's shape (pod_name, server_id = the node's
+        IP, devices). `count` instead of `ids` takes the highest `count` chips of a 16-chip node, so chip ids
+        differ from local ranks; a device IP defaults to 127.100.{index}.{chip}."""
         chips = list(ids) if ids is not None else list(range(16 - (count or 0), 16))
         devices = []
         for position, chip in enumerate(chips):
-            device = {"device_id": str(chip), "device_ip": f"127.100.{self._index}.{chip}"}
+            ip = device_ips[position] if device_ips is not None else f"127.100.{self._index}.{chip}"
+            device = {"device_id": str(chip), "device_ip": ip}
             if super_ids is not None:
                 device["super_device_id"] = str(super_ids[position])
             devices.append(device)
-        configuration = {"pod_name": self._pod["metadata"]["name"] if pod_name is None else pod_name,
-                         "server_id": self._host_ip() if server_id is None else server_id, "devices": devices}
+        name = self._pod["metadata"]["name"] if pod_name is None else pod_name
+        host, uid = self._host_ip(), self._uid()  # a pod the plugin annotated exists: it has a UID
+        if legacy:
+            configuration: dict[str, Any] = {"pod_name": name, "server_id": server_id or host, "devices": devices}
+        else:
+            configuration = {"pod_name": name, "server_id": server_id or uid, "host_ip": host,
+                             "super_pod_id": -1, "devices": devices, "rack_id": -1, "server_index": "-1",
+                             "server_ip": host}
         return self.device_annotation(json.dumps(configuration))
 
     def chip_names(self, ids: Iterable[int], *, annotation: str = "huawei.com/AscendReal") -> PodBuilder:
@@ -356,6 +373,13 @@ class PodBuilder:
 
     def _host_ip(self) -> str:
         return self._pod["status"].get("hostIP") or f"127.15.0.{self._index + 1}"
+
+    def _uid(self) -> str:
+        """The pod's UID, fixed per name when the test gave none (UUID-shaped, as the apiserver's)."""
+        metadata = self._pod["metadata"]
+        if "uid" not in metadata:
+            metadata["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{metadata['namespace']}/{metadata['name']}"))
+        return metadata["uid"]
 
 
 class NodeBuilder:

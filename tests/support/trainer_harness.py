@@ -176,8 +176,8 @@ def running_pod(pod: dict, chip: int) -> dict:
     """The rendered pod as the API returns it once Running on 127.0.0.1 with its chip from the device plugin."""
     from support.builders import PodBuilder
 
-    return (PodBuilder.of(pod).running(node="node-a", pod_ip=LOCAL_HOST, host_ip=LOCAL_HOST)
-            .devices([chip]).build())
+    return (PodBuilder.of(pod).uid(f"uid-{pod['metadata']['name']}")
+            .running(node="node-a", pod_ip=LOCAL_HOST, host_ip=LOCAL_HOST).devices([chip]).build())
 
 
 def pod_launch_envs(tmp_path: Path, manifests: list[dict]) -> list[dict[str, str]]:

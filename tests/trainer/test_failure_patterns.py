@@ -90,8 +90,30 @@ def test_progress_messages_never_decide_the_cause():
     assert classify([retry, "ValueError: something else entirely"]) is None
 
 
+def test_hccls_refusal_of_the_rank_table_is_its_own_cause_not_the_timeouts_it_causes():
+    """Two pods on one node with one server_id, or a "-1" device IP: HCCL refuses hccl.json while the communicator
+    forms (EI0004), mindspore.communication.init() fails, and the other ranks time out. Never Unknown."""
+    lines = [
+        "[ERROR] HCCL(3012,python):2026-12-02-08:10:11.123.400 [topoinfo_ranktableParser.cc:537] [3012]"
+        "[Check][UniqueAndInsertPool]errNo[0x0000000005000001] [server_id]:[127.15.0.1] is already exist",
+        "EI0004: [PID: 3012] 2026-12-02-08:10:11.123.456 The ranktable is invalid, Reason:[The IP is used repeatedly.]",
+        "[ERROR] DISTRIBUTED(3012,7f2c,python):2026-12-02-08:10:41.000.000 "
+        "[mindspore/ccsrc/cluster/topology/cluster_context.cc:94] Initialize] Building networking for MS_WORKER failed.",
+        "RuntimeError: Failed to initialize distributed job cluster because some processes in the cluster are not "
+        "successfully spawned.",
+    ]
+    found = classify(lines)
+    assert found is not None and found.cause == Cause.RANK_TABLE_REJECTED
+    assert "is already exist" in found.line or "EI0004" in found.line
+    assert EXIT_CODES[Cause.RANK_TABLE_REJECTED] == 17
+    invalid_ip = classify(["[ERROR] HCCL(9,python):2026-12-02-08:10:11.1 [topoinfo_ranktableParser.cc:470] [9]"
+                           "[Check][UniquePara]errNo[0x0000000005000001] ip[-1] is not a valid ip address"])
+    assert invalid_ip is not None and invalid_ip.cause == Cause.RANK_TABLE_REJECTED
+
+
 def test_out_of_memory_wins_over_the_timeouts_it_causes():
-    lines = [PATTERNS[8].example, "RuntimeError: Device(id:0) memory isn't enough and alloc failed, kernel name: "
+    exec_timeout = next(pattern for pattern in PATTERNS if pattern.cause == Cause.HCCL_EXEC_TIMEOUT)
+    lines = [exec_timeout.example, "RuntimeError: Device(id:0) memory isn't enough and alloc failed, kernel name: "
                                   "MatMul-op12, alloc size: 2147483648B.", SCHEDULER_UNREACHABLE[1]]
     assert classify(lines).cause == Cause.DEVICE_OUT_OF_MEMORY
 

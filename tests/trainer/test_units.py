@@ -12,7 +12,7 @@ import pytest
 from ascend_hybrid_trainer import checkpoint, cli
 from ascend_hybrid_trainer.config import ConfigError, DataError
 from ascend_hybrid_trainer.data import NumpyTokens, SyntheticTokens, open_token_source, rank_slice
-from ascend_hybrid_trainer.device import detect_device_target, logical_device_id, parse_aicore_usage
+from ascend_hybrid_trainer.device import detect_device_target, logical_device_id, parse_aicore_usage, visible_devices
 from ascend_hybrid_trainer.launcher import describe_exit, exit_code_of, read_pod_launch, scheduler_env, worker_env
 from ascend_hybrid_trainer.rank_table import (
     RankTableTimeout,
@@ -90,6 +90,29 @@ def test_device_ids_come_from_the_rank_table_and_respect_visible_devices():
     assert logical_device_id("5", ["4", "5"], rank=0) == 1
     with pytest.raises(ConfigError, match="rank 3 is on chip 6, but ASCEND_VISIBLE_DEVICES=4,5 does not list it"):
         logical_device_id("6", ["4", "5"], rank=3)
+
+
+@pytest.mark.parametrize(("raw", "chips"), [
+    ("4,5", ["4", "5"]), ("Ascend910-4,Ascend910-5", ["4", "5"]), (" Ascend910-0 , Ascend910-12 ", ["0", "12"]),
+    ("Ascend910B-3", ["3"]), ("", None)])
+def test_visible_devices_take_numbers_and_mindclusters_device_names(raw, chips):
+    """MindCluster's ascend-operator injects ASCEND_VISIBLE_DEVICES from the device plugin's huawei.com/Ascend910
+    annotation: "Ascend910-4,Ascend910-5"; the Ascend docker runtime and this launcher read chip 4 and 5."""
+    assert visible_devices({"ASCEND_VISIBLE_DEVICES": raw}) == chips
+    if chips:
+        assert logical_device_id(chips[-1], chips, rank=0) == len(chips) - 1
+
+
+def test_visible_devices_refuse_what_names_no_chip():
+    with pytest.raises(ConfigError, match="'npu-x' is neither a chip number"):
+        visible_devices({"ASCEND_VISIBLE_DEVICES": "Ascend910-1,npu-x"})
+
+
+def test_local_pods_on_one_host_get_unique_server_ids():
+    table = local_pods_rank_table(pods=3, per_pod=1)
+    ids = [server["server_id"] for server in table["server_list"]]
+    assert len(set(ids)) == 3 and {server["host_ip"] for server in table["server_list"]} == {"127.0.0.1"}
+    assert local_pods_rank_table(pods=1, per_pod=2)["server_list"][0]["server_id"] == "127.0.0.1"
 
 
 def test_device_target_detection(tmp_path):

@@ -28,12 +28,26 @@ def detect_device_target(env: Mapping[str, str] = os.environ, dev_root: str = "/
     return "CPU"
 
 
+# One chip of ASCEND_VISIBLE_DEVICES: a number ("4"), or a device name as MindCluster's ascend-operator injects it
+# from the device plugin's huawei.com/Ascend910 annotation ("Ascend910-4"; "Ascend910B-4" and the like too).
+VISIBLE_CHIP = re.compile(r"^(?:[A-Za-z][A-Za-z0-9]*-)?(\d+)$")
+
+
 def visible_devices(env: Mapping[str, str] = os.environ) -> list[str] | None:
-    """ASCEND_VISIBLE_DEVICES as the device plugin sets it (numeric chip ids, e.g. "4,5"), or None."""
+    """The chip ids of ASCEND_VISIBLE_DEVICES ("4,5" or "Ascend910-4,Ascend910-5" → ["4", "5"]), or None."""
     raw = env.get("ASCEND_VISIBLE_DEVICES")
     if raw is None or not raw.strip():
         return None
-    return [part.strip() for part in raw.split(",") if part.strip()]
+    chips = []
+    for part in (part.strip() for part in raw.split(",")):
+        if not part:
+            continue
+        match = VISIBLE_CHIP.match(part)
+        if match is None:
+            raise ConfigError(f"ASCEND_VISIBLE_DEVICES={raw!r}: {part!r} is neither a chip number (\"4\") nor a "
+                              "device name (\"Ascend910-4\")")
+        chips.append(str(int(match.group(1))))
+    return chips
 
 
 def logical_device_id(physical_id: str, visible: list[str] | None, rank: int) -> int:

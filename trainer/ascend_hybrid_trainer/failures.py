@@ -30,6 +30,7 @@ class Cause(str, Enum):
     CONFIG_ERROR = "ConfigError"
     DATA_ERROR = "DataError"
     RANK_TABLE_TIMEOUT = "RankTableTimeout"
+    RANK_TABLE_REJECTED = "RankTableRejected"
     HCCL_CONNECT_TIMEOUT = "HCCLConnectTimeout"
     HCCL_EXEC_TIMEOUT = "HCCLExecTimeout"
     PEER_FAILED = "PeerFailed"
@@ -52,6 +53,7 @@ EXIT_CODES: dict[Cause, int] = {
     Cause.DEVICE_OUT_OF_MEMORY: 14,
     Cause.NUMERICAL_DIVERGENCE: 15,
     Cause.DATA_ERROR: 16,
+    Cause.RANK_TABLE_REJECTED: 17,
 }
 MISSING_RUNTIME_EXIT = 3  # cause ConfigError
 CAUSE_OF_EXIT = {code: cause for cause, code in EXIT_CODES.items()} | {MISSING_RUNTIME_EXIT: Cause.CONFIG_ERROR}
@@ -72,12 +74,13 @@ def _p(cause: Cause, regex: str, source: str, example: str) -> Pattern:
     return Pattern(cause, re.compile(regex), source, example)
 
 
-MS_DOCS_CANN = ("MindSpore docs, tutorials/source_en/debug/error_analysis/cann_error_cases.md "
-                "(mindspore-ai/docs)")
+MS_DOCS_CANN = "MindSpore docs, tutorials/source_en/debug/error_analysis/cann_error_cases.md (mindspore-ai/docs)"
 MEASURED_CPU = "measured with MindSpore 2.10.0 on CPU (docs/troubleshooting.md, \"How the patterns were measured\")"
+HCCL_PARSER = "CANN HCCL's rank-table parser, topoinfo_ranktableParser.cc (cann-hccl)"
 
 # In priority order: the first pattern that matches any line wins. Memory first (an out-of-memory rank makes its
-# peers time out), then what names a lost peer, then collective and connection timeouts.
+# peers time out), then what names a lost peer, then HCCL's refusal of the rank table (while the communicator
+# forms: the cluster then never forms), then collective and connection timeouts.
 PATTERNS: tuple[Pattern, ...] = (
     _p(Cause.DEVICE_OUT_OF_MEMORY, r"Out of Memory!!! Request memory size",
        "MindSpore runtime, mindspore/ccsrc/runtime/device/ascend/ascend_memory_adapter.cc (mindspore-ai/mindspore)",
@@ -114,6 +117,14 @@ PATTERNS: tuple[Pattern, ...] = (
        "[ERROR] DISTRIBUTED(3781,7f2ce759e6c0,python):2026-12-01-19:45:37.447.449 "
        "[mindspore/ccsrc/cluster/topology/meta_server_node.cc:548] UpdateTopoState] The node: 1 is timed out. It "
        "may exit with exception, please check this node's log."),
+    _p(Cause.RANK_TABLE_REJECTED, r"\bEI0004\b|\bEI0014\b|Ranktable_Check_Failed|The IP is used repeatedly",
+       HCCL_PARSER + ": EI0004 (\"The IP is used repeatedly.\"); newer CANN EI0014, quoted in CANN HIXL's guide",
+       "Ranktable_Check_Failed(EI0014): The ranktable information check failed, Reason:[The IP is used repeatedly]."),
+    _p(Cause.RANK_TABLE_REJECTED, r"\bip\[[^\]]*\] is not a valid ip address|\[(server_id|device_ip|super_pod_id)\]:"
+                                  r"\[[^\]]*\] is already exist",
+       HCCL_PARSER + ", HCCL_ERROR of CheckUniquePara and CheckUniqueAndInsertPool; as quoted in CANN HIXL's guide",
+       "[ERROR] HCCL(...):... [topoinfo_ranktableParser.cc:522] ... [RanktableCheck] ... [device_ip]:[172.16.0.70] is "
+       "already exist"),
     _p(Cause.HCCL_EXEC_TIMEOUT, r"\bEI0002\b|The wait execution of the Notify register times out",
        MS_DOCS_CANN + ", \"EI0002: notify wait timeout\"; vllm-project/vllm-ascend#3413",
        "EI0002: [PID: 2969] 2025-10-11-15:09:34.713.335 The wait execution of the Notify register times out. "

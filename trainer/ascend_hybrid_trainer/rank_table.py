@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import time
+import uuid
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -101,14 +102,17 @@ def local_device_ids(table: dict[str, Any], ranks: range, path: str) -> list[str
 
 def local_pods_rank_table(pods: int, per_pod: int, host_ip: str = "127.0.0.1") -> dict[str, Any]:
     """A completed v1.0 table for `pods` local pods on one host: pod p holds ranks [p·k, (p+1)·k) on chips
-    [p·k, (p+1)·k) of that host (what the operator would write for pods sharing one node). The device IPs are
+    [p·k, (p+1)·k) of that host, in the shape the operator writes for pods sharing one node: each server's
+    server_id is its own (the operator uses the pod's UID; here one made from the pod's number, since HCCL refuses
+    a repeated server_id), host_ip is the host. One pod alone keeps the host's IP as server_id. The device IPs are
     loopback placeholders: the CPU backend never reads them."""
     servers = []
     for pod in range(pods):
         devices = [{"device_id": str(rank), "device_ip": f"127.100.0.{1 + rank % 250}", "rank_id": str(rank)}
                    for rank in range(pod * per_pod, (pod + 1) * per_pod)]
-        servers.append({"server_id": host_ip, "container_ip": host_ip, "device": devices})
-    return {"status": COMPLETED, "version": "1.0", "server_count": str(pods), "server_list": servers}
+        server_id = host_ip if pods == 1 else str(uuid.uuid5(uuid.NAMESPACE_URL, f"ascend-hybrid-local/{pod}"))
+        servers.append({"device": devices, "server_id": server_id, "host_ip": host_ip, "container_ip": host_ip})
+    return {"status": COMPLETED, "server_list": servers, "server_count": str(pods), "version": "1.0"}
 
 
 def write_json_atomically(path: str, document: dict[str, Any]) -> None:

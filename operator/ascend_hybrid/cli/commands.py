@@ -171,7 +171,9 @@ def cmd_render(args) -> int:
 
 def cmd_ranktable(args) -> int:
     _one_stdin(args, "file", "pods")
-    _, resolved = load_job(args.file)
+    body, resolved = load_job(args.file)
+    if args.revision < 0:
+        raise InputError(f"--revision={args.revision}: must be ≥ 0 (the operator counts tables written from 0)")
     objects = load_objects(args.pods)
     pods = [p for p in of_kind(objects, "Pod") if labels_of(p).get(JOB_LABEL) == resolved.name]
     if not pods:
@@ -184,9 +186,19 @@ def cmd_ranktable(args) -> int:
         infos = device_infos_by_node(of_kind(objects, "ConfigMap"))
         super_pods = ranktable.node_super_pods([p["spec"].get("nodeName") for p in pods], nodes, infos)
     table = ranktable.build_rank_table(pods, resolved.per_pod, super_pods, pod_count=resolved.pod_count)
-    print(ranktable.dumps(table))
+    if args.output == "configmap":
+        metadata = body.get("metadata") or {}
+        namespace = metadata.get("namespace") or pods[0]["metadata"].get("namespace") or "default"
+        config_map = render.rank_table_config_map(resolved.name, namespace, str(metadata.get("uid") or ""), table,
+                                                  args.revision)
+        if not metadata.get("uid"):
+            config_map["metadata"].pop("ownerReferences", None)
+        yaml.dump(config_map, sys.stdout, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False,
+                  width=2**30)  # one line per value: a 1 MiB base64 string stays one line
+    else:
+        print(ranktable.dumps(table))
     if table["status"] != "completed":
-        for problem in ranktable.missing_for_completion(pods, resolved.per_pod, resolved.pod_count):
+        for problem in ranktable.missing_for_completion(pods, resolved.per_pod, resolved.pod_count, super_pods):
             print(f"waiting: {problem}", file=sys.stderr)
     return 0
 
@@ -218,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--file", required=True)
     p.add_argument("--pods", required=True,
                    help="`kubectl get pods -o yaml` output (plus Nodes and deviceinfo ConfigMaps for super-pods)")
+    p.add_argument("-o", "--output", choices=("json", "configmap"), default="json",
+                   help="json: hccl.json, indented (default); configmap: the rank-table ConfigMap as the operator "
+                        "writes it (data and binaryData, YAML)")
+    p.add_argument("--revision", type=int, default=0,
+                   help="with -o configmap: the ConfigMap's `version` counter (the operator counts tables written)")
     p.set_defaults(func=cmd_ranktable)
 
     from ascend_hybrid.cli import plan as plan_cli

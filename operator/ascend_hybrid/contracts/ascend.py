@@ -85,6 +85,27 @@ def pod_devices(pod: Mapping) -> list[dict] | None:
     return None if devices is None else [dict(device) for device in devices]
 
 
+@functools.lru_cache(maxsize=8192)
+def _parsed_config(raw: str) -> tuple[tuple[str, str], ...] | None:
+    """The annotation's fields other than its devices (server_id, host_ip, super_pod_id, rack_id, ...)."""
+    try:
+        config = json.loads(raw)
+        return tuple((str(key), str(value)) for key, value in config.items() if key != "devices")
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def pod_device_config(pod: Mapping) -> dict[str, str] | None:
+    """The device plugin's annotation without its devices, values as strings: the current plugin writes pod_name,
+    server_id (the pod's UID), host_ip, super_pod_id, rack_id, server_index and server_ip
+    (ascend-device-plugin pkg/common/proto.go, Instance); an older one pod_name and server_id (the node's IP)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DEVICE_ANNOTATION)
+    if not raw:
+        return None
+    config = _parsed_config(raw)
+    return None if config is None else dict(config)
+
+
 def pod_chip_ids(pod: Mapping) -> frozenset[int] | None:
     """The chips a pod holds, from the device annotation or else the chip-name annotations; None when none says."""
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DEVICE_ANNOTATION)

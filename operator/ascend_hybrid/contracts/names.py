@@ -23,6 +23,12 @@ JOB_CONFIG_DIR = "/etc/ascend-hybrid"
 JOB_CONFIG_FILE = f"{JOB_CONFIG_DIR}/job.json"
 CHECKPOINT_DIR = "/checkpoints"
 RANK_TABLE_VOLUME = "ascend-ranktable"
+# A job whose table may outgrow its ConfigMap (ranktable_sidecar.py): the ConfigMap is mounted here in the expander
+# only, and RANK_TABLE_VOLUME is an emptyDir the expander writes the complete table into.
+RANK_TABLE_SOURCE_DIR = "/etc/ascend-hybrid-ranktable"
+RANK_TABLE_SOURCE_VOLUME = "ascend-ranktable-source"
+EXPANDER_CONTAINER = "ranktable-expander"
+DEFAULT_EXPANDER_IMAGE = "ascend-hybrid/operator:0.1.0"  # the operator's image (the chart passes its own)
 JOB_CONFIG_VOLUME = "ascend-job-config"
 CHECKPOINT_VOLUME = "ascend-checkpoints"
 TERMINATION_LOG = "/dev/termination-log"  # the container's terminationMessagePath (Kubernetes' default) = AHJ_TERMINATION_LOG

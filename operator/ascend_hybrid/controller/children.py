@@ -17,9 +17,10 @@ import time
 from typing import TYPE_CHECKING
 
 from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.controller.kube import rank_table_of, service_ip
 from ascend_hybrid.controller.refused import Refused
-from ascend_hybrid.gang import render
+from ascend_hybrid.gang import ranktable, render
 
 if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
     from ascend_hybrid.controller.loop import Controller
@@ -42,15 +43,18 @@ def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: Re
         record.lost_sched_ip = None
     manifests = list(services)
     manifests.append(render.job_config_map(resolved, namespace, uid))
+    first_table = ranktable.initializing(ranktable.format_of(CHIPS[resolved.chip].super_pods))
+    # A ConfigMap deleted under a job is made again with the next count: `version` never goes back for its readers.
+    revision = record.rank_table_revision + 1 if record.rank_table_revision else 0
     if record.rank_table is None:
-        manifests.append(render.rank_table_config_map(name, namespace, uid))
+        manifests.append(render.rank_table_config_map(name, namespace, uid, first_table, revision))
     if controller.settings.network_policy:
         manifests.append(render.network_policy(name, namespace, uid, list(controller.settings.metrics_peers)))
     live: dict[str, dict] = {}
     controller.each(lambda manifest: live.__setitem__(manifest["metadata"]["name"], controller.kube.apply(manifest)),
                     manifests)
     if record.rank_table is None:
-        record.rank_table = {"status": "initializing"}
+        record.rank_table, record.rank_table_revision = first_table, revision
     record.sched_ip = service_ip(live[names.sched_service(name)])
     if record.children_epoch == epoch:
         record.children_generation = job["metadata"].get("generation")
@@ -88,7 +92,7 @@ def child_changed(controller: Controller, key: JobKey, kind: str, name: str, eve
         controller.enqueue(key, 0.0)
         return
     if kind == "ConfigMap" and name == names.rank_table_config_map(job):
-        table = rank_table_of(body)
-        if table != record.rank_table:
-            record.rank_table = table
+        table, revision = rank_table_of(body), ranktable.config_map_revision(body)
+        if table != record.rank_table or revision != record.rank_table_revision:
+            record.rank_table, record.rank_table_revision = table, revision
             controller.enqueue(key, 0.0)

@@ -28,7 +28,7 @@ from ascend_hybrid.controller.records import Indexes, JobKey, JobRecord
 from ascend_hybrid.controller.refused import Refused
 from ascend_hybrid.controller.settings import OperatorSettings
 from ascend_hybrid.controller.workqueue import WorkQueue
-from ascend_hybrid.gang import render
+from ascend_hybrid.gang import ranktable, render
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.reconcile.actions import (
     CreatePods,
@@ -272,8 +272,9 @@ class Controller:
             # A job whose status names no rank table has none worth reading: a ConfigMap a process made before
             # dying unrecorded is applied "initializing" again with the other children, as a missing one would be.
             if (job.get("status") or {}).get("rankTable"):
-                record.rank_table = rank_table_of(self.kube.read_config_map(key[0],
-                                                                            names.rank_table_config_map(key[1])))
+                config_map = self.kube.read_config_map(key[0], names.rank_table_config_map(key[1]))
+                record.rank_table = rank_table_of(config_map)
+                record.rank_table_revision = ranktable.config_map_revision(config_map)
             record.rank_table_read = True
         nodes = {node["metadata"]["name"]: node for node in self.indexes.nodes()}
         pods = tuple(self.indexes.job_pods(key))
@@ -284,7 +285,8 @@ class Controller:
             node_grace_seconds=self.settings.node_grace_seconds,
             in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample,
             device_infos=device_infos_by_node(self.indexes.device_infos()), hardware_profiles=self.hardware_profiles,
-            refusal=record.refusal,
+            refusal=record.refusal, rank_table_revision=record.rank_table_revision,
+            expander_image=self.settings.ranktable_expander_image,
         )
 
     def workload(self, key: JobKey, job: dict, resolved, pods: tuple[dict, ...]) -> dict | None:
@@ -358,8 +360,8 @@ class Controller:
                     self.each(lambda pod_name: self.kube.delete_pod(namespace, pod_name), action.names)
                 case WriteRankTable():
                     self.kube.apply(render.rank_table_config_map(name, namespace, job["metadata"]["uid"],
-                                                                 action.table))
-                    record.rank_table = action.table
+                                                                 action.table, action.revision))
+                    record.rank_table, record.rank_table_revision = action.table, action.revision
                 case DeleteJob():
                     self.kube.delete_job(namespace, name)
                     return Next.FORGET

@@ -39,6 +39,10 @@ def register(subparsers) -> None:
     parser.add_argument("--log-level", default=defaults.log_level, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.add_argument("--log-format", default=defaults.log_format, choices=logs.FORMATS,
                         help="text, or one JSON object per line with the job's namespace and name as fields")
+    parser.add_argument("--ranktable-expander-image", default=defaults.ranktable_expander_image, metavar="IMAGE",
+                        help="image of the rank-table expander sidecar in the pods of jobs whose hccl.json may "
+                             "outgrow its ConfigMap (the operator's own image; it runs python -m "
+                             "ascend_hybrid.ranktable_sidecar)")
     hardening.add_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -48,7 +52,8 @@ def settings_from(args) -> OperatorSettings:
         namespaces=tuple(args.namespace), kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
         health_port=args.health_port, bind_address=args.bind_address, workers=args.workers,
         node_grace_seconds=args.node_grace_seconds, prometheus_url=args.prometheus_url,
-        telemetry_interval=args.telemetry_interval, log_level=args.log_level, log_format=args.log_format, hardware_profiles=args.hardware_profiles,
+        telemetry_interval=args.telemetry_interval, log_level=args.log_level, log_format=args.log_format,
+        hardware_profiles=args.hardware_profiles, ranktable_expander_image=args.ranktable_expander_image,
         **hardening.settings_of(args))
 
 
@@ -89,8 +94,19 @@ def run(args) -> int:
     from ascend_hybrid.controller.metrics import publishing_loop
     from ascend_hybrid.controller.podwatch import PodStore, reaction
     from ascend_hybrid.controller.telemetry import TelemetrySource, sampling_loop
+    from ascend_hybrid.spec.k8s_validation.image import (
+        IMAGE_REFERENCE_MESSAGE,
+        image_detail_errors,
+        is_image_reference,
+    )
 
     settings = settings_from(args)
+    image = settings.ranktable_expander_image
+    image_problems = image_detail_errors(image) if is_image_reference(image) else [IMAGE_REFERENCE_MESSAGE]
+    if image_problems:
+        print(f"error: --ranktable-expander-image={settings.ranktable_expander_image!r}: {image_problems[0]}",
+              file=sys.stderr)
+        return EXIT_NOT_READY
     try:
         profiles = load_hardware_profiles(settings.hardware_profiles)
     except ValueError as error:

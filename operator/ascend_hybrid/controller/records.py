@@ -34,6 +34,7 @@ class JobRecord:
     children_generation: int | None = None      # generation whose Services and ConfigMaps are applied
     sched_ip: str | None = None
     rank_table: dict | None = None
+    rank_table_revision: int = 0                # the rank-table ConfigMap's `version` counter, as last seen
     rank_table_read: bool = False
     in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
     refusal: Refusal | None = None              # the apiserver's last refusal of a write, until one succeeds

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ascend_hybrid.contracts.names import DEFAULT_EXPANDER_IMAGE
 from ascend_hybrid.reconcile.state import NODE_NOT_READY_GRACE_SECONDS
 
 
@@ -45,6 +46,7 @@ class OperatorSettings:
     metrics_auth: bool = False                 # /metrics only for a token allowed to get it (TokenReview + SAR)
     metrics_cert_dir: str | None = None        # tls.crt + tls.key for the metrics endpoint; default: self-signed
     network_policy: bool = False               # one NetworkPolicy per job (render.network_policy)
+    ranktable_expander_image: str = DEFAULT_EXPANDER_IMAGE  # the rank-table expander of large jobs' pods
     metrics_peers: tuple = ()                  # NetworkPolicyPeers admitted to the trainers' :9400
 
     @property

@@ -9,6 +9,7 @@
     dev-cluster down | status | kubeconfig | prometheus-url
     dev-cluster add-nodes N [--chip …]
     dev-cluster fault NODE --not-ready | --ready | --chip-unhealthy ID | --chip-healthy ID
+                           | --chip-ip-unreadable ID | --chip-ip-readable ID
 Each takes --name (default ahj), so several clusters can run side by side.
 """
 
@@ -104,6 +105,12 @@ def handle_fault(args) -> int:
         if args.not_ready or args.ready:
             fleet.set_node_ready(core, args.node, ready=args.ready)
             print(f"{args.node}: Ready={'True' if args.ready else 'False'}")
+        elif args.chip_ip_unreadable is not None or args.chip_ip_readable is not None:
+            readable = args.chip_ip_unreadable is None
+            chip_id = args.chip_ip_readable if readable else args.chip_ip_unreadable
+            unreadable = fleet.set_device_ip_readable(core, args.node, chip_id, readable=readable)
+            print(f"{args.node}: chips annotated device_ip -1 from now on: "
+                  f"{','.join(map(str, sorted(unreadable))) or 'none'}")
         else:
             chip_id = args.chip_unhealthy if args.chip_unhealthy is not None else args.chip_healthy
             unhealthy = fleet.set_chip_health(core, args.node, chip_id, healthy=args.chip_unhealthy is None)
@@ -177,6 +184,9 @@ def register(subparsers) -> None:
     kinds.add_argument("--ready", action="store_true", help="let the node turn Ready again")
     kinds.add_argument("--chip-unhealthy", type=int, metavar="ID", help="list chip ID as Unhealthy in deviceinfo")
     kinds.add_argument("--chip-healthy", type=int, metavar="ID", help="take chip ID off the Unhealthy list")
+    kinds.add_argument("--chip-ip-unreadable", type=int, metavar="ID",
+                       help="the device plugin annotates chip ID with device_ip -1 in the pods it allocates next")
+    kinds.add_argument("--chip-ip-readable", type=int, metavar="ID", help="undo --chip-ip-unreadable")
 
 
 def main(argv: list[str] | None = None) -> int:

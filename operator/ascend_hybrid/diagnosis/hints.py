@@ -5,8 +5,8 @@ evaluates the job's own strategy for the out-of-memory hint (its memory predicti
 
 from __future__ import annotations
 
-from ascend_hybrid.contracts.ascend import DEVICEINFO_PREFIX
-from ascend_hybrid.contracts.names import rank_table_config_map
+from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DEVICEINFO_PREFIX
+from ascend_hybrid.contracts.names import RANK_TABLE_FILE, rank_table_config_map
 from ascend_hybrid.diagnosis.failures import Failure
 from ascend_hybrid.planner import hardware, search
 from ascend_hybrid.planner.hardware import GIB
@@ -68,6 +68,12 @@ def hint(failure: Failure, resolved: ResolvedJob, evaluation: search.Evaluation 
             f"the trainer gave up waiting for hccl.json (ConfigMap {rank_table_config_map(job)}) to be completed: "
             "the RankTableReady condition names the pods it waited for; check that the Ascend device plugin "
             "annotated them with their devices"),
+        "RankTableRejected": (
+            f"HCCL refused the rank table hccl.json (ConfigMap {rank_table_config_map(job)}, mounted at "
+            f"{RANK_TABLE_FILE}) ({failure.detail[:300]}): a repeated server_id or device_ip, or a device_ip that is "
+            "not an IP address. Check it with `ascend-hybrid ranktable -f JOB --pods PODS` against the pods' "
+            f"{DEVICE_ANNOTATION} annotations (the device plugin's server_id and device_ip; `hccn_tool -i <device> "
+            "-ip -g` on the node); a restart builds the same table, so the job fails"),
         "ConfigError": (
             f"the trainer refused its configuration ({failure.detail[:300]}): fix the spec or the image as it says "
             "(a trainer without MindSpore needs `pip install 'ascend-hybrid[trainer]'` or the trainer image). A "

@@ -1,26 +1,79 @@
-"""HCCL rank table (hccl.json), MindCluster-compatible: v1.0, and v1.2 for A3 super-pods. All values are strings."""
+"""HCCL rank table (hccl.json), MindCluster-compatible: v1.0, and v1.2 for A3 super-pods. All values are strings.
+
+Each rule names the consumer it comes from (docs/architecture.md, "The rank table"):
+- server ids are unique (HCCL's rank-table parser refuses a repeated one, EI0004): the node's IP when every pod of
+  the job has a node of its own, the device plugin's `server_id` (the pod's UID) when pods share a node — what
+  MindCluster's ascend-operator writes (its `onePodOneNode` rule) — with `host_ip` beside it;
+- a device IP the device plugin could not read (`"-1"`) keeps the table initializing, naming the device (HCCL
+  refuses it; MindCluster's validateDeviceIP): always for v1.0, for v1.2 only when the job spans super-pods;
+- keys in MindCluster's order, written compact as MindCluster's json.Marshal writes them.
+"""
 
 from __future__ import annotations
 
 import base64
 import gzip
+import ipaddress
 import json
+import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ascend_hybrid.contracts.ascend import DeviceInfo, pod_devices, super_pod_id
+from ascend_hybrid.contracts.ascend import DeviceInfo, pod_device_config, pod_devices, super_pod_id
 from ascend_hybrid.contracts.podview import pod_index
 
-INITIALIZING = {"status": "initializing"}
+FORMAT_V1, FORMAT_V1_2 = "1.0", "1.2"
+INITIALIZING = {"status": "initializing", "version": FORMAT_V1}   # what MindCluster writes before the pods are ready
 TABLE_KEY = "hccl.json"              # the ConfigMap key mounted at names.RANK_TABLE_FILE
+VERSION_KEY = "version"              # the ConfigMap key: a counter that grows with every table written
 COMPRESSED_KEY = "hccl.json.gz"      # binaryData key of a table too large for TABLE_KEY
 COMPRESSED_FIELD = "compressed"      # in the small hccl.json that then points to it
+# The device plugin writes this for a chip whose IP it could not read (ascend-common api.DeviceIPErrorCodeStr).
+UNREADABLE_DEVICE_IP = "-1"
 # The apiserver refuses a ConfigMap whose data + binaryData exceed 1 MiB; the rest (keys, version) stays under this.
 CONFIG_MAP_BUDGET = 1024 * 1024 - 16 * 1024
 
 
-def _readiness(pods: list[dict], per_pod: int, pod_count: int | None) -> tuple[list[str], dict[int, tuple[dict, list]]]:
+def format_of(super_pods: bool) -> str:
+    """v1.2 for chips with super-pods (A3), else v1.0."""
+    return FORMAT_V1_2 if super_pods else FORMAT_V1
+
+
+def initializing(format_version: str = FORMAT_V1) -> dict[str, str]:
+    """The table before every pod is ready: status and format version only, as MindCluster writes it."""
+    return {"status": "initializing", "version": format_version}
+
+
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4 = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
+
+
+def is_valid_ip(text: str) -> bool:
+    """An IPv4 or IPv6 address. IPv4 by a pattern: ipaddress alone made a 16 384-rank table 2.5 times slower."""
+    if _IPV4.fullmatch(text):
+        return True
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _device_ip_problems(name: str, devices: list[dict]) -> list[str]:
+    """One problem per chip whose IP HCCL would refuse, naming the chip."""
+    problems = []
+    for device in devices:
+        ip = str(device.get("device_ip", ""))
+        if not is_valid_ip(ip):
+            why = "the device plugin could not read it" if ip == UNREADABLE_DEVICE_IP else "not an IP address"
+            problems.append(f"{name}: device {device.get('device_id')} has device_ip {ip!r} ({why}; check "
+                            f"`hccn_tool -i {device.get('device_id')} -ip -g` on its node)")
+    return problems
+
+
+def _readiness(pods: list[dict], per_pod: int, pod_count: int | None,
+               check_device_ips: bool = True) -> tuple[list[str], dict[int, tuple[dict, list]]]:
     """(problems, index → (pod, its devices)): one pass, each annotation parsed once."""
     expected = len(pods) if pod_count is None else pod_count
     by_index: dict[int, dict] = {}
@@ -33,10 +86,11 @@ def _readiness(pods: list[dict], per_pod: int, pod_count: int | None) -> tuple[l
         by_index[index] = pod
     ready: dict[int, tuple[dict, list]] = {}
     for index in range(expected):
-        pod = by_index.get(index)
-        if pod is None:
+        found = by_index.get(index)
+        if found is None:
             problems.append(f"pod index {index}: missing")
             continue
+        pod = found
         name, status = pod["metadata"].get("name"), pod.get("status") or {}
         if status.get("phase") != "Running":
             problems.append(f"{name}: phase {status.get('phase') or 'Pending'}")
@@ -49,31 +103,66 @@ def _readiness(pods: list[dict], per_pod: int, pod_count: int | None) -> tuple[l
             elif len(devices) != per_pod:
                 problems.append(f"{name}: {len(devices)} devices annotated, needs {per_pod}")
             else:
-                ready[index] = (pod, devices)
+                bad_ips = _device_ip_problems(name, devices) if check_device_ips else []
+                if bad_ips:
+                    problems.extend(bad_ips)
+                else:
+                    ready[index] = (pod, devices)
     return problems, ready
 
 
-def missing_for_completion(pods: list[dict], per_pod: int, pod_count: int | None = None) -> list[str]:
-    """Why the table cannot be completed yet, one entry per pod that is not ready for it (empty: ready)."""
-    return _readiness(pods, per_pod, pod_count)[0]
+def _needs_device_ips(pods: list[dict], node_super_pods: Mapping[str, str] | None) -> bool:
+    """v1.0 always; v1.2 only across super-pods (inside one, HCCL links chips by super_device_id)."""
+    if node_super_pods is None:
+        return True
+    return len({str(node_super_pods.get((pod.get("spec") or {}).get("nodeName") or "", "0")) for pod in pods}) > 1
+
+
+def missing_for_completion(pods: list[dict], per_pod: int, pod_count: int | None = None,
+                           node_super_pods: Mapping[str, str] | None = None) -> list[str]:
+    """Why the table cannot be completed yet, one entry per pod (or chip) that is not ready for it (empty: ready)."""
+    return _readiness(pods, per_pod, pod_count, _needs_device_ips(pods, node_super_pods))[0]
+
+
+def one_pod_per_node(pods: Sequence[Mapping]) -> bool:
+    """Whether no two of the pods share a node (MindCluster's onePodOneNode)."""
+    nodes = [(pod.get("spec") or {}).get("nodeName") for pod in pods]
+    return len(set(nodes)) == len(nodes)
+
+
+def server_identity(pod: dict, own_node: bool) -> tuple[str, str]:
+    """(server_id, host_ip) of a pod's server entry, as MindCluster's ascend-operator writes them: host_ip is the
+    device plugin's, else the pod's hostIP; server_id is host_ip when every pod has its own node, else the device
+    plugin's server_id (the pod's UID). An older plugin wrote the node's IP there: the pod's UID is used then, the
+    value the current plugin writes, so that pods sharing a node never share a server id."""
+    config = pod_device_config(pod) or {}
+    host_ip = str(config.get("host_ip") or pod["status"]["hostIP"])
+    if own_node:
+        return host_ip, host_ip
+    annotated = str(config.get("server_id") or "")
+    uid = str(pod["metadata"].get("uid") or "")
+    if not annotated or annotated in (host_ip, pod["status"]["hostIP"]):
+        annotated = uid or f"{pod['metadata'].get('namespace', '')}/{pod['metadata'].get('name')}"
+    return annotated, host_ip
 
 
 def build_rank_table(pods: list[dict], per_pod: int, node_super_pods: Mapping[str, str] | None = None,
                      pod_count: int | None = None) -> dict[str, Any]:
-    """hccl.json from the attempt's pods; `{"status": "initializing"}` until every pod is ready for it.
+    """hccl.json from the attempt's pods; initializing (status and format version) until every pod is ready for it.
 
     With `node_super_pods` (node name → super-pod id, for chips with super-pods: A3) the table is v1.2 with
     super_device_id and super_pod_list; otherwise v1.0. A node missing from the map counts as super-pod "0".
     """
-    problems, ready = _readiness(pods, per_pod, pod_count)
-    if problems:
-        return dict(INITIALIZING)
     super_pods = node_super_pods is not None
+    format_version = FORMAT_V1_2 if super_pods else FORMAT_V1
+    problems, ready = _readiness(pods, per_pod, pod_count, _needs_device_ips(pods, node_super_pods))
+    if problems:
+        return initializing(format_version)
+    own_node = one_pod_per_node(pod for pod, _ in ready.values())
     servers = []
     super_pod_members: dict[str, list[str]] = {}
     for index in sorted(ready):
         pod, annotated = ready[index]
-        status = pod["status"]
         devices = []
         for local, device in enumerate(annotated):
             entry = {"device_id": str(device["device_id"]), "device_ip": str(device.get("device_ip", ""))}
@@ -81,14 +170,16 @@ def build_rank_table(pods: list[dict], per_pod: int, node_super_pods: Mapping[st
                 entry["super_device_id"] = str(device.get("super_device_id", ""))
             entry["rank_id"] = str(index * per_pod + local)
             devices.append(entry)
-        servers.append({"server_id": status["hostIP"], "container_ip": status["podIP"], "device": devices})
-        if super_pods:
+        server_id, host_ip = server_identity(pod, own_node)
+        servers.append({"device": devices, "server_id": server_id, "host_ip": host_ip,
+                        "container_ip": pod["status"]["podIP"]})
+        if super_pods and node_super_pods is not None:
             super_pod = str(node_super_pods.get(pod["spec"].get("nodeName"), "0"))
             members = super_pod_members.setdefault(super_pod, [])
-            if status["hostIP"] not in members:
-                members.append(status["hostIP"])
-    table: dict[str, Any] = {"status": "completed", "version": "1.2" if super_pods else "1.0",
-                             "server_count": str(len(servers)), "server_list": servers}
+            if server_id not in members:
+                members.append(server_id)
+    table: dict[str, Any] = {"status": "completed", "server_list": servers, "server_count": str(len(servers)),
+                             "version": format_version}
     if super_pods:
         table["super_pod_list"] = [
             {"super_pod_id": super_pod, "server_list": [{"server_id": server} for server in members]}
@@ -97,37 +188,81 @@ def build_rank_table(pods: list[dict], per_pod: int, node_super_pods: Mapping[st
     return table
 
 
-def node_super_pods(node_names, nodes: Mapping[str, Mapping], device_infos: Mapping[str, DeviceInfo]) -> dict[str, str]:
+def node_super_pods(node_names: Iterable[str], nodes: Mapping[str, Mapping], device_infos: Mapping[str, DeviceInfo]) -> dict[str, str]:
     """Node name → super-pod id for the v1.2 table: the node's label, else its deviceinfo's SuperPodID, else "0"
     (the same id the inventory places by, so the table and the placement agree)."""
     return {node: super_pod_id(nodes.get(node), device_infos.get(node)) or "0" for node in set(node_names)}
 
 
 def dumps(table: dict[str, Any]) -> str:
+    """Indented, for people (`ascend-hybrid ranktable`)."""
     return json.dumps(table, indent=2, sort_keys=False)
 
 
 def compact(table: dict[str, Any]) -> str:
+    """As MindCluster writes it (Go's json.Marshal: no spaces); what the ConfigMap holds."""
     return json.dumps(table, separators=(",", ":"), sort_keys=False)
 
 
-def config_map_data(table: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-    """(data, binaryData) of the rank-table ConfigMap.
+def config_map_data(table: dict[str, Any], revision: int = 0) -> tuple[dict[str, str], dict[str, str]]:
+    """(data, binaryData) of the rank-table ConfigMap. `version` is `revision`, the counter of tables written
+    (MindCluster's TaskD waits for it to grow after a reschedule; the format version is inside hccl.json).
 
-    hccl.json as MindCluster writes it (indented) whenever it fits the ConfigMap, compact when only that fits
-    (about 8 000 ranks). Larger (a 16 384-rank table is about 1.2 MB compact) it goes gzipped into binaryData
-    `hccl.json.gz`, and hccl.json holds only status, version, server_count and `"compressed": "hccl.json.gz"`:
-    the bundled trainer's launcher decompresses the sibling file (design §7)."""
-    version = str(table.get("version", "1.0"))
-    for text in (dumps(table), compact(table)):
-        if len(text.encode()) <= CONFIG_MAP_BUDGET:
-            return {TABLE_KEY: text, "version": version}, {}
-    packed = gzip.compress(compact(table).encode(), mtime=0)  # mtime 0: the same table, the same bytes
+    hccl.json compact whenever it fits the ConfigMap (about 8 000 ranks). Larger (a 16 384-rank table is about
+    1.2 MB compact) it goes gzipped into binaryData `hccl.json.gz`, and hccl.json holds only status, version,
+    server_count and `"compressed": "hccl.json.gz"`: the pods of such a job get the rank-table expander
+    (ranktable_sidecar.py), which writes the complete table at RANK_TABLE_FILE (docs/architecture.md)."""
+    text = compact(table)
+    counter = {VERSION_KEY: str(revision)}
+    if len(text.encode()) <= CONFIG_MAP_BUDGET:
+        return {TABLE_KEY: text, **counter}, {}
+    packed = gzip.compress(text.encode(), mtime=0)  # mtime 0: the same table, the same bytes
     if len(packed) > CONFIG_MAP_BUDGET:
         raise ValueError(f"the rank table is {len(packed)} bytes even gzipped: more than a ConfigMap holds")
-    pointer = {"status": table.get("status"), "version": version, "server_count": table.get("server_count"),
-               COMPRESSED_FIELD: COMPRESSED_KEY}
-    return {TABLE_KEY: json.dumps(pointer), "version": version}, {COMPRESSED_KEY: base64.b64encode(packed).decode()}
+    pointer = {"status": table.get("status"), "version": table.get("version", FORMAT_V1),
+               "server_count": table.get("server_count"), COMPRESSED_FIELD: COMPRESSED_KEY}
+    return {TABLE_KEY: compact(pointer), **counter}, {COMPRESSED_KEY: base64.b64encode(packed).decode()}
+
+
+# Upper bounds of one entry of the compact table, for `may_exceed_config_map`: addresses at the longest text an
+# IPv6 address takes (45, with a dotted IPv4 tail), a 36-character UID as server id, 5-digit ranks, 10-digit super
+# device ids.
+_ADDRESS = 45
+_DEVICE_BOUND = len('{"device_id":"15","device_ip":"","super_device_id":"4294967295","rank_id":"65535"},') + _ADDRESS
+_SERVER_BOUND = len('{"device":[],"server_id":"","host_ip":"","container_ip":""},') + 36 + 2 * _ADDRESS
+_SUPER_POD_MEMBER_BOUND = len('{"server_id":""},') + _ADDRESS
+
+
+def may_exceed_config_map(world_size: int, per_pod: int) -> bool:
+    """Whether a completed table of this size could be too large for hccl.json in the ConfigMap (decided when the
+    pods are made, before any address is known): such a job's pods get the rank-table expander."""
+    servers = -(-world_size // max(per_pod, 1))
+    bound = 256 + world_size * _DEVICE_BOUND + servers * (_SERVER_BOUND + _SUPER_POD_MEMBER_BOUND)
+    return bound > CONFIG_MAP_BUDGET
+
+
+def config_map_revision(config_map: Mapping | None) -> int:
+    """The ConfigMap's `version` counter; 0 when absent or not a number (a table written before the counter)."""
+    raw = str(((config_map or {}).get("data") or {}).get(VERSION_KEY) or "")
+    return int(raw) if raw.isdigit() else 0
+
+
+def expand(hccl_json: str, binary: Mapping[str, bytes]) -> str:
+    """The complete hccl.json from a ConfigMap's hccl.json text and its binaryData (decoded bytes by key): the text
+    itself unless it points to a gzipped copy. Raises ValueError when the pointer's target is missing or broken."""
+    try:
+        pointer = json.loads(hccl_json)
+    except ValueError as error:
+        raise ValueError(f"hccl.json is not JSON: {error}") from error
+    if not (isinstance(pointer, dict) and pointer.get(COMPRESSED_FIELD)):
+        return hccl_json
+    key = str(pointer[COMPRESSED_FIELD])
+    if key not in binary:
+        raise ValueError(f"hccl.json points to {key}, which the ConfigMap does not hold")
+    try:
+        return gzip.decompress(binary[key]).decode()
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as error:
+        raise ValueError(f"{key} is not a gzipped table: {error}") from error
 
 
 def from_config_map(config_map: Mapping | None) -> dict[str, Any] | None:
@@ -137,9 +272,8 @@ def from_config_map(config_map: Mapping | None) -> dict[str, Any] | None:
         return None
     data, binary = config_map.get("data") or {}, config_map.get("binaryData") or {}
     try:
-        table = json.loads(data.get(TABLE_KEY) or "{}")
-        if isinstance(table, dict) and table.get(COMPRESSED_FIELD):
-            table = json.loads(gzip.decompress(base64.b64decode(binary.get(table[COMPRESSED_FIELD]) or "")))
-    except (ValueError, OSError, EOFError, zlib.error):
+        decoded = {key: base64.b64decode(value) for key, value in binary.items()}
+        table = json.loads(expand(data.get(TABLE_KEY) or "{}", decoded))
+    except (ValueError, TypeError):
         return {}
     return table if isinstance(table, dict) else {}

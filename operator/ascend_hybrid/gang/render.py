@@ -15,8 +15,15 @@ import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ascend_hybrid.contracts import kueue, names
+from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.names import GROUP, HOSTNAME_LABEL
-from ascend_hybrid.gang.ranktable import INITIALIZING, config_map_data
+from ascend_hybrid.gang.ranktable import (
+    INITIALIZING,
+    config_map_data,
+    format_of,
+    initializing,
+    may_exceed_config_map,
+)
 from ascend_hybrid.spec.api import KIND, VERSION
 from ascend_hybrid.spec.rules import ResolvedJob
 
@@ -96,10 +103,11 @@ def job_config(resolved: ResolvedJob) -> dict:
             "parallelism": resolved.degrees, "model": resolved.model, "training": training}
 
 
-def rank_table_config_map(job: str, namespace: str, uid: str, table: dict | None = None) -> dict:
-    """The rank table's ConfigMap (ranktable.config_map_data: plain, compact or gzipped). Its data is set after
-    the template: a 16 384-rank table would be a megabyte of YAML to parse back."""
-    data, binary = config_map_data(table or INITIALIZING)
+def rank_table_config_map(job: str, namespace: str, uid: str, table: dict | None = None, revision: int = 0) -> dict:
+    """The rank table's ConfigMap (ranktable.config_map_data: compact, or gzipped beyond a ConfigMap; `version` is
+    `revision`, the counter of tables written). Its data is set after the template: a 16 384-rank table would be a
+    megabyte of YAML to parse back."""
+    data, binary = config_map_data(table or INITIALIZING, revision)
     manifest = _render("configmap.yaml.j2", name=names.rank_table_config_map(job), namespace=namespace,
                        labels=names.job_labels(job), owner_references=owner_references(job, uid), data={})
     manifest["data"] = data
@@ -164,10 +172,41 @@ def _resources(resolved: ResolvedJob) -> dict:
             "limits": {**spec.template.resources.limits, spec.npu.resource: chips}}
 
 
+def needs_expander(resolved: ResolvedJob) -> bool:
+    """Whether the job's pods get the rank-table expander (ranktable_sidecar.py): its table may not fit a ConfigMap
+    whole, so the complete one is written into a shared emptyDir at RANK_TABLE_FILE."""
+    return may_exceed_config_map(resolved.world_size, resolved.per_pod)
+
+
+def expander_container(image: str) -> dict:
+    """The native sidecar (restartPolicy Always: it starts before the training container and runs beside it) that
+    keeps the complete hccl.json and `version` in RANK_TABLE_DIR in step with the ConfigMap. Its startup probe
+    holds the training container back until the file is there, so even a reader that does not wait finds one."""
+    target = names.RANK_TABLE_DIR
+    return {
+        "name": names.EXPANDER_CONTAINER, "image": image, "restartPolicy": "Always",
+        "command": ["python", "-m", "ascend_hybrid.ranktable_sidecar", "--source", names.RANK_TABLE_SOURCE_DIR,
+                    "--target", target],
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+        "startupProbe": {"exec": {"command": ["test", "-s", names.RANK_TABLE_FILE]}, "periodSeconds": 1,
+                         "failureThreshold": 120},
+        "volumeMounts": [{"name": names.RANK_TABLE_SOURCE_VOLUME, "mountPath": names.RANK_TABLE_SOURCE_DIR,
+                          "readOnly": True},
+                         {"name": names.RANK_TABLE_VOLUME, "mountPath": target}],
+    }
+
+
+def _rank_table_volumes(resolved: ResolvedJob) -> list[dict]:
+    source = {"configMap": {"name": names.rank_table_config_map(resolved.name)}}
+    if not needs_expander(resolved):
+        return [{"name": names.RANK_TABLE_VOLUME, **source}]
+    return [{"name": names.RANK_TABLE_SOURCE_VOLUME, **source}, {"name": names.RANK_TABLE_VOLUME, "emptyDir": {}}]
+
+
 def _volumes(resolved: ResolvedJob) -> tuple[list[dict], list[dict]]:
     job, spec = resolved.name, resolved.spec
     volumes = [
-        {"name": names.RANK_TABLE_VOLUME, "configMap": {"name": names.rank_table_config_map(job)}},
+        *_rank_table_volumes(resolved),
         {"name": names.JOB_CONFIG_VOLUME, "configMap": {"name": names.job_config_map(job)}},
     ]
     mounts = [
@@ -182,7 +221,7 @@ def _volumes(resolved: ResolvedJob) -> tuple[list[dict], list[dict]]:
 
 
 def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: int, node: str | None, sched_ip: str,
-        node_requirements: list[dict] | tuple = ()) -> dict:
+        node_requirements: list[dict] | tuple = (), expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> dict:
     """One pod of the gang: gated, owned by the job, pinned to its placed node. A queued job's pods (node None)
     carry their Kueue pod-group labels and annotations instead, and only `node_requirements` (the chip type):
     they are placed and pinned once Kueue admits them (queue_steps.py)."""
@@ -197,7 +236,7 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
         annotations.update(group_annotations)
     requirements = [{"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}] if node else list(node_requirements)
     volumes, mounts = _volumes(resolved)
-    return _render(
+    manifest = _render(
         "pod.yaml.j2", name=names.pod_name(job, attempt, index), namespace=namespace, labels=labels,
         annotations=annotations, owner_references=owner_references(job, uid), subdomain=names.headless_service(job),
         gate=names.GANG_GATE, node_requirements=requirements, scheduler_name=spec.scheduling.scheduler_name,
@@ -207,10 +246,14 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
         env=pod_env(resolved, index, sched_ip), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,
         resources=_resources(resolved), volume_mounts=mounts, volumes=volumes, termination_log=names.TERMINATION_LOG,
     )
+    if needs_expander(resolved):
+        manifest["spec"]["initContainers"] = [expander_container(expander_image)]
+    return manifest
 
 
 def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, placed: list[tuple[int, str | None]],
-              sched_ip: str, node_requirements: list[dict] | tuple = ()) -> list[dict]:
+              sched_ip: str, node_requirements: list[dict] | tuple = (),
+              expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
     """`pod` for each (index, node) of one attempt. The template is rendered and parsed once: the pods differ only
     in their name, hostname, index label and annotation, rank env and pinned node, set on a copy of the first
     (tests/unit/core/test_render.py checks each against `pod`). A 128-pod gang was a template and a YAML parse
@@ -218,7 +261,8 @@ def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, pla
     if not placed:
         return []
     first_index, first_node = placed[0]
-    first = pod(resolved, namespace, uid, attempt, first_index, first_node, sched_ip, node_requirements)
+    first = pod(resolved, namespace, uid, attempt, first_index, first_node, sched_ip, node_requirements,
+                expander_image)
     skeleton = json.dumps(first)
     made = [first]
     for index, node in placed[1:]:
@@ -238,14 +282,17 @@ def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, pla
     return made
 
 
-def pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str) -> list[dict]:
-    return gang_pods(resolved, namespace, uid, attempt, list(enumerate(nodes)), sched_ip)
+def pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,
+         expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
+    return gang_pods(resolved, namespace, uid, attempt, list(enumerate(nodes)), sched_ip,
+                     expander_image=expander_image)
 
 
 def children(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,
-             table: dict | None = None) -> list[dict]:
+             table: dict | None = None, expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
     """Every child in creation order: Services, ConfigMaps, then the gated Pods."""
+    first_table = initializing(format_of(CHIPS[resolved.chip].super_pods))
     return [*services(resolved.name, namespace, uid),
-            rank_table_config_map(resolved.name, namespace, uid, table),
+            rank_table_config_map(resolved.name, namespace, uid, table or first_table),
             job_config_map(resolved, namespace, uid),
-            *pods(resolved, namespace, uid, attempt, nodes, sched_ip)]
+            *pods(resolved, namespace, uid, attempt, nodes, sched_ip, expander_image)]

@@ -69,6 +69,7 @@ class DeletePods:
 @dataclass(frozen=True)
 class WriteRankTable:
     table: dict
+    revision: int  # the ConfigMap's `version` counter for this table: one more than the one it replaces
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,6 @@ from ascend_hybrid.reconcile.actions import (
     EnsureChildren,
     Place,
     PodToCreate,
-    WriteRankTable,
 )
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision, Observed, Pass
 from ascend_hybrid.spec.rules import ResolvedJob
@@ -225,7 +224,8 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
                   for pod in pods if is_gated(pod) and not is_deleting(pod) and queue_steps.unreleased(p, pod)]
     if missing:
         manifests = render.gang_pods(e, p.meta["namespace"], p.meta["uid"], attempt,
-                                     [(index, nodes[index]) for index in missing], o.sched_ip)
+                                     [(index, nodes[index]) for index in missing], o.sched_ip,
+                                     expander_image=o.expander_image)
         created = tuple(PodToCreate(manifest, nodes[index], e.per_pod) for index, manifest in zip(missing, manifests))
         p.d.act(CreatePods(created))
         # Creation answered means the pod exists: the gang is released in the same pass, not one watch later.
@@ -243,12 +243,13 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
     unbound = [pod for pod in pods if not node_of(pod)]
     if unbound:
         return waiting_for_binding(p, pods, unbound)
-    table = ranktable.build_rank_table(pods, e.per_pod, super_pods(p, nodes), pod_count=e.pod_count)
+    node_super_pods = super_pods(p, nodes)
+    table = ranktable.build_rank_table(pods, e.per_pod, node_super_pods, pod_count=e.pod_count)
     rank = status.setdefault("rankTable", {})
     rank["configMap"] = names.rank_table_config_map(p.meta["name"])
     if table["status"] == "completed":
         if o.rank_table != table:
-            p.d.act(WriteRankTable(table))
+            p.write_rank_table(table)
         rank.update(status="completed", version=table["version"])
         completed = f"hccl.json completed for {e.world_size} ranks"
         table_news = (condition(status, "RankTableReady") or {}).get("status") != "True"
@@ -266,7 +267,7 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
     else:
         if o.rank_table is not None and o.rank_table.get("status") == "completed":
             p.reset_rank_table()
-        waiting = ranktable.missing_for_completion(pods, e.per_pod, e.pod_count)
+        waiting = ranktable.missing_for_completion(pods, e.per_pod, e.pod_count, node_super_pods)
         rank["status"] = "initializing"
         p.cond("RankTableReady", False, "WaitingForPods", "; ".join(waiting[:3]))
         p.phase("Starting", f"waiting for {len(waiting)} pods: {waiting[0]}")

@@ -57,7 +57,8 @@ def enqueued(p: Pass, current: dict, stale: list, admission: kueue.Admission, te
     if missing:
         requirements = kueue.chip_affinity(e.chip, o.nodes.values())
         manifests = render.gang_pods(e, p.meta["namespace"], p.meta["uid"], attempt,
-                                     [(index, None) for index in missing], o.sched_ip, requirements)
+                                     [(index, None) for index in missing], o.sched_ip, requirements,
+                                     o.expander_image)
         p.d.act(CreatePods(tuple(PodToCreate(manifest, None, e.per_pod) for manifest in manifests)))
         waiting_for_quota(p, f"pod group {group} ({e.pod_count} pods) created in LocalQueue {p.queue}; "
                                "waiting for Kueue to admit it")

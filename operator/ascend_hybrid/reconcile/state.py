@@ -12,6 +12,7 @@ from datetime import datetime
 
 from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts.ascend import DeviceInfo
+from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.conditions import condition, parse_time, set_condition, timestamp
 from ascend_hybrid.contracts.podview import TERMINAL_POD_PHASES, is_deleting, live_names, phase_of
 from ascend_hybrid.diagnosis.refusals import Refusal
@@ -45,6 +46,8 @@ class Observed:
     hardware_profiles: Mapping[str, Hardware] = field(default_factory=dict)  # the planner's, by name (--hardware-profiles)
     workload: Mapping | None = None           # the Kueue Workload of the current attempt (queued jobs; queue_steps.py)
     refusal: Refusal | None = None            # the apiserver's last refusal of this job's writes (refusals.py)
+    rank_table_revision: int = 0              # the rank-table ConfigMap's `version` counter
+    expander_image: str = names.DEFAULT_EXPANDER_IMAGE  # of the rank-table expander (--ranktable-expander-image)
 
 
 @dataclass
@@ -95,9 +98,17 @@ class Pass:
         current = self.d.requeue_after
         self.d.requeue_after = seconds if current is None else min(current, seconds)
 
+    def write_rank_table(self, table: dict) -> None:
+        """Every table written counts one up (the ConfigMap's `version`, as MindCluster's operator counts)."""
+        self.d.act(WriteRankTable(table, self.o.rank_table_revision + 1))
+
+    def table_format(self) -> str:
+        resolved = self.o.resolved
+        return ranktable.format_of(resolved is not None and CHIPS[resolved.chip].super_pods)
+
     def reset_rank_table(self) -> None:
         if self.o.rank_table is not None and self.o.rank_table.get("status") != "initializing":
-            self.d.act(WriteRankTable(dict(ranktable.INITIALIZING)))
+            self.write_rank_table(ranktable.initializing(self.table_format()))
         rank = self.status.setdefault("rankTable", {})
         rank.update(configMap=names.rank_table_config_map(self.meta["name"]), status="initializing")
         self.cond("RankTableReady", False, "Initializing", "waiting for every pod to run with its devices")

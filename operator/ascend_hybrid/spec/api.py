@@ -205,7 +205,7 @@ class FailurePolicyRule(ApiModel):
 
 
 class FailurePolicy(ApiModel):
-    rules: list[FailurePolicyRule] = Field(default_factory=list, max_length=MAX_POLICY_RULES, description="Evaluated in order, the first rule that matches decides; each sets exactly one of causes, exitCodes or podConditions. Without a match: ConfigError, DataError, DeviceOutOfMemory and NumericalDivergence fail the job; HCCLConnectTimeout, HCCLExecTimeout, NodeNotReady and ChipUnhealthy restart it avoiding the node; anything else restarts it.")
+    rules: list[FailurePolicyRule] = Field(default_factory=list, max_length=MAX_POLICY_RULES, description="Evaluated in order, the first rule that matches decides; each sets exactly one of causes, exitCodes or podConditions. Without a match: ConfigError, DataError, DeviceOutOfMemory, NumericalDivergence and RankTableRejected fail the job; HCCLConnectTimeout, HCCLExecTimeout, NodeNotReady and ChipUnhealthy restart it avoiding the node; anything else restarts it.")
 
 
 class RunPolicy(ApiModel):

@@ -1,13 +1,13 @@
 """The names of failure causes and failure-policy actions, and what the operator does by default (pure data).
 
-The trainer reports the first nine in its termination message (docs/troubleshooting.md, "Causes and exit codes");
+The trainer reports the first ten in its termination message (docs/troubleshooting.md, "Causes and exit codes");
 the last four only the operator can see. The CRD's `spec.runPolicy.failurePolicy.rules[].causes` takes these.
 """
 
 from __future__ import annotations
 
 TRAINER_CAUSES = ("HCCLConnectTimeout", "HCCLExecTimeout", "DeviceOutOfMemory", "NumericalDivergence",
-                  "RankTableTimeout", "ConfigError", "DataError", "PeerFailed", "Unknown")
+                  "RankTableTimeout", "RankTableRejected", "ConfigError", "DataError", "PeerFailed", "Unknown")
 OPERATOR_CAUSES = ("NodeNotReady", "ChipUnhealthy", "PodDeleted", "SchedServiceChanged")
 CAUSES = TRAINER_CAUSES + OPERATOR_CAUSES
 
@@ -25,6 +25,8 @@ ACTIONS = (FAIL_JOB, RESTART_JOB, RESTART_AVOIDING_NODE, IGNORE)
 # RestartJobAvoidingNode where the node of the first failed rank is the likely culprit; RestartJob otherwise.
 DEFAULT_ACTIONS = {
     "ConfigError": FAIL_JOB, "DataError": FAIL_JOB, "DeviceOutOfMemory": FAIL_JOB, "NumericalDivergence": FAIL_JOB,
+    # the next attempt's table is built the same way from the same device plugin: it would be refused again
+    "RankTableRejected": FAIL_JOB,
     "HCCLConnectTimeout": RESTART_AVOIDING_NODE, "HCCLExecTimeout": RESTART_AVOIDING_NODE,
     "NodeNotReady": RESTART_AVOIDING_NODE, "ChipUnhealthy": RESTART_AVOIDING_NODE,
 }

@@ -159,12 +159,36 @@ def test_ranktable_from_pods_yaml(cli_path, tmp_path):
     assert result.stderr == ""
 
 
+def test_ranktable_prints_the_configmap_the_pods_mount(cli_path, tmp_path):
+    """-o configmap: the rank-table ConfigMap exactly as the operator writes it (render.rank_table_config_map)."""
+    from ascend_hybrid.gang import render
+    from ascend_hybrid.gang.ranktable import build_rank_table
+
+    body = json.loads(json.dumps(GOOD))
+    body["metadata"].update(namespace="team-a", uid="uid-7")
+    job = write(tmp_path, "job.yaml", body)
+    pods = [PodBuilder("cli-job", i).running(node="node-a", host_ip="127.15.0.1").devices([2 * i, 2 * i + 1]).build()
+            for i in range(2)]
+    result = run(cli_path, "ranktable", "-f", str(job), "--pods", str(pods_file(tmp_path, pods)), "-o", "configmap",
+                 "--revision", "4")
+    assert result.returncode == 0, result.stderr
+    config_map = yaml.safe_load(result.stdout)
+    expected = render.rank_table_config_map("cli-job", "team-a", "uid-7", build_rank_table(pods, 2), 4)
+    assert config_map == expected
+    assert config_map["data"]["version"] == "4"
+    table = json.loads(config_map["data"]["hccl.json"])
+    assert [s["server_id"] for s in table["server_list"]] == [p["metadata"]["uid"] for p in pods]  # one node, two pods
+    bad = run(cli_path, "ranktable", "-f", str(job), "--pods", str(pods_file(tmp_path, pods)), "-o", "configmap",
+              "--revision", "-1")
+    assert bad.returncode == 2 and "--revision=-1: must be ≥ 0" in bad.stderr
+
+
 def test_ranktable_waits_and_says_why(cli_path, tmp_path):
     job = write(tmp_path, "job.yaml", GOOD)
     pods = [ready("cli-job", 0), PodBuilder("cli-job", 1).node("node-1").devices(count=2).build()]
     result = run(cli_path, "ranktable", "-f", str(job), "--pods", str(pods_file(tmp_path, pods)))
     assert result.returncode == 0
-    assert json.loads(result.stdout) == {"status": "initializing"}
+    assert json.loads(result.stdout) == {"status": "initializing", "version": "1.0"}
     assert result.stderr.splitlines() == ["waiting: cli-job-a1-1: phase Pending"]
 
 
@@ -197,7 +221,7 @@ def test_ranktable_with_a_garbled_attempt_label(cli_path, tmp_path):
     pods[0]["metadata"]["labels"]["hybrid.ascend.dev/attempt"] = "x"
     result = run(cli_path, "ranktable", "-f", str(job), "--pods", str(pods_file(tmp_path, pods)))
     assert result.returncode == 0
-    assert json.loads(result.stdout) == {"status": "initializing"}
+    assert json.loads(result.stdout) == {"status": "initializing", "version": "1.0"}
 
 
 def test_crd_check_passes(cli_path, repo_root):

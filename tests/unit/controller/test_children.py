@@ -52,8 +52,26 @@ def test_children_are_applied_and_the_sched_ip_recorded():
     record = ctl.record_of(KEY)
     assert sorted(m["metadata"]["name"] for m in kube.applied) == sorted(
         ["job", "job-sched", "job-config", "rings-config-job"])
-    assert (record.sched_ip, record.children_generation, record.rank_table) == ("127.32.0.7", 3, {"status": "initializing"})
+    assert (record.sched_ip, record.children_generation, record.rank_table, record.rank_table_revision) == (
+        "127.32.0.7", 3, {"status": "initializing", "version": "1.0"}, 0)
     assert kube.created == []  # nothing was deleted: no create with a kept IP
+
+
+def test_a_deleted_rank_table_comes_back_counting_on():
+    """TaskD compares the ConfigMap's `version` with the last it saw: a ConfigMap deleted under a running job is
+    made again with the next count, not 0."""
+    body = {**job_body(name="job"), "metadata": {"name": "job", "namespace": "default", "uid": "u", "generation": 1}}
+    kube = FakeKube()
+    ctl = controller(kube)
+    children.ensure_children(ctl, KEY, body, resolved(body))
+    record = ctl.record_of(KEY)
+    record.rank_table, record.rank_table_revision = {"status": "completed"}, 3  # a completed table was written
+    ctl.child_changed(KEY, "ConfigMap", "rings-config-job", "DELETED", {"metadata": {"name": "rings-config-job"}})
+    assert record.rank_table is None
+    kube.applied.clear()
+    children.ensure_children(ctl, KEY, body, resolved(body))
+    [table_map] = [m for m in kube.applied if m["metadata"]["name"] == "rings-config-job"]
+    assert table_map["data"]["version"] == "4" and record.rank_table_revision == 4
 
 
 def test_a_deleted_sched_service_comes_back_on_its_ip_once_the_apiserver_frees_it(monkeypatch):

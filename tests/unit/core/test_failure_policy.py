@@ -26,6 +26,7 @@ def rule(**fields):
 DEFAULTS = {
     "ConfigError": ("FailJob", False, ()), "DataError": ("FailJob", False, ()),
     "DeviceOutOfMemory": ("FailJob", False, ()), "NumericalDivergence": ("FailJob", False, ()),
+    "RankTableRejected": ("FailJob", False, ()),
     "HCCLConnectTimeout": ("RestartJobAvoidingNode", True, ("node-7",)),
     "HCCLExecTimeout": ("RestartJobAvoidingNode", True, ("node-7",)),
     "NodeNotReady": ("RestartJobAvoidingNode", False, ("node-7",)),

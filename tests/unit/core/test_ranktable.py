@@ -35,17 +35,127 @@ def test_completed_table_of_two_pods():
             PodBuilder("job", 1).running(host_ip="127.0.0.11", pod_ip="127.1.0.21").devices([0, 1, 2, 3]).build()]
     table = build_rank_table(list(reversed(pods)), 4, pod_count=2)
     assert table == {
-        "status": "completed", "version": "1.0", "server_count": "2",
+        "status": "completed", "server_count": "2", "version": "1.0",
         "server_list": [
-            {"server_id": "127.0.0.10", "container_ip": "127.1.0.20", "device": [
+            {"server_id": "127.0.0.10", "host_ip": "127.0.0.10", "container_ip": "127.1.0.20", "device": [
                 {"device_id": str(d), "device_ip": f"127.100.0.{d}", "rank_id": str(r)}
                 for r, d in enumerate([4, 5, 6, 7])]},
-            {"server_id": "127.0.0.11", "container_ip": "127.1.0.21", "device": [
+            {"server_id": "127.0.0.11", "host_ip": "127.0.0.11", "container_ip": "127.1.0.21", "device": [
                 {"device_id": str(d), "device_ip": f"127.100.1.{d}", "rank_id": str(4 + r)}
                 for r, d in enumerate([0, 1, 2, 3])]},
         ]}
     assert missing_for_completion(pods, 4, 2) == []
     assert json.loads(ranktable.dumps(table)) == table
+
+
+def test_the_table_is_written_compact_in_mindclusters_key_order():
+    """ascend-operator's Go structs (pkg/ranktable/common: BaseGenerator, Server, Dev/Device) marshalled by
+    json.Marshal: status, server_list, server_count, version; device, server_id, host_ip, container_ip;
+    device_id, device_ip, rank_id."""
+    pods = [PodBuilder("job", 0).running(host_ip="127.0.0.10", pod_ip="127.1.0.20").devices([3]).build()]
+    text = ranktable.compact(build_rank_table(pods, 1))
+    assert text == ('{"status":"completed","server_list":[{"device":[{"device_id":"3","device_ip":"127.100.0.3",'
+                    '"rank_id":"0"}],"server_id":"127.0.0.10","host_ip":"127.0.0.10","container_ip":"127.1.0.20"}],'
+                    '"server_count":"1","version":"1.0"}')
+    assert ranktable.compact(INITIALIZING) == '{"status":"initializing","version":"1.0"}'
+
+
+# A device-plugin annotation as ascend-device-plugin (pkg/common/common.go GetPodConfiguration, json.Marshal of
+# pkg/common/proto.go Instance) writes it for a 4-chip 910B pod; only the addresses are loopback.
+PLUGIN_ANNOTATION = ('{"pod_name":"job-a1-{i}","server_id":"{uid}","host_ip":"127.15.0.3","super_pod_id":-1,'
+                     '"devices":[{"device_id":"{a}","device_ip":"127.64.3.{a}","super_device_id":"-2"},'
+                     '{"device_id":"{b}","device_ip":"127.64.3.{b}","super_device_id":"-2"}],'
+                     '"rack_id":-1,"server_index":"-1","server_ip":"127.15.0.3"}')
+
+
+def plugin_pod(index: int, chips: tuple[int, int], uid: str, node: str = "node-a") -> dict:
+    annotation = (PLUGIN_ANNOTATION.replace("{i}", str(index)).replace("{uid}", uid)
+                  .replace("{a}", str(chips[0])).replace("{b}", str(chips[1])))
+    return (PodBuilder("job", index).uid(uid).running(node=node, host_ip="127.15.0.3")
+            .device_annotation(annotation).build())
+
+
+def test_a_device_plugin_annotation_sample_gives_mindclusters_server_entries():
+    uids = ("6c1d0f6e-3d4b-4a51-9b0e-0f7a8c2d1e01", "6c1d0f6e-3d4b-4a51-9b0e-0f7a8c2d1e02")
+    pods = [plugin_pod(0, (0, 1), uids[0]), plugin_pod(1, (2, 3), uids[1])]
+    table = build_rank_table(pods, 2)
+    assert [(s["server_id"], s["host_ip"]) for s in table["server_list"]] == [
+        (uids[0], "127.15.0.3"), (uids[1], "127.15.0.3")]
+    assert [d["device_ip"] for s in table["server_list"] for d in s["device"]] == [
+        "127.64.3.0", "127.64.3.1", "127.64.3.2", "127.64.3.3"]
+    # the same pods on nodes of their own: the node's IP, as MindCluster's onePodOneNode
+    alone = [plugin_pod(0, (0, 1), uids[0], node="node-a"), plugin_pod(1, (2, 3), uids[1], node="node-b")]
+    assert [s["server_id"] for s in build_rank_table(alone, 2)["server_list"]] == ["127.15.0.3", "127.15.0.3"]
+
+
+@pytest.mark.parametrize(("chip", "pods", "per_pod"), [("910A", 2, 4), ("910B", 2, 4), ("910B", 8, 1), ("A3", 2, 8)])
+def test_pods_sharing_a_node_get_unique_server_ids(chip, pods, per_pod):
+    """HCCL refuses a repeated server_id (topoinfo_ranktableConcise.cc, CheckUniqueAndInsertPool, EI0004): pods of
+    one node are told apart by the device plugin's server_id, the pod's UID, with the node's IP as host_ip."""
+    super_pods = {"node-0": "0"} if chip == "A3" else None
+    gang_on_one_node = [PodBuilder("job", i).running(node="node-0", host_ip="127.15.0.1")
+                        .devices(range(i * per_pod, (i + 1) * per_pod),
+                                 super_ids=list(range(i * per_pod, (i + 1) * per_pod)) if super_pods else None).build()
+                        for i in range(pods)]
+    table = build_rank_table(gang_on_one_node, per_pod, super_pods)
+    server_ids = [server["server_id"] for server in table["server_list"]]
+    assert server_ids == [pod["metadata"]["uid"] for pod in gang_on_one_node]
+    assert len(set(server_ids)) == pods
+    assert {server["host_ip"] for server in table["server_list"]} == {"127.15.0.1"}
+    if super_pods:
+        assert [m["server_id"] for m in table["super_pod_list"][0]["server_list"]] == server_ids
+
+
+def test_the_strict_hccl_check_refuses_what_the_old_table_did_and_accepts_the_new():
+    from support.hccl_check import hccl_problems
+
+    pods = [PodBuilder("job", i).running(node="node-0", host_ip="127.15.0.1")
+            .devices(range(4 * i, 4 * i + 4), device_ips=[f"127.64.0.{chip}" for chip in range(4 * i, 4 * i + 4)]).build()
+            for i in range(2)]
+    table = build_rank_table(pods, 4)
+    assert hccl_problems(table, "910A") == []
+    old = json.loads(json.dumps(table))
+    for server in old["server_list"]:
+        server["server_id"] = server["host_ip"]  # what the operator wrote before: the node's IP for both pods
+    assert hccl_problems(old, "910A") == ["server 1: server_id 127.15.0.1 repeated (EI0004)"]
+    old["server_list"][0]["device"][1]["device_ip"] = "-1"
+    assert "server 0: ip[-1] is not a valid ip address" in hccl_problems(old, "910A")
+
+
+def test_an_older_device_plugin_annotation_still_gives_unique_server_ids():
+    """An older plugin wrote the node's IP as server_id and no host_ip: shared nodes fall back on the pod's UID
+    (what the current plugin writes), the host IP comes from the pod's status."""
+    pods = [PodBuilder("job", i).running(node="node-0", host_ip="127.15.0.1").devices(range(4 * i, 4 * i + 4), legacy=True)
+            .build() for i in range(2)]
+    table = build_rank_table(pods, 4)
+    assert [(s["server_id"], s["host_ip"]) for s in table["server_list"]] == [
+        (pods[0]["metadata"]["uid"], "127.15.0.1"), (pods[1]["metadata"]["uid"], "127.15.0.1")]
+    own = [PodBuilder("job", i).running(host_ip=f"127.15.0.{i + 1}").devices(count=4, legacy=True).build()
+           for i in range(2)]
+    assert [s["server_id"] for s in build_rank_table(own, 4)["server_list"]] == ["127.15.0.1", "127.15.0.2"]
+
+
+@pytest.mark.parametrize("bad_ip", ["-1", "", "not-an-ip"])
+def test_a_chip_without_a_device_ip_keeps_the_table_initializing_and_names_the_chip(bad_ip):
+    """HCCL refuses `ip[-1] is not a valid ip address`; MindCluster's validateDeviceIP keeps the table
+    initializing. The problem names the pod and the device."""
+    pods = [PodBuilder("job", 0).running().devices([0, 5], device_ips=["127.64.0.0", bad_ip]).build(),
+            PodBuilder("job", 1).running().devices(count=2).build()]
+    assert build_rank_table(pods, 2) == INITIALIZING
+    [problem] = missing_for_completion(pods, 2)
+    assert problem.startswith("job-a1-0: device 5 has device_ip") and repr(bad_ip) in problem
+
+
+def test_a3_needs_device_ips_only_across_super_pods():
+    """v1.2 inside one super-pod links chips by super_device_id (MindCluster validates device IPs for v1.2 only
+    across logical super-pods)."""
+    pods = [PodBuilder("job", i).running(node=f"a3-{i}")
+            .devices([0, 1], super_ids=[2 * i, 2 * i + 1], device_ips=["-1", "-1"]).build() for i in range(2)]
+    one = build_rank_table(pods, 2, {"a3-0": "1", "a3-1": "1"})
+    assert one["status"] == "completed" and [d["device_ip"] for d in one["server_list"][0]["device"]] == ["-1", "-1"]
+    two = {"a3-0": "1", "a3-1": "2"}
+    assert build_rank_table(pods, 2, two) == {"status": "initializing", "version": "1.2"}
+    assert len(missing_for_completion(pods, 2, 2, two)) == 4
 
 
 def test_devices_are_taken_lowest_chip_first():
@@ -100,7 +210,7 @@ def test_bad_or_duplicate_indices_are_initializing(second):
 def test_status_returned_is_a_copy():
     table = build_rank_table([PodBuilder("job", 0).node("node-0").devices(count=2).build()], 2)
     table["status"] = "mutated"
-    assert INITIALIZING == {"status": "initializing"}
+    assert INITIALIZING == {"status": "initializing", "version": "1.0"}
 
 
 def test_empty_gang_is_initializing():
@@ -117,7 +227,7 @@ def test_completed_table_properties(pod_count, per_pod, seed, super_pods):
     for index in range(pod_count):
         ids = rng.sample(range(16), per_pod)
         annotated[index] = ids
-        pods.append(PodBuilder("job", index).running(node=f"node-{index // 2}", host_ip=f"127.0.1.{index + 1}")
+        pods.append(PodBuilder("job", index).running(node=f"node-{index}", host_ip=f"127.0.1.{index + 1}")
                     .devices(ids, super_ids=[1000 * index + i for i in ids] if super_pods else None).build())
     shuffled = pods[:]
     rng.shuffle(shuffled)
@@ -151,7 +261,7 @@ def test_completed_table_properties(pod_count, per_pod, seed, super_pods):
         for group in table["super_pod_list"]:
             for entry in group["server_list"]:
                 index = int(entry["server_id"].rsplit(".", 1)[1]) - 1
-                assert group["super_pod_id"] == str((index // 2) % 3)
+                assert group["super_pod_id"] == str(index % 3)
         ids = [group["super_pod_id"] for group in table["super_pod_list"]]
         assert ids == sorted(set(ids))
     else:
@@ -180,14 +290,15 @@ def test_pod_devices_reads_the_device_plugin_annotation():
     assert pod_index({"metadata": {"labels": {}}}) is None
 
 
-# -- the ConfigMap: plain whenever it fits, compact when only that fits, gzipped beyond ---------------------------
+# -- the ConfigMap: compact whenever it fits, gzipped beyond; `version` counts the tables written ---------------
 def big_table(pods: int, per_pod: int = 8) -> dict:
     """A completed v1.0 table of `pods` servers shaped as build_rank_table writes it (built directly: fast)."""
-    servers = [{"server_id": f"127.{index // 250}.{index % 250}.1", "container_ip": f"127.16.{index // 250}.{index % 250}",
-                "device": [{"device_id": str(chip), "device_ip": f"127.100.{index % 250}.{chip}",
-                            "rank_id": str(index * per_pod + chip)} for chip in range(per_pod)]}
+    servers = [{"device": [{"device_id": str(chip), "device_ip": f"127.100.{index % 250}.{chip}",
+                            "rank_id": str(index * per_pod + chip)} for chip in range(per_pod)],
+                "server_id": f"127.{index // 250}.{index % 250}.1", "host_ip": f"127.{index // 250}.{index % 250}.1",
+                "container_ip": f"127.16.{index // 250}.{index % 250}"}
                for index in range(pods)]
-    return {"status": "completed", "version": "1.0", "server_count": str(pods), "server_list": servers}
+    return {"status": "completed", "server_list": servers, "server_count": str(pods), "version": "1.0"}
 
 
 def config_map_size(data: dict, binary: dict) -> int:
@@ -196,12 +307,13 @@ def config_map_size(data: dict, binary: dict) -> int:
     return sum(len(value.encode()) for value in data.values()) + sum(len(base64.b64decode(v)) for v in binary.values())
 
 
-@pytest.mark.parametrize(("pods", "shape"), [(2, "indented"), (1000, "compact"), (2048, "gzip")])
-def test_the_rank_table_configmap_is_plain_when_it_fits_and_reads_back_as_the_table(pods, shape):
+@pytest.mark.parametrize(("pods", "shape"), [(2, "compact"), (1000, "compact"), (2048, "gzip")])
+def test_the_rank_table_configmap_is_compact_when_it_fits_and_reads_back_as_the_table(pods, shape):
     table = big_table(pods)
-    data, binary = ranktable.config_map_data(table)
+    data, binary = ranktable.config_map_data(table, revision=7)
     assert config_map_size(data, binary) <= 1024 * 1024
-    assert data["version"] == "1.0"
+    assert data["version"] == "7"  # the counter; the format version is inside hccl.json
+    assert ranktable.config_map_revision({"data": data}) == 7
     mounted = json.loads(data[ranktable.TABLE_KEY])
     if shape == "gzip":
         assert set(binary) == {ranktable.COMPRESSED_KEY} and "server_list" not in mounted
@@ -209,14 +321,44 @@ def test_the_rank_table_configmap_is_plain_when_it_fits_and_reads_back_as_the_ta
                            "compressed": ranktable.COMPRESSED_KEY}
     else:
         assert binary == {} and mounted == table
-        assert ("\n" in data[ranktable.TABLE_KEY]) == (shape == "indented")
+        assert data[ranktable.TABLE_KEY] == ranktable.compact(table)
     assert ranktable.from_config_map({"data": data, "binaryData": binary}) == table
+
+
+def test_the_counter_reads_zero_when_absent_or_not_a_number():
+    assert ranktable.config_map_revision(None) == 0
+    assert ranktable.config_map_revision({"data": {"version": "1.0"}}) == 0  # a table written before the counter
+    assert ranktable.config_map_revision({"data": {"version": "12"}}) == 12
 
 
 def test_a_16384_rank_table_would_not_fit_even_compact_so_it_is_gzipped_and_the_same_table_gives_the_same_bytes():
     table = big_table(2048)
     assert len(ranktable.compact(table).encode()) > 1024 * 1024
     assert ranktable.config_map_data(table) == ranktable.config_map_data(big_table(2048))  # applies are no-ops
+
+
+@pytest.mark.parametrize(("world", "per_pod", "expander"), [
+    (128, 8, False), (4096, 8, False), (2048, 1, False), (2745, 1, True), (6488, 8, False), (6496, 8, True), (16384, 8, True), (65536, 16, True)])
+def test_jobs_whose_table_may_outgrow_the_configmap_are_known_before_any_address(world, per_pod, expander):
+    assert ranktable.may_exceed_config_map(world, per_pod) is expander
+
+
+@settings(max_examples=30, deadline=None)
+@given(pods=st.integers(1, 64), per_pod=st.sampled_from([1, 2, 4, 8, 16]))
+def test_the_size_bound_is_an_upper_bound(pods, per_pod):
+    """A table with the longest addresses and ids still fits when the bound says it cannot exceed the budget."""
+    long_ip = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"  # the longest text of an address
+    servers = [{"device": [{"device_id": "15", "device_ip": long_ip, "super_device_id": "4294967295",
+                            "rank_id": "65535"} for _ in range(per_pod)],
+                "server_id": "6c1d0f6e-3d4b-4a51-9b0e-0f7a8c2d1e01", "host_ip": long_ip, "container_ip": long_ip}
+               for _ in range(pods)]
+    table = {"status": "completed", "server_list": servers, "server_count": str(pods), "version": "1.2",
+             "super_pod_list": [{"super_pod_id": "4294967295", "server_list": [{"server_id": long_ip}] * pods}]}
+    scale = 256  # the bound is linear in the servers: the table of 256 times as many servers
+    world = pods * per_pod * scale
+    size = len(ranktable.compact(table).encode()) * scale
+    if not ranktable.may_exceed_config_map(world, per_pod):
+        assert size <= ranktable.CONFIG_MAP_BUDGET
 
 
 def test_a_rank_table_configmap_that_cannot_be_read_is_empty_and_none_is_none():
@@ -226,3 +368,16 @@ def test_a_rank_table_configmap_that_cannot_be_read_is_empty_and_none_is_none():
     assert ranktable.from_config_map({"data": {ranktable.TABLE_KEY: "{half"}}) == {}
     assert ranktable.from_config_map({"data": {}}) == {}
     assert ranktable.from_config_map(None) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.ip_addresses().map(str), st.text(alphabet="0123456789.:abcdef-", max_size=20),
+                 st.lists(st.integers(0, 300), min_size=3, max_size=5).map(lambda parts: ".".join(map(str, parts)))))
+def test_the_device_ip_check_agrees_with_ipaddress(text):
+    import ipaddress
+    try:
+        ipaddress.ip_address(text)
+        expected = True
+    except ValueError:
+        expected = False
+    assert ranktable.is_valid_ip(text) is expected

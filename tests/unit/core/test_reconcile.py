@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ascend_hybrid.contracts import names
-from ascend_hybrid.contracts.ascend import DeviceInfo
+from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DeviceInfo
 from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.reconcile import decision as reconcile
@@ -194,6 +194,34 @@ def test_rank_table_completes_when_every_pod_runs_with_devices():
     assert events(again) == [("Normal", "RankTableReady")]
 
 
+def test_every_table_written_counts_the_configmaps_version_up():
+    """MindCluster's TaskD waits for the ConfigMap's `version` to grow after a reschedule: each write is one more."""
+    body = demo().status(placed_status(phase="Starting")).build()
+    observed = dataclasses.replace(observe(body, pods=both()), rank_table_revision=4)
+    write = action(decide(observed), "write_rank_table")
+    assert write.revision == 5 and write.table["status"] == "completed"
+    steady = dataclasses.replace(observe(demo().status(placed_status(phase="Running")).build(), pods=both(),
+                                         rank_table=write.table), rank_table_revision=5)
+    assert "write_rank_table" not in kinds(decide(steady))
+
+
+def test_a_chip_without_a_device_ip_keeps_the_table_initializing_and_the_condition_names_it():
+    body = demo().status(placed_status(phase="Starting")).build()
+    broken = pod(1).build()
+    configuration = json.loads(broken["metadata"]["annotations"][DEVICE_ANNOTATION])
+    configuration["devices"][2]["device_ip"] = "-1"
+    broken["metadata"]["annotations"][DEVICE_ANNOTATION] = json.dumps(configuration)
+    decision = decide(observe(body, pods=[pod(0).build(), broken]))
+    assert "write_rank_table" not in kinds(decision) and decision.status["phase"] == "Starting"
+    assert decision.status["rankTable"]["status"] == "initializing"
+    ready = next(c for c in decision.status["conditions"] if c["type"] == "RankTableReady")
+    assert ready["status"] == "False" and "demo-a1-1: device 2 has device_ip '-1'" in ready["message"]
+    # the table was completed before the device plugin lost the IP: it goes back to initializing
+    completed = action(decide(observe(body, pods=both())), "write_rank_table").table
+    reset = decide(observe(demo().status(placed_status(phase="Running")).build(), pods=[pod(0).build(), broken], rank_table=completed))
+    assert action(reset, "write_rank_table").table == {"status": "initializing", "version": "1.0"}
+
+
 def test_an_a3_rank_table_takes_super_pods_from_deviceinfo_when_nodes_lack_the_label():
     body = demo().section("npu", chip="A3", perPod=4).status(placed_status(phase="Starting")).build()
     infos = {name: DeviceInfo(name, super_pod=str(7 + index)) for index, name in enumerate(NODES)}
@@ -209,7 +237,8 @@ def test_an_unexplained_failure_restarts_the_whole_gang_keeping_its_node():
     decision = decide(observe(body, pods=[pod(0).build(), pod(1).exited(137).build()],
                               rank_table={"status": "completed"}))
     assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
-    assert action(decision, "write_rank_table").table == {"status": "initializing"}
+    reset = action(decision, "write_rank_table")
+    assert (reset.table, reset.revision) == ({"status": "initializing", "version": "1.0"}, 1)
     status = decision.status
     assert (status["attempt"], status["restarts"], status["phase"]) == (2, 1, "Restarting")
     assert status["avoidedNodes"] == []  # nothing says the node is to blame

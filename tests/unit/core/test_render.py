@@ -113,9 +113,10 @@ def test_config_maps(seed, seed_children):
     assert job["model"] == seed.model
     assert job["training"]["globalBatchSize"] == 512 and job["training"]["steps"] == 10000
     table = {"status": "completed", "version": "1.2", "server_count": "0", "server_list": []}
-    completed = render.rank_table_config_map("seed-moe-128", "team-a", UID, table)
-    assert json.loads(completed["data"]["hccl.json"]) == table and completed["data"]["version"] == "1.2"
-    assert children_of(seed, 3, table)[2] == completed
+    assert table_map["data"]["version"] == "0"  # the counter of tables written: none yet
+    completed = render.rank_table_config_map("seed-moe-128", "team-a", UID, table, revision=3)
+    assert json.loads(completed["data"]["hccl.json"]) == table and completed["data"]["version"] == "3"
+    assert children_of(seed, 3, table)[2] == render.rank_table_config_map("seed-moe-128", "team-a", UID, table)
 
 
 def test_pod_shape(seed, seed_children):

@@ -254,7 +254,9 @@ def test_deployment_runs_two_locked_down_replicas_behind_a_lease(rendered):
     (container,) = pod["containers"]
     assert container["image"] == "ascend-hybrid/operator:0.1.0"
     assert container["command"] == ["ascend-hybrid"]
-    assert container["args"] == ["run", "--metrics-port=8080", "--health-port=8081", "--log-level=INFO", "--log-format=text",
+    assert container["args"] == ["run", "--metrics-port=8080", "--health-port=8081", "--log-level=INFO",
+                                 "--log-format=text",
+                                 "--ranktable-expander-image=ascend-hybrid/operator:0.1.0",  # its own image
                                  "--leader-elect", "--lease-name=ascend-hybrid-operator",
                                  "--lease-duration-seconds=10", "--lease-renew-deadline-seconds=7",
                                  "--lease-retry-seconds=2"]

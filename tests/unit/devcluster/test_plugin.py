@@ -71,7 +71,7 @@ def test_pods_without_npus_or_unbound_are_ignored(plugin):
 
 
 def test_a_restarted_plugin_trusts_existing_annotations(plugin):
-    held = allocation.device_annotations("pod-old", SimNode(2, "910B", 0, 1), (0, 1, 2))
+    held = allocation.device_annotations("pod-old", "uid-old", SimNode(2, "910B", 0, 1), (0, 1, 2))
     plugin.sync_pods([npu_pod("old", 3, node="node-002").annotations(held).phase("Running").build(),
                       npu_pod("new", 2, node="node-002").build()])
     settle(plugin)

@@ -87,17 +87,28 @@ def choose_chips(chip: ChipProfile, free: set[int] | frozenset[int], count: int)
     return tuple(sorted(free)[:count])
 
 
-def device_annotations(pod_name: str, node: SimNode, chips: tuple[int, ...]) -> dict[str, str]:
-    """What the Ascend device plugin writes on a pod once it has allocated its chips."""
+NO_DOMAIN = -1  # the plugin's DefaultSuperPodID / DefaultRackID / DefaultServerIndex: "not part of one"
+
+
+def device_annotations(pod_name: str, pod_uid: str, node: SimNode, chips: tuple[int, ...]) -> dict[str, str]:
+    """What the Ascend device plugin writes on a pod once it has allocated its chips, in its current shape
+    (ascend-device-plugin pkg/common/proto.go Instance, filled by pkg/device/ascendcommon.go getConfigAnno):
+    server_id is the pod's UID, host_ip and server_ip the node's IP, then super_pod_id, rack_id and server_index,
+    in the field order of Go's json.Marshal."""
     chip = profile(node.chip)
     devices = []
     for chip_id in chips:
-        device = {"device_id": str(chip_id), "device_ip": device_ip(node.index, chip_id)}
+        # "-1": what the plugin writes for a chip whose IP it could not read (ascend-common DeviceIPErrorCodeStr)
+        ip = "-1" if chip_id in node.unreadable_ips else device_ip(node.index, chip_id)
+        device = {"device_id": str(chip_id), "device_ip": ip}
         if chip.super_pod:
             # Unique inside the super-pod: this server's position in it times its chip count, plus the chip.
             device["super_device_id"] = str(node.server_index * chip.chips_per_node + chip_id)
         devices.append(device)
-    configuration = {"pod_name": pod_name, "server_id": node.ip, "devices": devices}
+    configuration = {"pod_name": pod_name, "server_id": pod_uid, "host_ip": node.ip,
+                     "super_pod_id": node.rack if chip.super_pod else NO_DOMAIN, "devices": devices,
+                     "rack_id": node.rack, "server_index": str(node.server_index if chip.super_pod else NO_DOMAIN),
+                     "server_ip": node.ip}
     return {
         CONFIG_ANNOTATION: json.dumps(configuration, separators=(",", ":")),
         CHIPS_ANNOTATION: ",".join(chip_name(i) for i in chips),

@@ -144,7 +144,7 @@ class SimulatedDevicePlugin:
         metadata = pod["metadata"]
         uid, name, namespace = metadata["uid"], metadata["name"], metadata["namespace"]
         # The uid in a merge patch is a precondition: a re-created pod of the same name is left alone.
-        body = {"metadata": {"uid": uid, "annotations": device_annotations(name, node, chips)}}
+        body = {"metadata": {"uid": uid, "annotations": device_annotations(name, uid, node, chips)}}
         keep = True
         try:
             # _preload_content=False: the reply is not needed, and turning it into a model costs more CPU than

@@ -14,6 +14,7 @@ from ascend_hybrid.devcluster.nodes.manifests import (
     DEVICEINFO_NAMESPACE,
     NOT_READY_LABEL,
     SIMULATED_LABEL,
+    UNREADABLE_IPS_ANNOTATION,
     SimNode,
     chip_name,
     deviceinfo_configmap,
@@ -117,3 +118,19 @@ def set_chip_health(core: client.CoreV1Api, node_name: str, chip_id: int, health
     with_retries(lambda: core.patch_namespaced_config_map(name, DEVICEINFO_NAMESPACE, patch),
                  f"patch configmap {name}")
     return frozenset(unhealthy)
+
+
+def set_device_ip_readable(core: client.CoreV1Api, node_name: str, chip_id: int, readable: bool) -> frozenset[int]:
+    """Marks one chip's IP unreadable (or readable again) for the device plugin: pods it allocates afterwards get
+    `"device_ip": "-1"` for that chip. Returns the node's unreadable chips."""
+    node = sim_node_from_manifest(read_raw(core.read_node, node_name))
+    if node is None:
+        raise ValueError(f"{node_name} is not a simulated Ascend node")
+    chips = profile(node.chip).chips_per_node
+    if not 0 <= chip_id < chips:
+        raise ValueError(f"{node_name} has chips 0..{chips - 1}; there is no {chip_name(chip_id)}")
+    unreadable = set(node.unreadable_ips) - {chip_id} if readable else set(node.unreadable_ips) | {chip_id}
+    value = ",".join(map(str, sorted(unreadable))) or None  # None: the merge patch removes the annotation
+    with_retries(lambda: core.patch_node(node_name, {"metadata": {"annotations": {UNREADABLE_IPS_ANNOTATION: value}}}),
+                 f"annotate node {node_name}")
+    return frozenset(unreadable)

@@ -18,6 +18,9 @@ SIMULATED_LABEL = f"{SIM_PREFIX}/simulated"
 NOT_READY_LABEL = f"{SIM_PREFIX}/not-ready"
 NODE_INDEX_ANNOTATION = f"{SIM_PREFIX}/node-index"
 SERVER_INDEX_ANNOTATION = f"{SIM_PREFIX}/server-index"
+# Chips whose IP the simulated device plugin "cannot read" ("3,5"): it annotates them `"device_ip": "-1"`, as the
+# real plugin does when it fails to read a chip's IP (`dev-cluster fault NODE --chip-ip-unreadable ID`).
+UNREADABLE_IPS_ANNOTATION = f"{SIM_PREFIX}/unreadable-device-ips"
 CHIP_LABEL = "node.kubernetes.io/npu.chip.name"
 ACCELERATOR_TYPE_LABEL = "accelerator-type"
 RACK_LABEL = "huawei.com/topotree.rackid"
@@ -72,6 +75,7 @@ class SimNode:
     chip: str
     rack: int
     server_index: int  # position inside the rack (MindCluster's ServerIndex)
+    unreadable_ips: frozenset[int] = frozenset()  # chips the device plugin annotates with device_ip "-1"
 
     @property
     def name(self) -> str:
@@ -253,4 +257,6 @@ def sim_node_from_manifest(node: dict) -> SimNode | None:
         return None
     if chip is None:
         return None
-    return SimNode(index=index, chip=chip.chip, rack=rack, server_index=server_index)
+    unreadable = frozenset(int(part) for part in str(annotations.get(UNREADABLE_IPS_ANNOTATION, "")).split(",")
+                           if part.strip().isdigit())
+    return SimNode(index=index, chip=chip.chip, rack=rack, server_index=server_index, unreadable_ips=unreadable)
