@@ -3,6 +3,8 @@ says, and every default both state — the CRD's and the trainer's own table —
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -30,7 +32,7 @@ def test_the_trainers_degree_defaults_are_the_operators():
     resolved = rules.parse(body)
     degrees = {"data": resolved.data, "tensor": resolved.tensor, "pipeline": resolved.pipeline,
                 "expert": resolved.expert, "expertPlacement": resolved.expert_placement,
-                "virtualPipelineStages": resolved.virtual_pipeline_stages}
+                "virtualPipelineStages": resolved.virtual_pipeline_stages, "context": resolved.context}
     assert degrees == defaults.PARALLELISM
 
 
@@ -131,6 +133,29 @@ def test_the_job_json_of_every_planner_field_is_read_as_the_job_says():
     plan = plan_parallel(config.parallelism, config.model, config.training)
     assert plan.sequence_parallel and plan.flash_attention and plan.virtual_stages == 2
     assert plan.micro_batch_size == resolved.global_batch_size // (2 * 4)
+
+
+def test_the_job_json_of_context_parallelism_uneven_stages_and_the_seed_knobs_reaches_the_trainer():
+    """Issue 28's fields: CP, pipelineLayers, capacityFactor, auxLossWeight and gradientBucketMB, from the spec
+    through job.json and AHJ_PARALLEL to the trainer's plan."""
+    body = {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "metadata": {"name": "knobs"},
+            "spec": {"parallelism": {"data": 2, "tensor": 2, "pipeline": 2, "context": 2, "microBatches": 4,
+                                     "pipelineLayers": [5, 3], "expert": 2},
+                     "npu": {"perPod": 8},
+                     "model": {"preset": "moe-100b", "layers": 8, "capacityFactor": 0.8, "auxLossWeight": 0.001},
+                     "training": {"flashAttention": True, "globalBatchSize": 16, "seqLength": 256,
+                                  "gradientBucketMB": 32}}}
+    resolved = rules.parse(body)
+    assert resolved.world_size == 16
+    job = render.job_config(resolved)
+    assert job["worldSize"] == 16 and job["parallelism"]["context"] == 2
+    assert job["parallelism"]["pipelineLayers"] == [5, 3] and job["training"]["gradientBucketMB"] == 32
+    config = parse_job(job, env_parallel=json.loads(json.dumps(resolved.degrees)))
+    assert (config.parallelism.context, config.parallelism.pipeline_layers) == (2, (5, 3))
+    assert (config.model.capacity_factor, config.model.aux_loss_weight) == (0.8, 0.001)
+    plan = plan_parallel(config.parallelism, config.model, config.training)
+    assert plan.layer_stages == (0, 0, 0, 0, 0, 1, 1, 1) and plan.shards.ring_attention
+    assert plan.context["device_num"] == 16 and plan.context["comm_fusion"]["allreduce"]["config"] == 32
 
 
 @pytest.mark.parametrize("pods", [2, 2048])

@@ -255,3 +255,71 @@ def test_cpu_runs_selective_recompute_micro_batches_gqa_and_swiglu_but_not_flash
                                           "Ascend only"):
         check_runnable(plan, config.parallelism, "CPU")
     check_runnable(plan, config.parallelism, "Ascend")
+
+
+# --- uneven pipeline stages, context parallelism, gradient buckets (issue 28) ------------------------------------
+
+def test_explicit_pipeline_layers_map_contiguous_blocks_of_those_sizes():
+    """MindSpeed's --num-layer-list 17,20,22,21 for an 80-layer model on 4 stages (its Llama 3 70B script)."""
+    config, plan = plan_of({"parallelism": {"pipeline": 4, "microBatches": 4, "pipelineLayers": [17, 20, 22, 21]},
+                            "model": {"layers": 80}, "training": {"globalBatchSize": 4}})
+    assert config.parallelism.pipeline_layers == (17, 20, 22, 21)
+    assert [plan.layer_stages.count(stage) for stage in range(4)] == [17, 20, 22, 21]
+    assert plan.layer_stages == tuple(sorted(plan.layer_stages))  # contiguous: stage numbers never go back
+    assert plan.layer_stages[16] == 0 and plan.layer_stages[17] == 1 and plan.layer_stages[-1] == 3
+
+
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=8))
+def test_any_explicit_split_gives_each_stage_its_count_in_order(split):
+    stages = layer_stages(sum(split), len(split), 1, tuple(split))
+    assert [stages.count(stage) for stage in range(len(split))] == split
+    assert list(stages) == sorted(stages)
+
+
+@pytest.mark.parametrize("split, message", [
+    ([10, 10, 4], r"parallelism.pipelineLayers has 3 entries: it needs one per stage \(parallelism.pipeline=2\)"),
+    ([12, 11], r"parallelism.pipelineLayers sums to 23: it must sum to model.layers=24"),
+])
+def test_explicit_pipeline_layers_are_checked_against_the_model(split, message):
+    with pytest.raises(ConfigError, match=message):
+        plan_of({"parallelism": {"pipeline": 2, "microBatches": 2, "pipelineLayers": split},
+                 "training": {"globalBatchSize": 2}})
+
+
+def test_context_parallelism_splits_the_sequence_and_turns_on_ring_attention():
+    config, plan = plan_of({"parallelism": {"data": 2, "tensor": 2, "context": 4}, "model": {"kvHeads": 8},
+                            "training": {"flashAttention": True, "globalBatchSize": 4, "seqLength": 512}})
+    assert config.parallelism.world_size == 16 and plan.context["device_num"] == 16
+    shards = plan.shards
+    assert shards.ring_attention
+    # q, k, v in BNSD: batch over DP, heads over TP, the sequence over CP (MindSpore's ring-attention layout)
+    assert shards.flash_attention == ((2, 2, 4, 1), (2, 2, 4, 1), (2, 2, 4, 1), (1, 1))
+    # every token-splitting op splits the flattened [batch·seq] tokens DP·CP ways; weights stay whole across CP
+    assert shards.qkv == ((8, 1), (2, 1)) and shards.attention_output == ((8, 2), (1, 2))
+    assert shards.embedding == ((2, 1), (2, 4)) and shards.cross_entropy == ((8, 1), (8, 1))
+
+
+def test_context_parallelism_needs_flash_attention_and_a_divisible_sequence():
+    with pytest.raises(ConfigError, match=r"parallelism.context=2 needs training.flashAttention"):
+        plan_of({"parallelism": {"tensor": 2, "context": 2}, "training": {"globalBatchSize": 1}})
+    with pytest.raises(ConfigError, match=r"training.seqLength=130 must be divisible by parallelism.context=4"):
+        plan_of({"parallelism": {"tensor": 2, "context": 4},
+                 "training": {"flashAttention": True, "seqLength": 130, "globalBatchSize": 1}})
+
+
+def test_cpu_refuses_context_parallelism():
+    config, plan = plan_of({"parallelism": {"data": 2, "context": 2},
+                            "training": {"flashAttention": True, "globalBatchSize": 2}})
+    assert plan.mode == SEMI_AUTO_PARALLEL  # CP is never plain data parallelism
+    with pytest.raises(ConfigError, match=r"parallelism context=2: the CPU backend can run only data parallel"):
+        check_runnable(plan, config.parallelism, "CPU")
+
+
+def test_gradient_bucket_size_becomes_mindspore_comm_fusion():
+    fusion = {"allreduce": {"mode": "size", "config": 32}, "reducescatter": {"mode": "size", "config": 32}}
+    _, data_only = plan_of({"parallelism": {"data": 4}, "training": {"gradientBucketMB": 32}})
+    assert data_only.context["comm_fusion"] == fusion
+    _, hybrid = plan_of({"parallelism": {"data": 2, "tensor": 2}, "training": {"gradientBucketMB": 32}})
+    assert hybrid.context["comm_fusion"] == fusion
+    _, default = plan_of({"parallelism": {"data": 4}})
+    assert "comm_fusion" not in default.context

@@ -56,14 +56,16 @@ class Parallelism:
     expert_placement: str = defaults.PARALLELISM["expertPlacement"]
     micro_batches: int = defaults.PARALLELISM["pipeline"]  # = pipeline
     virtual_pipeline_stages: int = defaults.PARALLELISM["virtualPipelineStages"]
+    context: int = defaults.PARALLELISM["context"]  # ranks that split each sequence (ring attention)
+    pipeline_layers: tuple[int, ...] | None = None  # layers of each stage; None: the even split
 
     @property
     def world_size(self) -> int:
-        return self.data * self.tensor * self.pipeline
+        return self.data * self.tensor * self.pipeline * self.context
 
     @property
     def only_data_parallel(self) -> bool:
-        return self.tensor == 1 and self.pipeline == 1 and self.expert == 1
+        return self.tensor == 1 and self.pipeline == 1 and self.expert == 1 and self.context == 1
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ class TrainingConfig:
     optimizer_shard: bool = defaults.TRAINING["optimizerShard"]
     sequence_parallel: bool = defaults.TRAINING["sequenceParallel"]
     flash_attention: bool = defaults.TRAINING["flashAttention"]
+    gradient_bucket_mb: int | None = None  # None: MindSpore's own gradient fusion
     gradient_clip_norm: float = defaults.TRAINING_EXTENSIONS["gradientClipNorm"]
     divergence_loss_factor: float = defaults.TRAINING_EXTENSIONS["divergenceLossFactor"]
     divergence_grad_factor: float = defaults.TRAINING_EXTENSIONS["divergenceGradFactor"]
@@ -135,7 +138,8 @@ def parse_parallelism(given: Mapping[str, Any]) -> Parallelism:
     return Parallelism(
         data=raw["data"], tensor=raw["tensor"], pipeline=pipeline, expert=raw["expert"],
         expert_placement=raw["expertPlacement"], micro_batches=raw.get("microBatches") or pipeline,
-        virtual_pipeline_stages=raw["virtualPipelineStages"])
+        virtual_pipeline_stages=raw["virtualPipelineStages"], context=raw["context"],
+        pipeline_layers=tuple(raw["pipelineLayers"]) if raw.get("pipelineLayers") else None)
 
 
 def parse_model(document: ModelDocument) -> ModelConfig:
@@ -177,6 +181,7 @@ def parse_training(document: TrainingDocument, degrees: Parallelism) -> Training
         seq_length=given["seqLength"], learning_rate=float(given["learningRate"]), seed=given["seed"],
         recompute=given["recompute"], optimizer_shard=given["optimizerShard"], sequence_parallel=given["sequenceParallel"],
         flash_attention=given["flashAttention"], gradient_clip_norm=float(given["gradientClipNorm"]),
+        gradient_bucket_mb=given.get("gradientBucketMB"),
         divergence_loss_factor=float(given["divergenceLossFactor"]),
         divergence_grad_factor=float(given["divergenceGradFactor"]),
         checkpoint_every=checkpoint["everySteps"], checkpoint_claim=checkpoint.get("claimName") or None,
@@ -189,12 +194,27 @@ def parse_training(document: TrainingDocument, degrees: Parallelism) -> Training
     return training
 
 
+def _pipeline_layers_problems(model: ModelConfig, degrees: Parallelism) -> list[str]:
+    split, problems = degrees.pipeline_layers or (), []
+    if len(split) != degrees.pipeline:
+        problems.append(f"parallelism.pipelineLayers has {len(split)} entries: it needs one per stage "
+                        f"(parallelism.pipeline={degrees.pipeline})")
+    if sum(split) != model.layers:
+        problems.append(f"parallelism.pipelineLayers sums to {sum(split)}: it must sum to model.layers={model.layers}")
+    if degrees.virtual_pipeline_stages > 1:
+        problems.append("parallelism.pipelineLayers: not with virtualPipelineStages > 1 (interleaving cuts the "
+                        "layers into equal chunks)")
+    return problems
+
+
 def check_model_fits_degrees(model: ModelConfig, degrees: Parallelism) -> None:
     """The validation rules of design §3 that involve the model; the operator checks them too, the trainer
     repeats them because it may be started by hand with a job.json of its own."""
     problems = []
     chunks = degrees.pipeline * degrees.virtual_pipeline_stages
-    if model.layers % chunks:
+    if degrees.pipeline_layers:
+        problems += _pipeline_layers_problems(model, degrees)
+    elif model.layers % chunks:
         problems.append(f"model.layers={model.layers} must be divisible by parallelism.pipeline={degrees.pipeline}"
                         + (f" x virtualPipelineStages={degrees.virtual_pipeline_stages}"
                            if degrees.virtual_pipeline_stages > 1 else ""))
@@ -232,8 +252,8 @@ def parse_job(job: Any, env_parallel: Any = None) -> RunConfig:
     model = parse_model(document.model)
     check_model_fits_degrees(model, degrees)
     if document.world_size is not None and document.world_size != degrees.world_size:
-        raise ConfigError(f"worldSize={document.world_size} but parallelism data x tensor x pipeline = "
-                          f"{degrees.world_size}")
+        raise ConfigError(f"worldSize={document.world_size} but parallelism data x tensor x pipeline"
+                          f"{' x context' if degrees.context > 1 else ''} = {degrees.world_size}")
     return RunConfig(parallelism=degrees, model=model, training=parse_training(document.training, degrees))
 
 

@@ -56,6 +56,8 @@ class ParallelismDocument(_Section):
     expert_placement: Literal["dataParallel", "intraNode"] | None = None
     micro_batches: PositiveInt | None = None
     virtual_pipeline_stages: PositiveInt | None = None
+    context: PositiveInt | None = None
+    pipeline_layers: list[PositiveInt] | None = None
 
 
 class ModelDocument(_Section):
@@ -97,6 +99,7 @@ class TrainingDocument(_Section):
     sequence_parallel: bool | None = None
     flash_attention: bool | None = None
     optimizer_shard: bool | None = None
+    gradient_bucket_mb: PositiveInt | None = Field(None, alias="gradientBucketMB")
     gradient_clip_norm: NonNegativeFloat | None = None
     divergence_loss_factor: NonNegativeFloat | None = None
     divergence_grad_factor: NonNegativeFloat | None = None

@@ -105,6 +105,9 @@ class FlashAttentionCore(nn.Cell):
                                                 scale_value=1.0 / math.sqrt(config.head_dim), pre_tokens=2147483647,
                                                 next_tokens=0, input_layout="BNSD", sparse_mode=2),
                             shards and shards.flash_attention)
+        if shards is not None and shards.ring_attention:
+            # context parallelism: the S axis is split cp ways and K, V travel around the CP ranks
+            self.flash.add_prim_attr("enable_ring_attention", True)
         size = self.COMPRESSED_MASK
         self.mask = ms.Tensor([[1 if key > query else 0 for key in range(size)] for query in range(size)], ms.uint8)
 

@@ -47,6 +47,7 @@ class ShardStrategies:
     # The output strategy of the row-parallel MatMuls: None = all-reduce over mp (the partial sums are added and
     # every rank keeps all tokens); with sequence parallelism ((dp·mp, 1),) = reduce-scatter along the tokens.
     row_parallel_output: Strategy | None = None
+    ring_attention: bool = False  # context parallelism: FlashAttentionScore's enable_ring_attention
 
     @property
     def expert_weights(self) -> tuple[int, ...]:
@@ -82,10 +83,19 @@ class ParallelPlan:
         return not self.uses_pipeline and self.micro_batches > 1
 
 
-def layer_stages(layers: int, pipeline: int, virtual: int = 1) -> tuple[int, ...]:
+def layer_stages(layers: int, pipeline: int, virtual: int = 1,
+                 explicit: tuple[int, ...] | None = None) -> tuple[int, ...]:
     """Layer i sits in stage i // (layers / pp): contiguous, equal blocks (layers % pp == 0 is validated). With v
     virtual stages (interleaved 1F1B) the layers form pp·v equal chunks and chunk c runs on stage c % pp, so each
-    stage holds v chunks spread over the depth (Narayanan et al., SC'21, §2.2)."""
+    stage holds v chunks spread over the depth (Narayanan et al., SC'21, §2.2). An explicit split
+    (parallelism.pipelineLayers, as MindSpeed's --num-layer-list) gives stage k the next explicit[k] layers: the
+    stages stay contiguous, only their sizes differ (MindSpore reads each cell's pipeline_stage, so any contiguous
+    assignment is a valid pipeline)."""
+    if explicit:
+        if len(explicit) != pipeline or sum(explicit) != layers or virtual > 1:
+            raise ConfigError(f"parallelism.pipelineLayers={list(explicit)} must have parallelism.pipeline={pipeline} "
+                              f"entries summing to model.layers={layers}, without virtualPipelineStages")
+        return tuple(stage for stage, count in enumerate(explicit) for _ in range(count))
     chunks = pipeline * virtual
     if layers % chunks:
         raise ConfigError(f"model.layers={layers} must be divisible by parallelism.pipeline={pipeline}"
@@ -107,7 +117,12 @@ def expert_weight_strategy(degrees: Parallelism) -> tuple[int, ...]:
 
 
 def shard_strategies(degrees: Parallelism, sequence_parallel: bool = False) -> ShardStrategies:
-    dp, mp, ep = degrees.data, degrees.tensor, degrees.expert
+    # Context parallelism: every op that splits the flattened [batch·seq] tokens (batch-major) splits them dp·cp
+    # ways, so each DP slice is cut into cp contiguous parts of its sequence; the weights stay whole across CP.
+    # Attention is the one op that needs the whole sequence: FlashAttentionScore splits its S axis cp ways and,
+    # with enable_ring_attention, passes K and V around the CP ranks (MindSpore's ring attention; its own parallel
+    # tests shard BNSD q, k, v as (dp, mp, cp, 1)).
+    dp, mp, ep, cp = degrees.data * degrees.context, degrees.tensor, degrees.expert, degrees.context
     # Sequence parallelism (Korthikanti et al. 2022, §4.2.2): the layer norms and residual adds, which TP leaves
     # whole, work on 1/mp of the tokens; the row-parallel outputs reduce-scatter instead of all-reduce, and the
     # framework all-gathers the tokens again before the next column-parallel MatMul.
@@ -116,27 +131,29 @@ def shard_strategies(degrees: Parallelism, sequence_parallel: bool = False) -> S
     # The expert BatchMatMul's token operand: the expert axis takes ep, the rest of the stage's dp·mp ranks
     # split the tokens, so expert weights and tokens use every rank of the stage exactly once.
     token_split = dp // ep if degrees.expert_placement == "dataParallel" else dp
+    batch = degrees.data  # the batch axis of the 4-D attention tensors; their sequence axis takes cp
     ffn_split = weights[2]
     return ShardStrategies(
         qkv=((dp, 1), (mp, 1)),
         attention_output=((dp, mp), (1, mp)),
         ffn_in=((dp, 1), (mp, 1)),
         ffn_out=((dp, mp), (1, mp)),
-        embedding=((mp, 1), (dp, 1)),
+        embedding=((mp, 1), (batch, cp)),
         lm_head=((dp, 1), (mp, 1)),
         expert_ffn_in=((ep, token_split, 1), weights),
         expert_ffn_out=((ep, token_split, ffn_split), (ep, ffn_split, 1)),
         router=((dp, 1), (1, 1)),
         layer_norm=((tokens, 1), (1,), (1,)),
-        attention_scores=((dp, mp, 1, 1), (dp, mp, 1, 1)),
-        attention_softmax=((dp, mp, 1, 1),),
-        attention_context=((dp, mp, 1, 1), (dp, mp, 1, 1)),
+        attention_scores=((batch, mp, 1, 1), (batch, mp, 1, 1)),
+        attention_softmax=((batch, mp, 1, 1),),
+        attention_context=((batch, mp, 1, 1), (batch, mp, 1, 1)),
         activation=((dp, mp),),
         gate_multiply=((dp, mp), (dp, mp)),
         residual_add=((tokens, 1), (tokens, 1)),
         cross_entropy=((dp, 1), (dp, 1)),
-        flash_attention=((dp, mp, 1, 1), (dp, mp, 1, 1), (dp, mp, 1, 1), (1, 1)),
+        flash_attention=((batch, mp, cp, 1), (batch, mp, cp, 1), (batch, mp, cp, 1), (1, 1)),
         row_parallel_output=((dp * mp, 1),) if sequence_parallel else None,
+        ring_attention=cp > 1,
     )
 
 
@@ -153,6 +170,11 @@ def check_shapes_divide(model: ModelConfig, degrees: Parallelism, training: Trai
     if model.is_moe:
         rules.append((model.experts % ep, f"model.experts={model.experts} must be divisible by "
                                           f"parallelism.expert={ep}"))
+    if degrees.context > 1:
+        rules.append((training.seq_length % degrees.context, f"training.seqLength={training.seq_length} must be "
+                                                             f"divisible by parallelism.context={degrees.context}"))
+        rules.append((0 if training.flash_attention else 1, f"parallelism.context={degrees.context} needs "
+                      "training.flashAttention: ring attention is a FlashAttentionScore feature"))
     if training.sequence_parallel and mp > 1:
         rules.append((training.seq_length % mp, f"training.seqLength={training.seq_length} must be divisible by "
                                                 f"parallelism.tensor={mp} for sequenceParallel"))
@@ -166,15 +188,25 @@ def micro_batch_size(degrees: Parallelism, training: TrainingConfig) -> int:
     return training.global_batch_size // (degrees.data * degrees.micro_batches)
 
 
+def gradient_fusion(training: TrainingConfig) -> dict:
+    """training.gradientBucketMB → MindSpore's comm_fusion: the gradient all-reduces (and, with the parallel
+    optimizer, the reduce-scatters) fused into buckets of that many MB, each sent when its gradients are ready."""
+    if training.gradient_bucket_mb is None:
+        return {}
+    size = {"mode": "size", "config": training.gradient_bucket_mb}
+    return {"comm_fusion": {"allreduce": size, "reducescatter": size}}
+
+
 def plan_parallel(degrees: Parallelism, model: ModelConfig, training: TrainingConfig) -> ParallelPlan:
-    stages = layer_stages(model.layers, degrees.pipeline, degrees.virtual_pipeline_stages)
+    stages = layer_stages(model.layers, degrees.pipeline, degrees.virtual_pipeline_stages, degrees.pipeline_layers)
     common = {"recompute": training.recompute, "micro_batches": degrees.micro_batches,
               "micro_batch_size": micro_batch_size(degrees, training), "flash_attention": training.flash_attention}
     if degrees.world_size == 1 and degrees.only_data_parallel:
         return ParallelPlan(mode=STAND_ALONE, context={"parallel_mode": STAND_ALONE}, shards=None,
                             layer_stages=stages, pipeline_stages=1, full_batch=True, **common)
     if degrees.only_data_parallel:
-        context = {"parallel_mode": DATA_PARALLEL, "device_num": degrees.data, "gradients_mean": True}
+        context = {"parallel_mode": DATA_PARALLEL, "device_num": degrees.data, "gradients_mean": True,
+                   **gradient_fusion(training)}
         if training.optimizer_shard:
             context["enable_parallel_optimizer"] = True
         return ParallelPlan(mode=DATA_PARALLEL, context=context, shards=None, layer_stages=stages,
@@ -189,6 +221,7 @@ def plan_parallel(degrees: Parallelism, model: ModelConfig, training: TrainingCo
         "full_batch": True,
         "gradients_mean": True,
         "enable_parallel_optimizer": training.optimizer_shard,
+        **gradient_fusion(training),
     }
     if degrees.virtual_pipeline_stages > 1:
         context["pipeline_config"] = {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}
@@ -208,7 +241,8 @@ def check_runnable(plan: ParallelPlan, degrees: Parallelism, device_target: str)
     if device_target != "CPU":
         return
     beyond_data = [f"{name}={value}" for name, value in
-                   (("tensor", degrees.tensor), ("pipeline", degrees.pipeline), ("expert", degrees.expert))
+                   (("tensor", degrees.tensor), ("pipeline", degrees.pipeline), ("expert", degrees.expert),
+                    ("context", degrees.context))
                    if value > 1]
     if beyond_data:
         raise ConfigError(

@@ -73,8 +73,9 @@ def cmd_validate(args) -> int:
                 print(f"error: {prefix}{line}", file=sys.stderr)
             bad += 1
             continue
+        cp = f" × CP {resolved.context}" if resolved.context > 1 else ""
         print(f"{resolved.name}: valid (world {resolved.world_size} = DP {resolved.data} × "
-              f"TP {resolved.tensor} × PP {resolved.pipeline}, EP {resolved.expert}, {resolved.pod_count} pods × "
+              f"TP {resolved.tensor} × PP {resolved.pipeline}{cp}, EP {resolved.expert}, {resolved.pod_count} pods × "
               f"{resolved.per_pod} {resolved.chip})")
     return EXIT_BAD_INPUT if bad else 0
 
@@ -88,7 +89,8 @@ def cmd_layout(args) -> int:
         json.dump(document, sys.stdout, separators=(",", ":"))
         print()
         return 0
-    print(f"world {layout.world_size}: DP {layout.data} × TP {layout.tensor} × PP {layout.pipeline} "
+    cp = f" × CP {layout.context}" if layout.context > 1 else ""
+    print(f"world {layout.world_size}: DP {layout.data} × TP {layout.tensor} × PP {layout.pipeline}{cp} "
           f"(stage size {layout.stage_size}), EP {layout.expert} {layout.expert_placement}, "
           f"{layout.pod_count} pods × {layout.per_pod} ranks")
     for kind, info in summary.group_tiers(layout).items():

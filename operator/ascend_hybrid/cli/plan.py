@@ -13,10 +13,11 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from ascend_hybrid.gang.layout import Layout
 from ascend_hybrid.gang.placement import place
-from ascend_hybrid.planner import explain, hardware, search, svg
+from ascend_hybrid.planner import explain, hardware, observed, search, svg
 from ascend_hybrid.planner.memory import every_stage
 from ascend_hybrid.planner.workload import Strategy, Workload
 from ascend_hybrid.spec.api import Chip
@@ -72,7 +73,7 @@ def _print(document_or_text, as_json: bool) -> None:
 
 
 def _layout(s: Strategy) -> Layout:
-    return Layout(s.data, s.tensor, s.pipeline, s.per_pod, s.expert, s.expert_placement)
+    return Layout(s.data, s.tensor, s.pipeline, s.per_pod, s.expert, s.expert_placement, s.context)
 
 
 def _write_svg(path: str, text: str) -> None:
@@ -96,14 +97,16 @@ def plan_picture(evaluation: search.Evaluation, workload: Workload, hw: hardware
 def write_placement_svg(path: str, resolved, pod_nodes, node_racks) -> None:
     """`render --svg`: the placed gang on its real nodes and racks."""
     layout = _layout(Strategy.from_job(resolved))
-    title = (f"{resolved.name}: DP {resolved.data} × TP {resolved.tensor} × PP {resolved.pipeline}, "
+    cp = f" × CP {resolved.context}" if resolved.context > 1 else ""
+    title = (f"{resolved.name}: DP {resolved.data} × TP {resolved.tensor} × PP {resolved.pipeline}{cp}, "
              f"EP {resolved.expert} {resolved.expert_placement}, placed on {len(set(pod_nodes))} nodes")
     _write_svg(path, svg.picture(layout, svg.Cluster(tuple(pod_nodes), dict(node_racks)), title))
 
 
 def _title(resolved, evaluation: search.Evaluation, hw: hardware.Hardware, what: str) -> str:
     s = evaluation.strategy
-    return (f"{resolved.name} {what} on {s.world} × {hw.name}: DP {s.data} × TP {s.tensor} × PP {s.pipeline}"
+    cp = f" × CP {s.context}" if s.context > 1 else ""
+    return (f"{resolved.name} {what} on {s.world} × {hw.name}: DP {s.data} × TP {s.tensor} × PP {s.pipeline}{cp}"
             f", EP {s.expert}, {s.micro_batches} micro-batches, recompute {s.recompute}; step "
             f"{evaluation.time.step:.3g} s")
 
@@ -115,6 +118,8 @@ def cmd_plan(args) -> int:
         _positive(args, name)
     _, resolved = load_job(args.file)
     hw = _hardware(args, resolved.chip)
+    if args.learn:
+        hw = _learned(hw, args.kubeconfig)
     as_json = args.output == "json"
     try:
         if args.evaluate:
@@ -230,6 +235,30 @@ class Capacity:
         return f"cluster: {self.describe()}; {where}\n{document}"
 
 
+def cluster_jobs(kubeconfig: str | None) -> list[dict]:
+    """Every AscendHybridJob of the cluster, read with the operator's own client."""
+    from ascend_hybrid.cli.inputs import InputError
+    from ascend_hybrid.contracts.names import GROUP
+    from ascend_hybrid.controller.kube import Kube
+    from ascend_hybrid.spec.api import PLURAL, VERSION
+
+    try:
+        kube = Kube.from_environment(kubeconfig)
+        answer: Any = kube.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, _preload_content=False)
+    except Exception as error:  # noqa: BLE001 - no cluster to read is one line, not a traceback
+        raise InputError(f"--learn: cannot read the cluster's jobs: {str(error).splitlines()[0]}") from None
+    return json.loads(answer.data)["items"]
+
+
+def _learned(hw: hardware.Hardware, kubeconfig: str | None) -> hardware.Hardware:
+    """The profile scaled by what the cluster's Running jobs on it measured (planner/observed.py); one line on
+    stderr says from how many jobs, or that there are none."""
+    seen = observed.observe(cluster_jobs(kubeconfig), hw.name)
+    print(seen.describe() if seen else f"observed: no running job on {hw.name} past {observed.WARMUP_STEPS} steps; "
+          "predictions unscaled", file=sys.stderr)
+    return observed.scaled(hw, seen)
+
+
 def cluster_capacity(resolved, chip: str, kubeconfig: str | None) -> Capacity:
     """The live inventory (nodes, NPU pods, deviceinfo ConfigMaps) read with the operator's own client."""
     from ascend_hybrid.cli.inputs import InputError
@@ -262,7 +291,11 @@ def register(subparsers) -> None:
                    help="plan against the cluster's free NPUs now (kubeconfig), as the operator would: the job's "
                         "world (or --world/--nodes) must fit what the gang placer can place, and the candidates "
                         "placeable now are named")
-    p.add_argument("--kubeconfig", help="with --cluster: kubeconfig file (default: $KUBECONFIG, then in-cluster)")
+    p.add_argument("--learn", action="store_true",
+                   help="scale predictions by what the cluster's Running jobs on the same hardware profile measured "
+                        "(median measured/predicted step, warm-up excluded; kubeconfig)")
+    p.add_argument("--kubeconfig", help="with --cluster or --learn: kubeconfig file (default: $KUBECONFIG, then "
+                                        "in-cluster)")
     p.add_argument("--svg", help="also write a picture of the best (or evaluated) plan: nodes and chips by stage, "
                                  "TP and EP groups, the 1F1B timeline, memory per stage")
     p.set_defaults(func=cmd_plan)

@@ -25,6 +25,7 @@ from ascend_hybrid.devcluster.controlplane import ports, toolchain
 from ascend_hybrid.devcluster.helpers import Helper
 from ascend_hybrid.devcluster.kube.client import api_client
 from ascend_hybrid.devcluster.kube.waiting import WaitTimeout, wait_until
+from ascend_hybrid.devcluster.telemetry import figures as sim_figures
 from ascend_hybrid.devcluster.telemetry import prometheus
 from ascend_hybrid.devtools.repo import chart_dir, repo_root
 from ascend_hybrid.gang import layout as layouts
@@ -55,8 +56,8 @@ def say(message: str) -> None:
     print(f"[demo] {message}", flush=True)
 
 
-def _run(args: list[str], what: str) -> str:
-    result = subprocess.run(args, capture_output=True, text=True)
+def _run(args: list[str], what: str, stdin: str | None = None) -> str:
+    result = subprocess.run(args, capture_output=True, text=True, input=stdin)
     if result.returncode != 0:
         raise DemoError(f"{what} failed: {(result.stderr or result.stdout).strip().splitlines()[-1:]}")
     return result.stdout
@@ -126,13 +127,23 @@ def example(name: str) -> Path:
     return repo_root() / "deploy" / "examples" / name
 
 
+def following_the_prediction(body: dict) -> dict:
+    """The example job with its pods asking the simulated telemetry for step times at the plan's own prediction
+    (within the declared noise), so the StepRatio column shows how a measurement that agrees with the plan reads."""
+    template = body.setdefault("spec", {}).setdefault("template", {})
+    annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations[sim_figures.STEP_SECONDS_ANNOTATION] = sim_figures.PREDICTED
+    return body
+
+
 def apply_examples(kubeconfig: str) -> list[dict]:
     jobs = []
     for name in EXAMPLES:
         path = example(name)
-        _run([toolchain.binary("kubectl"), "--kubeconfig", kubeconfig, "apply", "--server-side", "-f", str(path)],
-             f"kubectl apply -f {path}")
-        jobs.append(yaml.safe_load(path.read_text()))
+        body = following_the_prediction(yaml.safe_load(path.read_text()))
+        _run([toolchain.binary("kubectl"), "--kubeconfig", kubeconfig, "apply", "--server-side", "-f", "-"],
+             f"kubectl apply -f {path}", stdin=yaml.safe_dump(body))
+        jobs.append(body)
     return jobs
 
 

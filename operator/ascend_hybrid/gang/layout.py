@@ -1,8 +1,9 @@
 """Rank layout: degrees → ranks, parallel groups and pods, formed the way MindSpore forms its groups.
 
-World W = data·tensor·pipeline, stage size S = W/pipeline. Within a stage, TP ranks are adjacent and DP
-ranks stride by `tensor`; stages are contiguous blocks. Pod p holds ranks [p·k, (p+1)·k), so with `tensor`
-dividing k no TP group ever crosses a pod.
+World W = data·tensor·pipeline·context, stage size S = W/pipeline. Within a stage, TP ranks are adjacent, CP
+ranks stride by `tensor` and DP ranks by tensor·context (the densest traffic on the nearest ranks: TP every
+matmul, CP every attention, DP once per step); stages are contiguous blocks. Pod p holds ranks [p·k, (p+1)·k), so
+with `tensor` dividing k no TP group ever crosses a pod.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class RankCoordinates:
     expert: int
     pod: int
     local: int
+    context: int = 0
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Layout:
     per_pod: int
     expert: int = 1
     expert_placement: str = "dataParallel"
+    context: int = 1
 
     def __post_init__(self) -> None:
         if self.world_size % self.per_pod or self.per_pod % self.tensor:
@@ -53,11 +56,16 @@ class Layout:
 
     @property
     def world_size(self) -> int:
-        return self.data * self.tensor * self.pipeline
+        return self.data * self.tensor * self.pipeline * self.context
 
     @property
     def stage_size(self) -> int:
-        return self.data * self.tensor
+        return self.data * self.tensor * self.context
+
+    @property
+    def replica_stride(self) -> int:
+        """Ranks between neighbouring DP ranks: a TP group per CP rank."""
+        return self.tensor * self.context
 
     @property
     def pod_count(self) -> int:
@@ -67,10 +75,11 @@ class Layout:
         if not 0 <= rank < self.world_size:
             raise IndexError(f"rank {rank} outside world of {self.world_size}")
         stage, within = divmod(rank, self.stage_size)
-        data_rank, tensor_rank = divmod(within, self.tensor)
+        data_rank, replica = divmod(within, self.replica_stride)
+        context_rank, tensor_rank = divmod(replica, self.tensor)
         pod, local = divmod(rank, self.per_pod)
         expert_rank = local % self.expert if self.expert_placement == "intraNode" else data_rank % self.expert
-        return RankCoordinates(rank, stage, data_rank, tensor_rank, expert_rank, pod, local)
+        return RankCoordinates(rank, stage, data_rank, tensor_rank, expert_rank, pod, local, context_rank)
 
     @cached_property
     def pods(self) -> tuple[PodRanks, ...]:
@@ -82,8 +91,15 @@ class Layout:
         return [list(range(start, start + t)) for start in range(0, self.world_size, t)]
 
     def data_groups(self) -> list[list[int]]:
-        s, t = self.stage_size, self.tensor
-        return [[stage * s + d * t + tr for d in range(self.data)] for stage in range(self.pipeline) for tr in range(t)]
+        s, r = self.stage_size, self.replica_stride
+        return [[stage * s + d * r + offset for d in range(self.data)] for stage in range(self.pipeline)
+                for offset in range(r)]
+
+    def context_groups(self) -> list[list[int]]:
+        """The ranks that split one sequence: stride tensor inside one DP replica of one stage."""
+        s, r, t = self.stage_size, self.replica_stride, self.tensor
+        return [[stage * s + d * r + c * t + tr for c in range(self.context)] for stage in range(self.pipeline)
+                for d in range(self.data) for tr in range(t)]
 
     def pipeline_groups(self) -> list[list[int]]:
         s = self.stage_size
@@ -93,13 +109,16 @@ class Layout:
         e = self.expert
         if self.expert_placement == "intraNode":
             return [list(range(start, start + e)) for start in range(0, self.world_size, e)]
-        s, t = self.stage_size, self.tensor
-        return [[stage * s + (block * e + j) * t + tr for j in range(e)]
-                for stage in range(self.pipeline) for block in range(self.data // e) for tr in range(t)]
+        s, r = self.stage_size, self.replica_stride
+        return [[stage * s + (block * e + j) * r + offset for j in range(e)]
+                for stage in range(self.pipeline) for block in range(self.data // e) for offset in range(r)]
 
     def groups(self) -> dict[str, list[list[int]]]:
-        return {"tensor": self.tensor_groups(), "data": self.data_groups(),
-                "pipeline": self.pipeline_groups(), "expert": self.expert_groups()}
+        out = {"tensor": self.tensor_groups(), "data": self.data_groups(),
+               "pipeline": self.pipeline_groups(), "expert": self.expert_groups()}
+        if self.context > 1:
+            out["context"] = self.context_groups()
+        return out
 
     def pods_of(self, ranks) -> tuple[int, ...]:
         return tuple(sorted({rank // self.per_pod for rank in ranks}))
@@ -119,7 +138,7 @@ class Layout:
                 seen.add(pods)
                 ordered.append(pods)
         if self.expert > 1 and self.expert_placement == "dataParallel":
-            for group in self.expert_groups()[:: self.tensor]:
+            for group in self.expert_groups()[:: self.replica_stride]:
                 pods = self.pods_of(group)
                 if len(pods) > 1 and pods not in seen:
                     seen.add(pods)
@@ -145,7 +164,8 @@ class Layout:
 
 def from_resolved(resolved) -> Layout:
     return Layout(data=resolved.data, tensor=resolved.tensor, pipeline=resolved.pipeline,
-                  per_pod=resolved.per_pod, expert=resolved.expert, expert_placement=resolved.expert_placement)
+                  per_pod=resolved.per_pod, expert=resolved.expert, expert_placement=resolved.expert_placement,
+                  context=resolved.context)
 
 
 def tensor_groups_node_local(layout: Layout, pod_nodes: tuple[str, ...]) -> str:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ascend_hybrid.planner.compute import misaligned_dimensions, misalignment_seconds
 from ascend_hybrid.planner.hardware import GIB, Hardware
 from ascend_hybrid.planner.search import Evaluation, Plan, Rejections
 from ascend_hybrid.planner.timing import tier_of
-from ascend_hybrid.planner.workload import Strategy, Workload
+from ascend_hybrid.planner.workload import MOE_IMBALANCE, Strategy, Workload, dropped_share
 
 IDLE_WARNING = 0.25
+DOCUMENTED_GROUPS = ("tensor", "pipeline", "data", "expert")  # and context, when there is context parallelism
 
 
 def _gib(value: float) -> float:
@@ -41,21 +43,25 @@ def _where(ev: Evaluation, kind: str, hw: Hardware) -> str:
 
 
 COST_NAMES = {"compute": "compute", "bubble": "the pipeline bubble", "tensor": "TP all-reduces",
-              "expert": "EP all-to-all", "pipeline": "pipeline sends", "data": "DP gradient reduction"}
+              "expert": "EP all-to-all", "pipeline": "pipeline sends", "data": "DP gradient reduction",
+              "context": "CP ring attention sends"}
 
 
 def costs(ev: Evaluation) -> dict[str, float]:
     t = ev.time
     return {"compute": t.compute, "bubble": t.bubble, "tensor": t.tensor, "expert": t.expert,
-            "pipeline": t.pipeline, "data": t.data}
+            "pipeline": t.pipeline, "data": t.data, "context": t.context}
 
 
 def why(ev: Evaluation, hw: Hardware) -> str:
     s, step = ev.strategy, ev.time.step
     parts = [f"TP {s.tensor} {_where(ev, 'tensor', hw)}" if s.tensor > 1 else "no TP"]
+    if s.context > 1:
+        parts.append(f"CP {s.context} ring attention {_where(ev, 'context', hw)}")
     if s.pipeline > 1:
         chunks = f" × {s.virtual_stages} interleaved chunks" if s.virtual_stages > 1 else ""
-        parts.append(f"PP {s.pipeline}{chunks} {_where(ev, 'pipeline', hw)}")
+        split = f" (stages of {'/'.join(map(str, s.stage_layers))} layers)" if s.stage_layers else ""
+        parts.append(f"PP {s.pipeline}{chunks}{split} {_where(ev, 'pipeline', hw)}")
     if s.data > 1:
         parts.append(f"DP {s.data} {_where(ev, 'data', hw)}")
     if s.expert > 1:
@@ -89,9 +95,31 @@ def warnings(ev: Evaluation, hw: Hardware) -> list[str]:
     if s.expert > 1 and ev.layout["expert"].tier == "interNode":  # seed §4.5: docs/design.md §11
         out.append(f"EP {s.expert} all-to-all crosses nodes: expertPlacement intraNode keeps it inside the node "
                    "(seed §4.5)")
+    w = ev.workload
+    if w is not None:
+        out += _cube_and_routing(ev, w, hw)
     if not ev.fits:
         out.append(f"does not fit: {ev.memory.total / GIB:.1f} > {ev.usable / GIB:.1f} GiB on stage "
                    f"{ev.memory.stage}")
+    return out
+
+
+CUBE_WARNING = "Cube alignment"
+
+
+def _cube_and_routing(ev: Evaluation, w: Workload, hw: Hardware) -> list[str]:
+    out = []
+    misaligned = misaligned_dimensions(w, ev.strategy)
+    if misaligned:
+        cost = misalignment_seconds(w, ev.strategy, hw)
+        priced = (f"padding them costs {cost:.3g} s, {_percent(cost / ev.time.step)} of the step" if cost > 0 else
+                  "a scalar hardware profile does not price the padding")
+        out.append(f"{CUBE_WARNING}: {', '.join(misaligned)} not a multiple of 16 (seed §3.2); {priced}")
+    if w.is_moe:
+        dropped = dropped_share(w.capacity_factor)
+        if dropped > 0:
+            out.append(f"MoE capacityFactor {w.capacity_factor:g} below the busiest expert's assumed load "
+                       f"({MOE_IMBALANCE:g}× the mean): ≈ {_percent(dropped)} of routed tokens dropped")
     return out
 
 
@@ -113,7 +141,8 @@ def candidate_document(ev: Evaluation, w: Workload, hw: Hardware) -> dict[str, A
                  "bubbleSeconds": _significant(t.bubble), "bubbleFraction": round(t.bubble_fraction, 3),
                  "communicationSeconds": {kind: _significant(value) for kind, value in t.communication().items()}},
         "groups": {kind: {"size": group.size, "nodes": group.nodes, "tier": group.tier}
-                   for kind, group in ev.layout.items()},
+                   for kind, group in ev.layout.items() if kind in DOCUMENTED_GROUPS or
+                   (kind == "context" and group.size > 1)},
         "tokensPerSecondPerDevice": round(ev.tokens_per_second_per_device, 2),
         "mfu": round(ev.mfu, 4),
         "why": why(ev, hw),

@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ascend_hybrid.contracts.chips import CHIPS
 
 GIB = 2 ** 30
+# Seed §3.2: the Da Vinci Cube unit multiplies 16×16 tiles; a split matmul dimension that is not a multiple of 16 is
+# padded up to one (the tile computes the padding too).
+CUBE_TILE = 16
 DEFAULT_COMPUTE_EFFICIENCY = 0.5  # achieved share of peak in transformer matmuls when a file does not say
 DEFAULT_USABLE_FRACTION = 0.9  # seed §5.2 (docs/design.md §11): keep 10-20 % of HBM free; 10 % is the edge
 
@@ -48,15 +51,50 @@ class Tier:
 
 
 @dataclass(frozen=True)
+class ComputeModel:
+    """How fast one chip runs each kind of work, beyond one scalar share of peak (docs/planner.md, "Calibration").
+
+    A matmul of M×K by K×N reaches `matmul_efficiency` × Π d/(d + `half_dim`) of peak over its three dimensions
+    (small per-device splits run slower); FlashAttention kernels reach `attention_efficiency` of peak on the
+    work the causal mask leaves; element-wise (vector-unit) work — norms, activations, rotary, residual adds,
+    softmax, cross-entropy, MoE permutation — is bound by HBM at `hbm_gbps` × `vector_efficiency`.
+    """
+
+    matmul_efficiency: float
+    half_dim: float
+    attention_efficiency: float
+    hbm_gbps: float
+    vector_efficiency: float
+    # MoE expert matmuls (routed tokens gathered per expert, each expert's GEMM on its own share) reach this share
+    # of what a dense matmul of their shape reaches: calibrated on the published MoE runs.
+    expert_efficiency: float = 1.0
+
+    def matmul_seconds(self, peak_flops: float, m: float, n: float, k: float, pad: bool = True) -> float:
+        if m <= 0 or n <= 0 or k <= 0:
+            return 0.0
+        if pad:
+            m, n, k = (-(-d // CUBE_TILE) * CUBE_TILE for d in (m, n, k))
+        d0 = self.half_dim
+        share = self.matmul_efficiency * (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
+        return 2 * m * n * k / (peak_flops * share)
+
+    def vector_seconds(self, bytes_moved: float) -> float:
+        return bytes_moved / (self.hbm_gbps * 1e9 * self.vector_efficiency)
+
+
+@dataclass(frozen=True)
 class Hardware:
     name: str
     chips_per_node: int
     hbm_gib: float
     usable_fraction: float
     peak_tflops: float
-    compute_efficiency: float
+    compute_efficiency: float  # the scalar share of peak, used for everything when `compute` is None
     intra_node: Tier
     inter_node: Tier
+    compute: ComputeModel | None = None  # shape-dependent compute (built-in profiles); None: the scalar above
+    tensor_overlap: float = 0.0  # share of TP communication hidden under the matmuls it feeds (MC2 on Atlas A2/A3)
+    step_scale: float = 1.0  # what this cluster's jobs measured against the predictions (plan --learn, observed.py)
 
     @property
     def usable_bytes(self) -> float:
@@ -74,6 +112,8 @@ class Hardware:
         return {"name": self.name, "chipsPerNode": self.chips_per_node, "hbmGiB": self.hbm_gib,
                 "usableFraction": self.usable_fraction, "usableGiB": round(self.usable_bytes / GIB, 2),
                 "peakTflops": self.peak_tflops, "computeEfficiency": self.compute_efficiency,
+                "computeModel": "shape" if self.compute else "scalar", "tensorOverlap": self.tensor_overlap,
+                **({"observedStepScale": round(self.step_scale, 4)} if self.step_scale != 1.0 else {}),
                 "intraNode": intra, "interNode": {"gbps": self.inter_node.gbps,
                                                   "efficiency": self.inter_node.efficiency}}
 
@@ -86,15 +126,34 @@ class Hardware:
 # - A3 (Atlas 900 A3 SuperPoD): 64 GB per die, ~376-390 TFLOPS per die (376 taken), HCCS/UB at
 #   ~196 GB/s per die across the super-pod, so nodes of one super-pod talk at that rate too.
 # Chips per node and the HCCS ring size come from the one chip table (chips.py).
+# The compute models are calibrated on published runs (docs/planner.md, "Calibration"): HBM bandwidths are the
+# product figures (910A 1.2 TB/s HBM2, 910B and an A3 die 1.6 TB/s HBM2e); the matmul and attention shares of peak,
+# the half-size dimension and the vector share are fitted (least squares of log error over the runs not held out).
+# A3 has no published training figure in the calibration set: it takes 910B's per-die figures.
+COMPUTE_910B = ComputeModel(matmul_efficiency=0.69, half_dim=180, attention_efficiency=0.54, hbm_gbps=1600,
+                            vector_efficiency=0.29, expert_efficiency=0.45)
+# The same Da Vinci cube (16×16×16) as 910B: the half-size dimension, the attention and expert shares are 910B's
+# (no published 910A run uses FlashAttention or experts); the calibration fits the matmul share and finds the
+# vector work at the HBM roof.
+COMPUTE_910A = ComputeModel(matmul_efficiency=0.53, half_dim=COMPUTE_910B.half_dim,
+                            attention_efficiency=COMPUTE_910B.attention_efficiency, hbm_gbps=1200, vector_efficiency=1.0,
+                            expert_efficiency=COMPUTE_910B.expert_efficiency)
+# No built-in profile assumes TP overlap: the published MindSpeed-LLM runs pass --use-mc2, but its argument check
+# switches MC2 off (modellink/training/arguments.py, validate_args_decorator: args.use_mc2 = False), and the
+# calibration agrees (a fitted overlap goes to 0). A stack that does overlap (MC2 on Atlas A2/A3, MindSpore's
+# fine-grained interleaving) says so with a hardware file's tensorOverlap.
+TENSOR_OVERLAP = 0.0
+
 BUILTIN: dict[str, Hardware] = {
     "910A": Hardware("910A", CHIPS["910A"].chips_per_node, 32, DEFAULT_USABLE_FRACTION, 256,
-                     DEFAULT_COMPUTE_EFFICIENCY,
+                     COMPUTE_910A.matmul_efficiency,
                      Tier(30, "rings", ring_size=CHIPS["910A"].ring_size, cross_ring_gbps=12.5, name="HCCS"),
-                     Tier(12.5, name="RoCE")),
+                     Tier(12.5, name="RoCE"), COMPUTE_910A, TENSOR_OVERLAP),
     "910B": Hardware("910B", CHIPS["910B"].chips_per_node, 64, DEFAULT_USABLE_FRACTION, 376,
-                     DEFAULT_COMPUTE_EFFICIENCY, Tier(56, "mesh", efficiency=0.6, name="HCCS"), Tier(25, name="RoCE")),
-    "A3": Hardware("A3", CHIPS["A3"].chips_per_node, 64, DEFAULT_USABLE_FRACTION, 376, DEFAULT_COMPUTE_EFFICIENCY,
-                   Tier(196, "switch", name="HCCS"), Tier(196, name="UB")),
+                     COMPUTE_910B.matmul_efficiency, Tier(56, "mesh", efficiency=0.6, name="HCCS"),
+                     Tier(25, name="RoCE"), COMPUTE_910B, TENSOR_OVERLAP),
+    "A3": Hardware("A3", CHIPS["A3"].chips_per_node, 64, DEFAULT_USABLE_FRACTION, 376, COMPUTE_910B.matmul_efficiency,
+                   Tier(196, "switch", name="HCCS"), Tier(196, name="UB"), COMPUTE_910B, TENSOR_OVERLAP),
 }
 
 
@@ -116,13 +175,24 @@ class _InterTierFile(_TierFile):
     topology: Literal["switch"] = "switch"
 
 
+class _ComputeFile(_Strict):
+    matmul_efficiency: float = Field(alias="matmulEfficiency", gt=0, le=1)
+    half_dim: float = Field(0.0, alias="halfDim", ge=0)
+    attention_efficiency: float = Field(alias="attentionEfficiency", gt=0, le=1)
+    hbm_gbps: float = Field(alias="hbmGbps", gt=0)
+    vector_efficiency: float = Field(1.0, alias="vectorEfficiency", gt=0, le=1)
+    expert_efficiency: float = Field(1.0, alias="expertEfficiency", gt=0, le=1)
+
+
 class _HardwareFile(_Strict):
     name: str = Field(min_length=1)
     chips_per_node: int = Field(alias="chipsPerNode", ge=1)
     hbm_gib: float = Field(alias="hbmGiB", gt=0)
     usable_fraction: float = Field(alias="usableFraction", gt=0, le=1)
     peak_tflops: float = Field(alias="peakTflops", gt=0)
-    compute_efficiency: float = Field(DEFAULT_COMPUTE_EFFICIENCY, alias="computeEfficiency", gt=0, le=1)
+    compute_efficiency: float | None = Field(None, alias="computeEfficiency", gt=0, le=1)
+    compute: _ComputeFile | None = None
+    tensor_overlap: float = Field(0.0, alias="tensorOverlap", ge=0, le=1)
     intra_node: _TierFile = Field(alias="intraNode")
     inter_node: _InterTierFile = Field(alias="interNode")
 
@@ -155,8 +225,15 @@ def from_mapping(document: Any) -> Hardware:
     inter = _tier(raw.inter_node, intra=False)
     if intra.topology == "rings" and intra.cross_ring_gbps is None:
         intra = replace(intra, cross_ring_gbps=inter.gbps)  # unknown cross-ring link: assume no better than RoCE
-    return Hardware(raw.name, raw.chips_per_node, raw.hbm_gib, raw.usable_fraction, raw.peak_tflops,
-                    raw.compute_efficiency, intra, inter)
+    # A scalar computeEfficiency overrides a compute block: everything then runs at that one share of peak.
+    compute = None
+    if raw.compute is not None and raw.compute_efficiency is None:
+        c = raw.compute
+        compute = ComputeModel(c.matmul_efficiency, c.half_dim, c.attention_efficiency, c.hbm_gbps, c.vector_efficiency,
+                               c.expert_efficiency)
+    scalar = raw.compute_efficiency or (compute.matmul_efficiency if compute else DEFAULT_COMPUTE_EFFICIENCY)
+    return Hardware(raw.name, raw.chips_per_node, raw.hbm_gib, raw.usable_fraction, raw.peak_tflops, scalar, intra,
+                    inter, compute, raw.tensor_overlap)
 
 
 def builtin(chip: str, **overrides: Any) -> Hardware:

@@ -78,19 +78,18 @@ def _layer_matrices(w: Workload, tensor: int, expert: int, placement: str) -> tu
 
 
 def stage_parameters(w: Workload, s: Strategy, stage: int) -> tuple[int, int]:
-    return _stage_parameters(w, s.data, s.tensor, s.pipeline, s.expert, s.expert_placement,
+    return _stage_parameters(w, s.data, s.tensor, s.layers_of(w.layers)[stage], s.expert, s.expert_placement,
                              (stage == 0) + (stage == s.pipeline - 1))
 
 
 @lru_cache(maxsize=65536)
-def _stage_parameters(w: Workload, data: int, tensor: int, pipeline: int, expert: int, placement: str,
+def _stage_parameters(w: Workload, data: int, tensor: int, layers: int, expert: int, placement: str,
                       vocab_slices: int) -> tuple[int, int]:
     """(parameters, of which the parallel optimizer can shard) one device of a stage holds.
 
     MindSpore shards a parameter only when the DP degree divides its first dimension (MindFormers guide); the
     embedding sits on the first stage and the LM head on the last, both split by TP along the vocabulary.
     """
-    layers = w.layers // pipeline
     matrices = _layer_matrices(w, tensor, expert, placement)
     extra = [(w.vocab // tensor, w.vocab * w.hidden // tensor)] * vocab_slices
     total = layers * sum(size for _, size in matrices) + sum(size for _, size in extra)
@@ -108,9 +107,10 @@ def layer_activation_bytes(w: Workload, s: Strategy) -> float:
     dropout masks (split only by sequence parallelism); Q, K, V and the attention output, then the MLP's
     intermediates (4·f/h for GeLU, 6·f/h for SwiGLU, × topK × capacity for an MoE layer) split by TP; 5·a·s/h the
     attention scores, softmax and dropout, removed by selective recompute and by FlashAttention. Full recompute
-    keeps the layer input only: 2·s·b·h (split by sequence parallelism).
+    keeps the layer input only: 2·s·b·h (split by sequence parallelism). Context parallelism gives each device
+    s/cp of the sequence: every term shrinks cp ways (the scores are s/cp queries against s keys).
     """
-    sbh = w.seq_length * s.micro_batch_size * w.hidden
+    sbh = w.seq_length / s.context * s.micro_batch_size * w.hidden
     split = s.sequence_split
     if s.recompute == "full":
         return 2 * sbh / split
@@ -127,7 +127,7 @@ def moe_buffer_bytes(w: Workload, s: Strategy) -> float:
     probabilities of one layer and micro-batch; intraNode EP spreads one TP group's tokens over its EP ranks."""
     if not w.is_moe:
         return 0.0
-    tokens = w.seq_length * s.micro_batch_size
+    tokens = w.seq_length / s.context * s.micro_batch_size
     slots = tokens * w.top_k * w.capacity_factor / (s.expert if s.expert_placement == "intraNode" else 1)
     return 2 * 2 * slots * w.hidden + 2 * 4 * tokens * w.experts / s.sequence_split
 
@@ -159,10 +159,10 @@ def stage_memory(w: Workload, s: Strategy, stage: int, fmt: StatesFormat = MIXED
     parameters, shardable = stage_parameters(w, s, stage)
     sharded = MINDSPORE_PARALLEL_OPTIMIZER if s.optimizer_shard else UNSHARDED
     states = state_bytes(parameters, fmt, sharded, s.data, shardable)
-    held = in_flight(s, stage) * (w.layers // s.pipeline)
+    held = in_flight(s, stage) * s.layers_of(w.layers)[stage]
     per_layer = layer_activation_bytes(w, s)
     buffers = 0.0 if s.recompute == "full" else moe_buffer_bytes(w, s)
-    sbh = w.seq_length * s.micro_batch_size * w.hidden
+    sbh = w.seq_length / s.context * s.micro_batch_size * w.hidden
     other = 0.0
     if stage == 0:
         other += sbh * min(s.micro_batches, s.pipeline) / s.sequence_split  # embedding dropout masks
@@ -181,15 +181,18 @@ def _recompute_working_set(w: Workload, s: Strategy) -> float:
         return layer_activation_bytes(w, kept) - layer_activation_bytes(w, s) + moe_buffer_bytes(w, s)
     if w.flash_attention:
         return 0.0
-    return 5 * w.heads * w.seq_length ** 2 * s.micro_batch_size / s.tensor
+    return 5 * w.heads * w.seq_length ** 2 / s.context * s.micro_batch_size / s.tensor
 
 
 def most_loaded(w: Workload, s: Strategy, fmt: StatesFormat = MIXED_PRECISION_ADAM) -> StageMemory:
     """The stage with the largest total: the first under 1F1B, unless the LM head tips the last one over.
-    Middle stages hold the first stage's layers with fewer micro-batches in flight, so only the ends compete."""
+    Middle stages hold the first stage's layers with fewer micro-batches in flight, so only the ends compete —
+    unless an explicit split gives a middle stage more layers, then every stage is weighed."""
     first = stage_memory(w, s, 0, fmt)
     if s.pipeline == 1:
         return first
+    if s.stage_layers:
+        return max(every_stage(w, s, fmt), key=lambda stage: stage.total)
     last = stage_memory(w, s, s.pipeline - 1, fmt)
     return last if last.total > first.total else first
 

@@ -10,15 +10,25 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ascend_hybrid.contracts.chips import CHIPS
+from ascend_hybrid.planner.compute import model_flops_per_step
 from ascend_hybrid.planner.hardware import Hardware
 from ascend_hybrid.planner.memory import MIXED_PRECISION_ADAM, StageMemory, StatesFormat, most_loaded
-from ascend_hybrid.planner.timing import Group, StepTime, groups, model_flops_per_step, step_time
+from ascend_hybrid.planner.timing import (
+    Group,
+    StepTime,
+    balanced_split,
+    groups,
+    near_even_split,
+    step_time,
+)
 from ascend_hybrid.planner.workload import Strategy, Workload
 from ascend_hybrid.spec import rules
+from ascend_hybrid.spec.field_rules import FIELD_RULES
+from ascend_hybrid.spec.resolved import resolve
 
 RECOMPUTE_KINDS = ("none", "selective", "full")
 EXAMPLES_PER_REASON = 3
@@ -37,6 +47,7 @@ class Evaluation:
     layout: dict[str, Group]
     tokens_per_second_per_device: float
     mfu: float
+    workload: Workload | None = None  # what was evaluated (the warnings read it)
 
     @property
     def fits(self) -> bool:
@@ -99,7 +110,7 @@ def evaluate_strategy(w: Workload, s: Strategy, hw: Hardware, fmt: StatesFormat 
     step = time.step
     tokens = w.tokens_per_step / step / s.world
     mfu = model_flops_per_step(w) / (step * s.world * hw.peak_tflops * 1e12)
-    return Evaluation(s, memory, hw.usable_bytes, time, groups(s, hw), tokens, mfu)
+    return Evaluation(s, memory, hw.usable_bytes, time, groups(s, hw), tokens, mfu, w)
 
 
 
@@ -133,28 +144,43 @@ class Constraints:
                    tuple(given.recompute) if given.recompute else RECOMPUTE_KINDS)
 
 
-def _structures(w: Workload, world: int, limits: Constraints) -> Iterator[tuple[int, int, int, int, str, int, int]]:
-    """(data, tensor, pipeline, expert, placement, microBatches, virtualStages) of the search space. Micro-batches
-    range over what splits the global batch; a DP degree that cannot split it gets one entry, which the rules refuse."""
+# Context parallelism is searched for long sequences only (FlashAttention on, at least this many tokens): below
+# that, ring attention's extra traffic buys memory that sequence parallelism and recompute buy more cheaply.
+CONTEXT_FROM_SEQUENCE = 16384
+CONTEXT_DEGREES = (2, 4, 8, 16)
+
+
+def _context_options(w: Workload, world: int) -> list[int]:
+    if not w.flash_attention or w.seq_length < CONTEXT_FROM_SEQUENCE:
+        return [1]
+    return [1] + [c for c in CONTEXT_DEGREES if world % c == 0 and w.seq_length % c == 0]
+
+
+def _structures(w: Workload, world: int, limits: Constraints) -> Iterator[tuple[int, int, int, int, str, int, int,
+                                                                                int]]:
+    """(data, tensor, pipeline, expert, placement, microBatches, virtualStages, context) of the search space.
+    Micro-batches range over what splits the global batch; a DP degree that cannot split it gets one entry, which
+    the rules refuse. A pipeline degree that does not divide the layers is searched with uneven stages."""
     batch = w.global_batch
     expert_options = [(1, "dataParallel")]
     if w.is_moe:
         expert_options += [(e, placement) for e in _divisors(w.experts) if e > 1
                            for placement in ("dataParallel", "intraNode")
                            if limits.expert_placement in (None, placement)]
-    for tensor in _divisors(world):
-        if limits.max_tensor is not None and tensor > limits.max_tensor:
-            continue
-        for pipeline in _divisors(world // tensor):
-            if limits.max_pipeline is not None and pipeline > limits.max_pipeline:
+    for context in _context_options(w, world):
+        for tensor in _divisors(world // context):
+            if limits.max_tensor is not None and tensor > limits.max_tensor:
                 continue
-            data = world // (tensor * pipeline)
-            micro = _divisors(batch // data) if batch % data == 0 else [pipeline]
-            chunks = _divisors(w.layers // pipeline) if pipeline > 1 and w.layers % pipeline == 0 else [1]
-            for expert, placement in expert_options:
-                for micro_batches in micro:
-                    for virtual in chunks:
-                        yield data, tensor, pipeline, expert, placement, micro_batches, virtual
+            for pipeline in _divisors(world // (context * tensor)):
+                if limits.max_pipeline is not None and pipeline > limits.max_pipeline:
+                    continue
+                data = world // (context * tensor * pipeline)
+                micro = _divisors(batch // data) if batch % data == 0 else [pipeline]
+                chunks = _divisors(w.layers // pipeline) if pipeline > 1 and w.layers % pipeline == 0 else [1]
+                for expert, placement in expert_options:
+                    for micro_batches in micro:
+                        for virtual in chunks:
+                            yield data, tensor, pipeline, expert, placement, micro_batches, virtual, context
 
 
 def _variants(data: int, tensor: int, recompute_kinds: tuple[str, ...]) -> Iterator[tuple[str, bool, bool]]:
@@ -185,23 +211,27 @@ def plan(resolved: Any, hw: Hardware, world: int | None = None, chip: str | None
     rejected = Rejections()
     closest: tuple | None = None  # (GiB over, tie-break, strategy) of the strategy that misses by the least
     considered = 0
-    for data, tensor, pipeline, expert, placement, micro_batches, virtual in _structures(w, world, limits):
-        # each candidate is a manual spec (an auto job's own auto, world and constraints cleared)
+    field_problems: list[str] | None = None
+    for data, tensor, pipeline, expert, placement, micro_batches, virtual, context in _structures(w, world, limits):
+        # each candidate is a manual spec (an auto job's own auto, world and constraints cleared); a pipeline that
+        # does not divide the layers gets the near-even split, then the balanced one below
+        uneven = list(near_even_split(w.layers, pipeline)) if w.layers % pipeline and w.layers >= pipeline else None
         parallelism = base.parallelism.model_copy(update={
             "data": data, "tensor": tensor, "pipeline": pipeline, "expert": expert, "expert_placement": placement,
             "micro_batches": micro_batches, "virtual_pipeline_stages": virtual, "auto": None, "world": None,
-            "auto_constraints": None})
+            "auto_constraints": None, "context": context if context > 1 else None, "pipeline_layers": uneven})
         spec = base.model_copy(update={"parallelism": parallelism, "training": training, "npu": npu})
-        screened = rules.resolve(resolved.name, spec)
-        broken = rules.broken_rules(screened)
+        screened = resolve(resolved.name, spec)
+        if field_problems is None:  # the pods' own fields read no degree: checked once, on the first structure
+            field_problems = rules.broken_rules(screened, FIELD_RULES)
+        broken = rules.broken_rules(screened, rules.STRATEGY_RULES) + field_problems
         variants = list(_variants(data, tensor, limits.recompute))
         considered += len(variants)
         structure = Strategy.from_job(screened)
         if broken:
             rejected.add(structure, rule_category(broken[0]), broken[0], count=len(variants))
             continue
-        for recompute, sequence_parallel, shard in variants:
-            strategy = structure.with_flags(recompute, sequence_parallel, shard)
+        for strategy in _with_splits(w, structure, variants, hw):
             stage = most_loaded(w, strategy, fmt)
             over = stage.total - hw.usable_bytes
             if over <= 0:
@@ -216,9 +246,24 @@ def plan(resolved: Any, hw: Hardware, world: int | None = None, chip: str | None
     return Plan(world, hw, w, _without_memory_only_variants(fitting), len(fitting), rejected, considered, nearest)
 
 
+def _with_splits(w: Workload, structure: Strategy, variants: list[tuple[str, bool, bool]],
+                 hw: Hardware) -> Iterator[Strategy]:
+    """Each flag variant of a structure, and for a pipeline without interleaving also its balanced split (seed
+    §3.3) when that differs: the balanced split puts fewer layers on the stage with the LM head but more on the
+    first stages, which hold the most micro-batches in flight, so both are weighed."""
+    for recompute, sequence_parallel, shard in variants:
+        strategy = structure.with_flags(recompute, sequence_parallel, shard)
+        yield strategy
+        if strategy.pipeline > 1 and strategy.virtual_stages == 1:
+            balanced = balanced_split(w, strategy, hw)
+            if balanced != strategy.layers_of(w.layers):
+                yield replace(strategy, stage_layers=balanced)
+
+
 def _without_memory_only_variants(ranked: list[Evaluation]) -> list[Evaluation]:
-    """Sequence parallelism costs no time in this model, only saves memory: of two candidates that differ in it
-    alone and take the same time, the ranking already put the smaller first, so the other one is left out."""
+    """Sequence parallelism never costs time (it splits the norms' vector work and moves the same TP bytes) and
+    saves memory: of two candidates that differ in it alone and take the same time (a scalar hardware profile does
+    not price vector work), the ranking already put the smaller first, so the other one is left out."""
     seen: set[tuple] = set()
     kept = []
     for evaluation in ranked:

@@ -5,6 +5,7 @@ string."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
@@ -21,12 +22,36 @@ NODES_PER_COLUMN = 8
 FORWARD, BACKWARD = 1, 2  # a backward pass takes about twice a forward pass
 
 
+# Widths of sans-serif text per font-size unit, on the wide side of DejaVu Sans and Liberation Sans (digits are
+# 0.64 em in DejaVu Sans, its widest common glyphs 0.7-0.8 em): a label laid out by this estimate fits when drawn.
+EM_NORMAL, EM_BOLD = 0.64, 0.7
+
+
+def text_width(text: str, size: float, weight: str = "normal") -> float:
+    return len(text) * size * (EM_BOLD if weight == "bold" else EM_NORMAL)
+
+
+def wrap(text: str, size: float, width: float, weight: str = "normal") -> list[str]:
+    """`text` in lines no wider than `width`, broken after "; " or ", " (between words if need be)."""
+    pieces: list[str] = []
+    for part in re.split(r"(?<=[;,]) ", text):
+        pieces += part.split(" ") if text_width(part, size, weight) > width else [part]
+    lines: list[str] = []
+    for piece in pieces:
+        joined = f"{lines[-1]} {piece}" if lines else piece
+        if lines and text_width(joined, size, weight) <= width:
+            lines[-1] = joined
+        else:
+            lines.append(piece)
+    return lines
+
+
 def _colour(stage: int) -> str:
     return STAGE_COLOURS[stage % len(STAGE_COLOURS)]
 
 
-def _text(x: float, y: float, text: str, size: int = 11, anchor: str = "start", weight: str = "normal") -> str:
-    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" font-family="sans-serif" text-anchor="{anchor}" '
+def _text(x: float, y: float, text: str, size: float = 11, anchor: str = "start", weight: str = "normal") -> str:
+    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size:g}" font-family="sans-serif" text-anchor="{anchor}" '
             f'font-weight="{weight}">{escape(text)}</text>')
 
 
@@ -75,11 +100,13 @@ def _cluster_body(layout: Layout, cluster: Cluster, top: float) -> tuple[list[st
             chunk = loose[start:start + NODES_PER_COLUMN]
             racks[f"nodes {start}–{start + len(chunk) - 1}"] = chunk
     widest = max(len(ranks) for ranks in node_ranks.values())
-    node_w = 2 * PAD + widest * (CHIP + GAP)
+    labels = [f"{node} · {_node_label(layout, ranks)}" for node, ranks in node_ranks.items()]
+    node_w = 2 * PAD + max(widest * (CHIP + GAP), max(text_width(label, 10) for label in labels),
+                           max(text_width(rack + " (first nodes)", 12, "bold") for rack in racks) - PAD)
     node_h = LABEL + 2 * PAD + CHIP + 10
     expert_group = ({rank: index for index, group in enumerate(layout.expert_groups()) for rank in group}
                     if layout.expert > 1 else {})
-    out, x, height, drawn = [], PAD, 0.0, 0
+    out, x, height, drawn = [], float(PAD), 0.0, 0
     for rack, nodes in racks.items():
         shown = nodes[: MAX_NODES_DRAWN - drawn]
         if not shown:
@@ -110,8 +137,10 @@ def _node(layout: Layout, node: str, ranks: list[int], x: float, y: float, w: fl
         c = layout.coordinates(rank)
         chip_x = x + PAD + i * (CHIP + GAP)
         out.append(_rect(chip_x, chip_y, CHIP, CHIP, _colour(c.stage),
-                         title=f"rank {rank}: stage {c.stage}, DP {c.data}, TP {c.tensor}, EP {c.expert}"))
-        out.append(_text(chip_x + CHIP / 2, chip_y + CHIP / 2 + 3, str(rank), 8, "middle"))
+                         title=f"rank {rank}: stage {c.stage}, DP {c.data}, TP {c.tensor}, EP {c.expert}"
+                               + (f", CP {c.context}" if layout.context > 1 else "")))
+        size = min(8.0, (CHIP - 2) / text_width(str(rank), 1))  # five-digit ranks shrink to fit their chip
+        out.append(_text(chip_x + CHIP / 2, chip_y + CHIP / 2 + 3, str(rank), size, "middle"))
         groups.setdefault(("tp", rank // layout.tensor), []).append(chip_x)
         if layout.expert > 1:
             groups.setdefault(("ep", expert_group[rank]), []).append(chip_x)
@@ -171,9 +200,12 @@ def _timeline(pipeline: int, micro_batches: int, virtual: int, bubble: float, to
     ops = one_f_one_b(pipeline, micro_batches)
     makespan = max(end for *_, end in ops)
     row, scale = 16, (width - 80) / makespan
-    out = [_text(PAD, top + 12, f"one step, 1F1B: {micro_batches} micro-batches on {pipeline} stages "
-                 f"(F light, B dark, idle white); idle share {100 * bubble:.1f} %"
-                 + (f" with {virtual} interleaved chunks (drawn without them)" if virtual > 1 else ""), 12, weight="bold")]
+    heading = (f"one step, 1F1B: {micro_batches} micro-batches on {pipeline} stages (F light, B dark, idle white); "
+               f"idle share {100 * bubble:.1f} %"
+               + (f" with {virtual} interleaved chunks (drawn without them)" if virtual > 1 else ""))
+    lines = wrap(heading, 12, width - 2 * PAD, "bold")
+    out = [_text(PAD, top + 12 + 15 * i, line, 12, weight="bold") for i, line in enumerate(lines)]
+    top += 15 * (len(lines) - 1)
     y0 = top + 20
     for stage in range(pipeline):
         out.append(_text(PAD, y0 + stage * row + 12, f"stage {stage}", 10))
@@ -182,7 +214,7 @@ def _timeline(pipeline: int, micro_batches: int, virtual: int, bubble: float, to
         opacity = "0.45" if kind == "F" else "1"
         out.append(_rect(70 + start * scale, y0 + stage * row, (end - start) * scale, row - 3, _colour(stage),
                          extra=f' fill-opacity="{opacity}"'))
-    return out, 20 + pipeline * row + PAD
+    return out, 15 * (len(lines) - 1) + 20 + pipeline * row + PAD
 
 
 def _memory_bars(stages: Sequence[StageMemory], usable: float, top: float, width: float) -> tuple[list[str], float]:
@@ -203,7 +235,11 @@ def _memory_bars(stages: Sequence[StageMemory], usable: float, top: float, width
     line_x = 70 + usable * scale
     out.append(f'<line x1="{line_x:.1f}" y1="{y0 - 2}" x2="{line_x:.1f}" y2="{y0 + len(stages) * row}" '
                f'stroke="red" stroke-dasharray="4 2" stroke-width="1.5"/>')
-    out.append(_text(line_x + 2, y0 - 4, f"{usable / GIB:.1f} usable", 9))
+    label = f"{usable / GIB:.1f} usable"
+    if line_x + 2 + text_width(label, 9) > width - PAD:  # near the right edge: the label ends at the line
+        out.append(_text(line_x - 2, y0 - 4, label, 9, "end"))
+    else:
+        out.append(_text(line_x + 2, y0 - 4, label, 9))
     return out, 20 + len(stages) * row + PAD
 
 
@@ -216,10 +252,19 @@ class PlanFigures:
     usable: float
 
 
+MIN_WIDTH = 900.0
+TITLE_SIZE, TITLE_LINE = 14, 18
+
+
 def picture(layout: Layout, cluster: Cluster, title: str, plan: PlanFigures | None = None) -> str:
-    body, width, height = _cluster_body(layout, cluster, 30)
-    width = max(width, 900.0)
-    y = 30 + height + 2 * PAD
+    """The whole picture; every label is laid out to fit (the title and headings wrap at the picture's width,
+    which is at least MIN_WIDTH and as wide as the racks need)."""
+    _, racks_width, _ = _cluster_body(layout, cluster, 0)
+    width = max(racks_width, MIN_WIDTH)
+    lines = wrap(title, TITLE_SIZE, width - 2 * PAD, "bold")
+    top = 12 + TITLE_LINE * len(lines)
+    body, _, height = _cluster_body(layout, cluster, top)
+    y = top + height + 2 * PAD
     body += _legend(layout, PAD, y)
     y += 40
     if plan is not None:
@@ -230,6 +275,7 @@ def picture(layout: Layout, cluster: Cluster, title: str, plan: PlanFigures | No
         elements, used = _memory_bars(plan.stages, plan.usable, y, width)
         body += elements
         y += used
-    header = [_rect(0, 0, width, y + PAD, "white"), _text(PAD, 20, title, 14, weight="bold")]
+    header = [_rect(0, 0, width, y + PAD, "white"),
+              *(_text(PAD, 20 + TITLE_LINE * i, line, TITLE_SIZE, weight="bold") for i, line in enumerate(lines))]
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{y + PAD:.0f}" '
             f'viewBox="0 0 {width:.0f} {y + PAD:.0f}">\n' + "\n".join(header + body) + "\n</svg>\n")

@@ -10,8 +10,24 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-# The trainer's MoE capacity factor (trainer/ascend_hybrid_trainer/config.py); the API has no field for it yet.
+# The trainer's MoE capacity factor (trainer/ascend_hybrid_trainer/defaults.py), when spec.model.capacityFactor is unset.
 CAPACITY_FACTOR = 1.25
+# The busiest expert's load relative to the mean under a load-balancing loss. An assumption, not a measurement:
+# GShard and Switch Transformer chose capacity factors of 1.0-1.25 as what routing with an auxiliary loss needs to
+# drop few tokens, so 1.25 is taken as the spread capacity must absorb (docs/planner.md, "MoE").
+MOE_IMBALANCE = 1.25
+
+
+def dropped_share(capacity_factor: float, imbalance: float = MOE_IMBALANCE) -> float:
+    """Share of routed tokens above capacity, with expert loads spread evenly between (2 - imbalance) and imbalance
+    times the mean: E[max(0, load - capacity)] / mean. None when capacity covers the busiest expert; 1 - capacity
+    when it is below even the idlest one."""
+    low, high = 2 - imbalance, imbalance
+    if capacity_factor >= high:
+        return 0.0
+    if capacity_factor <= low:
+        return 1 - capacity_factor
+    return (high - capacity_factor) ** 2 / (2 * (high - low))
 
 
 @dataclass(frozen=True)
@@ -31,6 +47,7 @@ class Workload:
     global_batch: int
     flash_attention: bool
     capacity_factor: float = CAPACITY_FACTOR
+    gradient_bucket_mb: int | None = None  # training.gradientBucketMB; None: MindSpore's own fusion
 
     @classmethod
     def from_job(cls, resolved: Any) -> Workload:
@@ -40,7 +57,9 @@ class Workload:
                    kv_heads=model.get("kvHeads") or model["heads"], ffn_hidden=model["ffnHidden"],
                    ffn_type=model.get("ffnType") or "gelu", vocab=model["vocab"], experts=experts,
                    top_k=(model.get("topK") or 2) if experts else 0, seq_length=training.seq_length,
-                   global_batch=resolved.global_batch_size, flash_attention=training.flash_attention)
+                   global_batch=resolved.global_batch_size, flash_attention=training.flash_attention,
+                   capacity_factor=model.get("capacityFactor") or CAPACITY_FACTOR,
+                   gradient_bucket_mb=training.gradient_bucket_mb)
 
     @property
     def is_moe(self) -> bool:
@@ -100,6 +119,8 @@ class Strategy:
     optimizer_shard: bool = False
     micro_batch_size: int = 1
     per_pod: int = 8
+    context: int = 1  # context parallelism: ranks that split each sequence (ring attention)
+    stage_layers: tuple[int, ...] = ()  # layers of each pipeline stage; () is the even split
 
     @classmethod
     def from_job(cls, resolved: Any) -> Strategy:
@@ -108,17 +129,22 @@ class Strategy:
         return cls(resolved.data, resolved.tensor, resolved.pipeline, resolved.expert,
                    resolved.expert_placement, resolved.micro_batches, resolved.virtual_pipeline_stages,
                    training.recompute, training.sequence_parallel, training.optimizer_shard,
-                   max(resolved.global_batch_size // unit, 1), resolved.per_pod)
+                   max(resolved.global_batch_size // unit, 1), resolved.per_pod,
+                   getattr(resolved, "context", 1), tuple(getattr(resolved, "pipeline_layers", None) or ()))
 
     def with_flags(self, recompute: str, sequence_parallel: bool, optimizer_shard: bool) -> Strategy:
         """The same degrees with other training flags (positional: dataclasses.replace is slow in the search loop)."""
         return Strategy(self.data, self.tensor, self.pipeline, self.expert, self.expert_placement,
                         self.micro_batches, self.virtual_stages, recompute, sequence_parallel, optimizer_shard,
-                        self.micro_batch_size, self.per_pod)
+                        self.micro_batch_size, self.per_pod, self.context, self.stage_layers)
 
     @property
     def world(self) -> int:
-        return self.data * self.tensor * self.pipeline
+        return self.data * self.tensor * self.pipeline * self.context
+
+    def layers_of(self, layers: int) -> tuple[int, ...]:
+        """Layers on each pipeline stage: the explicit split, or `layers` cut evenly."""
+        return self.stage_layers or (layers // self.pipeline,) * self.pipeline
 
     @property
     def sequence_split(self) -> int:
@@ -126,12 +152,18 @@ class Strategy:
         return self.tensor if self.sequence_parallel else 1
 
     def parallelism(self) -> dict[str, Any]:
-        return {"data": self.data, "tensor": self.tensor, "pipeline": self.pipeline, "expert": self.expert,
-                "expertPlacement": self.expert_placement, "microBatches": self.micro_batches,
-                "virtualPipelineStages": self.virtual_stages}
+        out = {"data": self.data, "tensor": self.tensor, "pipeline": self.pipeline, "expert": self.expert,
+               "expertPlacement": self.expert_placement, "microBatches": self.micro_batches,
+               "virtualPipelineStages": self.virtual_stages}
+        if self.context > 1:
+            out["context"] = self.context
+        if self.stage_layers:
+            out["pipelineLayers"] = list(self.stage_layers)
+        return out
 
     def sort_key(self) -> tuple:
         """Deterministic tie-break: less model parallelism first, then fewer micro-batches, then the flags."""
-        return (self.tensor, self.pipeline, self.expert, self.expert_placement, self.micro_batches,
+        return (self.tensor, self.context, self.pipeline, self.expert, self.expert_placement, self.stage_layers,
+                self.micro_batches,
                 self.virtual_stages, ("none", "selective", "full").index(self.recompute), self.sequence_parallel,
                 self.optimizer_shard)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ascend_hybrid.contracts.conditions import set_condition
 from ascend_hybrid.planner import explain, search
+from ascend_hybrid.planner.explain import CUBE_WARNING
 from ascend_hybrid.planner.hardware import GIB, Hardware, HardwareError, builtin
 from ascend_hybrid.planner.workload import Workload
 from ascend_hybrid.spec import rules
@@ -119,8 +120,10 @@ def fit_of(candidate: Mapping[str, Any]) -> StrategyFit:
         where = "nodes" if tensor["tier"] == "interNode" else "HCCS rings"
         return StrategyFit(False, "TensorParallelAcrossNodes", f"TP {candidate['parallelism']['tensor']} spans "
                                                            f"{where}: its all-reduces leave the fast links")
+    cube = [text for text in candidate.get("warnings", ()) if text.startswith(CUBE_WARNING)]
     return StrategyFit(True, "Fits", f"predicted {memory['totalGiB']} of {memory['usableGiB']} GiB, "
-                                 f"step {time['stepSeconds']} s, idle {time['bubbleFraction']:.1%}")
+                                 f"step {time['stepSeconds']} s, idle {time['bubbleFraction']:.1%}"
+                                 + "".join(f"; {text}" for text in cube))
 
 
 def best_alternative(job: ResolvedJob, hw: Hardware, own: search.Evaluation) -> dict | None:
@@ -148,6 +151,8 @@ def best_alternative(job: ResolvedJob, hw: Hardware, own: search.Evaluation) -> 
 
 def _degrees(degrees: Mapping[str, Any]) -> str:
     text = f"DP {degrees['data']} × TP {degrees['tensor']} × PP {degrees['pipeline']}"
+    if degrees.get("context", 1) > 1:
+        text += f" × CP {degrees['context']}"
     if degrees.get("expert", 1) > 1:
         text += f", EP {degrees['expert']} {degrees['expertPlacement']}"
     return text + f", {degrees['microBatches']} micro-batches"

@@ -30,6 +30,7 @@ MAX_JOB_NAME = 50  # `<job>-a<attempt>-<index>` must stay a 63-character label
 MAX_SEED = 2 ** 32 - 1  # the trainer seeds numpy's RandomState and MindSpore's set_seed, both 32-bit
 MAX_TOPOLOGY_TIERS = 16
 MAX_POLICY_RULES = 32  # bounds the CEL cost of the failure-policy rules
+MAX_PIPELINE_LAYERS = 1024  # bounds the CEL cost of summing spec.parallelism.pipelineLayers
 
 DEFAULT_TRAINER_IMAGE = "ascend-hybrid/trainer:0.1.0"
 RAW_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -105,6 +106,8 @@ class Parallelism(ApiModel):
     expert_placement: ExpertPlacement | None = Field(None, description="Where expert-parallel groups come from: dataParallel (consecutive DP ranks, stride tensor; the default) or intraNode (consecutive ranks inside one pod, carved out of the TP group).")
     micro_batches: int | None = Field(None, ge=1, description="Pipeline micro-batches per step; defaults to the pipeline degree. More micro-batches shrink the pipeline bubble (pipeline-1)/(microBatches+pipeline-1).")
     virtual_pipeline_stages: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Model chunks per pipeline stage (interleaved 1F1B; default 1): the idle share becomes (pipeline-1)/(virtualPipelineStages x microBatches + pipeline-1) for virtualPipelineStages times the point-to-point traffic. layers must be divisible by pipeline x virtualPipelineStages.")
+    context: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Context-parallel degree (CP): ranks that split each sequence; attention runs as ring attention, passing key/value blocks around the CP group. Adds ranks: world = data x tensor x pipeline x context. Default 1.")
+    pipeline_layers: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=1, max_length=MAX_PIPELINE_LAYERS, description="Layers of each pipeline stage, first to last (uneven stages, as MindSpeed's --num-layer-list or MindFormers' offset): one entry per stage, summing to model.layers. Default: layers / pipeline on every stage. Not with virtualPipelineStages.")
     auto: bool | None = Field(None, description="true: the operator's strategy planner chooses every degree, micro-batches, recompute, sequence parallelism and optimizer sharding for `world` NPUs (recorded in status.plan, fixed for the job's life); leave the degrees unset.")
     world: int | None = Field(None, ge=1, le=MAX_WORLD_SIZE, description="NPUs an auto job may use (its world size); only with auto.")
     auto_constraints: AutoConstraints | None = Field(None, description="Narrow the planner's search (auto jobs only).")
@@ -128,6 +131,8 @@ class Model(ApiModel):
     top_k: int | None = Field(None, ge=1, description="Experts each token is routed to (MoE only).")
     kv_heads: int | None = Field(None, ge=1, description="Key/value heads (grouped-query attention); defaults to heads. Must divide heads and be divisible by the tensor degree (each TP rank holds whole key/value heads).")
     ffn_type: FfnType | None = Field(None, description="Feed-forward block: gelu (two matrices; the default) or swiglu (three matrices, as in Llama).")
+    capacity_factor: float | None = Field(None, gt=0, le=64, description="MoE only: each expert takes at most capacityFactor x tokens x topK / experts tokens per routing group; the rest are dropped, and its buffers are padded to that size (compute and all-to-all grow with it). Default 1.25; the seed's tuning case lowers it to 0.8.")
+    aux_loss_weight: float | None = Field(None, ge=0, le=1000, description="MoE only: weight of the auxiliary load-balancing loss (Switch/GShard) added to the training loss. Default 0.01.")
 
 
 class Checkpoint(ApiModel):
@@ -145,6 +150,7 @@ class Training(ApiModel):
     sequence_parallel: bool = Field(False, description="Sequence parallelism: split the layer norms and dropouts along the sequence inside the TP group, dividing the activations TP does not split by the tensor degree.")
     flash_attention: bool = Field(False, description="Fused (flash) attention: the attention scores are never stored, removing their activation memory.")
     optimizer_shard: bool = Field(False, description="Shard optimizer state across DP ranks (MindSpore parallel optimizer).")
+    gradient_bucket_mb: int | None = Field(None, alias="gradientBucketMB", ge=1, le=4096, description="Gradient bucket size in MB: the data-parallel gradient all-reduces are fused into buckets of this size (MindSpore's comm_fusion, mode size), each sent as soon as its gradients are ready so it overlaps the rest of the backward pass. The seed measures 16-64 MB, 32 best on 910. Default: MindSpore's own fusion.")
     gradient_clip_norm: float = Field(0.0, ge=0, description="Clip the global L2 norm of the gradients to this value before each update; 0 turns clipping off. The seed's fix for exploding gradients, with a lower learningRate.")
     divergence_loss_factor: float = Field(10.0, ge=0, description="The trainer ends the job as NumericalDivergence when the loss rises above this many times its lowest value so far; 0 turns the check off, else it must be above 1. NaN or Inf always ends it.")
     divergence_grad_factor: float = Field(100.0, ge=0, description="The trainer ends the job as NumericalDivergence when the gradient norm rises above this many times its running median; 0 turns the check off, else it must be above 1.")
@@ -301,6 +307,8 @@ class EffectiveParallelism(ApiModel):
     expert_placement: str | None = Field(None, description="dataParallel or intraNode.")
     micro_batches: int | None = Field(None, description="Pipeline micro-batches per step.")
     virtual_pipeline_stages: int | None = Field(None, description="Model chunks per pipeline stage.")
+    context: int | None = Field(None, description="Context-parallel degree the pods run with (absent: 1).")
+    pipeline_layers: list[int] | None = Field(None, description="Layers of each pipeline stage (absent: the even split).")
 
 
 class MeasuredStep(ApiModel):
@@ -357,7 +365,7 @@ class MonitoringStatus(ApiModel):
 class AscendHybridJobStatus(ApiModel):
     phase: str | None = Field(None, description="Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended.")
     conditions: list[Condition] = Field(default_factory=list, description="Created, StrategyFits, Admitted (queued jobs), Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled.")
-    world_size: int | None = Field(None, description="Ranks: data x tensor x pipeline.")
+    world_size: int | None = Field(None, description="Ranks: data x tensor x pipeline x context.")
     attempt: int | None = Field(None, description="Current gang attempt, from 1.")
     restarts: int | None = Field(None, description="Whole-gang restarts after failures so far, disruptions and ignored failures included.")
     disruptions: int | None = Field(None, description="Restarts for a node or chip fault (NodeNotReady, ChipUnhealthy); not counted against backoffLimit.")

@@ -11,7 +11,7 @@ from ascend_hybrid.spec.models import MODEL_PRESETS
 # The degrees have no schema defaults (an auto job leaves them unset), so every CEL rule reads them through a
 # has() view with rules.resolve's default; Rule rewrites its expressions to those views.
 _CEL_DEGREE_DEFAULTS = {"data": "1", "tensor": "1", "pipeline": "1", "expert": "1",
-                        "expertPlacement": "'dataParallel'", "virtualPipelineStages": "1"}
+                        "expertPlacement": "'dataParallel'", "virtualPipelineStages": "1", "context": "1"}
 _CEL_DEGREE = re.compile(r"(?<!has\()self\.parallelism\.(" + "|".join(_CEL_DEGREE_DEFAULTS) + r")\b")
 
 
@@ -28,7 +28,7 @@ CEL_MICRO = "(has(self.parallelism.microBatches) ? self.parallelism.microBatches
 CEL_AUTO = "(has(self.parallelism.auto) && self.parallelism.auto)"
 # An auto job's world is its budget; the rule that needs it (auto needs world) names a missing one.
 CEL_WORLD = (f"({CEL_AUTO} ? (has(self.parallelism.world) ? self.parallelism.world : 0) : "
-              "self.parallelism.data * self.parallelism.tensor * self.parallelism.pipeline)")
+              "self.parallelism.data * self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.context)")
 
 
 def cel_model(field: str) -> str:

@@ -41,10 +41,12 @@ class ResolvedJob:
     virtual_pipeline_stages: int = 1
     auto: bool = False      # the planner chooses the strategy (spec.parallelism.auto)
     planned: bool = True    # False: an auto job whose strategy is not chosen yet; its degrees are placeholders
+    context: int = 1        # context parallelism: ranks that split each sequence
+    pipeline_layers: tuple[int, ...] | None = None  # layers of each stage; None: the even split
 
     @property
     def world_size(self) -> int:
-        return self.data * self.tensor * self.pipeline
+        return self.data * self.tensor * self.pipeline * self.context
 
     @property
     def pod_count(self) -> int:
@@ -57,6 +59,10 @@ class ResolvedJob:
         if self.virtual_pipeline_stages != 1:
             # Only when interleaving: jobs that do not interleave render job.json and AHJ_PARALLEL as before.
             degrees["virtualPipelineStages"] = self.virtual_pipeline_stages
+        if self.context != 1:
+            degrees["context"] = self.context
+        if self.pipeline_layers:
+            degrees["pipelineLayers"] = list(self.pipeline_layers)
         return degrees
 
 
@@ -67,7 +73,8 @@ def planned_spec(spec: AscendHybridJobSpec, strategy: Mapping[str, Any]) -> Asce
     parallelism = Parallelism(
         data=chosen["data"], tensor=chosen["tensor"], pipeline=chosen["pipeline"], expert=chosen["expert"],
         expert_placement=chosen["expertPlacement"], micro_batches=chosen["microBatches"],
-        virtual_pipeline_stages=chosen.get("virtualPipelineStages", 1))
+        virtual_pipeline_stages=chosen.get("virtualPipelineStages", 1), context=chosen.get("context"),
+        pipeline_layers=chosen.get("pipelineLayers"))
     training = spec.training.model_copy(update={"recompute": strategy["recompute"],
                                                 "sequence_parallel": strategy["sequenceParallel"],
                                                 "optimizer_shard": strategy["optimizerShard"]})
@@ -89,6 +96,7 @@ def resolve(name: str, spec: AscendHybridJobSpec, strategy: Mapping[str, Any] | 
         per_pod=spec.npu.per_pod or CHIPS[spec.npu.chip].chips_per_node, model=resolved_model(spec.model),
         global_batch_size=spec.training.global_batch_size or data * micro_batches,
         virtual_pipeline_stages=par.virtual_pipeline_stages or 1, auto=bool(par.auto), planned=not par.auto,
+        context=par.context or 1, pipeline_layers=tuple(par.pipeline_layers) if par.pipeline_layers else None,
     )
 
 

@@ -34,15 +34,23 @@ from ascend_hybrid.spec.models import CUSTOM_REQUIRED
 from ascend_hybrid.spec.resolved import ResolvedJob, Rule, SpecError, planned_spec, resolve  # noqa: F401 - the rules' surface
 
 
+def _world_formula(e: ResolvedJob) -> str:
+    """The world's product as the job spells it: ×context only when the job has context parallelism."""
+    return "data×tensor×pipeline×context" if e.context > 1 else "data×tensor×pipeline"
+
+
+_CEL_WORLD_FORMULA = "(self.parallelism.context > 1 ? 'data×tensor×pipeline×context' : 'data×tensor×pipeline')"
+
+
 def _world(e: ResolvedJob) -> str | None:
     if e.world_size > MAX_WORLD_SIZE:
-        return f"spec.parallelism: world size data×tensor×pipeline={e.world_size} exceeds {MAX_WORLD_SIZE}"
+        return f"spec.parallelism: world size {_world_formula(e)}={e.world_size} exceeds {MAX_WORLD_SIZE}"
     return None
 
 
 def _per_pod_divides_world(e: ResolvedJob) -> str | None:
     if e.world_size % e.per_pod:
-        return f"spec.npu.perPod={e.per_pod} must divide the world size data×tensor×pipeline={e.world_size}"
+        return f"spec.npu.perPod={e.per_pod} must divide the world size {_world_formula(e)}={e.world_size}"
     return None
 
 
@@ -65,7 +73,8 @@ def _micro_batches(e: ResolvedJob) -> str | None:
     return None
 
 
-def _model_divisible(field: str, by_label: str, by: Callable[[ResolvedJob], int]) -> Callable[[ResolvedJob], str | None]:
+def _model_divisible(field: str, by_label: str,
+                     by: Callable[[ResolvedJob], int | None]) -> Callable[[ResolvedJob], str | None]:
     def check(e: ResolvedJob) -> str | None:
         value, divisor = e.model.get(field), by(e)
         if value is None or divisor is None or value % divisor == 0:
@@ -134,6 +143,51 @@ def _layers_divisible_by_chunks(e: ResolvedJob) -> str | None:
     return f"spec.model.layers={layers} must be divisible by pipeline×virtualPipelineStages={chunks}"
 
 
+def _pipeline_layers_per_stage(e: ResolvedJob) -> str | None:
+    if e.pipeline_layers and len(e.pipeline_layers) != e.pipeline:
+        return (f"spec.parallelism.pipelineLayers has {len(e.pipeline_layers)} entries: it needs one per stage, "
+                f"spec.parallelism.pipeline={e.pipeline}")
+    return None
+
+
+def _pipeline_layers_sum(e: ResolvedJob) -> str | None:
+    layers = e.model.get("layers")
+    if e.pipeline_layers and layers is not None and sum(e.pipeline_layers) != layers:
+        return (f"spec.parallelism.pipelineLayers sums to {sum(e.pipeline_layers)}: it must sum to "
+                f"spec.model.layers={layers}")
+    return None
+
+
+def _pipeline_layers_not_interleaved(e: ResolvedJob) -> str | None:
+    if e.pipeline_layers and e.virtual_pipeline_stages > 1:
+        return (f"spec.parallelism.pipelineLayers: not with spec.parallelism.virtualPipelineStages="
+                f"{e.virtual_pipeline_stages} (interleaving cuts the layers into equal chunks)")
+    return None
+
+
+def _sequence_divisible_by_context(e: ResolvedJob) -> str | None:
+    seq = e.spec.training.seq_length
+    if e.context > 1 and seq % e.context:
+        return (f"spec.training.seqLength={seq} must be divisible by spec.parallelism.context={e.context} "
+                "(each context-parallel rank holds an equal part of the sequence)")
+    return None
+
+
+def _context_needs_flash_attention(e: ResolvedJob) -> str | None:
+    if e.context > 1 and not e.spec.training.flash_attention:
+        return (f"spec.parallelism.context={e.context} needs spec.training.flashAttention: true (ring attention is "
+                "a FlashAttentionScore feature)")
+    return None
+
+
+def _moe_only(field: str) -> Callable[[ResolvedJob], str | None]:
+    def check(e: ResolvedJob) -> str | None:
+        if e.model.get(field) is not None and not e.model.get("experts"):
+            return f"spec.model.{field}: only for MoE models (spec.model.experts > 0)"
+        return None
+    return check
+
+
 def _global_batch(e: ResolvedJob) -> str | None:
     if not e.planned:
         return None  # the planner chooses the split of the batch
@@ -144,7 +198,8 @@ def _global_batch(e: ResolvedJob) -> str | None:
     return None
 
 
-AUTO_CHOSEN = ("data", "tensor", "pipeline", "expert", "microBatches", "virtualPipelineStages")
+AUTO_CHOSEN = ("data", "tensor", "pipeline", "expert", "microBatches", "virtualPipelineStages", "context",
+               "pipelineLayers")
 
 
 def _auto_leaves_unset(field: str) -> Callable[[ResolvedJob], str | None]:
@@ -227,9 +282,10 @@ def _no_avoiding_for_software(e: ResolvedJob) -> str | None:
 
 RULES: tuple[Rule, ...] = _AUTO_RULES + (
     Rule(_world, f"{CEL_WORLD} <= {MAX_WORLD_SIZE}",
-         cel_format(f"spec.parallelism: world size data×tensor×pipeline=%d exceeds {MAX_WORLD_SIZE}", CEL_WORLD)),
+         cel_format(f"spec.parallelism: world size %s=%d exceeds {MAX_WORLD_SIZE}", _CEL_WORLD_FORMULA, CEL_WORLD)),
     Rule(_per_pod_divides_world, f"{CEL_WORLD} % {CEL_PER_POD} == 0",
-         cel_format("spec.npu.perPod=%d must divide the world size data×tensor×pipeline=%d", CEL_PER_POD, CEL_WORLD)),
+         cel_format("spec.npu.perPod=%d must divide the world size %s=%d", CEL_PER_POD, _CEL_WORLD_FORMULA,
+                    CEL_WORLD)),
     Rule(_tensor_divides_per_pod, f"{CEL_PER_POD} % self.parallelism.tensor == 0",
          cel_format("spec.parallelism.tensor=%d must divide spec.npu.perPod=%d", "self.parallelism.tensor", CEL_PER_POD)),
     Rule(_per_pod_allowed, f"{CEL_PER_POD} in {cel_allowed_per_pod('self.npu.chip')}",
@@ -239,8 +295,9 @@ RULES: tuple[Rule, ...] = _AUTO_RULES + (
          cel_format("spec.parallelism.microBatches=%d must be ≥ spec.parallelism.pipeline=%d", CEL_MICRO,
               "self.parallelism.pipeline")),
     Rule(_custom_required),
-    Rule(_model_divisible("layers", "spec.parallelism.pipeline", lambda e: e.pipeline),
-         f"!{cel_known('layers')} || {cel_model('layers')} % self.parallelism.pipeline == 0",
+    Rule(_model_divisible("layers", "spec.parallelism.pipeline", lambda e: None if e.pipeline_layers else e.pipeline),
+         f"has(self.parallelism.pipelineLayers) || !{cel_known('layers')} || "
+         f"{cel_model('layers')} % self.parallelism.pipeline == 0",
          cel_format("spec.model.layers=%d must be divisible by spec.parallelism.pipeline=%d", cel_model("layers"),
               "self.parallelism.pipeline")),
     Rule(_model_divisible("heads", "spec.parallelism.tensor", lambda e: e.tensor),
@@ -292,6 +349,32 @@ RULES: tuple[Rule, ...] = _AUTO_RULES + (
          f"{cel_model('layers')} % (self.parallelism.pipeline * self.parallelism.virtualPipelineStages) == 0",
          cel_format("spec.model.layers=%d must be divisible by pipeline×virtualPipelineStages=%d", cel_model("layers"),
               "self.parallelism.pipeline * self.parallelism.virtualPipelineStages")),
+    Rule(_pipeline_layers_per_stage,
+         "!has(self.parallelism.pipelineLayers) || size(self.parallelism.pipelineLayers) == self.parallelism.pipeline",
+         cel_format("spec.parallelism.pipelineLayers has %d entries: it needs one per stage, "
+                    "spec.parallelism.pipeline=%d", "size(self.parallelism.pipelineLayers)",
+                    "self.parallelism.pipeline")),
+    Rule(_pipeline_layers_sum,
+         f"!has(self.parallelism.pipelineLayers) || !{cel_known('layers')} || "
+         f"self.parallelism.pipelineLayers.sum() == {cel_model('layers')}",
+         cel_format("spec.parallelism.pipelineLayers sums to %d: it must sum to spec.model.layers=%d",
+                    "self.parallelism.pipelineLayers.sum()", cel_model("layers"))),
+    Rule(_pipeline_layers_not_interleaved,
+         "!has(self.parallelism.pipelineLayers) || self.parallelism.virtualPipelineStages == 1",
+         cel_format("spec.parallelism.pipelineLayers: not with spec.parallelism.virtualPipelineStages=%d "
+                    "(interleaving cuts the layers into equal chunks)", "self.parallelism.virtualPipelineStages")),
+    Rule(_sequence_divisible_by_context,
+         "self.parallelism.context == 1 || self.training.seqLength % self.parallelism.context == 0",
+         cel_format("spec.training.seqLength=%d must be divisible by spec.parallelism.context=%d (each "
+                    "context-parallel rank holds an equal part of the sequence)", "self.training.seqLength",
+                    "self.parallelism.context")),
+    Rule(_context_needs_flash_attention,
+         "self.parallelism.context == 1 || self.training.flashAttention",
+         cel_format("spec.parallelism.context=%d needs spec.training.flashAttention: true (ring attention is a "
+                    "FlashAttentionScore feature)", "self.parallelism.context")),
+    *(Rule(_moe_only(field), f"!has(self.model.{field}) || {cel_model_or_zero('experts')} > 0",
+           repr(f"spec.model.{field}: only for MoE models (spec.model.experts > 0)"))
+      for field in ("capacityFactor", "auxLossWeight")),
     _factor_rule("divergenceLossFactor"),
     _factor_rule("divergenceGradFactor"),
     Rule(_one_matcher,
@@ -303,9 +386,15 @@ RULES: tuple[Rule, ...] = _AUTO_RULES + (
 ) + FIELD_RULES
 
 
-def broken_rules(resolved: ResolvedJob) -> list[str]:
-    """Every rule a resolved job breaks, in RULES order: parse() reports them, the planner drops such candidates."""
-    return [problem for rule in RULES if (problem := rule.check(resolved))]
+# The rules that read the strategy (everything but Kubernetes' own rules on the pods' fields, which FIELD_RULES
+# holds and which read neither degrees nor model): the planner checks FIELD_RULES once per plan, these per structure.
+STRATEGY_RULES: tuple[Rule, ...] = tuple(rule for rule in RULES if rule not in FIELD_RULES)
+
+
+def broken_rules(resolved: ResolvedJob, table: tuple[Rule, ...] = RULES) -> list[str]:
+    """Every rule of `table` a resolved job breaks, in its order: parse() reports them, the planner drops such
+    candidates."""
+    return [problem for rule in table if (problem := rule.check(resolved))]
 
 NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1035 label: the job's name is also its Services' names
 NAME_RULE_CEL = f"size(self.metadata.name) <= {MAX_JOB_NAME} && self.metadata.name.matches('{NAME_PATTERN}')"

@@ -45,3 +45,19 @@ def test_mindspore_missing_asks_the_interpreter_the_runtime_uses(monkeypatch):
     assert demo.mindspore_missing()
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: object())
     assert not demo.mindspore_missing()
+
+
+def test_the_demos_simulated_jobs_ask_for_step_times_at_their_predicted_pace(examples):
+    """So the demo's StepRatio column reads within the simulation's declared noise of 1 (issue 28)."""
+    import yaml
+
+    from ascend_hybrid.devcluster.telemetry import figures
+    from ascend_hybrid.spec import rules
+
+    for name in demo.EXAMPLES:
+        original = yaml.safe_load((examples / name).read_text())
+        body = demo.following_the_prediction(yaml.safe_load((examples / name).read_text()))
+        annotations = body["spec"]["template"]["metadata"]["annotations"]
+        assert annotations == {**(original["spec"].get("template", {}).get("metadata", {}).get("annotations") or {}),
+                               figures.STEP_SECONDS_ANNOTATION: figures.PREDICTED}
+        assert rules.parse(body).spec.parallelism == rules.parse(original).spec.parallelism

@@ -183,3 +183,44 @@ def test_the_worked_example_in_the_docs_is_real_output(capsys, repo_root, monkey
         code, out, err = run(capsys, *command.split())
         assert code == expected_exit, command
         assert out + err == shown, command
+
+
+LONG_SEQUENCE_JOB = """
+apiVersion: hybrid.ascend.dev/v1alpha1
+kind: AscendHybridJob
+metadata: {name: llama31-8b-128k}
+spec:
+  parallelism: {data: 1, tensor: 8, pipeline: 1, context: 4, microBatches: 32}
+  npu: {chip: 910B}
+  model: {preset: custom, layers: 32, hidden: 4096, heads: 32, kvHeads: 8, ffnHidden: 14336, vocab: 128256,
+          ffnType: swiglu}
+  training: {seqLength: 131072, globalBatchSize: 32, flashAttention: true, sequenceParallel: true}
+"""
+UNEVEN_JOB = """
+apiVersion: hybrid.ascend.dev/v1alpha1
+kind: AscendHybridJob
+metadata: {name: llama3-70b}
+spec:
+  parallelism: {data: 1, tensor: 8, pipeline: 4, microBatches: 64, pipelineLayers: [17, 20, 22, 21]}
+  npu: {chip: 910B}
+  model: {preset: custom, layers: 80, hidden: 8192, heads: 64, kvHeads: 8, ffnHidden: 28672, vocab: 128256,
+          ffnType: swiglu}
+  training: {seqLength: 8192, globalBatchSize: 64, flashAttention: true, sequenceParallel: true}
+"""
+
+
+@pytest.mark.parametrize("content", [LONG_SEQUENCE_JOB, UNEVEN_JOB], ids=["context", "uneven"])
+def test_context_parallel_and_uneven_jobs_print_the_documented_json(tmp_path, capsys, plan_schema, content):
+    path = tmp_path / "job.yaml"
+    path.write_text(content)
+    code, out, err = run(capsys, "plan", "-f", str(path), "--evaluate", "-o", "json")
+    assert code == 0, err
+    document = json.loads(out)
+    jsonschema.validate(document, plan_schema)
+    [candidate] = document["candidates"]
+    if "context" in content.split("parallelism:")[1].split("\n")[0]:
+        assert candidate["parallelism"]["context"] == 4 and candidate["groups"]["context"]["size"] == 4
+        assert "CP 4 ring attention across 4 nodes" in candidate["why"]
+    else:
+        assert candidate["parallelism"]["pipelineLayers"] == [17, 20, 22, 21]
+        assert "stages of 17/20/22/21 layers" in candidate["why"]

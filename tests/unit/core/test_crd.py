@@ -222,8 +222,14 @@ def cel_format(template, arguments):
     return celpy.celtypes.StringType(text)
 
 
+def cel_sum(values):
+    """`<list>.sum()` of Kubernetes' CEL lists library (cel-python lacks it): integers only, as the rules use it."""
+    assert all(isinstance(value, celpy.celtypes.IntType) for value in values), values
+    return celpy.celtypes.IntType(sum(int(value) for value in values))
+
+
 ENV = celpy.Environment()
-FUNCTIONS = {"format": cel_format}
+FUNCTIONS = {"format": cel_format, "sum": cel_sum}
 PROGRAMS = [(rule, ENV.program(ENV.compile(v["rule"]), functions=FUNCTIONS),
              ENV.program(ENV.compile(v["messageExpression"]), functions=FUNCTIONS))
             for rule, v in zip([r for r in rules.RULES if r.cel], SPEC["x-kubernetes-validations"])]
@@ -250,15 +256,19 @@ cel_specs = st.fixed_dictionaries(
         "data": st.one_of(st.integers(1, 64), st.sampled_from([8192, 16384, 65536])),
         "tensor": st.sampled_from([1, 2, 3, 4, 6, 8, 16]), "pipeline": st.sampled_from([1, 2, 3, 4, 5, 8]),
         "expert": st.sampled_from([1, 2, 3, 4, 8]), "expertPlacement": st.sampled_from(["dataParallel", "intraNode"]),
-        "microBatches": st.integers(1, 16)})},
+        "microBatches": st.integers(1, 16), "context": st.sampled_from([1, 2, 4]),
+        "pipelineLayers": st.sampled_from([[12, 12], [10, 14], [8, 8, 8], [30]])})},
     optional={
         "npu": st.fixed_dictionaries({}, optional={"chip": st.sampled_from(["910A", "910B", "A3"]),
                                                    "perPod": st.integers(1, 16)}),
         "model": st.fixed_dictionaries({}, optional={
             "preset": st.sampled_from(["tiny", "gpt-1b", "moe-100b", "custom"]),
             "layers": st.sampled_from([8, 12, 24, 30]), "heads": st.sampled_from([4, 8, 12, 16, 40]),
-            "hidden": st.sampled_from([96, 128, 5120]), "experts": st.sampled_from([0, 2, 4, 6, 8])}),
-        "training": st.fixed_dictionaries({}, optional={"globalBatchSize": st.integers(1, 256)}),
+            "hidden": st.sampled_from([96, 128, 5120]), "experts": st.sampled_from([0, 2, 4, 6, 8]),
+            "capacityFactor": st.sampled_from([0.8, 1.25])}),
+        "training": st.fixed_dictionaries({}, optional={"globalBatchSize": st.integers(1, 256),
+                                                        "seqLength": st.sampled_from([128, 130]),
+                                                        "flashAttention": st.booleans()}),
     })
 
 

@@ -197,3 +197,36 @@ def test_tiers_with_nodes_and_racks():
 def test_invalid_layouts_are_refused(kwargs):
     with pytest.raises(ValueError):
         Layout(**kwargs)
+
+
+# --- context parallelism (issue 28): CP ranks right after TP, DP beyond them -----------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(layouts_strategy(), st.sampled_from([2, 4]))
+def test_context_groups_partition_the_world_and_sit_between_tensor_and_data(lay, context):
+    lay = Layout(data=lay.data, tensor=lay.tensor, pipeline=lay.pipeline, per_pod=lay.per_pod,
+                 expert=lay.expert, expert_placement=lay.expert_placement, context=context)
+    world = lay.data * lay.tensor * lay.pipeline * context
+    assert lay.world_size == world and lay.stage_size == lay.data * lay.tensor * context
+    groups = lay.groups()
+    assert list(groups) == ["tensor", "data", "pipeline", "expert", "context"]
+    for kind, size in (("tensor", lay.tensor), ("data", lay.data), ("pipeline", lay.pipeline),
+                       ("expert", lay.expert), ("context", context)):
+        partition(groups[kind], world)
+        assert len(groups[kind][0]) == size, kind
+    for group in groups["context"]:
+        assert [b - a for a, b in zip(group, group[1:])] == [lay.tensor] * (context - 1), "CP stride tensor"
+    for group in groups["data"]:
+        assert all(b - a == lay.tensor * context for a, b in zip(group, group[1:])), "DP stride tensor·context"
+    for rank in range(world):
+        c = lay.coordinates(rank)
+        assert rank in groups["context"][[i for i, g in enumerate(groups["context"]) if rank in g][0]]
+        assert rank == c.stage * lay.stage_size + c.data * lay.tensor * context + c.context * lay.tensor + c.tensor
+
+
+def test_the_llama31_8b_128k_layout_keeps_tp_in_a_node_and_rings_cp_across_nodes():
+    """MindSpeed's Llama 3.1 8B 128K run: TP 8 × CP 4 on 4 nodes; each CP ring visits the same TP rank of 4 nodes."""
+    lay = Layout(data=1, tensor=8, pipeline=1, per_pod=8, context=4)
+    assert lay.tensor_groups()[0] == list(range(8))
+    assert lay.context_groups()[0] == [0, 8, 16, 24]
+    assert lay.pods_of(lay.context_groups()[0]) == (0, 1, 2, 3)

@@ -168,7 +168,8 @@ PROGRAMS = [(rule, ENV.program(ENV.compile(rule.cel)), ENV.program(ENV.compile(r
 auto_specs = st.fixed_dictionaries({
     "parallelism": st.fixed_dictionaries({}, optional={
         "auto": st.booleans(), "world": st.sampled_from([8, 16]), "data": st.just(2), "tensor": st.just(2),
-        "microBatches": st.just(4), "autoConstraints": st.just({"maxTensor": 8})}),
+        "microBatches": st.just(4), "autoConstraints": st.just({"maxTensor": 8}), "context": st.just(2),
+        "pipelineLayers": st.just([24])}),
     "npu": st.just({"perPod": 2}),
     "training": st.fixed_dictionaries({}, optional={"globalBatchSize": st.just(32)}),
 })
@@ -177,7 +178,7 @@ auto_specs = st.fixed_dictionaries({
 @settings(max_examples=200, deadline=None)
 @given(spec=auto_specs)
 def test_cel_and_python_agree_on_the_auto_rules(spec):
-    assert len(PROGRAMS) == 9  # six unset degrees, world, world/constraints only with auto, the global batch
+    assert len(PROGRAMS) == 11  # eight unset degrees, world, world/constraints only with auto, the global batch
     activation = {"self": celpy.json_to_cel(apply_defaults(SPEC, spec))}
     resolved = rules.resolve("job", AscendHybridJobSpec.model_validate(spec))
     for rule, check, message in PROGRAMS:
@@ -185,3 +186,25 @@ def test_cel_and_python_agree_on_the_auto_rules(spec):
         assert bool(check.evaluate(activation)) == (expected is None), (rule.check, spec)
         if expected is not None:
             assert str(message.evaluate(activation)) == expected
+
+
+def test_an_auto_long_sequence_job_records_context_parallelism_and_the_status_schema_keeps_it():
+    """A planned CP degree (and an uneven split) must survive the apiserver's pruning of status.plan, or a restart
+    would resolve the job with another world."""
+    from ascend_hybrid.spec.api import AscendHybridJobStatus
+
+    long = {"parallelism": {"auto": True, "world": 32},
+            "model": {"preset": "custom", "layers": 32, "hidden": 4096, "heads": 32, "kvHeads": 8, "vocab": 128256,
+                      "ffnType": "swiglu", "ffnHidden": 14336},
+            "training": {"globalBatchSize": 32, "seqLength": 131072, "flashAttention": True}}
+    decision = decide(observe(body(long)))
+    degrees = decision.status["plan"]["parallelism"]
+    assert degrees["context"] > 1 and decision.status["worldSize"] == 32
+    kept = AscendHybridJobStatus.model_validate(decision.status).model_dump(by_alias=True, exclude_none=True)
+    assert kept["plan"]["parallelism"]["context"] == degrees["context"]
+    assert kept["parallelism"]["context"] == degrees["context"]
+    status_schema = crd.build()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    plan_degrees = status_schema["properties"]["plan"]["properties"]["parallelism"]["properties"]
+    assert {"context", "pipelineLayers"} <= set(plan_degrees)
+    again = decide(observe(body(long, status=decision.status)))
+    assert again.status["worldSize"] == 32 and again.status["plan"] == decision.status["plan"]

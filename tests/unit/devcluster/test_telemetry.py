@@ -238,3 +238,36 @@ def test_the_simulated_trainer_exports_exactly_the_bundled_trainers_series():
     simulated = {(f.name, f.type) for f in figures.trainer_families(figures.trainer_figures(sim(), T0 + 9))}
     assert simulated == real
     assert figures.STEP_SECONDS_BUCKETS == STEP_SECONDS_BUCKETS
+
+
+# Step times from the plan's prediction (issue 28) -------------------------------------------------------------------
+def test_a_pod_asking_for_the_prediction_steps_within_the_declared_noise_of_it():
+    from dataclasses import replace
+
+    pod = sim(annotations={figures.STEP_SECONDS_ANNOTATION: figures.PREDICTED})
+    assert pod.job == "job"
+    unknown = figures.trainer_figures(pod, T0 + 10).step_seconds
+    assert 0.4 <= unknown <= 1.2, "no prediction yet: the default range"
+    planned = replace(pod, predicted_step_seconds=80.0)
+    seconds = figures.trainer_figures(planned, T0 + 1000).step_seconds
+    assert abs(seconds / 80.0 - 1) <= figures.PREDICTION_NOISE
+    assert figures.trainer_figures(planned, T0 + 1000).step == int(1000 // seconds)
+    # the same job attempt keeps one factor; without the annotation the prediction is ignored
+    assert figures.trainer_figures(planned, T0 + 5000).step_seconds == seconds
+    assert figures.step_seconds(replace(sim(), predicted_step_seconds=80.0)) == figures.step_seconds(sim())
+
+
+@given(st.text(min_size=1, max_size=12))
+def test_the_noise_stays_within_its_declared_bound_for_every_job(job):
+    from dataclasses import replace
+
+    pod = replace(sim(annotations={figures.STEP_SECONDS_ANNOTATION: figures.PREDICTED}),
+                  training_key=f"ns/{job}/1", predicted_step_seconds=2.0)
+    assert abs(figures.step_seconds(pod) / 2.0 - 1) <= figures.PREDICTION_NOISE
+
+
+def test_the_prediction_is_read_from_the_jobs_plan():
+    job = {"metadata": {"namespace": "ns", "name": "job"}, "status": {"plan": {"time": {"stepSeconds": 52.3}}}}
+    assert figures.predicted_step_seconds(job) == 52.3
+    assert figures.predicted_step_seconds({"metadata": {}, "status": {}}) is None
+    assert figures.predicted_step_seconds({"status": {"plan": {"time": {"stepSeconds": "x"}}}}) is None

@@ -197,3 +197,26 @@ def test_the_rendered_config_is_what_prometheus_gets(tmp_path, monkeypatch):
     assert prometheus._write_config(cluster_paths) is False  # unchanged: no reload
     text = prometheus.config_file(cluster_paths).read_text()
     assert f"{exporter.targets_dir(cluster_paths)}/trainers.json" in text
+
+
+def test_a_pod_asking_for_the_prediction_serves_steps_at_its_jobs_predicted_pace(running):
+    """The helper keeps each job's status.plan prediction from the jobs' watch and applies it at scrape time; the
+    operator's measured step seconds (the histogram's sum / count) then read within the declared noise of it."""
+    pod = pod_manifest(name="pred-a1-0", ip="127.16.255.203",
+                       annotations={figures.STEP_SECONDS_ANNOTATION: figures.PREDICTED})
+    job = {"metadata": {"namespace": "ns", "name": "job"}, "status": {"plan": {"time": {"stepSeconds": 0.2}}}}
+    running.simulation.sync_jobs([job])
+    running.simulation.sync_pods([pod])
+
+    def measured():
+        found = not refused("127.16.255.203:9400") and get("http://127.16.255.203:9400/metrics")
+        if not found:
+            return None
+        values = {row.split()[0]: float(row.split()[1]) for row in found[2].splitlines()
+                  if row.startswith("ascend_trainer_step_seconds_")}
+        count = values.get("ascend_trainer_step_seconds_count", 0)
+        return values["ascend_trainer_step_seconds_sum"] / count if count else None
+    seconds = wait_until(measured, 10, "the predicted pod's first steps")
+    assert abs(seconds / 0.2 - 1) <= figures.PREDICTION_NOISE
+    running.simulation.job_event("DELETED", job)
+    assert running.simulation.with_prediction(figures.sim_pod(pod)).predicted_step_seconds is None

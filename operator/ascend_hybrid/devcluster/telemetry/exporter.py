@@ -19,6 +19,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from kubernetes import client
@@ -33,9 +35,11 @@ from ascend_hybrid.devcluster.kube.processes import helper_main, log, run_until_
 from ascend_hybrid.devcluster.nodes.manifests import SIMULATED_LABEL, profile_of_node
 from ascend_hybrid.devcluster.paths import ClusterPaths
 from ascend_hybrid.devcluster.telemetry.figures import (
+    JOBS_RESOURCE,
     TRAINER_PORT,
     SimPod,
     exporter_text,
+    predicted_step_seconds,
     sim_pod,
     trainer_text,
 )
@@ -103,6 +107,7 @@ class TelemetrySimulation:
         self.state, self.exporter_host, self.log = state, exporter_host, log
         self.lock = threading.Lock()
         self.pods: dict[str, SimPod] = {}           # uid → a Running pod holding chips
+        self.predictions: dict[tuple[str, str], float] = {}  # (namespace, job) → predicted step seconds
         self.chip_of_node: dict[str, str] = {}      # node name → chip generation (910A, 910B, A3)
         self.listeners: dict[str, tuple[str, asyncio.AbstractServer]] = {}  # uid → (ip, server on ip:9400)
         self.refused: dict[str, str] = {}           # uid → why its bind failed (logged once)
@@ -125,6 +130,24 @@ class TelemetrySimulation:
             else:
                 self.pods[uid] = pod
         self._wake()
+
+    def sync_jobs(self, items: list[dict]) -> None:
+        with self.lock:
+            self.predictions = {key: seconds for key, seconds in map(_prediction, items) if seconds}
+
+    def job_event(self, kind: str, manifest: dict) -> None:
+        key, seconds = _prediction(manifest)
+        with self.lock:
+            if kind == "DELETED" or not seconds:
+                self.predictions.pop(key, None)
+            else:
+                self.predictions[key] = seconds
+
+    def with_prediction(self, pod: SimPod) -> SimPod:
+        """The pod with its job's predicted step time (read at scrape time: the plan may come after the pod)."""
+        with self.lock:
+            seconds = self.predictions.get((pod.namespace, pod.job))
+        return replace(pod, predicted_step_seconds=seconds) if seconds else pod
 
     def sync_nodes(self, items: list[dict]) -> None:
         with self.lock:
@@ -214,7 +237,7 @@ class TelemetrySimulation:
         def body() -> bytes | None:
             with self.lock:
                 current = self.pods.get(pod.uid)
-            return trainer_text(current, time.time()) if current else None
+            return trainer_text(self.with_prediction(current), time.time()) if current else None
         try:
             server = await asyncio.start_server(self._handler(body), pod.ip, TRAINER_PORT)
         except OSError as error:
@@ -253,9 +276,19 @@ class TelemetrySimulation:
         return handle
 
 
+def _prediction(job: dict) -> tuple[tuple[str, str], float | None]:
+    metadata = job.get("metadata") or {}
+    return (metadata.get("namespace", ""), metadata.get("name", "")), predicted_step_seconds(job)
+
+
 def run(kubeconfig: str, state: Path, ready: Path | None, stop: threading.Event) -> None:
-    core = client.CoreV1Api(api_client(kubeconfig))
+    api = api_client(kubeconfig)
+    core = client.CoreV1Api(api)
     simulation = TelemetrySimulation(state)
+    # The jobs' predictions are not waited for: the CRD may not be installed yet (the informer retries until it is).
+    start_informers((Source("ascendhybridjobs", partial(client.CustomObjectsApi(api).list_cluster_custom_object,
+                                                        *JOBS_RESOURCE),
+                            simulation.sync_jobs, simulation.job_event),), stop, log)
     synced = start_informers((
         Source("nodes", core.list_node, simulation.sync_nodes, simulation.node_event,
                {"label_selector": f"{SIMULATED_LABEL}=true"}),

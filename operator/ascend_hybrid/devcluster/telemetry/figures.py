@@ -8,7 +8,8 @@ namespace/name (a hash); tests pin them with the pod annotations below.
     sim.hybrid.ascend.dev/utilization        AI Core utilization of each chip, percent (default 70..95, wobbling)
     sim.hybrid.ascend.dev/chip-utilization   some chips' own utilization, e.g. "3=20,5=10" (chip id=percent): skews
                                              them against the others (LoadImbalanced)
-    sim.hybrid.ascend.dev/step-seconds       seconds per training step (default 0.4..1.2)
+    sim.hybrid.ascend.dev/step-seconds       seconds per training step (default 0.4..1.2), or "predicted": the job's
+                                             predicted step (status.plan.time.stepSeconds) within ±PREDICTION_NOISE
     sim.hybrid.ascend.dev/slow-after-seconds + …/slow-step-seconds
                                              from that many seconds after the start, each step takes slow-step-seconds
                                              (Straggling)
@@ -40,11 +41,18 @@ SLOW_AFTER_ANNOTATION = ANNOTATION_PREFIX + "slow-after-seconds"
 SLOW_STEP_SECONDS_ANNOTATION = ANNOTATION_PREFIX + "slow-step-seconds"
 STALL_AFTER_ANNOTATION = ANNOTATION_PREFIX + "stall-after-seconds"
 HBM_USED_PERCENT_ANNOTATION = ANNOTATION_PREFIX + "hbm-used-percent"
+PREDICTED = "predicted"  # step-seconds follow the planner's prediction for the job
+# The declared noise of a simulated step time that follows the prediction: each job attempt runs at a fixed factor
+# within ±5 % of it, so measured / predicted (the StepRatio column) reads 0.95-1.05 for a simulated job.
+PREDICTION_NOISE = 0.05
 RUNTIME_ANNOTATION = ANNOTATION_PREFIX + "runtime"
 PROCESS_RUNTIME = "process"
 CONTAINER_RUNTIME = "container"
 REAL_RUNTIMES = (PROCESS_RUNTIME, CONTAINER_RUNTIME)  # the trainer really runs and serves its own endpoint
 JOB_LABEL = "hybrid.ascend.dev/job"
+# (group, version, plural) of the AscendHybridJobs whose predictions the simulation reads; devcluster imports nothing
+# of the operator (tests/contract/test_layering.py), so the API's names are repeated here.
+JOBS_RESOURCE = ("hybrid.ascend.dev", "v1alpha1", "ascendhybridjobs")
 ATTEMPT_LABEL = "hybrid.ascend.dev/attempt"
 
 TRAINER_PORT = 9400  # design §9; names.METRICS_PORT on the operator side
@@ -75,6 +83,8 @@ class SimPod:
     chips: tuple[int, ...]
     annotations: dict = field(default_factory=dict, compare=False, hash=False)
     training_key: str = ""                # pods of one job attempt share their training figures
+    job: str = ""                         # the AscendHybridJob's name (its pods' label)
+    predicted_step_seconds: float | None = field(default=None, compare=False)  # the job's status.plan, if known
 
     @property
     def serves_trainer_metrics(self) -> bool:
@@ -110,7 +120,8 @@ def sim_pod(pod: dict) -> SimPod | None:
     training_key = f"{namespace}/{job}/{labels.get(ATTEMPT_LABEL, '')}" if job else f"{namespace}/{name}"
     return SimPod(namespace=namespace, name=name, uid=metadata.get("uid", ""), ip=status["podIP"],
                   node=spec.get("nodeName", ""), container=containers[0].get("name", ""), started_at=started_at,
-                  chips=chips, annotations=dict(metadata.get("annotations") or {}), training_key=training_key)
+                  chips=chips, annotations=dict(metadata.get("annotations") or {}), training_key=training_key,
+                  job=job or "")
 
 
 # Figures ------------------------------------------------------------------------------------------------------
@@ -130,8 +141,17 @@ def _pinned(annotations: dict, key: str, low: float, high: float) -> float | Non
 
 
 def step_seconds(pod: SimPod) -> float:
+    if pod.annotations.get(STEP_SECONDS_ANNOTATION) == PREDICTED and pod.predicted_step_seconds:
+        factor = 1.0 + PREDICTION_NOISE * (2 * _unit(pod.training_key, "prediction-noise") - 1)
+        return pod.predicted_step_seconds * factor
     pinned = _pinned(pod.annotations, STEP_SECONDS_ANNOTATION, 0.01, 3600.0)
     return pinned if pinned is not None else round(0.4 + 0.8 * _unit(pod.training_key, "step-seconds"), 3)
+
+
+def predicted_step_seconds(job: dict) -> float | None:
+    """status.plan.time.stepSeconds of an AscendHybridJob, when the operator has planned it."""
+    value = (((job.get("status") or {}).get("plan") or {}).get("time") or {}).get("stepSeconds")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def chip_pins(annotations: dict) -> dict[int, float]:

@@ -114,7 +114,8 @@ def test_model_flops_are_korthikanti_appendix_a():
 
 @pytest.mark.parametrize("recompute, factor, vocab_term", [("none", 72, 12), ("full", 96, 16)])
 def test_compute_time_is_narayanan_eq3_at_peak_times_efficiency(recompute, factor, vocab_term):
-    w, hw = dense_gpt(), hardware.builtin("910B")
+    """A scalar profile (a hardware file's computeEfficiency) prices FLOPs at peak × efficiency."""
+    w, hw = dense_gpt(), replace(hardware.builtin("910B"), compute=None)
     s = Strategy(8, 1, 1, micro_batches=8, micro_batch_size=1, recompute=recompute)
     B, seq, L, h, V = w.global_batch, w.seq_length, w.layers, w.hidden, w.vocab
     flops = factor * B * seq * L * h * h * (1 + seq / (6 * h) + V / (vocab_term * L * h))
@@ -156,7 +157,7 @@ def test_groups_follow_the_rank_layout():
     layout = timing.groups(seed, hw)
     assert {kind: (g.size, g.tier) for kind, g in layout.items()} == {
         "tensor": (8, "intraNode"), "data": (2, "interNode"), "pipeline": (8, "interNode"),
-        "expert": (4, "intraNode")}
+        "expert": (4, "intraNode"), "context": (1, "none"), "gradients": (2, "interNode")}
     wide_ep = timing.groups(Strategy(4, 4, 1, 4, "dataParallel", per_pod=8), hw)["expert"]
     assert (wide_ep.nodes, wide_ep.tier) == (2, "interNode")
     ring = timing.groups(Strategy(1, 8, 1, per_pod=8), hardware.builtin("910A"))["tensor"]
@@ -200,3 +201,47 @@ def test_a_pod_larger_than_a_node_is_refused():
                                                                "npu": {"chip": "A3"}}})
     with pytest.raises(search.PlanError, match="perPod=16 exceeds chipsPerNode=8"):
         search.evaluate_job(resolved, hardware.builtin("910B"))
+
+
+# --- gradient buckets (seed §3.1) and the calibrated compute model (issue 28) -------------------------------------
+
+def test_gradient_buckets_expose_the_last_bucket_and_pay_a_latency_each():
+    hw = replace(hardware.builtin("910B"), inter_node=hardware.Tier(25, latency_us=30))
+    group = timing.Group("gradients", 16, 2, 8, False)
+    gradients, backward = 4e9, 10.0  # a backward long enough to hide the whole reduction
+    whole = timing._exposed_gradient_reduction(group, hw, gradients, backward, False, None)
+    assert whole == 0.0
+    one_bucket = timing._data_parallel_seconds(group, hw, 32e6)
+    assert timing._exposed_gradient_reduction(group, hw, gradients, backward, False, 32) == pytest.approx(one_bucket)
+    # no backward to hide behind: small buckets pay more latency in all
+    small = timing._exposed_gradient_reduction(group, hw, gradients, 0.0, False, 1)
+    large = timing._exposed_gradient_reduction(group, hw, gradients, 0.0, False, 64)
+    assert small > large > timing._exposed_gradient_reduction(group, hw, gradients, 0.0, False, None) * 0.999
+
+
+def test_a_scalar_compute_efficiency_overrides_the_shape_model_of_a_file():
+    document = yaml.safe_load((FIXTURES / "a100-80g.yaml").read_text())
+    shaped = {**document, "compute": {"matmulEfficiency": 0.7, "halfDim": 180, "attentionEfficiency": 0.5,
+                                      "hbmGbps": 2000, "vectorEfficiency": 0.5}}
+    shaped.pop("computeEfficiency")
+    assert hardware.from_mapping(shaped).compute is not None
+    assert hardware.from_mapping({**shaped, "computeEfficiency": 0.45}).compute is None
+    assert hardware.from_mapping({**shaped, "computeEfficiency": 0.45}).compute_efficiency == 0.45
+
+
+def test_small_per_device_matmul_dimensions_run_at_a_lower_share_of_peak():
+    model = hardware.builtin("910B").compute
+    peak = 376e12
+    big = model.matmul_seconds(peak, 8192, 4096, 4096)
+    sliced = model.matmul_seconds(peak, 8192, 512, 4096)
+    assert sliced * 8 > big  # eight 512-wide slices take longer than the whole
+    assert model.matmul_seconds(peak, 8192, 500, 4096) > model.matmul_seconds(peak, 8192, 512, 4096) * 0.99
+    assert model.matmul_seconds(peak, 8192, 500, 4096, pad=False) < model.matmul_seconds(peak, 8192, 500, 4096)
+
+
+def test_cube_alignment_names_the_misaligned_splits():
+    w = Workload(8, 5120, 40, 40, 13824, "swiglu", 32000, 0, 0, 4096, 8, True)
+    assert timing.misaligned_dimensions(w, Strategy(1, 8, 1)) == []
+    odd = timing.misaligned_dimensions(w, Strategy(1, 5, 1, per_pod=5))
+    assert "hidden/tensor=1024" not in odd and "ffnHidden/tensor=2764.8" in odd and "vocab/tensor=6400" not in odd
+    assert timing.misalignment_seconds(w, Strategy(1, 5, 1, per_pod=5), hardware.builtin("910B")) > 0

@@ -94,3 +94,53 @@ def test_a_real_svg_renderer_draws_the_plan_picture(capsys, examples, tmp_path):
     for stage_colour in svg.STAGE_COLOURS[:8]:
         rgb = tuple(int(stage_colour[i:i + 2], 16) for i in (1, 3, 5))
         assert rgb in present, f"stage colour {stage_colour} not drawn"
+
+
+# --- every label fits (issue 28) -------------------------------------------------------------------------------
+
+def _advance(text: str, size: float, bold: bool) -> float:
+    """The width cairo (the renderer the test above uses) gives the text in the machine's sans-serif font."""
+    import cairocffi
+
+    context = cairocffi.Context(cairocffi.ImageSurface(cairocffi.FORMAT_ARGB32, 1, 1))
+    context.select_font_face("sans-serif", cairocffi.FONT_SLANT_NORMAL,
+                             cairocffi.FONT_WEIGHT_BOLD if bold else cairocffi.FONT_WEIGHT_NORMAL)
+    context.set_font_size(size)
+    return context.text_extents(text)[4]
+
+
+def _labels_fit(root: ET.Element) -> None:
+    width = float(root.get("width"))
+    last_box = None
+    for element in root:
+        if element.tag == f"{SVG}rect" and element.get("fill") == "white" and element.get("stroke") == "#666":
+            last_box = element  # a node's box: the label after it must stay inside
+        if element.tag != f"{SVG}text":
+            continue
+        size, bold = float(element.get("font-size")), element.get("font-weight") == "bold"
+        advance = _advance(element.text, size, bold)
+        assert svg.text_width(element.text, size, "bold" if bold else "normal") >= advance, element.text
+        x = float(element.get("x"))
+        left = {"start": x, "middle": x - advance / 2, "end": x - advance}[element.get("text-anchor")]
+        assert left >= 0 and left + advance <= width, (element.text, left, left + advance, width)
+        if element.text.startswith("node-") and last_box is not None:
+            assert left + advance <= float(last_box.get("x")) + float(last_box.get("width")), element.text
+
+
+def test_every_label_of_the_seed_pictures_fits(capsys, examples, tmp_path):
+    """The seed case's title ran past the right edge; titles and headings now wrap, boxes grow to their labels."""
+    _labels_fit(seed_svg(capsys, examples, tmp_path, "--evaluate"))
+    _labels_fit(seed_svg(capsys, examples, tmp_path))
+
+
+@pytest.mark.parametrize("layout", [Layout(2048, 8, 1, 8), Layout(4, 1, 2, 1), Layout(2, 2, 2, 4, context=2)])
+def test_labels_fit_for_five_digit_ranks_one_chip_nodes_and_context_parallelism(layout):
+    title = "a very long title " * 12
+    _labels_fit(ET.fromstring(svg.picture(layout, svg.Cluster.packed(layout, 8), title)))
+
+
+def test_long_titles_wrap_at_commas_and_semicolons():
+    lines = svg.wrap("job best plan on 128 × 910B: DP 2 × TP 8 × PP 8, EP 4, 32 micro-batches, recompute full; "
+                     "step 81.1 s", 14, 400, "bold")
+    assert len(lines) > 1 and all(svg.text_width(line, 14, "bold") <= 400 for line in lines)
+    assert " ".join(lines).replace("  ", " ").startswith("job best plan")

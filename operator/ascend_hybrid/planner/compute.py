@@ -1,0 +1,202 @@
+"""Compute time of one micro-batch on one device: FLOPs at a scalar share of peak, or the calibrated shape model
+(each matmul at its own efficiency, FlashAttention at its kernel's, element-wise work at HBM bandwidth), and what
+the Cube tile's padding of misaligned splits costs. docs/planner.md, "Calibration", gives every constant's source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ascend_hybrid.planner.hardware import CUBE_TILE, Hardware
+from ascend_hybrid.planner.workload import Strategy, Workload
+
+BYTES_16BIT = 2
+
+
+@lru_cache(maxsize=1024)
+def layer_forward_flops(w: Workload, padded: bool) -> float:
+    """Forward FLOPs of one layer per token: 2 per weight of each matmul, plus 4·s·h for attention scores and their
+    product with V. An MoE layer runs topK experts per token (× capacity factor for what the device computes)."""
+    mlp: float = 2 * w.mlp_parameters
+    if w.is_moe:
+        mlp = mlp * w.top_k * (w.capacity_factor if padded else 1) + 2 * w.hidden * w.experts
+    return 2 * w.attention_parameters + 4 * w.seq_length * w.hidden + mlp
+
+
+def model_flops_per_step(w: Workload) -> float:
+    """Forward + backward (3× forward) of every layer and the LM head, recompute excluded: for a GPT that is
+    Korthikanti's 72·B·L·s·h²·(1 + s/(6h) + V/(12·h·L))."""
+    per_token = w.layers * layer_forward_flops(w, padded=False) + 2 * w.hidden * w.vocab
+    return 3 * per_token * w.tokens_per_step
+
+
+def recompute_flops_per_token(w: Workload, recompute: str) -> float:
+    """Extra forward work per layer and token: the whole layer (full) or the attention scores (selective)."""
+    if recompute == "full":
+        return layer_forward_flops(w, padded=True)
+    if recompute == "selective" and not w.flash_attention:
+        return 4 * w.seq_length * w.hidden
+    return 0.0
+
+
+@dataclass(frozen=True)
+class MicroBatchWork:
+    """One micro-batch on one device of one stage, seconds: its forward and backward (recompute included), and
+    what of it the shape model says (for explanations); TP/EP/CP communication is kept apart."""
+
+    forward: float
+    backward: float
+    tp_matmul: float = 0.0  # the matmuls TP's collectives feed (MC2 hides communication under these)
+    attention: float = 0.0  # the attention core, forward and backward (ring attention hides CP traffic here)
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward
+
+
+# The causal mask leaves half of the score matrix: FlashAttention (MindSpeed's and MindSpore's FlashAttentionScore,
+# sparse_mode for the causal mask) skips the masked blocks. Its backward recomputes the scores and runs five matmuls
+# to the forward's two: 2.5 × the forward (Dao et al. 2022).
+CAUSAL_SHARE = 0.5
+FLASH_BACKWARD = 2.5
+# Vector-unit bytes per token and layer of the forward pass, in units of the 16-bit element (docs/planner.md):
+# two RMS/layer norms (read + write h each), two residual adds (two reads, one write of h each), rotary on Q and K
+# (read + write), the activation (SwiGLU reads 2f and writes f, GeLU reads and writes f), and without
+# FlashAttention the softmax pass over the a·s scores (scale, mask and softmax fused: read + write, and the
+# dropout mask). The backward pass moves twice the forward's bytes.
+NORM_RESIDUAL_ELEMENTS = 2 * 2 + 2 * 3
+SOFTMAX_PASSES = 3
+BACKWARD_VECTOR = 2.0
+# The loss: fp32 logits of V/t per token, softmax, loss and its gradient: about four passes of 4 bytes.
+CROSS_ENTROPY_BYTES = 16
+# MoE token permutation and un-permutation (gather/scatter of topK·capacity copies of h, read + write each way).
+PERMUTE_PASSES = 4
+
+
+def _vector_forward_bytes(w: Workload, s: Strategy) -> float:
+    """Element-wise bytes per token and layer forward on one device: what sequence parallelism splits (norms,
+    residuals) and what TP splits (rotary on the local heads, the local activation, the local scores)."""
+    t, sp = s.tensor, s.sequence_split
+    kv_width = w.head_dim * w.kv_heads
+    elements = NORM_RESIDUAL_ELEMENTS * w.hidden / sp + 2 * (w.hidden + kv_width) / t
+    ffn = w.ffn_hidden / t * (3 if w.ffn_type == "swiglu" else 2)
+    if w.is_moe:
+        ffn *= w.top_k * w.capacity_factor
+        elements += PERMUTE_PASSES * w.top_k * w.capacity_factor * w.hidden / sp
+    elements += ffn
+    if not w.flash_attention:
+        elements += SOFTMAX_PASSES * w.heads * w.seq_length / t
+    return BYTES_16BIT * elements
+
+
+def _layer_matmuls(w: Workload, s: Strategy, tokens: float) -> list[tuple[float, float, float]]:
+    """(M, N, K) of each forward matmul of one layer on one device. Every one of them sits next to a TP collective
+    (column-parallel after an all-gather, row-parallel before a reduce-scatter), so MC2 may hide TP traffic under
+    any of them."""
+    h, t = w.hidden, s.tensor
+    kv_width = w.head_dim * w.kv_heads
+    shapes = [(tokens, (h + 2 * kv_width) / t, h), (tokens, h, h / t)]
+    if not w.is_moe:
+        inner = (w.mlp_matrices - 1) * w.ffn_hidden / t
+        return shapes + [(tokens, inner, h), (tokens, h, w.ffn_hidden / t)]
+    # Each expert's tokens: topK·capacity copies of the micro-batch's tokens spread over E experts; the device runs
+    # its E/e experts (dataParallel EP brings e DP ranks' tokens to them) with the FFN split as memory.py splits it.
+    e = s.expert
+    local = w.experts // e
+    ffn_split = t if s.expert_placement == "dataParallel" else max(t // e, 1)
+    gathered = tokens * (e if s.expert_placement == "dataParallel" else 1)
+    per_expert = gathered * w.top_k * w.capacity_factor / w.experts
+    inner = (w.mlp_matrices - 1) * w.ffn_hidden / ffn_split
+    experts = [(per_expert, inner, h), (per_expert, h, w.ffn_hidden / ffn_split)] * local
+    return shapes + [(tokens, w.experts, h)] + experts
+
+
+def micro_batch_work(w: Workload, s: Strategy, hw: Hardware, layers: int, head: bool,
+                     pad: bool = True) -> MicroBatchWork:
+    """The work of one micro-batch reads only the splits of one device, not how many replicas or stages there
+    are: the cache key keeps those (many strategies share one entry)."""
+    device = Strategy(1, s.tensor, 1, s.expert, s.expert_placement, 1, 1, s.recompute, s.sequence_parallel, False,
+                      s.micro_batch_size, 1, s.context)
+    return _micro_batch_work(w, device, hw, layers, head, pad)
+
+
+@lru_cache(maxsize=65536)
+def _micro_batch_work(w: Workload, s: Strategy, hw: Hardware, layers: int, head: bool, pad: bool) -> MicroBatchWork:
+    """Forward and backward seconds of one micro-batch through `layers` layers (and the LM head when `head`).
+
+    A scalar hardware profile prices FLOPs at peak × computeEfficiency (Narayanan's eq. 3 for a GPT); a shape
+    model prices each matmul at its own efficiency, the attention core at the FlashAttention kernel's, and the
+    element-wise work at HBM bandwidth."""
+    tokens = s.micro_batch_size * w.seq_length / s.context
+    peak = hw.peak_tflops * 1e12
+    if hw.compute is None:
+        layer_forward = layer_forward_flops(w, padded=True)
+        forward = tokens * (layers * layer_forward + (2 * w.hidden * w.vocab if head else 0)) / s.tensor
+        extra = tokens * layers * recompute_flops_per_token(w, s.recompute) / s.tensor
+        achieved = hw.achieved_flops
+        return MicroBatchWork(forward / achieved, (2 * forward + extra) / achieved)
+    model = hw.compute
+    shapes = _layer_matmuls(w, s, tokens)
+    dense = 2 if w.is_moe else len(shapes)  # an MoE layer: attention's two matmuls, then the router and experts
+    matmul = (sum(model.matmul_seconds(peak, m, n, k, pad) for m, n, k in shapes[:dense])
+              + sum(model.matmul_seconds(peak, m, n, k, pad) for m, n, k in shapes[dense:]) / model.expert_efficiency)
+    # Attention core: the local heads' scores against the whole sequence (with CP a device holds s/cp queries).
+    local_width = w.hidden / s.tensor
+    if w.flash_attention:
+        flops = 4 * tokens * w.seq_length * local_width * CAUSAL_SHARE
+        attention_forward = flops / (peak * model.attention_efficiency)
+        attention_backward = FLASH_BACKWARD * attention_forward
+    else:
+        heads = w.heads / s.tensor
+        per_head = model.matmul_seconds(peak, w.seq_length, w.seq_length, w.head_dim, pad)
+        attention_forward = 2 * heads * per_head * s.micro_batch_size / s.context
+        attention_backward = 2 * attention_forward
+    vector = model.vector_seconds(tokens * _vector_forward_bytes(w, s))
+    layer_forward = matmul + attention_forward + vector
+    layer_backward = 2 * matmul + attention_backward + BACKWARD_VECTOR * vector
+    recompute = 0.0
+    if s.recompute == "full":
+        recompute = layer_forward
+    elif s.recompute == "selective" and not w.flash_attention:
+        softmax = model.vector_seconds(tokens * BYTES_16BIT * SOFTMAX_PASSES * w.heads * w.seq_length / s.tensor)
+        recompute = attention_forward + softmax
+    forward, backward = layers * layer_forward, layers * (layer_backward + recompute)
+    if head:
+        logits = model.matmul_seconds(peak, tokens, w.vocab / s.tensor, w.hidden, pad)
+        loss = model.vector_seconds(tokens * CROSS_ENTROPY_BYTES * w.vocab / s.tensor)
+        forward += logits + loss / 2
+        backward += 2 * logits + loss / 2
+    return MicroBatchWork(forward, backward, layers * 3 * matmul,
+                          layers * (attention_forward + attention_backward))
+
+
+def misaligned_dimensions(w: Workload, s: Strategy) -> list[str]:
+    """The split matmul dimensions one device multiplies that are not multiples of the Cube tile (seed §3.2),
+    named by how they are made: hidden/tensor, ffnHidden/tensor, vocab/tensor, the key/value width, the head size."""
+    t = s.tensor
+    kv_width = w.head_dim * w.kv_heads
+    ffn_split = t if not w.is_moe or s.expert_placement == "dataParallel" else max(t // s.expert, 1)
+    named = [("hidden/tensor", w.hidden / t), ("(hidden + 2·kvHeads·headSize)/tensor", (w.hidden + 2 * kv_width) / t),
+             (f"ffnHidden/{'tensor' if ffn_split == t else 'tensor·expert split'}", w.ffn_hidden / ffn_split),
+             ("vocab/tensor", w.vocab / t), ("hidden/heads (head size)", w.head_dim)]
+    out = []
+    for name, value in named:
+        if value != int(value) or int(value) % CUBE_TILE:
+            out.append(f"{name}={value:g}")
+    return out
+
+
+def misalignment_seconds(w: Workload, s: Strategy, hw: Hardware) -> float:
+    """What padding the misaligned dimensions to the Cube tile costs per step on the slowest stage (shape-model
+    profiles; a scalar profile prices FLOPs only and sees no padding)."""
+    if hw.compute is None:
+        return 0.0
+    split = s.layers_of(w.layers)
+    worst = 0.0
+    for stage, layers in enumerate(split):
+        head = stage == s.pipeline - 1
+        padded = micro_batch_work(w, s, hw, layers, head, True).total
+        exact = micro_batch_work(w, s, hw, layers, head, False).total
+        worst = max(worst, padded - exact)
+    return s.micro_batches * worst
