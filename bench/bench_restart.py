@@ -1,5 +1,16 @@
 """Whole-gang restart: one pod of a running gang fails → attempt 2 Running with a fresh rank table, against deleting
-the same number of running bare pods and creating them again → all Running with devices, side by side.
+the same number of running bare pods and creating them again → all Running with devices, side by side; and the
+finer rungs of the recovery ladder (docs/reliability.md) on the same gang size:
+
+- RestartRanks: a launcher reports its ranks Failed → every launcher told the next rank generation (the
+  operator's write to `<job>-recovery`) → the first step after (status.recoveries Recovered);
+- ReplacePod: a pod deleted without grace (as a lost node's pod is) → the replacement Running with the rank
+  table completed again → the first step after.
+
+The simulated pods run no trainer, so the bench plays every launcher (one writer, all the reports of the gang
+in one merge patch each time, as fast as launchers that restart at once): what is measured is the control
+plane's part — detection, decision, the generation's write and its watch, placement and start of one pod —
+not MindSpore's start (the real-training test measures that on CPU).
 
 The pod fails as the simulated cluster fails one: the kwok stage `ahj-pod-fail` turns a Running pod Failed (exit
 code 3) once it carries `sim.hybrid.ascend.dev/outcome: fail`; the clock starts when that annotation is patched on.
@@ -14,11 +25,25 @@ The last line is `restart ratio median: R (rounds: r1, r2, …)`.
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from datetime import UTC, datetime
+
+from kubernetes import client
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.testing.pods import outcome_annotations
-from benchkit import DevCluster, Operator, bare_pods, gang_job, job_running, median_range, ratio_line, say
+from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from benchkit import (
+    DevCluster,
+    Operator,
+    bare_pods,
+    gang_job,
+    job_running,
+    median_range,
+    ratio_line,
+    say,
+)
 
 
 def bare_restart(dev: DevCluster, pods: int, chips: int, tag: str) -> float:
@@ -63,6 +88,116 @@ def job_restart(dev: DevCluster, operator: Operator, pods: int, chips: int, tag:
     return finished - started, spent.calls, spent.cpu
 
 
+# ---- the finer rungs, with simulated launchers -------------------------------------------------------------------
+
+IN_FLIGHT_SECONDS = 15.0  # controller/settings.py in_flight_seconds
+
+
+def report(uid: str, generation: int, state: str, **fields) -> str:
+    return json.dumps({"uid": uid, "generation": generation, "state": state,
+                       "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), **fields})
+
+
+class Launchers:
+    """Every launcher of one job, played by the bench through the job's <job>-recovery ConfigMap."""
+
+    def __init__(self, dev: DevCluster, namespace: str, job: str):
+        self.dev, self.namespace, self.job = dev, namespace, job
+        self.config_map = names.recovery_config_map(job)
+
+    def pods(self) -> dict[str, str]:
+        found = self.dev.core.list_namespaced_pod(self.namespace, label_selector=f"{names.JOB_LABEL}={self.job}")
+        return {pod.metadata.name: pod.metadata.uid for pod in found.items if not pod.metadata.deletion_timestamp}
+
+    def generation(self) -> int | None:
+        try:
+            data = self.dev.core.read_namespaced_config_map(self.config_map, self.namespace).data or {}
+        except client.ApiException as error:
+            if error.status == 404:  # not written yet
+                return None
+            raise
+        return int(data["generation"]) if "generation" in data else None
+
+    def say_all(self, generation: int, state: str, pods: dict[str, str] | None = None, **fields) -> None:
+        pods = pods or self.pods()
+        self.dev.core.patch_namespaced_config_map(self.config_map, self.namespace, {"data": {
+            name: report(uid, generation, state, **fields) for name, uid in pods.items()}})
+
+    def wait_generation(self, wanted: int, timeout: float = 600) -> float:
+        deadline = time.monotonic() + timeout
+        while (current := self.generation()) is None or current < wanted:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out waiting for rank generation {wanted} of {self.job}")
+            time.sleep(0.02)
+        return time.monotonic()
+
+
+def recovered(job: dict) -> bool:
+    ledger = (job.get("status") or {}).get("recoveries") or []
+    return bool(ledger) and ledger[-1].get("outcome") == "Recovered"
+
+
+def in_place_rungs(dev: DevCluster, pods: int, chips: int, tag: str) -> tuple[float, float, float, float]:
+    """RestartRanks: a launcher reports Failed → every launcher told → Recovered; ReplacePod: a pod deleted →
+    its replacement Running with the rank table completed → Recovered. Seconds of each, from the fault."""
+    namespace = dev.namespace(f"bench-rungs-{tag}")
+    watch = dev.job_watch(namespace)
+    launchers = Launchers(dev, namespace, "bench")
+    try:
+        dev.create_all(dev.jobs_url(namespace), [gang_job("bench", pods, chips, annotations=None)])
+        watch.wait_count(1, 600, "attempt 1 Running")
+        launchers.wait_generation(0)
+        launchers.say_all(0, "Started", resumedFrom=0)
+        time.sleep(1.0)  # the operator's watch has the reports
+        victim, uid = sorted(launchers.pods().items())[-1]
+        ranks_done = dev.job_watch(namespace, recovered)
+        started = time.monotonic()
+        dev.core.patch_namespaced_config_map(launchers.config_map, namespace, {"data": {
+            victim: report(uid, 0, "Failed", cause="Unknown", rank=pods - 1, step=5, detail="bench")}})
+        told = launchers.wait_generation(1) - started
+        launchers.say_all(1, "Started", resumedFrom=4)
+        launchers.say_all(1, "Stepping", resumedFrom=4, step=5)
+        ranks_recovered = ranks_done.wait_count(1, 600, "RestartRanks recovered") - started
+        ranks_done.close()
+
+        # a pod this operator created or released in the last 15 s (--in-flight window) and now missing is taken
+        # for one its watch has not shown yet, not for a deleted one: a real fault hits a pod that ran for long
+        time.sleep(IN_FLIGHT_SECONDS)
+        replaced_done = dev.job_watch(namespace, lambda job: len((job.get("status") or {}).get("recoveries") or [])
+                                      == 2 and recovered(job))
+        before = launchers.pods()
+        started = time.monotonic()
+        dev.core.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)  # lost: no graceful end
+        launchers.wait_generation(2)
+        pod_watch = dev.pod_watch(namespace)
+        try:
+            back = pod_watch.wait_count(1, 600, "the replacement Running with its devices",
+                                        accept=lambda pod: pod["metadata"]["name"] == victim
+                                        and pod["metadata"]["uid"] != before[victim])
+        finally:
+            pod_watch.close()
+        deadline = time.monotonic() + 600
+        while (dev.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "bench").get("status") or {
+                }).get("phase") not in ("Running", "Restarting") or not rank_table_completed(dev, namespace):
+            if time.monotonic() > deadline:
+                raise SystemExit("timed out waiting for the rank table to complete again")
+            time.sleep(0.05)
+        replaced = max(back, time.monotonic()) - started
+        launchers.say_all(2, "Started", resumedFrom=4)
+        launchers.say_all(2, "Stepping", resumedFrom=4, step=5)
+        replaced_recovered = replaced_done.wait_count(1, 600, "ReplacePod recovered") - started
+        replaced_done.close()
+    finally:
+        watch.close()
+    dev.remove_namespace(namespace)
+    return told, ranks_recovered, replaced, replaced_recovered
+
+
+def rank_table_completed(dev: DevCluster, namespace: str) -> bool:
+    data = dev.core.read_namespaced_config_map(names.rank_table_config_map("bench"), namespace).data or {}
+    return '"completed"' in "".join(data.values())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=256)
@@ -71,9 +206,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--name", default="ahj-bench-restart")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    parser.add_argument("--no-rungs", action="store_true", help="only the whole-gang restart against bare pods")
     args = parser.parse_args()
     run_id = int(time.time())
-    rounds = []
+    rounds, rungs = [], []
     with DevCluster(args.name, args.nodes, keep=args.keep) as dev:
         operator = Operator(dev).start()
         try:
@@ -84,6 +220,10 @@ def main() -> int:
                 rounds.append((bare, job, calls, cpu))
                 say(f"  round {number}: bare delete + create {bare:.2f} s, gang restart {job:.2f} s, "
                     f"ratio {job / bare:.2f}, {calls:.0f} API calls, operator CPU {cpu:.2f} s")
+                if not args.no_rungs:
+                    rungs.append(in_place_rungs(dev, args.pods, args.chips, f"{run_id}-{number}"))
+                    say(f"  round {number}: RestartRanks told {rungs[-1][0]:.2f} s, recovered {rungs[-1][1]:.2f} s; "
+                        f"ReplacePod pod back {rungs[-1][2]:.2f} s, recovered {rungs[-1][3]:.2f} s")
             peak_mb = operator.peak_rss / 1e6
         finally:
             operator.stop_process()
@@ -97,6 +237,17 @@ def main() -> int:
           f"{median_range([1000 * c / args.pods for c in cpu], unit=' ms')}")
     print(f"  operator peak RSS                             : {peak_mb:.0f} MB")
     print(f"  ratio restart / bare (goal ≤ 1.3)             : {median_range(ratios)}")
+    if rungs:
+        told, ranks, replaced, replaced_done = (list(column) for column in zip(*rungs))
+        print(f"  RestartRanks: fault → every rank relaunched   : {median_range(told, unit=' s')} "
+              f"(the generation written; simulated launchers restart at once)")
+        print(f"  RestartRanks: fault → first step after        : {median_range(ranks, unit=' s')}")
+        print(f"  ReplacePod: pod deleted → back, table complete: {median_range(replaced, unit=' s')}")
+        print(f"  ReplacePod: pod deleted → first step after    : {median_range(replaced_done, unit=' s')}")
+        print(f"  RestartRanks / RestartGang (goal ≤ 0.1)       : "
+              f"{median_range([rank / job for rank, job in zip(ranks, job_s)])}")
+        print(f"  ReplacePod / RestartGang (goal ≤ 0.2)         : "
+              f"{median_range([done / job for done, job in zip(replaced_done, job_s)])}")
     print(ratio_line("restart ratio", ratios))
     return 0
 

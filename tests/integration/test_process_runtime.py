@@ -87,10 +87,11 @@ def jobs(cluster, namespace, tmp_path):
     operator.stop()
 
 
-def real_job(name: str, steps: int, **training) -> dict:
+def real_job(name: str, steps: int, runPolicy: dict | None = None, **training) -> dict:
+    extra = {"runPolicy": runPolicy} if runPolicy else {}
     return job_manifest(name, data=2, tensor=1, per_pod=1, annotations=PROCESS, npu={"hardwareProfile": "cpu-2core"},
                         training={"steps": steps, "seed": SEED, "seqLength": SEQ_LENGTH, "globalBatchSize": 2,
-                                  **training})
+                                  **training}, **extra)
 
 
 def process_group(pod: dict) -> int | None:
@@ -307,9 +308,11 @@ def trainer_worker(pod: dict) -> int:
 
 def test_a_killed_worker_restarts_the_gang_from_the_checkpoint_and_deleting_the_job_ends_every_process(
         cluster, namespace, checkpoint_claim, jobs):
-    core = cluster.core
+    """The coarsest rung, as a spec asks for it (spec.runPolicy.recovery.finestRung: RestartGang): the failed pod
+    ends with its cause and the whole gang is created again."""
     latest = checkpoint_claim / "latest.json"
-    jobs.create(real_job("real-ckpt", 200, checkpoint={"claimName": "ckpt", "everySteps": 5}))
+    jobs.create(real_job("real-ckpt", 200, checkpoint={"claimName": "ckpt", "everySteps": 5},
+                         runPolicy={"recovery": {"finestRung": "RestartGang"}}))
     wait_for(lambda: latest.exists() and json.loads(latest.read_text())["step"] >= 10, 240,
              "attempt 1 to checkpoint step 10", lambda: describe(cluster, jobs, "real-ckpt"))
 
@@ -317,13 +320,13 @@ def test_a_killed_worker_restarts_the_gang_from_the_checkpoint_and_deleting_the_
     os.kill(trainer_worker(first["1"]), signal.SIGKILL)
     failed = names.pod_name("real-ckpt", 1, 1)
 
-    def failed_with_137() -> bool:  # the pod itself may be gone already: its events stay
-        events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={failed}").items
-        return any(e.reason == "Failed" and e.message == "Container exited with code 137" for e in events)
-    wait_for(failed_with_137, 60, f"{failed} to fail with exit code 137 (launcher: 128 + SIGKILL)",
-             lambda: describe(cluster, jobs, "real-ckpt"))
+    # the pod's launcher reports the cause on the recovery channel; the operator restarts the whole gang for it
     wait_for(lambda: (jobs.status("real-ckpt").get("lastFailure") or {}).get("pod") == failed, 60,
              "the operator to restart the gang for it", lambda: describe(cluster, jobs, "real-ckpt"))
+    status = jobs.status("real-ckpt")
+    assert status["lastFailure"]["rank"] == 1, status["lastFailure"]
+    assert [r["rungs"] for r in status["recoveries"]] == [["RestartGang"]], status["recoveries"]
+    assert "finestRung=RestartGang" in status["recoveries"][0]["why"]
 
     wait_for(lambda: not jobs.pods("real-ckpt", attempt=1), 90, "attempt 1's pods to go (their processes ended)",
              lambda: describe(cluster, jobs, "real-ckpt"))
@@ -361,3 +364,83 @@ def test_the_termination_message_is_the_file_the_container_wrote_else_its_logs_t
     message = fallback["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
     # (stdout and stderr are two pipes: their relative order is not kept, as with a kubelet)
     assert sorted(message.splitlines()) == ["RuntimeError: the last words", "step 1"]
+
+
+def launcher_state(cluster, namespace: str, job: str, pod: str) -> str | None:
+    """The state pod `pod`'s launcher last reported on the job's recovery channel."""
+    found = [c for c in cluster.core.list_namespaced_config_map(namespace).items
+             if c.metadata.name == names.recovery_config_map(job)]
+    raw = (found[0].data or {}).get(pod) if found else None
+    return json.loads(raw).get("state") if raw else None
+
+
+def worker_environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+
+
+def checkpointed(latest: Path) -> int:
+    return json.loads(latest.read_text())["step"] if latest.exists() else 0
+
+
+def test_killed_ranks_restart_in_place_and_train_on_as_if_uninterrupted(cluster, namespace, checkpoint_claim, jobs):
+    """RestartRanks (the default for a crashed worker, nothing in the spec but the checkpoint claim): rank 1's
+    worker SIGKILLed, then rank 0's (pod 0 runs the MindSpore scheduler too). Each time every launcher restarts its
+    processes from the newest checkpoint on the same pods; training resumes within 60 s and every loss, redone
+    steps included, equals an uninterrupted run's."""
+    steps, name = 24, "real-inplace"
+    latest = checkpoint_claim / "latest.json"
+    created = time.monotonic()
+    jobs.create(real_job(name, steps, checkpoint={"claimName": "ckpt", "everySteps": 2}))
+
+    def story() -> str:
+        logs = "\n".join(f"--- {pod}:\n" + "\n".join(kubectl(cluster, "logs", "-n", namespace, pod, check=False)
+                                                          .splitlines()[-25:]) for pod in sorted(uids))
+        return f"{describe(cluster, jobs, name)}\n{logs}"
+    jobs.wait_running(name, timeout=180, attempt=1)
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in jobs.pods(name, attempt=1)}
+    # the cold start, for scale: created → pod 0's launcher reports its ranks stepping (the same milestone as a
+    # recovery's first step after)
+    wait_for(lambda: launcher_state(cluster, namespace, name, names.pod_name(name, 1, 0)) == "Stepping", 300,
+             "the first steps", story)
+    cold = time.monotonic() - created
+    pods = {int(p["metadata"]["labels"][names.POD_INDEX_LABEL]): p for p in jobs.pods(name, attempt=1)}
+    took = []
+    for fault, (index, after_step) in enumerate(((1, 4), (0, 12))):
+        wait_for(lambda after=after_step: checkpointed(latest) >= after, 240, f"a checkpoint of step {after_step}",
+                 story)
+        worker = trainer_worker(pods[index])
+        assert worker_environ(worker).get("POD_NAME") == pods[index]["metadata"]["name"]
+        killed = time.monotonic()
+        os.kill(worker, signal.SIGKILL)
+
+        def recovered(count=fault + 1) -> bool:
+            ledger = jobs.status(name).get("recoveries") or []
+            return len(ledger) == count and ledger[-1].get("outcome") == "Recovered"
+        wait_for(recovered, 150, f"fault {fault + 1} (rank {index}) to be recovered in place", story)
+        took.append(time.monotonic() - killed)
+        record = jobs.status(name)["recoveries"][-1]
+        assert (record["rungs"], record["recoveredBy"], record["rank"], record["attempt"]) == (
+            ["RestartRanks"], "RestartRanks", index, 1), record
+        for key in ("detected", "decided", "podsReady", "ranksRelaunched", "firstStepAfter"):
+            assert record.get(key), (key, record)
+        # the goal is 60 s on an idle machine; on a loaded one MindSpore's own start stretches alike: never slower
+        # than the job's cold start
+        assert took[-1] < max(60.0, cold), (f"rank {index} killed: training resumed {took[-1]:.1f}s later (cold "
+                                            f"start {cold:.1f}s); {record}")
+        # the same pods, each running one recognisable worker again
+        now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in jobs.pods(name)}
+        assert now == uids, (now, uids)
+        assert trainer_worker(pods[index]) != worker
+
+    jobs.wait_phase(name, "Succeeded", timeout=240)
+    status = jobs.status(name)
+    assert (status["attempt"], status["restarts"]) == (1, 2), status
+    print(f"\nRestartRanks on real MindSpore (DP 2, 2 pods): kill -> first step after {took[0]:.1f} s (rank 1), "
+          f"{took[1]:.1f} s (rank 0); cold start to the first steps {cold:.1f} s; load average "
+          f"{os.getloadavg()[0]:.1f}; ledger: {json.dumps(status['recoveries'])}; goodput {status.get('goodput')}")
+    records = step_records(kubectl(cluster, "logs", "-n", namespace, names.pod_name(name, 1, 0)))
+    assert {r["step"] for r in records} == set(range(1, steps + 1))
+    expected = local_losses(steps)
+    for record in records:  # redone steps included: each equals the uninterrupted run's
+        assert record["loss"] == pytest.approx(expected[record["step"] - 1], abs=1e-5), record

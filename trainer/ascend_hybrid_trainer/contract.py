@@ -153,6 +153,10 @@ class EnvSettings(BaseModel):
     stop_grace_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
         defaults.ENV["AHJ_STOP_GRACE_SECONDS"], alias="AHJ_STOP_GRACE_SECONDS")
     termination_log: str = Field(defaults.ENV["AHJ_TERMINATION_LOG"], alias="AHJ_TERMINATION_LOG")
+    recovery_wait_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        defaults.ENV["AHJ_RECOVERY_WAIT_SECONDS"], alias="AHJ_RECOVERY_WAIT_SECONDS")
+    recovery_config_map: str | None = Field(None, alias="AHJ_RECOVERY_CONFIGMAP")
+    service_account_dir: str | None = Field(None, alias="AHJ_SERVICE_ACCOUNT_DIR")
     launch_mode: Literal["dynamic", "ranktable"] = Field("dynamic", alias="AHJ_LAUNCH_MODE")
 
     @classmethod

@@ -32,6 +32,7 @@ ENV: dict[str, Any] = {
     "AHJ_CHECKPOINT_KEEP": 2,
     "AHJ_RANKTABLE_TIMEOUT_SECONDS": 600.0,
     "AHJ_STOP_GRACE_SECONDS": 10.0,
+    "AHJ_RECOVERY_WAIT_SECONDS": 600.0,
     "AHJ_TERMINATION_LOG": "/dev/termination-log",
 }
 CHECKPOINT_DIR = "/checkpoints"  # where the operator mounts the job's checkpoint claim (design §6)

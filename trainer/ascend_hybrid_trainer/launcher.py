@@ -2,9 +2,16 @@
 
 Waits for the rank table to be completed, starts the MindSpore scheduler in pod 0 (dynamic cluster), then the
 pod's MS_LOCAL_WORKER workers; exits 0 only when every local process succeeded. On the first failure it stops
-the other local processes, decides the pod's cause from its processes' termination records and stderr
-(failures.pod_verdict), writes the pod's record to AHJ_TERMINATION_LOG (default /dev/termination-log) and exits
-with the cause's code; its last log lines name the failing rank and the cause.
+the other local processes and decides the pod's cause from its processes' termination records and stderr
+(failures.pod_verdict).
+
+With the recovery channel (control.py: the job's `<job>-recovery` ConfigMap, reached with the pod's ServiceAccount
+token) the pod outlives its ranks: the launcher reports the cause there and waits for the operator's next rank
+generation, then starts its processes again (pod 0's scheduler first) from the newest committed checkpoint; a new
+generation also stops healthy ranks and starts them again (RestartRanks, docs/reliability.md). Without the
+channel, or when no new generation comes within AHJ_RECOVERY_WAIT_SECONDS, it writes the pod's record to
+AHJ_TERMINATION_LOG (default /dev/termination-log) and exits with the cause's code; its last log lines name the
+failing rank and the cause.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import defaults, failures
+from . import control, defaults, failures
 from .config import ConfigError, EnvSettings, load_run_config
 from .device import detect_device_target, logical_device_id, visible_devices
 from .rank_table import RankTableTimeout, local_device_ids, plain_rank_table_file, wait_for_completed
@@ -46,6 +53,7 @@ class PodLaunch:
     launch_mode: str
     ranktable_timeout: float
     stop_grace: float
+    recovery_wait: float = 600.0
 
     @property
     def ranks(self) -> range:
@@ -86,7 +94,8 @@ def read_pod_launch(env: Mapping[str, str]) -> PodLaunch:
         local_workers=local_workers, rank_start=rank_start, world_size=world, sched_host=env.get("MS_SCHED_HOST"),
         sched_port=env.get("MS_SCHED_PORT"), pod_ip=env.get("POD_IP") or None,
         rank_table_file=env["RANK_TABLE_FILE"], launch_mode=mode,
-        ranktable_timeout=settings.ranktable_timeout_seconds, stop_grace=settings.stop_grace_seconds)
+        ranktable_timeout=settings.ranktable_timeout_seconds, stop_grace=settings.stop_grace_seconds,
+        recovery_wait=settings.recovery_wait_seconds)
     if mode == DYNAMIC and world > 1 and not (launch.sched_host and launch.sched_port):
         raise ConfigError("MS_SCHED_HOST and MS_SCHED_PORT must be set for the dynamic cluster launch")
     return launch
@@ -243,6 +252,19 @@ class Launcher:
 
     def conclude(self) -> int:
         """The pod's cause, from every process's record and stderr: written as the pod's termination record."""
+        return self.end_with(self.verdict())
+
+    def end_with(self, verdict: failures.Verdict) -> int:
+        failures.write_record(self.termination_log, verdict.record, self.log)
+        record = verdict.record
+        where = ", ".join(f"{name} {value}" for name, value in (("rank", record.rank), ("step", record.step))
+                          if value is not None)
+        self.log(f"cause {record.cause} (exit code {verdict.exit_code}){', ' + where if where else ''}: "
+                 f"{record.detail}")
+        return verdict.exit_code
+
+    def verdict(self) -> failures.Verdict:
+        """The pod's cause, from every process's record and stderr."""
         for child in self.children:
             if child.reader is not None:
                 child.reader.join(timeout=2)  # a helper MindSpore forked may hold the pipe open: do not wait on it
@@ -255,16 +277,11 @@ class Launcher:
             record=failures.read_record(child.record_path), tail=list(child.tail),
             oom_killed=oom_happened and child.process.returncode == -signal.SIGKILL and not child.stopped)
             for child in self.children]
-        verdict = failures.pod_verdict(ended)
-        failures.write_record(self.termination_log, verdict.record, self.log)
-        record = verdict.record
-        where = ", ".join(f"{name} {value}" for name, value in (("rank", record.rank), ("step", record.step))
-                          if value is not None)
-        self.log(f"cause {record.cause} (exit code {verdict.exit_code}){', ' + where if where else ''}: "
-                 f"{record.detail}")
-        return verdict.exit_code
+        return failures.pod_verdict(ended)
 
     def run(self, env: Mapping[str, str]) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
         try:
             return self._run(env)
         finally:
@@ -287,17 +304,44 @@ class Launcher:
             env = {**env, "RANK_TABLE_FILE": plain}
         visible = visible_devices(env)
         device_ids = [logical_device_id(chip, visible, rank) for chip, rank in zip(chips, launch.ranks)]
+        channel = control.Channel.from_env(env, self.log)
+        if channel is not None:
+            try:
+                generation = channel.start()
+            except control.ChannelUnavailable as error:
+                self.log(f"no recovery channel ({error}): a failure ends this pod")
+                channel = None
+        if channel is None:
+            self.start_processes(env, device_ids, chips, self.records)
+            return self.supervise()
+        from .generations import Generations  # the launcher's life with the recovery channel
+
+        try:
+            return Generations(self, channel, env, device_ids, chips).run(generation)
+        finally:
+            channel.close()
+
+    def start_processes(self, env: Mapping[str, str], device_ids: list[int], chips: list[str], records: str) -> None:
+        launch = self.launch
+        self.children = []
         if launch.runs_scheduler:
-            self.children.append(start("MindSpore scheduler", "scheduler", scheduler_env(env, launch), None,
-                                       self.records))
+            self.children.append(start("MindSpore scheduler", "scheduler", scheduler_env(env, launch), None, records))
             self.log(f"started the MindSpore scheduler on {scheduler_host(launch)}:{launch.sched_port} "
                      f"(pid {self.children[-1].process.pid})")
         for index, rank in enumerate(launch.ranks):
             child = start(f"rank {rank}", "worker", worker_env(env, launch, index, device_ids[index], chips), rank,
-                          self.records)
+                          records)
             self.children.append(child)
             self.log(f"started rank {rank} on device {device_ids[index]} (pid {child.process.pid})")
-        return self.supervise()
+
+    def failed_child(self) -> Child | None:
+        return next((child for child in self.children if child.process.poll() not in (None, 0)), None)
+
+    def progress_step(self) -> int | None:
+        """The highest step a local rank has begun (the workers' progress records)."""
+        steps = [record.step for child in self.children if child.rank is not None
+                 and (record := failures.read_record(child.record_path)) is not None and record.step is not None]
+        return max(steps) if steps else None
 
 
 def main(env: Mapping[str, str] = os.environ) -> int:

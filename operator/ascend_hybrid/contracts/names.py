@@ -31,6 +31,7 @@ EXPANDER_CONTAINER = "ranktable-expander"
 DEFAULT_EXPANDER_IMAGE = "ascend-hybrid/operator:0.1.0"  # the operator's image (the chart passes its own)
 JOB_CONFIG_VOLUME = "ascend-job-config"
 CHECKPOINT_VOLUME = "ascend-checkpoints"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # token, ca.crt, namespace (kubelet's)
 TERMINATION_LOG = "/dev/termination-log"  # the container's terminationMessagePath (Kubernetes' default) = AHJ_TERMINATION_LOG
 
 
@@ -60,3 +61,17 @@ def pod_name(job: str, attempt: int, index: int) -> str:
 
 def job_labels(job: str) -> dict[str, str]:
     return {JOB_LABEL: job, **MANAGED_BY}
+
+
+def recovery_config_map(job: str) -> str:
+    """The launchers' channel (recovery.py): the operator writes `generation`, each launcher its pod's report."""
+    return f"{job}-recovery"
+
+
+def launcher_role(job: str) -> str:
+    """Role and RoleBinding that let the job's pods read and report into their `<job>-recovery` ConfigMap."""
+    return f"{job}-launcher"
+
+# The recovery channel, <job>-recovery (docs/reliability.md): the operator writes the rank generation under this key,
+# each launcher its report under its pod's name (the trainer's control.py spells it again: its contract is the wire).
+RECOVERY_GENERATION_KEY = "generation"

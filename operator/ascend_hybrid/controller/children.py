@@ -87,12 +87,53 @@ def child_changed(controller: Controller, key: JobKey, kind: str, name: str, eve
         record.children_epoch += 1
         if kind == "ConfigMap" and name == names.rank_table_config_map(job):
             record.rank_table = None
+        if kind == "ConfigMap" and name == names.recovery_config_map(job):
+            record.recovery_data = None
         if kind == "Service" and name == names.sched_service(job):
             record.lost_sched_ip = service_ip(body) or record.sched_ip
         controller.enqueue(key, 0.0)
+        return
+    if kind == "ConfigMap" and name == names.recovery_config_map(job):
+        data = dict(body.get("data") or {})
+        if data != record.recovery_data:  # a launcher reported: the job's next pass reads it
+            record.recovery_data = data
+            controller.enqueue(key, 0.0)
         return
     if kind == "ConfigMap" and name == names.rank_table_config_map(job):
         table, revision = rank_table_of(body), ranktable.config_map_revision(body)
         if table != record.rank_table or revision != record.rank_table_revision:
             record.rank_table, record.rank_table_revision = table, revision
             controller.enqueue(key, 0.0)
+
+
+def signal_launchers(controller, key, job: dict, action) -> None:
+    """The rank generation into <job>-recovery; the launchers' Role once per ServiceAccount. A Role the
+    apiserver refuses (the operator not allowed to manage roles) is logged and only costs the in-place rungs:
+    pods that never report get RestartGang."""
+    namespace, name = key
+    uid = job["metadata"]["uid"]
+    record = controller.record_of(key)
+    live = controller.kube.apply(render.recovery_config_map(name, namespace, uid, action.generation))
+    record.recovery_data = dict(live.get("data") or {})
+    if record.launchers_granted == action.service_account:
+        return
+    try:
+        for manifest in render.launcher_rbac(name, namespace, uid, action.service_account):
+            controller.kube.apply(manifest)
+        record.launchers_granted = action.service_account
+    except Refused as refused:
+        log.warning("%s/%s: the launchers' Role was refused, ranks cannot restart in place: %s", namespace,
+                    name, refused)
+        record.launchers_granted = action.service_account  # not retried every pass; a new process tries again
+
+
+def recovery_data(controller, key, job: dict) -> dict | None:
+    """The data of <job>-recovery: read once per process, then kept by the ConfigMap watch (child_changed). It is
+    written once the gang's rank table was (reconcile's signal_launchers): a job whose status names none has none."""
+    record = controller.record_of(key)
+    if not record.recovery_read:
+        if (job.get("status") or {}).get("rankTable"):
+            live = controller.kube.read_config_map(key[0], names.recovery_config_map(key[1]))
+            record.recovery_data = None if live is None else dict(live.get("data") or {})
+        record.recovery_read = True
+    return record.recovery_data

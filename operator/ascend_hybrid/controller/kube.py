@@ -35,6 +35,21 @@ WATCH_CONNECTIONS = 4
 APPLY = {"field_manager": names.FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
 
 
+def merge_patch(old: dict, new: dict) -> dict:
+    """The JSON merge patch (RFC 7386) from `old` to `new`: changed keys, objects diffed key by key, dropped keys
+    as null; lists are replaced whole."""
+    patch: dict = {}
+    for key in set(old) | set(new):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if isinstance(before, dict) and isinstance(after, dict):
+            patch[key] = merge_patch(before, after)
+        else:
+            patch[key] = after
+    return patch
+
+
 class Kube:
     def __init__(self, api_client: client.ApiClient | None = None, *, attempts: int = 6,
                  first_backoff_seconds: float = 0.2, fence: Callable[[], None] | None = None):
@@ -45,6 +60,7 @@ class Kube:
         self.custom = client.CustomObjectsApi(self.client)
         self.extensions = client.ApiextensionsV1Api(self.client)
         self.networking = client.NetworkingV1Api(self.client)
+        self.rbac = client.RbacAuthorizationV1Api(self.client)
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None, *, parallel_calls: int = 16, **options) -> Kube:
@@ -103,8 +119,9 @@ class Kube:
                           names.GROUP, api.VERSION, namespace, api.PLURAL, name, ok=(404,))
 
     def patch_job_status(self, namespace: str, name: str, old: dict, new: dict) -> dict | None:
-        """Merge-patches the status; keys the new status dropped are sent as null so they really go."""
-        patch = {key: new.get(key) for key in set(old) | set(new) if old.get(key) != new.get(key)}
+        """Merge-patches the status; keys the new status dropped are sent as null so they really go, nested ones
+        too (a merge patch merges objects: status.recovery without its `rung` would keep it otherwise)."""
+        patch = merge_patch(old, new)
         if not patch:
             return None
         return self._call("patch", f"{api.PLURAL}/status", self.custom.patch_namespaced_custom_object_status,
@@ -117,11 +134,14 @@ class Kube:
 
     # -- children --------------------------------------------------------------------------------------------
     def apply(self, manifest: dict) -> dict:
-        """Server-side apply of a Service, ConfigMap or NetworkPolicy with our field manager; returns the live object."""
+        """Server-side apply of a Service, ConfigMap, NetworkPolicy, Role or RoleBinding with our field manager;
+        returns the live object."""
         kind, meta = manifest["kind"], manifest["metadata"]
         patch = {"Service": self.core.patch_namespaced_service,
                  "ConfigMap": self.core.patch_namespaced_config_map,
-                 "NetworkPolicy": self.networking.patch_namespaced_network_policy}[kind]
+                 "NetworkPolicy": self.networking.patch_namespaced_network_policy,
+                 "Role": self.rbac.patch_namespaced_role,
+                 "RoleBinding": self.rbac.patch_namespaced_role_binding}[kind]
         result = self._call("apply", kind.lower() + "s", patch, meta["name"], meta["namespace"], manifest, **APPLY)
         return self.client.sanitize_for_serialization(result)
 
@@ -156,8 +176,11 @@ class Kube:
         self._call("patch", "pods", self._send, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", patch,
                    content_type="application/json-patch+json", ok=(404, 422))
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        self._call("delete", "pods", self._send, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", ok=(404,))
+    def delete_pod(self, namespace: str, name: str, force: bool = False) -> None:
+        """force: grace period 0, for a pod whose node is lost (its kubelet would never confirm the end)."""
+        query = [("gracePeriodSeconds", "0")] if force else None
+        self._call("delete", "pods", self._send, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", ok=(404,),
+                   query=query)
 
     def _send(self, method: str, path: str, body=None, *, content_type: str = "application/json",
               query: list[tuple[str, str]] | None = None) -> None:

@@ -9,6 +9,7 @@ job lives in its `JobRecord`.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import threading
 import time
@@ -28,6 +29,7 @@ from ascend_hybrid.controller.records import Indexes, JobKey, JobRecord
 from ascend_hybrid.controller.refused import Refused
 from ascend_hybrid.controller.settings import OperatorSettings
 from ascend_hybrid.controller.workqueue import WorkQueue
+from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.gang import ranktable, render
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.reconcile.actions import (
@@ -38,9 +40,11 @@ from ascend_hybrid.reconcile.actions import (
     EnsureChildren,
     PinAndRelease,
     Place,
+    PlaceReplacement,
     PodToCreate,
     PostEvent,
     RemoveGates,
+    SignalLaunchers,
     WriteRankTable,
 )
 from ascend_hybrid.reconcile.decision import decide
@@ -276,6 +280,7 @@ class Controller:
                 record.rank_table = rank_table_of(config_map)
                 record.rank_table_revision = ranktable.config_map_revision(config_map)
             record.rank_table_read = True
+        launcher_generation, launchers = recovery.read_channel(children.recovery_data(self, key, job))
         nodes = {node["metadata"]["name"]: node for node in self.indexes.nodes()}
         pods = tuple(self.indexes.job_pods(key))
         return Observed(
@@ -287,6 +292,7 @@ class Controller:
             device_infos=device_infos_by_node(self.indexes.device_infos()), hardware_profiles=self.hardware_profiles,
             refusal=record.refusal, rank_table_revision=record.rank_table_revision,
             expander_image=self.settings.ranktable_expander_image,
+            launcher_generation=launcher_generation, launchers=launchers,
         )
 
     def workload(self, key: JobKey, job: dict, resolved, pods: tuple[dict, ...]) -> dict | None:
@@ -343,29 +349,45 @@ class Controller:
                 case Place():
                     if self.place(key, job, observed, decision, action):
                         after = Next.DECIDE_AGAIN
-                case CreatePods():
-                    self.promise(key, action.pods)
-                    self.each(self.kube.create_pod, [pod.manifest for pod in action.pods])
-                    metrics.PODS_CREATED.inc(len(action.pods))
-                    record.touched(pod.manifest["metadata"]["name"] for pod in action.pods)
-                case RemoveGates():
-                    self.each(lambda pod: self.kube.remove_gate(namespace, *pod), action.pods)
-                    record.touched(pod_name for pod_name, _ in action.pods)
-                case PinAndRelease():
-                    self.each(lambda pod: self.kube.patch_pod(namespace, pod[0], list(pod[1])), action.pods)
-                    record.touched(pod_name for pod_name, _ in action.pods)
-                case DeleteWorkloads():
-                    self.each(lambda workload: self.kube.delete_workload(namespace, workload), action.names)
-                case DeletePods():
-                    self.each(lambda pod_name: self.kube.delete_pod(namespace, pod_name), action.names)
+                case CreatePods() | RemoveGates() | PinAndRelease() | DeleteWorkloads() | DeletePods():
+                    self._pod_calls(key, record, action)
+                case PlaceReplacement():
+                    if placing.place_replacement(self, key, job, observed, decision, action):
+                        after = Next.DECIDE_AGAIN
                 case WriteRankTable():
                     self.kube.apply(render.rank_table_config_map(name, namespace, job["metadata"]["uid"],
                                                                  action.table, action.revision))
                     record.rank_table, record.rank_table_revision = action.table, action.revision
+                case SignalLaunchers():
+                    self.signal_launchers(key, job, action)
                 case DeleteJob():
                     self.kube.delete_job(namespace, name)
                     return Next.FORGET
         return after
+
+    def _pod_calls(self, key: JobKey, record: JobRecord,
+                   action: CreatePods | RemoveGates | PinAndRelease | DeleteWorkloads | DeletePods) -> None:
+        """The actions that are one API call per pod (or Workload), made `parallel_calls` at a time."""
+        namespace = key[0]
+        match action:
+            case CreatePods():
+                self.promise(key, action.pods)
+                self.each(self.kube.create_pod, [pod.manifest for pod in action.pods])
+                metrics.PODS_CREATED.inc(len(action.pods))
+                record.touched(pod.manifest["metadata"]["name"] for pod in action.pods)
+            case RemoveGates():
+                self.each(lambda pod: self.kube.remove_gate(namespace, *pod), action.pods)
+                record.touched(pod_name for pod_name, _ in action.pods)
+            case PinAndRelease():
+                self.each(lambda pod: self.kube.patch_pod(namespace, pod[0], list(pod[1])), action.pods)
+                record.touched(pod_name for pod_name, _ in action.pods)
+            case DeleteWorkloads():
+                self.each(lambda workload: self.kube.delete_workload(namespace, workload), action.names)
+            case DeletePods():
+                self.each(functools.partial(self.kube.delete_pod, namespace, force=action.force), action.names)
+
+    def signal_launchers(self, key: JobKey, job: dict, action: SignalLaunchers) -> None:
+        children.signal_launchers(self, key, job, action)
 
     def each(self, call: Callable, items) -> None:
         """One API call per item, `parallel_calls` at a time: a 128-pod gang is created and released in a burst.
@@ -408,6 +430,7 @@ class Controller:
             record.sample = None  # a reading of the previous attempt's pods says nothing of this one
         record.attempt = attempt
         record.step_time_ratio = (new.get("plan") or {}).get("stepTimeRatio")
+        record.goodput = new.get("goodput")
         placed = next((c for c in new.get("conditions", []) if c["type"] == "Placed"), None)
         admitted = next((c for c in new.get("conditions", []) if c["type"] == "Admitted"), None)
         if record.phase == "Pending":

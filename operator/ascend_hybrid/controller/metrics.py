@@ -33,6 +33,13 @@ POD_WATCH_RESTARTS = Counter("ascend_hybrid_pod_watch_restarts_total",
                              ["reason"])
 API_CALLS = Counter("ascend_hybrid_api_calls_total", "Kubernetes API calls made by the operator", ["verb", "resource"])
 PODS_CREATED = Counter("ascend_hybrid_pods_created_total", "Pods the operator created")
+RECOVERY_SECONDS = Histogram("ascend_hybrid_recovery_seconds",
+                             "From a failure's detection to the first training step after its recovery "
+                             "(status.recoveries[].seconds), by the rung that brought training back and the cause",
+                             ["rung", "cause"], buckets=SECONDS_BUCKETS)
+GOODPUT_RATIO = Gauge("ascend_hybrid_goodput_ratio",
+                      "Fraction of wall time since each running job first ran that went to steps that were kept "
+                      "(status.goodput)", ["namespace", "job"])
 PLAN_STEP_TIME_RATIO = Gauge("ascend_hybrid_plan_step_time_ratio",
                              "Measured / predicted step seconds of each running job (status.plan.stepTimeRatio)",
                              ["namespace", "job"])
@@ -44,6 +51,9 @@ def record_transition(namespace: str, job: dict, old: dict, new: dict) -> None:
     failure = new.get("lastFailure")
     if failure and failure != old.get("lastFailure"):
         FAILURES.labels(namespace=namespace, cause=failure.get("cause", "Unknown")).inc()
+    for record in newly_recovered(old.get("recoveries") or [], new.get("recoveries") or []):
+        RECOVERY_SECONDS.labels(rung=record["recoveredBy"], cause=record.get("cause", "Unknown")).observe(
+            float(record["seconds"]))
     before, after = old.get("phase"), new.get("phase")
     if after == before:
         return
@@ -61,6 +71,14 @@ def record_transition(namespace: str, job: dict, old: dict, new: dict) -> None:
         RESTARTS.labels(namespace=namespace, reason=(conditions.get("Restarting") or {}).get("reason", "Unknown")).inc()
 
 
+def newly_recovered(old: list[dict], new: list[dict]) -> list[dict]:
+    """Incidents of the ledger that this status change saw recovered (matched by their detection time and cause:
+    the ledger only appends and drops its oldest)."""
+    before = {(r.get("detected"), r.get("cause")) for r in old if r.get("outcome") == "Recovered"}
+    return [r for r in new if r.get("outcome") == "Recovered" and r.get("seconds") is not None
+            and r.get("recoveredBy") and (r.get("detected"), r.get("cause")) not in before]
+
+
 def publish_job_gauges(records) -> None:
     """`ascend_hybrid_jobs{namespace,phase}` and `ascend_hybrid_jobs_pending{reason}` from (key, JobRecord) pairs."""
     counts: dict[tuple[str, str], int] = {}
@@ -76,9 +94,12 @@ def publish_job_gauges(records) -> None:
     for reason, count in pending.items():
         JOBS_PENDING.labels(reason=reason).set(count)
     PLAN_STEP_TIME_RATIO.clear()
+    GOODPUT_RATIO.clear()
     for (namespace, name), record in records:
         if record.step_time_ratio is not None and record.phase == "Running":
             PLAN_STEP_TIME_RATIO.labels(namespace=namespace, job=name).set(record.step_time_ratio)
+        if record.goodput is not None and record.phase in ("Running", "Restarting"):
+            GOODPUT_RATIO.labels(namespace=namespace, job=name).set(record.goodput)
 
 
 def publishing_loop(controller, interval: float = 5.0) -> Callable[[], None]:

@@ -16,8 +16,8 @@ from ascend_hybrid.gang.inventory import build_inventory, pinned_node
 from ascend_hybrid.gang.placement import place as place_on
 from ascend_hybrid.gang.summary import node_domains
 from ascend_hybrid.reconcile import placement_record
-from ascend_hybrid.reconcile.actions import Place, PostEvent
-from ascend_hybrid.reconcile.placement_record import record_placement
+from ascend_hybrid.reconcile.actions import Place, PlaceReplacement, PostEvent
+from ascend_hybrid.reconcile.placement_record import record_placement, record_replacement
 from ascend_hybrid.reconcile.state import Decision, Observed
 
 if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
@@ -64,6 +64,29 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
                 _try_first(controller, backlog.head(resolved.chip, waiting(controller, exclude=key)))
         else:
             record.promised = {}
+    decision.status = outcome.status
+    decision.requeue_after = outcome.requeue_after
+    for event in outcome.actions:
+        if isinstance(event, PostEvent):  # a placement outcome's only actions are its events
+            controller.post_event(job, event.type, event.reason, event.message)
+    return placement.ok
+
+
+def place_replacement(controller: Controller, key: JobKey, job: dict, observed: Observed, decision: Decision,
+                      action: PlaceReplacement) -> bool:
+    """ReplacePod: one pod of a running gang placed again under the one lock, on the inventory less the chips
+    every other gang holds or was promised; the core records where (placement_record.record_replacement)."""
+    record = controller.record_of(key)
+    with controller.placement_lock:
+        npu_pods, device_infos = cluster_holdings(controller)
+        inventory = build_inventory(controller.indexes.nodes(), npu_pods, device_infos,
+                                    reserved=reserved(controller, npu_pods, exclude=key))
+        placement = place_on(action.request, inventory)
+        outcome = record_replacement(decision.status, action.index, placement, observed.now)
+        if placement.ok:
+            attempt = int(outcome.status.get("attempt") or 1)
+            record.promised[names.pod_name(key[1], attempt, action.index)] = (placement.nodes[0],
+                                                                               action.request.chips_per_pod)
     decision.status = outcome.status
     decision.requeue_after = outcome.requeue_after
     for event in outcome.actions:

@@ -22,6 +22,7 @@ class JobRecord:
     phase: str = "Pending"
     attempt: int = 1
     step_time_ratio: float | None = None        # status.plan.stepTimeRatio, for the metric
+    goodput: float | None = None                # status.goodput, for the metric
     pending_reason: str = "Waiting"
     failures: int = 0                           # consecutive passes that raised
     last_written: str | None = None             # resourceVersion of our last status patch
@@ -36,6 +37,9 @@ class JobRecord:
     rank_table: dict | None = None
     rank_table_revision: int = 0                # the rank-table ConfigMap's `version` counter, as last seen
     rank_table_read: bool = False
+    recovery_data: dict | None = None           # data of <job>-recovery: the launchers' channel (recovery.py)
+    recovery_read: bool = False
+    launchers_granted: str | None = None        # the ServiceAccount the launchers' Role is bound to, once applied
     in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
     refusal: Refusal | None = None              # the apiserver's last refusal of a write, until one succeeds
     lost_sched_ip: str | None = None            # <job>-sched was deleted: create it again with this IP

@@ -2,8 +2,8 @@
 table of causes.py when none matches. JobSet-style, on causes as well as exit codes and pod conditions.
 
 The verdict also says whether the restart counts against backoffLimit (not for node or chip faults, the
-disruptions, nor for Ignore) and which node to avoid (the first failed rank's, for RestartJobAvoidingNode, never for
-a failure of the job itself).
+disruptions, nor for Ignore), which node to avoid (the first failed rank's, for RestartJobAvoidingNode, never for
+a failure of the job itself), and the rung of the recovery ladder the recovery starts at (recovery.py).
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ascend_hybrid.diagnosis.failures import Failure
+from ascend_hybrid.diagnosis.recovery import rung_of
 from ascend_hybrid.spec.causes import (
     FAIL_JOB,
     FAULT_CAUSES,
     IGNORE,
+    REPLACE_POD,
     RESTART_AVOIDING_NODE,
     SOFTWARE_CAUSES,
     default_action,
@@ -29,6 +31,7 @@ class FailureVerdict:
     counts: bool = True           # against backoffLimit
     disruption: bool = False      # a node or chip fault: counted in status.disruptions instead
     avoid: tuple[str, ...] = ()   # nodes the next attempts do not use
+    rung: str | None = None       # where the recovery ladder starts (recovery.RUNGS); None for FailJob
 
     @property
     def fails(self) -> bool:
@@ -53,17 +56,22 @@ def judge(rules, failure: Failure) -> FailureVerdict:
     for number, rule in enumerate(rules):
         matched = matches(rule, failure)
         if matched is not None:
-            return _verdict(rule.action, f"spec.runPolicy.failurePolicy.rules[{number}] ({matched})", failure)
-    return _verdict(default_action(failure.cause), f"the default for {failure.cause}", failure)
+            return _verdict(rule.action, f"spec.runPolicy.failurePolicy.rules[{number}] ({matched})", failure,
+                            by_rule=True)
+    return _verdict(default_action(failure.cause), f"the default for {failure.cause}", failure, by_rule=False)
 
 
-def _verdict(action: str, why: str, failure: Failure) -> FailureVerdict:
+def _verdict(action: str, why: str, failure: Failure, by_rule: bool) -> FailureVerdict:
     disruption = failure.cause in FAULT_CAUSES and action != FAIL_JOB
     avoid: tuple[str, ...] = ()
-    if action == RESTART_AVOIDING_NODE and failure.node and failure.cause not in SOFTWARE_CAUSES:
+    # ReplacePod moves the pod off a node the cause suspects (the default table's RestartJobAvoidingNode causes).
+    suspects_node = action == RESTART_AVOIDING_NODE or (
+        action == REPLACE_POD and default_action(failure.cause) == RESTART_AVOIDING_NODE)
+    if suspects_node and failure.node and failure.cause not in SOFTWARE_CAUSES:
         avoid = (failure.node,)
     counts = action != FAIL_JOB and not disruption and action != IGNORE
-    return FailureVerdict(action, why, counts=counts, disruption=disruption, avoid=avoid)
+    return FailureVerdict(action, why, counts=counts, disruption=disruption, avoid=avoid,
+                   rung=rung_of(action, failure.cause, by_rule))
 
 
 COUNTERS = ("restarts", "disruptions", "ignoredFailures")
@@ -81,8 +89,12 @@ def counters_after(status: Mapping, verdict: FailureVerdict) -> tuple[dict[str, 
     return counters, counters["restarts"] - counters["disruptions"] - counters["ignoredFailures"]
 
 
-def restart_text(what: str, verdict: FailureVerdict, attempt: int, counted: int, limit: int) -> str:
-    kind = ("a disruption, not counted against backoffLimit" if verdict.disruption
+def counted_text(verdict: FailureVerdict, counted: int, limit: int) -> str:
+    return ("a disruption, not counted against backoffLimit" if verdict.disruption
             else "ignored, not counted against backoffLimit" if not verdict.counts else f"{counted}/{limit}")
+
+
+def restart_text(what: str, verdict: FailureVerdict, attempt: int, counted: int, limit: int) -> str:
+    kind = counted_text(verdict, counted, limit)
     avoiding = f", without node {', '.join(verdict.avoid)}" if verdict.avoid else ""
     return f"{what}; {verdict.action} by {verdict.why}: restarting the whole gang as attempt {attempt}{avoiding} ({kind})"

@@ -123,6 +123,31 @@ def job_config_map(resolved: ResolvedJob, namespace: str, uid: str) -> dict:
                    data=data)
 
 
+def recovery_config_map(job: str, namespace: str, uid: str, generation: int) -> dict:
+    """The launchers' channel (recovery.py): the operator applies only the `generation` key; each launcher
+    merge-patches the key of its own pod (so the operator's apply never removes a report)."""
+    return _render("configmap.yaml.j2", name=names.recovery_config_map(job), namespace=namespace,
+                   labels=names.job_labels(job), owner_references=owner_references(job, uid),
+                   data={names.RECOVERY_GENERATION_KEY: str(generation)})
+
+
+LAUNCHER_VERBS = ["get", "list", "watch", "patch"]  # read and watch the generation, write its own report
+
+
+def launcher_rbac(job: str, namespace: str, uid: str, service_account: str) -> list[dict]:
+    """A Role on exactly `<job>-recovery` and its RoleBinding to the pods' ServiceAccount: the launchers reach
+    the channel with the pod's own identity, authenticated and authorized by the apiserver."""
+    meta = {"name": names.launcher_role(job), "namespace": namespace, "labels": names.job_labels(job),
+            "ownerReferences": owner_references(job, uid)}
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                       "resourceNames": [names.recovery_config_map(job)], "verbs": LAUNCHER_VERBS}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(meta),
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.launcher_role(job)},
+               "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]}
+    return [role, binding]
+
+
 def _field_env(name: str, path: str) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
@@ -135,6 +160,7 @@ def pod_env(resolved: ResolvedJob, index: int, sched_ip: str) -> list[dict]:
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_NAMESPACE", "metadata.namespace"),
         _field_env("POD_IP", "status.podIP"),
+        _field_env("POD_UID", "metadata.uid"),  # the launcher's reports name it: a pod made again is another
     ]
     values = {
         "MS_ROLE": "MS_WORKER", "MS_SCHED_HOST": sched_ip, "MS_SCHED_PORT": str(names.SCHED_PORT),
@@ -149,6 +175,8 @@ def pod_env(resolved: ResolvedJob, index: int, sched_ip: str) -> list[dict]:
     values["AHJ_PARALLEL"] = json.dumps(resolved.degrees, sort_keys=True)
     values["AHJ_JOB_CONFIG"] = names.JOB_CONFIG_FILE
     values["AHJ_TERMINATION_LOG"] = names.TERMINATION_LOG  # where the trainer writes why it ended
+    values["AHJ_RECOVERY_CONFIGMAP"] = names.recovery_config_map(resolved.name)  # the launchers' channel
+    values["AHJ_SERVICE_ACCOUNT_DIR"] = names.SERVICE_ACCOUNT_DIR  # the pod's token to reach it with
     if spec.training.checkpoint:
         values["AHJ_CHECKPOINT_DIR"] = names.CHECKPOINT_DIR
     env = defaults + [{"name": key, "value": value} for key, value in values.items()]

@@ -64,12 +64,32 @@ class DeleteWorkloads:
 @dataclass(frozen=True)
 class DeletePods:
     names: tuple[str, ...]
+    force: bool = False  # grace period 0: a pod on a lost node whose kubelet will never confirm its end
+
+
+@dataclass(frozen=True)
+class PlaceReplacement:
+    """ReplacePod: place the one pod `index` of the running gang again (a one-pod request on the shell's
+    inventory: chip type, whole TP groups or a free HCCS ring, selectors, taints, health, avoided nodes)."""
+
+    index: int
+    request: GangRequest
 
 
 @dataclass(frozen=True)
 class WriteRankTable:
     table: dict
     revision: int  # the ConfigMap's `version` counter for this table: one more than the one it replaces
+
+
+@dataclass(frozen=True)
+class SignalLaunchers:
+    """Write the rank generation every launcher must run into the job's `<job>-recovery` ConfigMap (server-side
+    apply of that one key), and let the pods' ServiceAccount read it and report there (a Role and RoleBinding).
+    A launcher whose ranks run an older generation stops them and starts them again (recovery.py)."""
+
+    generation: int
+    service_account: str
 
 
 @dataclass(frozen=True)
@@ -84,5 +104,5 @@ class PostEvent:
     message: str
 
 
-Action = (EnsureChildren | Place | CreatePods | RemoveGates | PinAndRelease | DeleteWorkloads | DeletePods | WriteRankTable
-          | DeleteJob | PostEvent)
+Action = (EnsureChildren | Place | PlaceReplacement | CreatePods | RemoveGates | PinAndRelease | DeleteWorkloads | DeletePods | WriteRankTable
+          | SignalLaunchers | DeleteJob | PostEvent)

@@ -30,12 +30,10 @@ from ascend_hybrid.contracts.podview import (
     pod_index,
 )
 from ascend_hybrid.diagnosis import refusals
-from ascend_hybrid.diagnosis.failures import Failure, last_failure, summary
-from ascend_hybrid.diagnosis.hints import hint, prediction
-from ascend_hybrid.diagnosis.policy import counters_after, judge, restart_text
+from ascend_hybrid.diagnosis.failures import Failure
 from ascend_hybrid.gang import ranktable, render
 from ascend_hybrid.gang.placement import GangRequest
-from ascend_hybrid.reconcile import failure_steps, queue_steps, strategy, telemetry_steps
+from ascend_hybrid.reconcile import failure_steps, queue_steps, recovery_steps, strategy, telemetry_steps
 from ascend_hybrid.reconcile.actions import (
     CreatePods,
     EnsureChildren,
@@ -176,11 +174,12 @@ def attempt_outcome(p: Pass, current: dict, placement: dict) -> Decision | None:
     again."""
     if placement.get("attempt") != int(p.status["attempt"]):
         return None
-    if not (current or p.queue or p.status.get("phase") in ("Starting", "Running")):
+    if not (current or p.queue or recovery_steps.in_place_running(p)
+            or p.status.get("phase") in ("Starting", "Running")):
         return None
-    failure = failure_steps.failure(p, current, placement)
+    failure = failure_steps.failure(p, recovery_steps.seen_for_failures(p, current), placement)
     if isinstance(failure, Failure):
-        return failed(p, failure, list(current.values()))
+        return recovery_steps.failed(p, failure, list(current.values()))
     if failure is not None:  # broken, its cause not in yet
         return p.d
     pods = list(current.values())
@@ -213,6 +212,8 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
     status.setdefault("startTime", timestamp(o.now))
     if not o.children_ready or not o.sched_ip:
         p.d.act(EnsureChildren(e))
+        return p.d
+    if recovery_steps.replacement_step(p, current):
         return p.d
     nodes = placement["nodes"]
     job = p.meta["name"]
@@ -251,6 +252,9 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
         if o.rank_table != table:
             p.write_rank_table(table)
         rank.update(status="completed", version=table["version"])
+        recovery_steps.signal_launchers(p)
+        if recovery_steps.follow_in_place(p, current):
+            return p.d
         completed = f"hccl.json completed for {e.world_size} ranks"
         table_news = (condition(status, "RankTableReady") or {}).get("status") != "True"
         p.cond("RankTableReady", True, "Completed", f"hccl.json v{table['version']} lists {e.world_size} ranks")
@@ -263,6 +267,8 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
         p.cond("Restarting", False, "Running", f"attempt {attempt} running")
         p.phase("Running", f"attempt {attempt}: {e.pod_count} pods running, rank table completed")
         telemetry_steps.record_telemetry(p)
+        recovery_steps.follow_gang(p, current)
+        recovery_steps.record_goodput(p, current)
         p.requeue(SLOW_REQUEUE_SECONDS)
     else:
         if o.rank_table is not None and o.rank_table.get("status") == "completed":
@@ -281,7 +287,8 @@ def super_pods(p: Pass, nodes: list[str]) -> dict[str, str] | None:
 
 def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decision:
     e = p.resolved
-    created = min(parse_time(pod["metadata"].get("creationTimestamp")) or p.o.now for pod in pods)
+    # from the creation of the pods still waiting (a pod ReplacePod made joins a gang that runs for long)
+    created = min(parse_time(pod["metadata"].get("creationTimestamp")) or p.o.now for pod in unbound)
     admitted = condition(p.status, "Admitted")  # a queued gang waits for the scheduler from its admission
     if admitted is not None and admitted["status"] == "True":
         created = max(created, parse_time(admitted["lastTransitionTime"]) or created)
@@ -300,33 +307,6 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
         return p.d
     p.phase("Starting", f"{len(unbound)} of {len(pods)} pods waiting for the scheduler")
     p.requeue(min(FAST_REQUEUE_SECONDS, limit - waited))
-    return p.d
-
-def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
-    """The failure policy's verdict: fail, or restart the whole gang (counted against backoffLimit, or as a
-    disruption, or ignored), avoiding the first failed rank's node where it says so."""
-    e, status = p.resolved, p.status
-    verdict = judge(e.spec.run_policy.failure_policy.rules, failure)
-    fix = hint(failure, e, prediction(e) if failure.cause == "DeviceOutOfMemory" else None)
-    status["lastFailure"] = last_failure(failure, verdict.action, int(status["attempt"]), fix, p.o.now)
-    what = summary(failure)
-    if verdict.fails:
-        return p.fail(failure.cause, f"{what}; FailJob by {verdict.why}", fix)
-    limit = e.spec.run_policy.backoff_limit
-    counters, counted = counters_after(status, verdict)
-    if verdict.counts and counted > limit:
-        return p.fail("BackoffLimitExceeded", f"{what}; backoffLimit={limit} restarts exhausted", fix)
-    status.update(counters)
-    status["avoidedNodes"] = sorted(set(status.get("avoidedNodes") or []) | set(verdict.avoid))
-    p.delete(current)
-    p.reset_rank_table()
-    p.new_attempt()
-    text = restart_text(what, verdict, status["attempt"], counted, limit)
-    p.cond("Restarting", True, failure.cause, text)
-    p.cond("Running", False, failure.cause, what)
-    p.phase("Restarting", text)
-    p.d.emit("Warning", failure.cause, f"{text}. Fix: {fix}")
-    p.requeue(FAST_REQUEUE_SECONDS)
     return p.d
 
 def restart_for_spec_change(p: Pass, current: list[dict]) -> Decision:

@@ -12,6 +12,7 @@ from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.diagnosis.failures import Failure, Wait, find_failure
 from ascend_hybrid.diagnosis.refusals import Refusal
 from ascend_hybrid.gang import render
+from ascend_hybrid.reconcile import recovery_steps
 from ascend_hybrid.reconcile.state import Pass
 
 
@@ -20,16 +21,26 @@ def failure(p: Pass, current: dict, placement: dict) -> Failure | Wait | None:
     cause is not in yet; None while it is healthy (or a node is within its grace)."""
     e, attempt = p.resolved, int(p.status["attempt"])
     lost = []
-    if p.status.get("phase") in ("Starting", "Running") or p.queue:
+    if p.status.get("phase") in ("Starting", "Running") or recovery_steps.in_place_running(p) or p.queue:
         lost = [(index, names.pod_name(p.meta["name"], attempt, index)) for index in range(e.pod_count)
                 if index not in current]
-        lost = [(index, name) for index, name in lost if name not in p.o.in_flight]
+        lost = [(index, name) for index, name in lost if name not in p.o.in_flight
+                and index != recovery_steps.replacing(p)]  # ReplacePod's pod is meant to be away a while
     found = find_failure(current, placement["nodes"], p.o.nodes, p.o.device_infos, p.o.now,
                          p.o.node_grace_seconds, lost)
     if isinstance(found, Wait):
         p.requeue(found.seconds)
-        return found if found.hold else None
-    return found or sched_service_changed(p, current)
+        return found if found.hold else launcher_wait(p, current)
+    return found or sched_service_changed(p, current) or launcher_wait(p, current)
+
+
+def launcher_wait(p: Pass, current: dict) -> Failure | Wait | None:
+    """A launcher's ranks failed while its pod runs (recovery_steps.launcher_failure); a Wait holds the attempt
+    while only echoes are in."""
+    found = recovery_steps.launcher_failure(p, current)
+    if isinstance(found, Wait):
+        p.requeue(found.seconds)
+    return found
 
 def sched_service_changed(p: Pass, current: dict) -> Failure | None:
     """<job>-sched deleted and back with another ClusterIP: the MS_SCHED_HOST the pods were given leads nowhere."""

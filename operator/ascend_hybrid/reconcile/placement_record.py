@@ -63,3 +63,23 @@ def record_queued(status: dict, blocker: QueueKey, now: datetime, generation) ->
     outcome.status["phase"], outcome.status["message"] = "Pending", message
     outcome.requeue_after = SLOW_REQUEUE_SECONDS
     return outcome
+
+
+def record_replacement(status: dict, index: int, placement: Placement, now: datetime) -> Decision:
+    """ReplacePod's placement of one pod: its node in status.placement.nodes, or why none fits (the next pass
+    escalates to RestartGang)."""
+    outcome = Decision(status=copy.deepcopy(status))
+    status = outcome.status
+    state = status.setdefault("recovery", {})
+    if placement.ok:
+        nodes = list((status.get("placement") or {}).get("nodes") or [])
+        old = nodes[index] if index < len(nodes) else None
+        nodes[index] = placement.nodes[0]
+        status["placement"]["nodes"] = nodes
+        state.pop("unplaced", None)
+        outcome.emit("Normal", "PodReplaced", f"pod index {index} placed again on {placement.nodes[0]} (was {old})")
+        outcome.requeue_after = FAST_REQUEUE_SECONDS
+    else:
+        state["unplaced"] = placement.reason
+        outcome.requeue_after = FAST_REQUEUE_SECONDS
+    return outcome

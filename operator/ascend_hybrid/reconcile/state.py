@@ -15,6 +15,8 @@ from ascend_hybrid.contracts.ascend import DeviceInfo
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.conditions import condition, parse_time, set_condition, timestamp
 from ascend_hybrid.contracts.podview import TERMINAL_POD_PHASES, is_deleting, live_names, phase_of
+from ascend_hybrid.diagnosis import recovery
+from ascend_hybrid.diagnosis.recovery import LauncherReport
 from ascend_hybrid.diagnosis.refusals import Refusal
 from ascend_hybrid.gang import ranktable
 from ascend_hybrid.monitoring import anomalies
@@ -48,6 +50,8 @@ class Observed:
     refusal: Refusal | None = None            # the apiserver's last refusal of this job's writes (refusals.py)
     rank_table_revision: int = 0              # the rank-table ConfigMap's `version` counter
     expander_image: str = names.DEFAULT_EXPANDER_IMAGE  # of the rank-table expander (--ranktable-expander-image)
+    launcher_generation: int | None = None    # the rank generation <job>-recovery holds (None: not written yet)
+    launchers: Mapping[str, LauncherReport] = field(default_factory=dict)  # pod name → its launcher's report
 
 
 @dataclass
@@ -125,12 +129,18 @@ class Pass:
         self.status["attempt"] = int(self.status.get("attempt") or 0) + 1
         self.status.pop("placement", None)
         self.status.pop("monitoring", None)  # the anomaly history of the old attempt says nothing of the new one
+        for key in ("rung", "replacing", "unplaced"):  # no in-place rung outlives its pods
+            (self.status.get("recovery") or {}).pop(key, None)
         for kind in anomalies.CONDITIONS:
             if (condition(self.status, kind) or {}).get("status") == "True":
                 self.cond(kind, False, "NewAttempt", f"attempt {self.status['attempt']} starts afresh")
 
     # -- terminal outcomes --------------------------------------------------------------------------------------
     def fail(self, reason: str, message: str, fix: str | None = None) -> Decision:
+        open_incident = recovery.current_incident(self.status.get("recoveries") or [])
+        if open_incident is not None:
+            recovery.gave_up(open_incident, f"the job failed: {reason}")
+        (self.status.get("recovery") or {}).pop("rung", None)
         self.status["completionTime"] = timestamp(self.o.now)
         self.cond("Running", False, reason, message)
         self.cond("Failed", True, reason, message)

@@ -207,15 +207,28 @@ class FailurePolicyRule(ApiModel):
     causes: list[Cause] | None = Field(None, min_length=1, max_length=len(CAUSES), description="Matches when the cause of the failure (status.lastFailure.cause) is one of these: what the trainer's termination message says, or NodeNotReady, ChipUnhealthy, PodDeleted, SchedServiceChanged as the operator sees them.")
     exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(None, min_length=1, max_length=64, description="Matches when the first failed container exited with one of these codes.")
     pod_conditions: list[Annotated[str, Field(min_length=1, max_length=316)]] | None = Field(None, min_length=1, max_length=16, description="Matches when one of these pod condition types (e.g. DisruptionTarget) is True on the first failed pod.")
-    action: FailureAction = Field(description=f"FailJob: the job fails at once. RestartJob: the whole gang restarts, counted against backoffLimit. RestartJobAvoidingNode: the same, and the node of the first failed rank is not used again (never for {_SOFTWARE_TEXT}). Ignore: the whole gang restarts without counting against backoffLimit (counted in status.ignoredFailures): MindSpore needs every rank, so one rank cannot be replaced alone.")
+    action: FailureAction = Field(description=f"FailJob: the job fails at once. RestartJob: the whole gang restarts (recovery rung RestartGang), counted against backoffLimit. RestartJobAvoidingNode: the same, and the node of the first failed rank is not used again (never for {_SOFTWARE_TEXT}). RestartRanks: every pod is kept and its launcher restarts its MindSpore processes from the newest committed checkpoint. ReplacePod: only the failed pod is created again at its index, the others restart their ranks in place. Ignore: the recovery the cause gets by default, not counted against backoffLimit (counted in status.ignoredFailures). A rung that fails or passes its timeout gives way to the next (spec.runPolicy.recovery).")
 
 
 class FailurePolicy(ApiModel):
     rules: list[FailurePolicyRule] = Field(default_factory=list, max_length=MAX_POLICY_RULES, description="Evaluated in order, the first rule that matches decides; each sets exactly one of causes, exitCodes or podConditions. Without a match: ConfigError, DataError, DeviceOutOfMemory, NumericalDivergence and RankTableRejected fail the job; HCCLConnectTimeout, HCCLExecTimeout, NodeNotReady and ChipUnhealthy restart it avoiding the node; anything else restarts it.")
 
 
+class Rung(str, Enum):
+    restart_ranks = "RestartRanks"
+    replace_pod = "ReplacePod"
+    restart_gang = "RestartGang"
+
+
+class Recovery(ApiModel):
+    finest_rung: Rung = Field(Rung.restart_ranks, description="The finest rung of the recovery ladder a failure may start at: RestartRanks (pods kept, every launcher restarts its MindSpore processes from the newest committed checkpoint), ReplacePod (only the lost pod created again), or RestartGang (every pod deleted and the gang placed again, as before this ladder existed).")
+    restart_ranks_timeout_seconds: int = Field(300, ge=10, le=86400, description="RestartRanks gives way to ReplacePod when training has not stepped again this many seconds after the decision (MindSpore start, checkpoint load and graph compilation included).")
+    replace_pod_timeout_seconds: int = Field(600, ge=10, le=86400, description="ReplacePod gives way to RestartGang when training has not stepped again this many seconds after the decision (scheduling, image pull and start of the new pod included).")
+    max_in_place_per_hour: int = Field(6, ge=0, le=32, description="At most this many incidents within an hour start at RestartRanks or ReplacePod; further ones restart the whole gang. 0: every failure restarts the whole gang.")
+
+
 class RunPolicy(ApiModel):
-    backoff_limit: int = Field(3, ge=0, description="Whole-gang restarts after failures before the job is Failed; restarts for node or chip faults (status.disruptions) and ignored failures do not count.")
+    backoff_limit: int = Field(3, ge=0, description="Recoveries after failures (any rung of the recovery ladder, one per incident) before the job is Failed; recoveries from node or chip faults (status.disruptions) and ignored failures do not count.")
     active_deadline_seconds: int | None = Field(None, ge=1, description="Fail the job when it runs longer than this.")
     ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete the job this long after it Succeeded or Failed.")
     suspend: bool = Field(False, description="Suspended jobs keep their spec and lose their pods; resuming places them anew.")
@@ -223,6 +236,7 @@ class RunPolicy(ApiModel):
     clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.running, description="Pods deleted when the job ends: Running (those still running), All, or None.")
     refuse_unfit_strategy: bool = Field(False, description="true: a strategy the planner predicts to run out of memory, to idle more than a quarter of each step, or to stretch TP across nodes fails the job before any pod exists (condition StrategyFits); false: it only warns.")
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="What a failure of the gang leads to, by its cause, exit code or pod condition (docs/troubleshooting.md).")
+    recovery: Recovery = Field(default_factory=Recovery, description="The recovery ladder: the finest rung allowed, each rung's timeout and the cap on in-place recoveries (docs/reliability.md).")
 
 
 class Monitoring(ApiModel):
@@ -354,6 +368,37 @@ class FailureStatus(ApiModel):
     time: str | None = Field(None, description="When it failed (RFC 3339).")
 
 
+class RecoveryRecord(ApiModel):
+    cause: str = Field(description="The failure's cause (as status.lastFailure.cause).")
+    pod: str | None = Field(None, description="The first failed pod.")
+    node: str | None = Field(None, description="Its node.")
+    rank: int | None = Field(None, description="The rank that reported the cause, when the trainer says.")
+    step: int | None = Field(None, description="The training step the fault hit (the trainer's, else the last one seen).")
+    attempt: int | None = Field(None, description="The attempt the fault hit.")
+    rungs: list[str] = Field(default_factory=list, description="The rungs tried, in order: RestartRanks, ReplacePod, RestartGang.")
+    recovered_by: str | None = Field(None, description="The rung that brought training back.")
+    outcome: str | None = Field(None, description="Recovering, Recovered or JobFailed.")
+    why: str | None = Field(None, description="Why the last rung was chosen (the policy rule or default, an escalation, the hourly cap).")
+    counted: bool | None = Field(None, description="Whether the incident counts against backoffLimit.")
+    avoid: list[str] = Field(default_factory=list, description="Nodes the cause suspects while the pods stay (RestartRanks); a rung that moves pods avoids them (they join status.avoidedNodes then).")
+    detected: str | None = Field(None, description="When the failure happened or was seen (RFC 3339).")
+    decided: str | None = Field(None, description="When the last rung was decided.")
+    pods_ready: str | None = Field(None, description="When every pod ran again (at once for RestartRanks).")
+    ranks_relaunched: str | None = Field(None, description="When every pod's launcher had started its ranks again.")
+    first_step_after: str | None = Field(None, description="When training stepped again.")
+    resumed_from_step: int | None = Field(None, description="The checkpoint step training resumed from.")
+    steps_redone: int | None = Field(None, description="Steps trained again: the step the fault hit minus the step resumed from.")
+    seconds: float | None = Field(None, description="Detected to first step after, in seconds.")
+
+
+class RecoveryState(ApiModel):
+    generation: int | None = Field(None, description="The rank generation every launcher runs: raised by each RestartRanks (and ReplacePod), written to the <job>-recovery ConfigMap the launchers watch.")
+    rung: str | None = Field(None, description="The in-place rung in progress (RestartRanks), while it runs.")
+    base_step: int | None = Field(None, description="The checkpoint step the job first trained from (goodput counts the steps after it).")
+    replacing: int | None = Field(None, description="ReplacePod: the index of the pod being made again.")
+    unplaced: str | None = Field(None, description="ReplacePod: why no node fits the replacement (RestartGang follows).")
+
+
 class MonitoringStatus(ApiModel):
     sampled_at: str | None = Field(None, description="The telemetry sample last folded in (RFC 3339).")
     imbalanced_samples: int | None = Field(None, description="Consecutive samples with the NPU utilization spread above the threshold.")
@@ -367,7 +412,7 @@ class AscendHybridJobStatus(ApiModel):
     conditions: list[Condition] = Field(default_factory=list, description="Created, StrategyFits, Admitted (queued jobs), Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled.")
     world_size: int | None = Field(None, description="Ranks: data x tensor x pipeline x context.")
     attempt: int | None = Field(None, description="Current gang attempt, from 1.")
-    restarts: int | None = Field(None, description="Whole-gang restarts after failures so far, disruptions and ignored failures included.")
+    restarts: int | None = Field(None, description="Recoveries after failures so far (one per incident, whatever rung brought it back), disruptions and ignored failures included.")
     disruptions: int | None = Field(None, description="Restarts for a node or chip fault (NodeNotReady, ChipUnhealthy); not counted against backoffLimit.")
     ignored_failures: int | None = Field(None, description="Restarts for failures a failure-policy rule said to Ignore; not counted against backoffLimit.")
     last_failure: FailureStatus | None = Field(None, description="The first failure of the last attempt that failed, classified, with the fix.")
@@ -385,3 +430,6 @@ class AscendHybridJobStatus(ApiModel):
     parallelism: EffectiveParallelism | None = Field(None, description="The degrees the pods run with: the spec's, or the planner's for an auto job.")
     plan: PlanStatus | None = Field(None, description="The strategy planner's prediction for the job's strategy (and its choice for an auto job), with what was measured.")
     monitoring: MonitoringStatus | None = Field(None, description="What the anomaly conditions of the current attempt are computed from.")
+    recovery: RecoveryState | None = Field(None, description="The recovery ladder's state: the launchers' rank generation and the rung in progress.")
+    recoveries: list[RecoveryRecord] = Field(default_factory=list, description="The last 32 incidents, oldest first: cause, where, the rungs tried and the one that worked, their timestamps and the steps redone (docs/reliability.md).")
+    goodput: float | None = Field(None, description="Fraction (0-1) of the wall time since the job first ran that went to training steps that were kept (steps × measured step time / wall time).")

@@ -19,7 +19,9 @@ SOFTWARE_CAUSES = frozenset({"ConfigError", "DataError"})
 ECHO_CAUSE = "PeerFailed"  # a rank that ended because another rank died first
 
 FAIL_JOB, RESTART_JOB, RESTART_AVOIDING_NODE, IGNORE = "FailJob", "RestartJob", "RestartJobAvoidingNode", "Ignore"
-ACTIONS = (FAIL_JOB, RESTART_JOB, RESTART_AVOIDING_NODE, IGNORE)
+# The recovery ladder's finer rungs as failure-policy actions (recovery.py): start the recovery at that rung.
+RESTART_RANKS, REPLACE_POD = "RestartRanks", "ReplacePod"
+ACTIONS = (FAIL_JOB, RESTART_JOB, RESTART_AVOIDING_NODE, IGNORE, RESTART_RANKS, REPLACE_POD)
 
 # When no rule matches. FailJob at once where a restart cannot help (the same spec fails the same way);
 # RestartJobAvoidingNode where the node of the first failed rank is the likely culprit; RestartJob otherwise.

@@ -26,6 +26,8 @@ PRINTER_COLUMNS = [
     {"name": "Util", "type": "number", "jsonPath": ".status.utilization.npuPercent", "description": "Mean NPU utilization, percent"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.training.step"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {"name": "Goodput", "type": "number", "jsonPath": ".status.goodput",
+     "description": "Fraction of wall time since the job first ran that went to steps that were kept"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Placement", "type": "string", "jsonPath": ".status.placement.summary", "priority": 1},
     {"name": "TP-Local", "type": "string", "jsonPath": ".status.placement.tensorGroupsNodeLocal", "priority": 1,

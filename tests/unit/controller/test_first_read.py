@@ -36,4 +36,5 @@ def test_a_new_job_has_no_rank_table_to_read():
 
 def test_a_job_whose_status_names_its_rank_table_reads_it_once():
     reads, table = observe_first({"rankTable": {"configMap": "rings-config-job", "status": "completed"}})
-    assert reads == [("ns", "rings-config-job")] and table == {"status": "completed", "version": "1.0"}
+    assert reads == [("ns", "rings-config-job"), ("ns", "job-recovery")]  # and the launchers' channel
+    assert table == {"status": "completed", "version": "1.0"}

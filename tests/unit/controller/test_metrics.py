@@ -29,6 +29,33 @@ def test_each_new_last_failure_counts_once_by_cause():
     assert failures("metrics-ns", "HCCLExecTimeout") == before + 1
 
 
+def recovery_count(rung: str, cause: str) -> tuple[float, float]:
+    metrics.RECOVERY_SECONDS.labels(rung=rung, cause=cause)
+    samples = {sample.name: sample.value for sample in metrics.RECOVERY_SECONDS.collect()[0].samples
+               if sample.labels.get("rung") == rung and sample.labels.get("cause") == cause}
+    return samples["ascend_hybrid_recovery_seconds_count"], samples["ascend_hybrid_recovery_seconds_sum"]
+
+
+def test_each_recovery_is_observed_once_by_rung_and_cause():
+    job = {"metadata": {"name": "j", "creationTimestamp": "2026-11-29T12:00:00Z"}}
+    recovering = {"cause": "PeerFailed", "detected": "2026-11-29T12:01:00Z", "rungs": ["RestartRanks"],
+                  "outcome": "Recovering"}
+    done = {**recovering, "outcome": "Recovered", "recoveredBy": "RestartRanks", "seconds": 17.5}
+    count, total = recovery_count("RestartRanks", "PeerFailed")
+    old, new = {"recoveries": [recovering]}, {"recoveries": [done]}
+    metrics.record_transition("metrics-ns", job, old, new)
+    metrics.record_transition("metrics-ns", job, new, {"recoveries": [done], "goodput": 0.9})  # seen already
+    assert recovery_count("RestartRanks", "PeerFailed") == (count + 1, total + 17.5)
+
+
+def test_goodput_is_published_for_running_jobs():
+    from ascend_hybrid.controller.records import JobRecord
+
+    running, finished = JobRecord(phase="Running", goodput=0.75), JobRecord(phase="Succeeded", goodput=0.5)
+    metrics.publish_job_gauges([(("ns", "a"), running), (("ns", "b"), finished)])
+    published = {sample.labels["job"]: sample.value for sample in metrics.GOODPUT_RATIO.collect()[0].samples}
+    assert published == {"a": 0.75}
+
 
 def observed_passes(outcome: str) -> float:
     metrics.RECONCILE_SECONDS.labels(outcome=outcome)  # the series exists before its first pass

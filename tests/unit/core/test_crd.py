@@ -136,7 +136,9 @@ def test_crd_defaults_equal_the_model_defaults():
     assert filled["hccl"] == {"connectTimeoutSeconds": 120, "execTimeoutSeconds": 600, "whitelistDisable": True}
     assert filled["runPolicy"] == {"backoffLimit": 3, "suspend": False, "schedulingTimeoutSeconds": 300,
                                    "cleanPodPolicy": "Running", "refuseUnfitStrategy": False,
-                                   "failurePolicy": {}}
+                                   "failurePolicy": {},
+                                   "recovery": {"finestRung": "RestartRanks", "restartRanksTimeoutSeconds": 300,
+                                                "replacePodTimeoutSeconds": 600, "maxInPlacePerHour": 6}}
     assert filled["monitoring"] == {"utilizationSpreadPercent": 30.0, "imbalanceSamples": 3, "stragglerFactor": 1.5,
                                     "stragglerWindow": 10, "stallSeconds": 300}
     assert filled["npu"] == {"resource": "huawei.com/Ascend910", "chip": "910B"}
@@ -163,7 +165,7 @@ def test_printer_columns_in_order():
     columns = VERSION["additionalPrinterColumns"]
     default_columns = [c for c in columns if not c.get("priority")]
     assert [c["name"] for c in default_columns] == ["World", "TP", "PP", "DP", "EP", "Phase", "Util", "Step",
-                                                    "Restarts", "Age"]
+                                                    "Restarts", "Goodput", "Age"]
     paths = {c["name"]: c["jsonPath"] for c in columns}
     assert paths["World"] == ".status.worldSize"
     # the degrees the pods run with, an auto job's included

@@ -21,8 +21,10 @@ from ascend_hybrid.reconcile.actions import (
     DeletePods,
     EnsureChildren,
     Place,
+    PlaceReplacement,
     PostEvent,
     RemoveGates,
+    SignalLaunchers,
     WriteRankTable,
 )
 from ascend_hybrid.reconcile.decision import decide
@@ -34,7 +36,7 @@ from support.builders import JobBuilder, NodeBuilder, PodBuilder
 
 KINDS = {PostEvent: "event", Place: "place", EnsureChildren: "ensure_children", CreatePods: "create_pods",
          RemoveGates: "remove_gates", DeletePods: "delete_pods", WriteRankTable: "write_rank_table",
-         DeleteJob: "delete_job"}
+         DeleteJob: "delete_job", SignalLaunchers: "signal_launchers", PlaceReplacement: "place_replacement"}
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 NODES = ("node-a", "node-b")
@@ -65,7 +67,10 @@ def node(name: str) -> NodeBuilder:
     return NodeBuilder(name).ready(since=NOW)
 
 
-def observe(body, pods=(), rank_table=None, children_ready=True, nodes=None, now=NOW):
+def observe(body, pods=(), rank_table=None, children_ready=True, nodes=None, now=NOW, launcher_generation=0,
+            launchers=None):
+    """launcher_generation 0: the <job>-recovery ConfigMap holds the generation a fresh job runs (its write is
+    tested in test_recovery_ladder.py)."""
     try:
         resolved, problems = parse(body), ()
     except rules.SpecError as error:
@@ -73,7 +78,8 @@ def observe(body, pods=(), rank_table=None, children_ready=True, nodes=None, now
     return Observed(job=body, resolved=resolved, spec_problems=problems, pods=tuple(pods),
                     rank_table=rank_table if rank_table is not None else {"status": "initializing"},
                     children_ready=children_ready, sched_ip="127.32.0.10",
-                    nodes=nodes if nodes is not None else {n: node(n).build() for n in NODES}, now=now)
+                    nodes=nodes if nodes is not None else {n: node(n).build() for n in NODES}, now=now,
+                    launcher_generation=launcher_generation, launchers=launchers or {})
 
 
 def kinds(decision):
@@ -596,3 +602,319 @@ def test_a_sched_service_back_with_another_ip_restarts_the_gang():
     assert moved.status["phase"] == "Restarting" and moved.status["restarts"] == 1
     restarting = next(c for c in moved.status["conditions"] if c["type"] == "Restarting")
     assert restarting["reason"] == "SchedServiceChanged" and "127.32.0.99" in restarting["message"]
+
+
+# -- the recovery ladder (recovery_steps.py) ----------------------------------------------------------------------
+def live(index, attempt=1, node=None):
+    """A running pod with a UID, as the launchers' reports name it (on `node`, else its own of NODES)."""
+    made = pod(index, attempt).uid(f"uid-{attempt}-{index}")
+    return (made.running(node=node) if node else made).build()
+
+
+def job(spec_overrides=None, status=None):
+    """demo with `spec_overrides` merged into its spec sections and the given status."""
+    built = demo()
+    for section, fields in (spec_overrides or {}).items():
+        built = built.section(section, **fields)
+    return built.status(status).build()
+
+
+def node_object(name, ready=True, since=NOW):
+    return NodeBuilder(name).ready(ready, since=since).build()
+
+
+def said(index, state, generation=0, attempt=1, at=NOW, **fields):
+    from ascend_hybrid.diagnosis.recovery import LauncherReport
+
+    return (names.pod_name("demo", attempt, index),
+            LauncherReport(f"uid-{attempt}-{index}", generation, state, time=at, **fields))
+
+
+def running_job(**status_extra):
+    body = job(status=placed_status(phase="Running", **status_extra))
+    table = decide(observe(job(status=placed_status(phase="Starting")), pods=[live(0), live(1)]))
+    return body, action(table, "write_rank_table").table
+
+
+def ladder_pass(body, table, reports, now=NOW, pods=None, launcher_generation=None, **extra):
+    generation = int((body["status"].get("recovery") or {}).get("generation") or 0)
+    observed = observe(body, pods=pods or [live(0), live(1)], rank_table=table, now=now,
+                       launcher_generation=generation if launcher_generation is None else launcher_generation,
+                       launchers=dict(reports))
+    return decide(dataclasses.replace(observed, **extra) if extra else observed)
+
+
+def failed_rank_one(body, table, now=NOW):
+    return ladder_pass(body, table, [said(0, "Started", resumed_from=0),
+                                     said(1, "Failed", cause="Unknown", rank=1, step=12,
+                                          detail="rank 1 (pid 7) ended by SIGKILL")], now=now)
+
+
+def test_a_rank_that_died_restarts_every_rank_in_place():
+    body, table = running_job()
+    decision = failed_rank_one(body, table)
+    assert kinds(decision).count("delete_pods") == 0 and "write_rank_table" not in kinds(decision)
+    assert action(decision, "signal_launchers") == SignalLaunchers(1, "default")
+    status = decision.status
+    assert (status["attempt"], status["restarts"], status["phase"]) == (1, 1, "Restarting")
+    assert status["recovery"] == {"generation": 1, "rung": "RestartRanks"}
+    (record,) = status["recoveries"]
+    assert {key: record[key] for key in ("cause", "pod", "node", "rank", "step", "rungs", "outcome", "counted")} == {
+        "cause": "Unknown", "pod": "demo-a1-1", "node": "node-b", "rank": 1, "step": 12, "rungs": ["RestartRanks"],
+        "outcome": "Recovering", "counted": True}
+    assert record["detected"] == record["decided"] == record["podsReady"] == "2026-11-29T12:00:00Z"
+    assert status["lastFailure"]["cause"] == "Unknown" and status["lastFailure"]["rank"] == 1
+    warning = next(a for a in decision.actions if isinstance(a, PostEvent))
+    assert warning.type == "Warning" and "restarting every rank in place" in warning.message
+    assert "rank generation 1 (1/2)" in warning.message
+
+
+def test_rank_zero_restarts_in_place_too():
+    body, table = running_job()
+    decision = ladder_pass(body, table, [said(0, "Failed", cause="Unknown", rank=0, step=5), said(1, "Started")])
+    assert action(decision, "signal_launchers").generation == 1
+    assert decision.status["recoveries"][0]["pod"] == "demo-a1-0"
+
+
+def test_an_in_place_recovery_is_recovered_at_the_first_step_after():
+    body, table = running_job()
+    restarting = failed_rank_one(body, table).status
+    later = NOW + timedelta(seconds=8)
+    relaunched = ladder_pass(job(status=restarting), table, [said(0, "Started", 1, at=later, resumed_from=10),
+                                                             said(1, "Started", 1, at=later, resumed_from=10)],
+                             now=later)
+    assert relaunched.status["phase"] == "Restarting" and "2/2 launchers" in relaunched.status["message"]
+    assert relaunched.status["recoveries"][0]["ranksRelaunched"] == "2026-11-29T12:00:08Z"
+    assert "signal_launchers" not in kinds(relaunched) and events(relaunched) == []
+    stepped = NOW + timedelta(seconds=20)
+    done = ladder_pass(job(status=relaunched.status), table,
+                       [said(0, "Stepping", 1, at=stepped, resumed_from=10, step=11),
+                        said(1, "Started", 1, at=later, resumed_from=10)], now=stepped)
+    record = done.status["recoveries"][0]
+    assert (record["outcome"], record["recoveredBy"], record["resumedFromStep"], record["stepsRedone"],
+            record["seconds"]) == ("Recovered", "RestartRanks", 10, 2, 20.0)
+    assert record["firstStepAfter"] == "2026-11-29T12:00:20Z"
+    assert done.status["phase"] == "Running" and done.status["recovery"] == {"generation": 1}
+    assert ("Normal", "Recovered") in events(done)
+    assert done.status["restarts"] == 1 and done.status["attempt"] == 1
+
+
+def test_a_rung_past_its_timeout_gives_way_to_the_gang_without_counting_again():
+    body, table = running_job()
+    restarting = failed_rank_one(body, table).status
+    late = NOW + timedelta(seconds=301)
+    decision = ladder_pass(job(status=restarting), table, [said(0, "Started", 1), said(1, "Started", 1)], now=late)
+    assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
+    record = decision.status["recoveries"][0]
+    assert record["rungs"] == ["RestartRanks", "RestartGang"] and record["outcome"] == "Recovering"
+    assert "RestartRanks passed its timeout of 300s" in record["why"]
+    assert (decision.status["attempt"], decision.status["restarts"]) == (2, 1)
+    assert ("Warning", "RecoveryTimeout") in events(decision)
+    assert "rung" not in decision.status["recovery"]
+
+
+def test_a_second_failure_during_the_rung_escalates_it_to_replace_that_pod_then_to_the_gang():
+    body, table = running_job()
+    restarting = failed_rank_one(body, table).status
+    later = NOW + timedelta(seconds=5)
+    decision = ladder_pass(job(status=restarting), table,
+                           [said(0, "Started", 1), said(1, "Failed", 1, cause="Unknown", rank=1, at=later)],
+                           now=later)
+    assert action(decision, "delete_pods") == DeletePods(("demo-a1-1",), force=False)
+    placing = action(decision, "place_replacement")
+    assert (placing.index, placing.request.pod_count, placing.request.chips_per_pod) == (1, 1, 4)
+    assert action(decision, "signal_launchers").generation == 2
+    status = decision.status
+    assert status["recoveries"][0]["rungs"] == ["RestartRanks", "ReplacePod"]
+    assert status["recovery"] == {"generation": 2, "rung": "ReplacePod", "replacing": 1}
+    assert (status["attempt"], status["restarts"]) == (1, 1)
+    # and a failure of the other pod while ReplacePod runs: the whole gang
+    again = ladder_pass(job(status=status), table,
+                        [said(0, "Failed", 2, cause="HCCLExecTimeout", rank=0, at=later), said(1, "Started", 2)],
+                        now=later + timedelta(seconds=5))
+    assert action(again, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
+    assert again.status["recoveries"][0]["rungs"] == ["RestartRanks", "ReplacePod", "RestartGang"]
+    assert (again.status["attempt"], again.status["restarts"]) == (2, 1)
+    assert ("Warning", "RecoveryEscalated") in events(again)
+
+
+def test_the_gang_restart_is_recovered_when_the_new_attempt_steps():
+    from ascend_hybrid.monitoring.progress import Sample
+
+    body, table = running_job()
+    restarting = failed_rank_one(body, table).status
+    gang = ladder_pass(job(status=restarting), table, [said(0, "Started", 1), said(1, "Started", 1)],
+                       now=NOW + timedelta(seconds=301)).status
+    status = placed_status(attempt=2, phase="Starting")
+    status.update({key: gang[key] for key in ("recoveries", "recovery", "restarts")})
+    back = NOW + timedelta(seconds=340)
+    decision = ladder_pass(job(status=status), None, [], now=back, pods=[live(0, attempt=2), live(1, attempt=2)],
+                           telemetry=Sample("trainer", back, step=11.0, loss=2.0, step_seconds=0.5))
+    record = decision.status["recoveries"][0]
+    assert decision.status["phase"] == "Running"
+    assert (record["outcome"], record["recoveredBy"], record["podsReady"], record["resumedFromStep"]) == (
+        "Recovered", "RestartGang", "2026-11-29T12:05:40Z", 10)
+    assert record["seconds"] == 340.0
+
+
+def test_a_pod_whose_launcher_never_reported_gets_the_whole_gang():
+    body, table = running_job()
+    decision = ladder_pass(body, table, [said(1, "Failed", cause="Unknown", rank=1)])
+    assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
+    record = decision.status["recoveries"][0]
+    assert record["rungs"] == ["RestartGang"] and "demo-a1-0 never reported" in record["why"]
+
+
+def test_a_report_of_another_pod_of_the_same_name_or_an_older_generation_is_not_heard():
+    from ascend_hybrid.diagnosis.recovery import LauncherReport
+
+    body, table = running_job(recovery={"generation": 2})
+    stale = ladder_pass(body, table, [said(0, "Started", 2), said(1, "Failed", 1, cause="Unknown")])
+    assert stale.status["phase"] == "Running" and "recoveries" not in stale.status
+    impostor = ladder_pass(body, table, [said(0, "Started", 2),
+                                         ("demo-a1-1", LauncherReport("uid-other", 2, "Failed", cause="Unknown"))])
+    assert impostor.status["phase"] == "Running" and "recoveries" not in impostor.status
+
+
+def test_an_echo_waits_for_the_real_cause():
+    body, table = running_job()
+    decision = ladder_pass(body, table, [said(0, "Failed", cause="PeerFailed", rank=0), said(1, "Started")])
+    assert decision.status["phase"] == "Running" and "signal_launchers" not in kinds(decision)
+    assert decision.requeue_after is not None and decision.requeue_after <= 10
+    later = ladder_pass(body, table, [said(0, "Failed", cause="PeerFailed", rank=0),
+                                      said(1, "Failed", cause="HCCLExecTimeout", rank=1, at=NOW + timedelta(seconds=1))],
+                        now=NOW + timedelta(seconds=1))
+    assert later.status["recoveries"][0]["cause"] == "HCCLExecTimeout"
+    assert action(later, "signal_launchers").generation == 1
+    # every pod stays: the suspected node is kept in the incident for a rung that moves pods, not avoided yet
+    assert not later.status.get("avoidedNodes") and later.status["recoveries"][0]["avoid"] == ["node-b"]
+    gang = ladder_pass(job(status=later.status), table, [said(0, "Started", 1), said(1, "Started", 1)],
+                       now=NOW + timedelta(seconds=400))
+    assert gang.status["avoidedNodes"] == ["node-b"] and gang.status["attempt"] == 2
+
+
+def test_the_hourly_cap_and_the_finest_rung_send_the_failure_to_the_gang():
+    body, table = running_job()
+    capped_body = job({"runPolicy": {"recovery": {"maxInPlacePerHour": 1}}}, status=failed_rank_one(
+        body, table).status)
+    capped_body["status"]["recoveries"][0]["outcome"] = "Recovered"
+    capped_body["status"]["recovery"] = {"generation": 1}
+    capped_body["status"]["phase"] = "Running"
+    decision = ladder_pass(capped_body, table, [said(0, "Started", 1),
+                                                said(1, "Failed", 1, cause="Unknown", rank=1)],
+                           now=NOW + timedelta(minutes=10))
+    assert "delete_pods" in kinds(decision)
+    assert "maxInPlacePerHour=1" in decision.status["recoveries"][-1]["why"]
+    assert decision.status["restarts"] == 2
+    gang_only = job({"runPolicy": {"recovery": {"finestRung": "RestartGang"}}}, status=placed_status(phase="Running"))
+    decision = failed_rank_one(gang_only, table)
+    assert "delete_pods" in kinds(decision) and "finestRung=RestartGang" in decision.status["recoveries"][0]["why"]
+
+
+def test_a_failure_policy_rule_can_ask_for_the_gang_or_fail_and_close_the_incident():
+    body, table = running_job()
+    gang = job({"runPolicy": {"failurePolicy": {"rules": [{"causes": ["Unknown"], "action": "RestartJob"}]}}},
+               status=placed_status(phase="Running"))
+    assert "delete_pods" in kinds(failed_rank_one(gang, table))
+    restarting = failed_rank_one(body, table).status
+    failing = job({"runPolicy": {"failurePolicy": {"rules": [{"causes": ["DataError"], "action": "FailJob"}]}}},
+                  status=restarting)
+    decision = ladder_pass(failing, table, [said(0, "Started", 1), said(1, "Failed", 1, cause="DataError")])
+    assert decision.status["phase"] == "Failed"
+    assert decision.status["recoveries"][0]["outcome"] == "JobFailed"
+
+
+def test_the_channel_is_written_level_based():
+    body, table = running_job(recovery={"generation": 3})
+    decision = ladder_pass(body, table, [said(0, "Started", 3), said(1, "Started", 3)], launcher_generation=-1)
+    assert action(decision, "signal_launchers") == SignalLaunchers(3, "default")
+    fresh = ladder_pass(body, table, [], launcher_generation=None)
+    fresh_missing = dataclasses.replace(observe(body, pods=[live(0), live(1)], rank_table=table),
+                                        launcher_generation=None)
+    assert action(decide(fresh_missing), "signal_launchers").generation == 3
+    assert fresh.status["phase"] == "Running"
+
+
+def test_goodput_counts_the_steps_kept_since_the_first_checkpoint():
+    body, table = running_job(startTime="2026-11-29T11:58:20Z", training={"step": 40, "stepSeconds": 2.0})
+    decision = ladder_pass(body, table, [said(0, "Started", resumed_from=0), said(1, "Started", resumed_from=0)])
+    assert decision.status["goodput"] == 0.8 and decision.status["recovery"]["baseStep"] == 0
+
+
+def test_a_pod_lost_with_its_node_is_replaced_alone_and_the_others_restart_in_place():
+    from ascend_hybrid.gang.placement import Placement
+    from ascend_hybrid.reconcile.placement_record import record_replacement
+
+    body, table = running_job()
+    lost = {"node-a": node_object("node-a"), "node-b": node_object("node-b", ready=False, since=NOW - timedelta(seconds=40))}
+    heard = [said(0, "Started"), said(1, "Started")]
+    decision = ladder_pass(body, table, heard, nodes=lost)
+    assert action(decision, "delete_pods") == DeletePods(("demo-a1-1",), force=True)  # its kubelet is gone
+    placing = action(decision, "place_replacement")
+    assert placing.index == 1 and placing.request.excluded_nodes == {"node-b"} and placing.request.pod_count == 1
+    assert action(decision, "signal_launchers").generation == 1
+    status = decision.status
+    assert status["recovery"] == {"generation": 1, "rung": "ReplacePod", "replacing": 1}
+    assert status["recoveries"][0]["rungs"] == ["ReplacePod"] and status["recoveries"][0]["cause"] == "NodeNotReady"
+    assert (status["attempt"], status["restarts"], status["disruptions"]) == (1, 1, 1)
+    assert status["avoidedNodes"] == ["node-b"]
+    # the shell placed it (placement_record.record_replacement) on node-c
+    placed = record_replacement(status, 1, Placement(ok=True, nodes=("node-c",)), NOW).status
+    assert placed["placement"]["nodes"] == ["node-a", "node-c"]
+    nodes = {**lost, "node-c": node_object("node-c")}
+
+    # the old pod still terminating on the lost node: no new failure, the pass waits
+    going = live(1)
+    going["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:01Z"
+    waiting = ladder_pass(job(status=placed), table, heard, pods=[live(0), going], nodes=nodes,
+                          now=NOW + timedelta(seconds=2))
+    assert waiting.status["phase"] == "Restarting" and "waiting for the old pod" in waiting.status["message"]
+    assert "delete_pods" not in kinds(waiting) and len(waiting.status["recoveries"]) == 1
+
+    # gone: the pod is made again at index 1 on node-c, not taken for a deleted pod
+    again = ladder_pass(job(status=placed), table, heard, pods=[live(0)], nodes=nodes, now=NOW + timedelta(seconds=3))
+    (created,) = action(again, "create_pods").pods
+    assert created.node == "node-c" and created.manifest["metadata"]["name"] == "demo-a1-1"
+    assert len(again.status["recoveries"]) == 1 and again.status["attempt"] == 1
+
+    # every pod runs again and the launchers step: Recovered by ReplacePod
+    back = live(1, node="node-c")
+    back["metadata"]["uid"] = "uid-new"
+    from ascend_hybrid.diagnosis.recovery import LauncherReport
+
+    stepped = NOW + timedelta(seconds=30)
+    reports = [said(0, "Stepping", 1, at=stepped, resumed_from=8, step=9),
+               ("demo-a1-1", LauncherReport("uid-new", 1, "Started", time=stepped, resumed_from=8))]
+    observed = dataclasses.replace(observe(job(status=again.status), pods=[live(0), back], rank_table=None,
+                                           nodes=nodes, now=stepped, launcher_generation=1),
+                                   launchers=dict(reports))
+    done = decide(observed)
+    table_written = action(done, "write_rank_table").table  # rewritten for the new server
+    assert table_written["status"] == "completed"
+    record = done.status["recoveries"][0]
+    assert (record["outcome"], record["recoveredBy"]) == ("Recovered", "ReplacePod")
+    assert done.status["recovery"] == {"generation": 1} and done.status["phase"] == "Running"
+
+
+def test_a_replacement_no_node_fits_restarts_the_gang():
+    from ascend_hybrid.gang.placement import Placement
+    from ascend_hybrid.reconcile.placement_record import record_replacement
+
+    body, table = running_job()
+    lost = {"node-a": node_object("node-a"), "node-b": node_object("node-b", ready=False, since=NOW - timedelta(seconds=40))}
+    status = ladder_pass(body, table, [said(0, "Started"), said(1, "Started")], nodes=lost).status
+    unplaced = record_replacement(status, 1, Placement(ok=False, reason="0/2 nodes fit"), NOW).status
+    assert unplaced["recovery"]["unplaced"] == "0/2 nodes fit"
+    decision = ladder_pass(job(status=unplaced), table, [said(0, "Started", 1)], pods=[live(0)], nodes=lost,
+                           now=NOW + timedelta(seconds=2))
+    assert action(decision, "delete_pods").names == ("demo-a1-0",)
+    assert decision.status["recoveries"][0]["rungs"] == ["ReplacePod", "RestartGang"]
+    assert "no node fits the replacement of pod index 1: 0/2 nodes fit" in decision.status["recoveries"][0]["why"]
+    assert decision.status["attempt"] == 2 and "replacing" not in decision.status["recovery"]
+
+
+def test_a_deleted_pod_of_a_job_without_launchers_still_restarts_the_gang():
+    body, table = running_job()
+    decision = ladder_pass(body, table, [], pods=[live(0)])
+    assert decision.status["attempt"] == 2 and decision.status["recoveries"][0]["rungs"] == ["RestartGang"]
+    assert "no launcher of this attempt ever reported" in decision.status["recoveries"][0]["why"]

@@ -67,6 +67,11 @@ KUBE_PY_CALLS = {
     # --network-policy: <job>-network by server-side apply.
     "patch_namespaced_network_policy": {("networking.k8s.io", "networkpolicies", "patch"),
                                         ("networking.k8s.io", "networkpolicies", "create")},
+    # The launchers' recovery channel: <job>-launcher Role and RoleBinding by server-side apply.
+    "patch_namespaced_role": {("rbac.authorization.k8s.io", "roles", "patch"),
+                              ("rbac.authorization.k8s.io", "roles", "create")},
+    "patch_namespaced_role_binding": {("rbac.authorization.k8s.io", "rolebindings", "patch"),
+                                      ("rbac.authorization.k8s.io", "rolebindings", "create")},
 }
 # Kube's calls for queued jobs (get_workload, delete_workload), granted only with kueue.enabled. They reuse the
 # custom-object methods above, so test_the_kueue_calls_of_kube_py_are_known reads them by the resource they name.
@@ -355,7 +360,7 @@ RAW_CALLS = {("POST", "pods"): "create_namespaced_pod", ("PATCH", "pods"): "patc
 
 def test_every_api_call_of_kube_py_is_known():
     source = Path(kube.__file__).read_text()
-    calls = set(re.findall(r"self\.(?:core|custom|extensions|networking)\.(\w+)", source))
+    calls = set(re.findall(r"self\.(?:core|custom|extensions|networking|rbac)\.(\w+)", source))
     raw = set(re.findall(r'self\._send, "(\w+)", f"/api/v1/namespaces/\{[^}]+\}/(\w+)', source))
     assert raw <= set(RAW_CALLS), f"kube.py sends requests the chart's RBAC does not know: {raw - set(RAW_CALLS)}"
     calls |= {RAW_CALLS[request] for request in raw}

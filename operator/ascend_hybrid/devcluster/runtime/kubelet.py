@@ -17,6 +17,7 @@ from ascend_hybrid.devcluster.files import replace_file
 from ascend_hybrid.devcluster.runtime.container import (
     ContainerSpec,
     ImageConfig,
+    apiserver_env,
     container_spec,
     is_container_pod,
     log_file,
@@ -85,21 +86,32 @@ def apiserver_address(api: client.ApiClient) -> tuple[str, int]:
 
 
 class ProcessMode:
-    def __init__(self, base_env: dict[str, str]):
-        self.base_env = base_env
+    """Pods as local process groups. Like a kubelet, the runtime gives each the apiserver's address
+    (KUBERNETES_SERVICE_HOST/PORT) and its projected volumes, the ServiceAccount token among them (requested with
+    the TokenRequest API, bound to the pod): the trainer's launcher reaches its recovery channel with it."""
+
+    def __init__(self, base_env: dict[str, str], api: client.ApiClient | None = None, log=print):
+        self.base_env = dict(base_env)
+        self.tokens = Tokens(client.CoreV1Api(api), log) if api is not None else None
+        if api is not None:
+            self.base_env.update(apiserver_env(*apiserver_address(api)))
 
     def prepare(self, pod: dict, configmaps: dict, layout: PodLayout, restarts: int) -> Prepared:
         spec = launch_spec(pod, configmaps, layout, self.base_env)
         process = PodProcess(spec.argv, spec.env, spec.cwd, layout.log_file)
-        return Prepared(spec.container, process, {path: VolumeFile(content) for path, content in spec.files.items()},
-                        dict.fromkeys(spec.directories), spec.grace_seconds, layout.log_file,
-                        f"a process group: {' '.join(spec.argv)}")
+        files = {path: VolumeFile(content) for path, content in spec.files.items()}
+        files.update(self.files(pod, configmaps, layout))
+        return Prepared(spec.container, process, files, dict.fromkeys(spec.directories), spec.grace_seconds,
+                        layout.log_file, f"a process group: {' '.join(spec.argv)}")
 
     def files(self, pod: dict, configmaps: dict, layout: PodLayout) -> dict[Path, VolumeFile]:
-        return {path: VolumeFile(content) for path, content in configmap_files(pod, configmaps, layout).items()}
+        if self.tokens is None:
+            return {path: VolumeFile(content) for path, content in configmap_files(pod, configmaps, layout).items()}
+        return volume_files(pod, configmaps, layout, self.tokens.for_pod(pod))
 
     def forget(self, uid: str) -> None:
-        pass  # nothing held per pod
+        if self.tokens is not None:
+            self.tokens.forget(uid)
 
 
 class ContainerMode:

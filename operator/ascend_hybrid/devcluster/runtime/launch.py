@@ -231,11 +231,12 @@ def _volume_kinds(pod: dict) -> dict[str, dict]:
 
 
 def volume_roots(pod: dict, layout: PodLayout) -> dict[str, Path]:
-    """The local directory of each volume the runtime can provide: ConfigMaps and emptyDirs per pod, claims per
-    (namespace, claim). Others (the ServiceAccount token, secrets, hostPath) are left unmapped."""
+    """The local directory of each volume the runtime can provide: ConfigMaps, downward API and projected volumes
+    (the ServiceAccount token among them) and emptyDirs per pod, claims per (namespace, claim). Others (secrets,
+    hostPath) are left unmapped."""
     roots = {}
     for name, volume in _volume_kinds(pod).items():
-        if "configMap" in volume or "emptyDir" in volume:
+        if any(kind in volume for kind in ("configMap", "emptyDir", "downwardAPI", "projected")):
             roots[name] = layout.volume_dir(name)
         elif "persistentVolumeClaim" in volume:
             roots[name] = layout.claim_dir(volume["persistentVolumeClaim"]["claimName"])

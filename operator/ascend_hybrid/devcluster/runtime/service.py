@@ -111,7 +111,9 @@ class ProcessRuntime:
         self.forwarder = Forwarder(log)
         bin_dir = str(Path(sys.executable).parent)  # the trainer's console script lives beside this Python
         self.base_env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-        self.modes = Modes(ProcessMode(self.base_env), ContainerMode(api, root, log) if containers else None)
+        if os.environ.get("PYTHONPATH"):  # "the image" holds the packages this runtime runs (a worktree's own)
+            self.base_env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        self.modes = Modes(ProcessMode(self.base_env, api, log), ContainerMode(api, root, log) if containers else None)
 
     # Informer callbacks (their threads). Only what process pods depend on wakes the loop at once: in a
     # simulation of thousands of kwok pods, their events only mark the forwarder's routes for the next tick.

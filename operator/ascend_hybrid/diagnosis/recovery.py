@@ -1,0 +1,274 @@
+"""The recovery ladder and its ledger (pure): which rung a failure starts at, when a rung gives way to the next,
+and the record of every incident in status.recoveries, with status.goodput.
+
+Rungs, finest first (docs/reliability.md, "The recovery ladder"):
+  RestartRanks  pods, IPs, chips and rank table kept; every pod's launcher stops its MindSpore processes (pod 0's
+                scheduler included) and starts them again from the newest committed checkpoint;
+  ReplacePod    only the lost pod is created again, at the same index, on a node that keeps the placement rules
+                (its failed node avoided); every other pod restarts its ranks in place;
+  RestartGang   every pod deleted and the gang placed again as a new attempt.
+A rung gives way to the next when it fails (a second failure while it runs) or passes its timeout; the
+cap on in-place recoveries per hour sends a failure straight to RestartGang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ascend_hybrid.contracts.conditions import parse_time, timestamp
+from ascend_hybrid.contracts.names import RECOVERY_GENERATION_KEY as GENERATION_KEY
+from ascend_hybrid.spec.api import Recovery as RecoverySpec
+from ascend_hybrid.spec.causes import (
+    FAIL_JOB,
+    IGNORE,
+    RESTART_AVOIDING_NODE,
+    RESTART_JOB,
+)
+from ascend_hybrid.spec.causes import (
+    REPLACE_POD as REPLACE_POD,
+)
+from ascend_hybrid.spec.causes import (
+    RESTART_RANKS as RESTART_RANKS,
+)
+
+RESTART_GANG = "RestartGang"
+RUNGS = (RESTART_RANKS, REPLACE_POD, RESTART_GANG)  # finest first: escalation moves right
+IN_PLACE_RUNGS = frozenset({RESTART_RANKS, REPLACE_POD})  # the gang (its other pods) is kept
+LEDGER_SIZE = 32  # status.recoveries keeps this many incidents, the newest last
+HOUR = timedelta(hours=1)
+
+# Outcomes of an incident in the ledger.
+RECOVERING, RECOVERED, GAVE_UP = "Recovering", "Recovered", "JobFailed"
+
+# The rung a failure starts at when no rule names one: a node, chip or pod lost takes its pod along (ReplacePod);
+# a table that never completed or a scheduler Service that moved needs new pods everywhere (RestartGang); a
+# software or peer failure (a worker crash, an HCCL timeout, a lost scheduler, an echo) restarts the ranks.
+DEFAULT_RUNGS = {
+    "NodeNotReady": REPLACE_POD, "ChipUnhealthy": REPLACE_POD, "PodDeleted": REPLACE_POD,
+    "RankTableTimeout": RESTART_GANG, "SchedServiceChanged": RESTART_GANG,
+    "RankTableRejected": RESTART_GANG,  # HCCL refused the table: only new pods make a new one (it fails by default)
+}
+# A rule's action names its rung; RestartJob and RestartJobAvoidingNode ask for the whole gang, as they always did.
+ACTION_RUNGS = {RESTART_RANKS: RESTART_RANKS, REPLACE_POD: REPLACE_POD, RESTART_JOB: RESTART_GANG,
+                RESTART_AVOIDING_NODE: RESTART_GANG}
+
+
+def default_rung(cause: str) -> str:
+    return DEFAULT_RUNGS.get(cause, RESTART_RANKS)
+
+
+def rung_of(action: str, cause: str, by_rule: bool) -> str | None:
+    """The rung a verdict starts at: a rule's action names it (Ignore keeps the cause's default); without a rule,
+    the cause's default. None for FailJob."""
+    if action == FAIL_JOB:
+        return None
+    if by_rule and action != IGNORE:
+        return ACTION_RUNGS[action]
+    return default_rung(cause)
+
+
+def coarser(first: str, second: str) -> str:
+    return RUNGS[max(RUNGS.index(first), RUNGS.index(second))]
+
+
+def escalate(rung: str) -> str:
+    """The next rung; RestartGang is the last and gives way to nothing."""
+    return RUNGS[min(RUNGS.index(rung) + 1, len(RUNGS) - 1)]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """spec.runPolicy.recovery, as plain data."""
+
+    finest_rung: str = RESTART_RANKS
+    restart_ranks_timeout: float = 300.0
+    replace_pod_timeout: float = 600.0
+    max_in_place_per_hour: int = 6
+
+    @classmethod
+    def of(cls, recovery: RecoverySpec) -> Bounds:
+        return cls(recovery.finest_rung, float(recovery.restart_ranks_timeout_seconds),
+                   float(recovery.replace_pod_timeout_seconds), recovery.max_in_place_per_hour)
+
+    def timeout(self, rung: str) -> float | None:
+        return {RESTART_RANKS: self.restart_ranks_timeout, REPLACE_POD: self.replace_pod_timeout}.get(rung)
+
+
+@dataclass(frozen=True)
+class Start:
+    rung: str
+    why: str
+
+
+def in_place_within_hour(ledger: Iterable[Mapping], now: datetime) -> int:
+    """Incidents of the last hour whose recovery started at a rung that kept the gang."""
+    count = 0
+    for record in ledger:
+        detected = parse_time(record.get("detected"))
+        rungs = record.get("rungs") or ()
+        if detected is not None and now - detected < HOUR and rungs and rungs[0] in IN_PLACE_RUNGS:
+            count += 1
+    return count
+
+
+def starting_rung(wanted: str, why: str, bounds: Bounds, ledger: Sequence[Mapping], now: datetime,
+                  in_place_ready: bool, in_place_reason: str = "") -> Start:
+    """The rung this failure's recovery starts at: the one the policy wants, no finer than spec's finestRung,
+    RestartGang once the in-place cap of the hour is used up or where the pods cannot restart in place."""
+    rung = coarser(wanted, bounds.finest_rung)
+    if rung != wanted:
+        why = f"{why}; no finer than spec.runPolicy.recovery.finestRung={bounds.finest_rung}"
+    if rung in IN_PLACE_RUNGS:
+        used = in_place_within_hour(ledger, now)
+        if used >= bounds.max_in_place_per_hour:
+            return Start(RESTART_GANG, f"{why}; {used} in-place recoveries in the last hour reach "
+                                       f"spec.runPolicy.recovery.maxInPlacePerHour={bounds.max_in_place_per_hour}")
+        if not in_place_ready:
+            return Start(RESTART_GANG, f"{why}; {in_place_reason or 'the pods cannot restart their ranks in place'}")
+    return Start(rung, why)
+
+
+def timed_out(rung: str, decided: datetime | None, bounds: Bounds, now: datetime) -> float | None:
+    """Seconds past the rung's timeout (≥ 0) once it has run out, else None; RestartGang has none."""
+    limit = bounds.timeout(rung)
+    if limit is None or decided is None:
+        return None
+    over = (now - decided).total_seconds() - limit
+    return over if over >= 0 else None
+
+
+def seconds_left(rung: str, decided: datetime | None, bounds: Bounds, now: datetime) -> float | None:
+    limit = bounds.timeout(rung)
+    if limit is None or decided is None:
+        return None
+    return max(0.0, limit - (now - decided).total_seconds())
+
+
+# -- the ledger -------------------------------------------------------------------------------------------------
+def open_incident(ledger: list[dict], *, cause: str, rung: str, why: str, detected: datetime, decided: datetime,
+                  attempt: int, counted: bool, pod: str | None = None, node: str | None = None,
+                  rank: int | None = None, step: int | None = None) -> dict:
+    """Append a new incident (outcome Recovering) and keep the last LEDGER_SIZE; the record, to be updated."""
+    record = {"cause": cause, "pod": pod, "node": node, "rank": rank, "step": step, "attempt": attempt,
+              "rungs": [rung], "why": why, "outcome": RECOVERING, "counted": counted,
+              "detected": timestamp(min(detected, decided)), "decided": timestamp(decided)}
+    ledger.append({key: value for key, value in record.items() if value is not None})
+    del ledger[:-LEDGER_SIZE]
+    return ledger[-1]
+
+
+def current_incident(ledger: Sequence[dict]) -> dict | None:
+    """The incident still being recovered, if any (only the newest can be)."""
+    return ledger[-1] if ledger and ledger[-1].get("outcome") == RECOVERING else None
+
+
+def climb(record: dict, rung: str, why: str, now: datetime) -> None:
+    """The incident moves to a coarser rung: its timestamps after `decided` belong to the rung that gave way."""
+    record["rungs"] = [*record.get("rungs", ()), rung]
+    record["why"] = why
+    record["decided"] = timestamp(now)
+    for key in ("podsReady", "ranksRelaunched", "firstStepAfter", "resumedFromStep", "stepsRedone", "seconds"):
+        record.pop(key, None)
+
+
+def mark(record: dict, key: str, moment: datetime) -> None:
+    """Set a milestone once (podsReady, ranksRelaunched): the first observation is the one kept."""
+    record.setdefault(key, timestamp(moment))
+
+
+def resumed(record: dict, first_step: int, moment: datetime, resumed_from: int | None = None) -> None:
+    """Training stepped again after the recovery: the incident is Recovered by its last rung; the steps redone are
+    those between the checkpoint it resumed from and the step the fault hit."""
+    record["firstStepAfter"] = timestamp(moment)
+    record["outcome"] = RECOVERED
+    record["recoveredBy"] = record["rungs"][-1]
+    start = resumed_from if resumed_from is not None else first_step - 1
+    record["resumedFromStep"] = start
+    if record.get("step") is not None:
+        record["stepsRedone"] = max(0, int(record["step"]) - start)
+    detected = parse_time(record.get("detected"))
+    if detected is not None:
+        record["seconds"] = round(max(0.0, (moment - detected).total_seconds()), 3)
+
+
+def gave_up(record: dict, why: str) -> None:
+    record["outcome"] = GAVE_UP
+    record["why"] = why
+
+
+def goodput(start: datetime | None, step: int | None, step_seconds: float | None, first_step: int, now: datetime,
+            ) -> float | None:
+    """Fraction of the wall time since the job first ran that went to steps that were kept: the steps trained
+    since the job's first step (redone ones count once) at the measured step time, over the wall time. Startup,
+    compilation, every recovery's downtime and the steps redone after it are what is missing from 1."""
+    if start is None or step is None or not step_seconds or step_seconds <= 0:
+        return None
+    wall = (now - start).total_seconds()
+    if wall <= 0:
+        return None
+    kept = max(0, step - first_step + 1)
+    return round(min(1.0, kept * step_seconds / wall), 4)
+
+
+# -- the launchers' reports -------------------------------------------------------------------------------------
+# Each pod's launcher (trainer/ascend_hybrid_trainer/control.py) writes one key of the <job>-recovery ConfigMap,
+# its pod's name, with a JSON report; the operator writes the key GENERATION_KEY.
+STARTED, STEPPING, FAILED = "Started", "Stepping", "Failed"
+REPORT_STATES = (STARTED, STEPPING, FAILED)
+
+
+@dataclass(frozen=True)
+class LauncherReport:
+    """What one pod's launcher last said: its ranks of `generation` started, stepped, or failed."""
+
+    uid: str
+    generation: int
+    state: str
+    time: datetime | None = None
+    resumed_from: int | None = None     # the checkpoint step its ranks resumed from (Started, Stepping)
+    step: int | None = None             # the first step after (Stepping) or the step that failed (Failed)
+    cause: str | None = None            # Failed: the pod's cause, as its termination record would say
+    rank: int | None = None
+    detail: str = ""
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def parse_report(text: str | None) -> LauncherReport | None:
+    """A launcher's report, or None when it is not one (anything malformed is ignored, never trusted)."""
+    import json
+
+    try:
+        raw = json.loads(text or "")
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or raw.get("state") not in REPORT_STATES or not isinstance(raw.get("uid"), str):
+        return None
+    generation = _int(raw.get("generation"))
+    if generation is None or generation < 0:
+        return None
+    try:
+        moment = parse_time(raw.get("time")) if isinstance(raw.get("time"), str) else None
+    except ValueError:
+        moment = None
+    cause = raw["cause"] if isinstance(raw.get("cause"), str) else None
+    detail = raw["detail"] if isinstance(raw.get("detail"), str) else ""
+    return LauncherReport(raw["uid"], generation, raw["state"], moment, _int(raw.get("resumedFrom")),
+                          _int(raw.get("step")), cause, _int(raw.get("rank")), detail[:1024])
+
+
+def read_channel(data: Mapping[str, str] | None) -> tuple[int | None, dict[str, LauncherReport]]:
+    """The generation the ConfigMap holds (None when it or the key is missing) and the reports by pod name."""
+    if data is None:
+        return None, {}
+    try:
+        generation = int(data[GENERATION_KEY]) if GENERATION_KEY in data else None
+    except ValueError:
+        generation = None
+    reports = {key: report for key, value in data.items() if key != GENERATION_KEY
+               and (report := parse_report(value)) is not None}
+    return generation, reports

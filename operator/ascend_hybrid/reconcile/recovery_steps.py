@@ -1,0 +1,404 @@
+"""The reconcile steps of the recovery ladder (pure): a failure's rung, RestartRanks carried out through the
+launchers' channel, a rung that gives way, and every incident's milestones in status.recoveries.
+
+Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.status` and `p.d`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.conditions import parse_time
+from ascend_hybrid.contracts.podview import is_deleting, node_of, phase_of, pod_index
+from ascend_hybrid.diagnosis import recovery
+from ascend_hybrid.diagnosis.failures import (
+    Failure,
+    Wait,
+    first_failed,
+    last_failure,
+    summary,
+    true_conditions,
+)
+from ascend_hybrid.diagnosis.hints import hint, prediction
+from ascend_hybrid.diagnosis.policy import counted_text, counters_after, judge, restart_text
+from ascend_hybrid.diagnosis.recovery import (
+    FAILED,
+    IN_PLACE_RUNGS,
+    REPLACE_POD,
+    RESTART_GANG,
+    RESTART_RANKS,
+    STARTED,
+    STEPPING,
+    Bounds,
+    LauncherReport,
+)
+from ascend_hybrid.gang.placement import GangRequest
+from ascend_hybrid.reconcile.actions import DeletePods, PlaceReplacement, SignalLaunchers
+from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
+
+# Whether the ladder carries ReplacePod out (else it skips that rung and says so).
+REPLACE_POD_AVAILABLE = True
+NOT_REPLACING = "ReplacePod is not carried out by this operator version: the whole gang restarts instead"
+
+
+
+def in_place_running(p: Pass) -> bool:
+    """An in-place rung runs: the pods of the attempt are all meant to be there."""
+    return (p.status.get("recovery") or {}).get("rung") in IN_PLACE_RUNGS
+
+def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
+    """The failure policy's verdict: fail, or recover (counted against backoffLimit, or as a disruption, or
+    ignored) at the rung of the recovery ladder it starts at; a failure while an in-place rung runs moves that
+    incident to the next rung instead (not counted again)."""
+    e, status = p.resolved, p.status
+    verdict = judge(e.spec.run_policy.failure_policy.rules, failure)
+    fix = hint(failure, e, prediction(e) if failure.cause == "DeviceOutOfMemory" else None)
+    status["lastFailure"] = last_failure(failure, verdict.action, int(status["attempt"]), fix, p.o.now)
+    what = summary(failure)
+    open_incident = recovery.current_incident(status.get("recoveries") or [])
+    if verdict.fails:
+        if open_incident is not None:
+            recovery.gave_up(open_incident, f"FailJob by {verdict.why}")
+        return p.fail(failure.cause, f"{what}; FailJob by {verdict.why}", fix)
+    by_index = {pod_index(pod): pod for pod in current}
+    if open_incident is not None and open_incident["rungs"][-1] in IN_PLACE_RUNGS:
+        return escalate_for(p, open_incident, failure, what, fix, by_index)
+    if open_incident is not None:  # the gang restarted and failed again before it stepped: a new incident
+        recovery.gave_up(open_incident, f"failed again before training stepped: {what}")
+        open_incident["outcome"] = "NotRecovered"
+    limit = e.spec.run_policy.backoff_limit
+    counters, counted = counters_after(status, verdict)
+    if verdict.counts and counted > limit:
+        return p.fail("BackoffLimitExceeded", f"{what}; backoffLimit={limit} restarts exhausted", fix)
+    status.update(counters)
+    start = start_rung(p, verdict.rung or RESTART_GANG, verdict.why, by_index, failure.index)
+    record = start_incident(p, failure, start, verdict.counts)
+    if verdict.avoid and start.rung == RESTART_RANKS:
+        record["avoid"] = list(verdict.avoid)  # the pods stay; a rung that moves them avoids these
+    else:
+        status["avoidedNodes"] = sorted(set(status.get("avoidedNodes") or []) | set(verdict.avoid))
+    if start.rung == RESTART_RANKS:
+        text = (f"{what}; {verdict.action} by {start.why}: restarting every rank in place from the newest "
+                f"checkpoint, rank generation {rank_generation(p) + 1} ({counted_text(verdict, counted, limit)})")
+        return restart_ranks(p, record, failure, text, fix)
+    if start.rung == REPLACE_POD:
+        text = (f"{what}; {verdict.action} by {start.why}: replacing pod index {failure.index}, the others "
+                f"restart their ranks in place, rank generation {rank_generation(p) + 1} "
+                f"({counted_text(verdict, counted, limit)})")
+        return replace_pod(p, record, failure, text, fix, by_index)
+    text = restart_text(what, verdict, status["attempt"] + 1, counted, limit)
+    if start.why != verdict.why:
+        text = f"{text}; {start.why.removeprefix(verdict.why).lstrip('; ')}"
+    p.delete(current)
+    p.reset_rank_table()
+    p.new_attempt()
+    p.cond("Restarting", True, failure.cause, text)
+    p.cond("Running", False, failure.cause, what)
+    p.phase("Restarting", text)
+    p.d.emit("Warning", failure.cause, f"{text}. Fix: {fix}")
+    p.requeue(FAST_REQUEUE_SECONDS)
+    return p.d
+
+def restart_gang_for(p: Pass, current: dict, why: str) -> bool:
+    """An in-place rung gave way to RestartGang: every pod deleted, a new attempt (the incident was counted
+    when it began)."""
+    state = p.status.get("recovery") or {}
+    for key in ("rung", "replacing", "unplaced"):
+        state.pop(key, None)
+    record = recovery.current_incident(p.status.get("recoveries") or []) or {}
+    p.status["avoidedNodes"] = sorted(set(p.status.get("avoidedNodes") or []) | set(record.get("avoid") or ()))
+    p.delete(list(current.values()))
+    p.reset_rank_table()
+    p.new_attempt()
+    text = f"{why}: restarting the whole gang as attempt {p.status['attempt']}"
+    p.cond("Restarting", True, "RecoveryEscalated", text)
+    p.cond("Running", False, "RecoveryEscalated", text)
+    p.phase("Restarting", text)
+    p.requeue(FAST_REQUEUE_SECONDS)
+    return True
+
+# -- what the launchers say --------------------------------------------------------------------------------
+def rank_generation(p: Pass) -> int:
+    return int((p.status.get("recovery") or {}).get("generation") or 0)
+
+def launcher_reports(p: Pass, current: dict) -> dict[int, LauncherReport]:
+    """The report of each current pod's launcher, by pod index; a report of an earlier pod of the same name
+    (another UID) is not this pod's."""
+    found = {}
+    for index, pod in current.items():
+        meta = pod.get("metadata") or {}
+        report = p.o.launchers.get(meta.get("name") or "")
+        if report is not None and report.uid == meta.get("uid"):
+            found[index] = report
+    return found
+
+def in_place_ready(p: Pass, current: dict, excluding: int | None = None) -> tuple[bool, str]:
+    """Whether every pod (but `excluding`, the one ReplacePod makes again) can restart its ranks in place:
+    running, its launcher heard on the channel."""
+    e = p.resolved
+    reports = launcher_reports(p, current)
+    prefix = names.pod_name(p.meta["name"], int(p.status["attempt"]), 0)[:-1]
+    if not any(name.startswith(prefix) for name in p.o.launchers):
+        return False, (f"no launcher of this attempt ever reported on ConfigMap "
+                       f"{names.recovery_config_map(p.meta['name'])} (an image without the bundled launcher, "
+                       f"or no ServiceAccount token in the pods)")
+    for index in range(e.pod_count):
+        if index == excluding:
+            continue
+        pod = current.get(index)
+        name = names.pod_name(p.meta["name"], int(p.status["attempt"]), index)
+        if pod is None or phase_of(pod) != "Running":
+            return False, f"pod {name} is not running"
+        if index not in reports:
+            return False, (f"the launcher of pod {name} never reported on ConfigMap "
+                           f"{names.recovery_config_map(p.meta['name'])} (an image without the bundled "
+                           f"launcher, or no ServiceAccount token in the pod)")
+    return True, ""
+
+def launcher_failure(p: Pass, current: dict) -> Failure | Wait | None:
+    """A launcher whose ranks of the current generation failed (its pod still runs): the earliest real cause
+    among them, as failures.first_failed orders pod failures (echoes wait for the real cause)."""
+    generation = rank_generation(p)
+    reports = launcher_reports(p, current)
+    failed, others_run = [], False
+    for index, report in sorted(reports.items()):
+        pod = current[index]
+        if report.generation != generation or phase_of(pod) != "Running":
+            continue
+        if report.state != FAILED:
+            others_run = True
+            continue
+        failed.append(Failure(report.cause or "Unknown", report.detail or "the launcher's ranks failed",
+                              pod=pod["metadata"]["name"], index=index, node=node_of(pod), rank=report.rank,
+                              step=report.step, time=report.time or p.o.now,
+                              conditions=true_conditions(pod)))
+    if not failed:
+        return None
+    return first_failed(failed, others_run, p.o.now)
+
+# -- the decision --------------------------------------------------------------------------------------------
+def bounds(p: Pass) -> Bounds:
+    return Bounds.of(p.resolved.spec.run_policy.recovery)
+
+def ledger_of(p: Pass) -> list[dict]:
+    ledger: list[dict] = p.status.setdefault("recoveries", [])
+    return ledger
+
+def start_rung(p: Pass, wanted: str, why: str, current: dict, failed_index: int | None) -> recovery.Start:
+    """The rung the failure starts at: RestartRanks needs every pod ready in place; ReplacePod every pod but the
+    failed one (so a RestartRanks whose failed pod cannot restart in place becomes ReplacePod)."""
+    ledger, limits = p.status.get("recoveries") or [], bounds(p)
+    ready, reason = in_place_ready(p, current)
+    if failed_index is None:
+        replace_ready, replace_reason = False, "the failure names no pod to replace"
+    else:
+        replace_ready, replace_reason = in_place_ready(p, current, excluding=failed_index)
+    if recovery.coarser(wanted, limits.finest_rung) == RESTART_RANKS and not ready and replace_ready \
+            and REPLACE_POD_AVAILABLE:
+        wanted, why = REPLACE_POD, f"{why}; {reason}: replacing that pod"
+    rung = recovery.coarser(wanted, limits.finest_rung)
+    start = recovery.starting_rung(wanted, why, limits, ledger, p.o.now,
+                                   replace_ready if rung == REPLACE_POD else ready,
+                                   replace_reason if rung == REPLACE_POD else reason)
+    if start.rung == REPLACE_POD and not REPLACE_POD_AVAILABLE:
+        return recovery.Start(RESTART_GANG, f"{start.why}; {NOT_REPLACING}")
+    return start
+
+def escalate_for(p: Pass, record: dict, failure: Failure, what: str, fix: str, current: dict) -> Decision:
+    """A second failure while an in-place rung runs: the next rung for the same incident (not counted again).
+    ReplacePod when RestartRanks failed and every other pod can restart in place, else RestartGang."""
+    previous = record["rungs"][-1]
+    following = recovery.escalate(previous)
+    why = f"{what}: a second failure while {previous} ran"
+    if following == REPLACE_POD:
+        ready, reason = (in_place_ready(p, current, excluding=failure.index) if failure.index is not None
+                         else (False, "the failure names no pod to replace"))
+        if ready and REPLACE_POD_AVAILABLE:
+            recovery.climb(record, REPLACE_POD, why, p.o.now)
+            text = (f"{why}; escalating to ReplacePod: replacing pod index {failure.index}, the others restart "
+                    f"their ranks in place, rank generation {rank_generation(p) + 1}")
+            return replace_pod(p, record, failure, text, fix, current)
+        following, why = RESTART_GANG, f"{why}; {reason if REPLACE_POD_AVAILABLE else NOT_REPLACING}"
+    recovery.climb(record, following, why, p.o.now)
+    p.d.emit("Warning", "RecoveryEscalated", f"{why}; escalating to {following}")
+    restart_gang_for(p, current, f"{why}; escalating to {following}")
+    return p.d
+
+def start_incident(p: Pass, failure: Failure, start: recovery.Start, counted: bool) -> dict:
+    training_step = (p.status.get("training") or {}).get("step")
+    return recovery.open_incident(
+        ledger_of(p), cause=failure.cause, rung=start.rung, why=start.why, detected=failure.time or p.o.now,
+        decided=p.o.now, attempt=int(p.status["attempt"]), counted=counted, pod=failure.pod,
+        node=failure.node, rank=failure.rank, step=failure.step if failure.step is not None else training_step)
+
+def restart_ranks(p: Pass, record: dict, failure: Failure, text: str, fix: str) -> Decision:
+    """RestartRanks: the next rank generation to every launcher; pods, IPs, chips and rank table kept."""
+    generation = rank_generation(p) + 1
+    p.status["recovery"] = {**(p.status.get("recovery") or {}), "generation": generation,
+                               "rung": RESTART_RANKS}
+    recovery.mark(record, "podsReady", p.o.now)  # no pod went: they are ready at the decision
+    p.d.act(SignalLaunchers(generation, service_account(p)))
+    p.cond("Restarting", True, failure.cause, text)
+    p.cond("Running", False, failure.cause, text)
+    p.phase("Restarting", text)
+    p.d.emit("Warning", failure.cause, f"{text}. Fix: {fix}")
+    p.requeue(FAST_REQUEUE_SECONDS)
+    return p.d
+
+def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, current: dict) -> Decision:
+    """ReplacePod: the failed pod deleted (at once, without grace, when its node is lost) and placed again at
+    its index; the next rank generation to every launcher, the new pod's included."""
+    e, index = p.resolved, failure.index
+    if index is None:
+        raise ValueError("ReplacePod needs the failed pod's index (start_rung never picks it without one)")
+    generation = rank_generation(p) + 1
+    p.status["recovery"] = {**(p.status.get("recovery") or {}), "generation": generation,
+                               "rung": REPLACE_POD, "replacing": index}
+    p.status["recovery"].pop("unplaced", None)
+    old = current.get(index)
+    if old is not None and not is_deleting(old):
+        p.d.act(DeletePods((old["metadata"]["name"],), force=failure.cause == "NodeNotReady"))
+    request = replace(GangRequest.for_job(e, p.status.get("avoidedNodes") or ()), pod_count=1, groups=())
+    p.d.act(PlaceReplacement(index, request))
+    p.d.act(SignalLaunchers(generation, service_account(p)))
+    p.cond("Restarting", True, failure.cause, text)
+    p.cond("Running", False, failure.cause, text)
+    p.phase("Restarting", text)
+    p.d.emit("Warning", failure.cause, f"{text}. Fix: {fix}")
+    p.requeue(FAST_REQUEUE_SECONDS)
+    return p.d
+
+def replacing(p: Pass) -> int | None:
+    state = p.status.get("recovery") or {}
+    return state.get("replacing") if state.get("rung") == REPLACE_POD else None
+
+def seen_for_failures(p: Pass, current: dict) -> dict:
+    """The pods a failure is looked for in: not the old pod ReplacePod is deleting."""
+    index = replacing(p)
+    if index is None or index not in current or not is_deleting(current[index]):
+        return current
+    return {i: pod for i, pod in current.items() if i != index}
+
+def replacement_step(p: Pass, current: dict) -> bool:
+    """While ReplacePod runs and its pod is not back: RestartGang when no node fits it or the rung timed out;
+    the wait while the old pod goes. True when the pass ends here."""
+    index = replacing(p)
+    record = recovery.current_incident(p.status.get("recoveries") or [])
+    if index is None or record is None:
+        return False
+    state = p.status["recovery"]
+    if state.get("unplaced"):
+        why = f"no node fits the replacement of pod index {index}: {state['unplaced']}"
+        recovery.climb(record, RESTART_GANG, why, p.o.now)
+        p.d.emit("Warning", "RecoveryEscalated", f"{why}; escalating to RestartGang")
+        return restart_gang_for(p, current, why)
+    over = recovery.timed_out(REPLACE_POD, parse_time(record.get("decided")), bounds(p), p.o.now)
+    if over is not None:
+        why = f"ReplacePod passed its timeout of {bounds(p).replace_pod_timeout:.0f}s (spec.runPolicy.recovery)"
+        recovery.climb(record, RESTART_GANG, why, p.o.now)
+        p.d.emit("Warning", "RecoveryTimeout", f"{why}: escalating to RestartGang")
+        return restart_gang_for(p, current, why)
+    old = current.get(index)
+    if old is not None and is_deleting(old):
+        name = old["metadata"]["name"]
+        p.phase("Restarting", f"ReplacePod: waiting for the old pod {name} to go")
+        p.requeue(1.0)
+        return True
+    return False
+
+def service_account(p: Pass) -> str:
+    return p.resolved.spec.template.service_account_name or "default"
+
+# -- following a rung ----------------------------------------------------------------------------------------
+def signal_launchers(p: Pass) -> None:
+    """Level-based: the ConfigMap holds the generation status names (after a failover, a lost write, a
+    deleted ConfigMap too)."""
+    if p.o.launcher_generation != rank_generation(p):
+        p.d.act(SignalLaunchers(rank_generation(p), service_account(p)))
+
+def follow_in_place(p: Pass, current: dict) -> bool:
+    """While an in-place rung runs: its milestones from the launchers' reports; Recovered at the first step
+    after; the next rung when it passes its timeout. True while it still runs (the pass ends here)."""
+    state = p.status.get("recovery") or {}
+    rung, record = state.get("rung"), recovery.current_incident(p.status.get("recoveries") or [])
+    if rung not in IN_PLACE_RUNGS or record is None:
+        if rung is not None:
+            state.pop("rung", None)
+        return False
+    generation, pod_count = rank_generation(p), p.resolved.pod_count
+    reports = {index: report for index, report in launcher_reports(p, current).items()
+               if report.generation == generation}
+    started = [report for report in reports.values() if report.state in (STARTED, STEPPING)]
+    recovery.mark(record, "podsReady", p.o.now)  # this step runs once every pod runs (ReplacePod: again)
+    if len(started) == pod_count:
+        recovery.mark(record, "ranksRelaunched", max((r.time or p.o.now) for r in started))
+    stepping = [report for report in reports.values() if report.state == STEPPING]
+    if stepping:
+        recovered(p, record, min(stepping, key=lambda r: (r.time or p.o.now)))
+        state.pop("replacing", None)
+        return False
+    over = recovery.timed_out(rung, parse_time(record.get("decided")), bounds(p), p.o.now)
+    if over is not None:
+        # every pod runs: no lost pod for ReplacePod to make again, so a timed-out rung restarts the gang
+        limit = bounds(p).timeout(rung)
+        why = f"{rung} passed its timeout of {limit:.0f}s (spec.runPolicy.recovery)"
+        recovery.climb(record, RESTART_GANG, why, p.o.now)
+        p.d.emit("Warning", "RecoveryTimeout", f"{why}: escalating to RestartGang")
+        return restart_gang_for(p, current, why)
+    message = (f"{rung} (rank generation {generation}): {len(started)}/{pod_count} launchers restarted their "
+               f"ranks; waiting for the first step")
+    p.phase("Restarting", message)
+    p.cond("Running", False, record["cause"], message)
+    left = recovery.seconds_left(rung, parse_time(record.get("decided")), bounds(p), p.o.now)
+    p.requeue(min(2.0, left) if left is not None else 2.0)
+    return True
+
+def recovered(p: Pass, record: dict, report: LauncherReport) -> None:
+    moment = report.time or p.o.now
+    recovery.resumed(record, report.step if report.step is not None else (report.resumed_from or 0) + 1,
+                     moment, report.resumed_from)
+    (p.status.get("recovery") or {}).pop("rung", None)
+    redone = f", {record['stepsRedone']} steps redone" if "stepsRedone" in record else ""
+    message = (f"{record['recoveredBy']}: training stepped again {record.get('seconds', 0):.1f}s after the "
+               f"fault, from the checkpoint of step {record['resumedFromStep']}{redone}")
+    p.cond("Restarting", False, "Recovered", message)
+    p.d.emit("Normal", "Recovered", message)
+
+def follow_gang(p: Pass, current: dict) -> None:
+    """The milestones of a whole-gang restart, once the new attempt runs: pods ready now; ranks relaunched and
+    the first step after from the launchers' reports, else from telemetry of the new attempt."""
+    record = recovery.current_incident(p.status.get("recoveries") or [])
+    if record is None or record["rungs"][-1] != RESTART_GANG or int(record.get("attempt") or 0) >= int(
+            p.status["attempt"]):
+        return
+    recovery.mark(record, "podsReady", p.o.now)
+    reports = list(launcher_reports(p, current).values())
+    started = [report for report in reports if report.state in (STARTED, STEPPING)]
+    if reports and len(started) == p.resolved.pod_count:
+        recovery.mark(record, "ranksRelaunched", max((r.time or p.o.now) for r in started))
+    stepping = [report for report in reports if report.state == STEPPING]
+    if stepping:
+        recovered(p, record, min(stepping, key=lambda r: (r.time or p.o.now)))
+        return
+    sample, decided = p.o.telemetry, parse_time(record.get("decided"))
+    if sample is not None and sample.ok and sample.step and decided and sample.sampled_at >= decided:
+        recovery.resumed(record, int(sample.step), sample.sampled_at)
+        message = f"RestartGang: training stepped again {record.get('seconds', 0):.1f}s after the fault"
+        p.cond("Restarting", False, "Recovered", message)
+        p.d.emit("Normal", "Recovered", message)
+
+def record_goodput(p: Pass, current: dict) -> None:
+    """status.goodput from the training figures; the step the job first trained from is the launchers' first
+    resumedFrom (a job started on an existing checkpoint), else 0."""
+    state = p.status.setdefault("recovery", {})
+    if "baseStep" not in state and not p.status.get("recoveries"):  # only the job's first start tells
+        resumed = [report.resumed_from for report in launcher_reports(p, current).values()
+                   if report.resumed_from is not None]
+        if resumed:
+            state["baseStep"] = min(resumed)
+    training = p.status.get("training") or {}
+    value = recovery.goodput(parse_time(p.status.get("startTime")), training.get("step"),
+                             training.get("stepSeconds"), int(state.get("baseStep") or 0) + 1, p.o.now)
+    if value is not None:
+        p.status["goodput"] = value

@@ -1,0 +1,147 @@
+"""The launcher's end of the recovery channel (control.py) against a stand-in apiserver on 127.0.0.1: the bearer
+token on every call, the one ConfigMap read and watched, this pod's report written by merge patch, and what makes
+the channel unusable. No MindSpore here."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ascend_hybrid_trainer import control
+from ascend_hybrid_trainer.generations import pod_zero_name, resumed_from
+
+PATH = "/api/v1/namespaces/ns/configmaps/job-recovery"
+
+
+class FakeApiserver:
+    """One ConfigMap; GET, PATCH (merge) and a watch that sends every change; answers 403 to a wrong token."""
+
+    def __init__(self, data: dict | None, token: str = "secret"):
+        self.data, self.token, self.version = data, token, 1
+        self.calls: list[tuple[str, str, str | None]] = []
+        self.changed = threading.Condition()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _denied(self) -> bool:
+                fake.calls.append((self.command, self.path, self.headers.get("Authorization")))
+                if self.headers.get("Authorization") != f"Bearer {fake.token}":
+                    self.send_response(403)
+                    self.end_headers()
+                    return True
+                return False
+
+            def _send(self, code: int, body: dict) -> None:
+                payload = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self):
+                if self._denied():
+                    return
+                if "watch=1" in self.path:
+                    assert "fieldSelector=metadata.name%3Djob-recovery" in self.path
+                    self.send_response(200)
+                    self.end_headers()
+                    seen = 0
+                    while True:
+                        with fake.changed:
+                            fake.changed.wait_for(lambda after=seen: fake.version > after, timeout=5)
+                            if fake.version <= seen:
+                                return
+                            seen, data = fake.version, dict(fake.data or {})
+                        event = {"type": "MODIFIED", "object": {"metadata": {"resourceVersion": str(seen)},
+                                                                "data": data}}
+                        self.wfile.write((json.dumps(event) + "\n").encode())
+                        self.wfile.flush()
+                if fake.data is None:
+                    self._send(404, {"reason": "NotFound"})
+                else:
+                    self._send(200, {"metadata": {"resourceVersion": str(fake.version)}, "data": fake.data})
+
+            def do_PATCH(self):
+                if self._denied():
+                    return
+                assert self.headers["Content-Type"] == "application/merge-patch+json"
+                patch = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.set({**(fake.data or {}), **patch["data"]})
+                self._send(200, {"data": fake.data})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def set(self, data: dict) -> None:
+        with self.changed:
+            self.data, self.version = data, self.version + 1
+            self.changed.notify_all()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture
+def token(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("secret\n")
+    return path
+
+
+def channel(server: FakeApiserver, token) -> control.Channel:
+    return control.Channel(server.url, str(token), None, "ns", "job-recovery", "job-a1-1", "uid-1", lambda m: None)
+
+
+def test_the_channel_reads_watches_and_reports(token):
+    server = FakeApiserver({"generation": "0"})
+    end = channel(server, token)
+    try:
+        assert end.start() == 0
+        assert end.report(control.STARTED, 0, resumedFrom=8, step=None)
+        report = json.loads(server.data["job-a1-1"])
+        assert {key: report[key] for key in ("uid", "generation", "state", "resumedFrom")} == {
+            "uid": "uid-1", "generation": 0, "state": "Started", "resumedFrom": 8}
+        assert "step" not in report and report["time"].endswith("Z")
+        server.set({**server.data, "generation": "3"})  # the operator's next generation arrives by the watch
+        assert end.wait(lambda: end.generation() == 3, 5)
+        assert end.report_of("job-a1-1")["state"] == "Started"
+        assert all(auth == "Bearer secret" for _, _, auth in server.calls)
+    finally:
+        end.close()
+
+
+def test_a_forbidden_or_missing_config_map_makes_the_channel_unavailable(token, monkeypatch):
+    monkeypatch.setattr(control, "PRESENT_SECONDS", 0.3)
+    monkeypatch.setattr(control, "RETRY_SECONDS", 0.1)
+    with pytest.raises(control.ChannelUnavailable, match="403"):
+        channel(FakeApiserver({"generation": "0"}, token="other"), token).start()
+    with pytest.raises(control.ChannelUnavailable, match="does not exist"):
+        channel(FakeApiserver(None), token).start()
+
+
+def test_from_env_needs_every_piece(tmp_path):
+    said = []
+    env = {"AHJ_RECOVERY_CONFIGMAP": "job-recovery", "POD_NAME": "job-a1-1", "POD_UID": "u", "POD_NAMESPACE": "ns",
+           "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "6443",
+           "AHJ_SERVICE_ACCOUNT_DIR": str(tmp_path)}
+    assert control.Channel.from_env(env, said.append) is None and "token" in said[-1]
+    (tmp_path / "token").write_text("t")
+    made = control.Channel.from_env(env, said.append)
+    assert made is not None and made.base_url == "https://127.0.0.1:6443"
+    assert control.Channel.from_env({**env, "POD_UID": ""}, said.append) is None and "POD_UID" in said[-1]
+
+
+def test_pod_zero_and_the_step_resumed_from(tmp_path):
+    assert pod_zero_name("job-a3-12", 12) == "job-a3-0"
+    assert pod_zero_name("job-a1-0", 0) == "job-a1-0"
+    assert resumed_from({}) == 0
+    (tmp_path / "latest.json").write_text(json.dumps({"step": 16, "loss": 1.0}))
+    assert resumed_from({"AHJ_CHECKPOINT_DIR": str(tmp_path)}) == 16
