@@ -297,7 +297,10 @@ def test_real_dp2_with_an_absurd_learning_rate_fails_as_numerical_divergence_aft
 def test_real_job_whose_scheduler_is_unreachable_is_hccl_connect_timeout_restarted_avoiding_the_node(
         process_runtime, jobs):
     name = "unreachable"
-    jobs.create(real_job(name, 50, hccl={"connectTimeoutSeconds": 15}, runPolicy={"backoffLimit": 1}))
+    # the whole-gang path: by default the ladder would first restart the ranks in place (docs/reliability.md),
+    # which this Service can never let reach the scheduler either
+    jobs.create(real_job(name, 50, hccl={"connectTimeoutSeconds": 15},
+                         runPolicy={"backoffLimit": 1, "recovery": {"finestRung": "RestartGang"}}))
     sched = f"{name}-sched"
     wait_for(lambda: any(s.metadata.name == sched for s in jobs.core.list_namespaced_service(jobs.namespace).items),
              30, f"Service {sched}", lambda: jobs.describe(name), interval=0.05)
