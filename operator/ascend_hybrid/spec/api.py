@@ -39,8 +39,9 @@ RAW_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 class ApiModel(BaseModel):
     # validate_default: defaults go through validation too, so use_enum_values turns them into plain strings
     # (an Enum default would print as `Chip.chip_910b` in messages and output).
+    # use_attribute_docstrings: each field's description (the CRD's, `kubectl explain`'s) is the docstring under it.
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              use_enum_values=True, validate_default=True)
+                              use_enum_values=True, validate_default=True, use_attribute_docstrings=True)
 
 
 class ExpertPlacement(str, Enum):
@@ -90,71 +91,145 @@ class CleanPodPolicy(str, Enum):
 
 
 class AutoConstraints(ApiModel):
-    max_pipeline: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Largest pipeline degree the planner may choose.")
-    max_tensor: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Largest tensor degree the planner may choose.")
-    expert_placement: ExpertPlacement | None = Field(None, description="Only this expert placement (MoE models); default: either.")
-    recompute: list[Recompute] | None = Field(None, min_length=1, description="Recompute kinds the planner may choose (none, selective, full); default: any.")
+    max_pipeline: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    """Largest pipeline degree the planner may choose."""
+    max_tensor: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    """Largest tensor degree the planner may choose."""
+    expert_placement: ExpertPlacement | None = Field(None)
+    """Only this expert placement (MoE models); default: either."""
+    recompute: list[Recompute] | None = Field(None, min_length=1)
+    """Recompute kinds the planner may choose (none, selective, full); default: any."""
 
 
 class Parallelism(ApiModel):
     # No schema defaults on the degrees: an auto job must leave them unset (the planner chooses them), so the
     # defaults (1, dataParallel, microBatches = pipeline) are applied by rules.resolve instead.
-    data: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Data-parallel degree (DP): model replicas that split the global batch. Default 1.")
-    tensor: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Tensor-parallel degree (TP): ranks that split each layer's matrices; a TP group always sits inside one pod, hence one node. Default 1.")
-    pipeline: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Pipeline-parallel degree (PP): stages the layers are cut into; each stage is a contiguous block of ranks. Default 1.")
-    expert: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Expert-parallel degree (EP) for MoE layers; it does not add ranks, it partitions the experts inside DP or inside a pod. Default 1.")
-    expert_placement: ExpertPlacement | None = Field(None, description="Where expert-parallel groups come from: dataParallel (consecutive DP ranks, stride tensor; the default) or intraNode (consecutive ranks inside one pod, carved out of the TP group).")
-    micro_batches: int | None = Field(None, ge=1, description="Pipeline micro-batches per step; defaults to the pipeline degree. More micro-batches shrink the pipeline bubble (pipeline-1)/(microBatches+pipeline-1).")
-    virtual_pipeline_stages: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Model chunks per pipeline stage (interleaved 1F1B; default 1): the idle share becomes (pipeline-1)/(virtualPipelineStages x microBatches + pipeline-1) for virtualPipelineStages times the point-to-point traffic. layers must be divisible by pipeline x virtualPipelineStages.")
-    context: int | None = Field(None, ge=1, le=MAX_DEGREE, description="Context-parallel degree (CP): ranks that split each sequence; attention runs as ring attention, passing key/value blocks around the CP group. Adds ranks: world = data x tensor x pipeline x context. Default 1.")
-    pipeline_layers: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=1, max_length=MAX_PIPELINE_LAYERS, description="Layers of each pipeline stage, first to last (uneven stages, as MindSpeed's --num-layer-list or MindFormers' offset): one entry per stage, summing to model.layers. Default: layers / pipeline on every stage. Not with virtualPipelineStages.")
-    auto: bool | None = Field(None, description="true: the operator's strategy planner chooses every degree, micro-batches, recompute, sequence parallelism and optimizer sharding for `world` NPUs (recorded in status.plan, fixed for the job's life); leave the degrees unset.")
-    world: int | None = Field(None, ge=1, le=MAX_WORLD_SIZE, description="NPUs an auto job may use (its world size); only with auto.")
-    auto_constraints: AutoConstraints | None = Field(None, description="Narrow the planner's search (auto jobs only).")
+    data: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    """Data-parallel degree (DP): model replicas that split the global batch. Default 1."""
+    tensor: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    """Tensor-parallel degree (TP): ranks that split each layer's matrices; a TP group always sits inside one pod,
+    hence one node. Default 1."""
+    pipeline: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    """Pipeline-parallel degree (PP): stages the layers are cut into; each stage is a contiguous block of ranks.
+    Default 1."""
+    expert: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    """Expert-parallel degree (EP) for MoE layers; it does not add ranks, it partitions the experts inside DP or
+    inside a pod. Default 1."""
+    expert_placement: ExpertPlacement | None = Field(None)
+    """Where expert-parallel groups come from: dataParallel (consecutive DP ranks, stride tensor; the default) or
+    intraNode (consecutive ranks inside one pod, carved out of the TP group)."""
+    micro_batches: int | None = Field(None, ge=1)
+    """Pipeline micro-batches per step; defaults to the pipeline degree. More micro-batches shrink the pipeline
+    bubble (pipeline-1)/(microBatches+pipeline-1)."""
+    virtual_pipeline_stages: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    """Model chunks per pipeline stage (interleaved 1F1B; default 1): the idle share becomes
+    (pipeline-1)/(virtualPipelineStages x microBatches + pipeline-1) for virtualPipelineStages times the
+    point-to-point traffic. layers must be divisible by pipeline x virtualPipelineStages."""
+    context: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    """Context-parallel degree (CP): ranks that split each sequence; attention runs as ring attention, passing
+    key/value blocks around the CP group. Adds ranks: world = data x tensor x pipeline x context. Default 1."""
+    pipeline_layers: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, min_length=1, max_length=MAX_PIPELINE_LAYERS)
+    """Layers of each pipeline stage, first to last (uneven stages, as MindSpeed's --num-layer-list or MindFormers'
+    offset): one entry per stage, summing to model.layers. Default: layers / pipeline on every stage. Not with
+    virtualPipelineStages."""
+    auto: bool | None = Field(None)
+    """true: the operator's strategy planner chooses every degree, micro-batches, recompute, sequence parallelism and
+    optimizer sharding for `world` NPUs (recorded in status.plan, fixed for the job's life); leave the degrees
+    unset."""
+    world: int | None = Field(None, ge=1, le=MAX_WORLD_SIZE)
+    """NPUs an auto job may use (its world size); only with auto."""
+    auto_constraints: AutoConstraints | None = Field(None)
+    """Narrow the planner's search (auto jobs only)."""
 
 
 class Npu(ApiModel):
-    resource: str = Field(RESOURCE, description="Extended resource name the Ascend device plugin advertises.")
+    resource: str = Field(RESOURCE)
+    """Extended resource name the Ascend device plugin advertises."""
     per_pod: int | None = Field(None, ge=1, le=MAX_CHIPS_PER_POD, description=f"NPUs (ranks) per pod; defaults to the chips per node of the chip type ({_CHIPS_PER_NODE_TEXT}).")
-    chip: Chip = Field("910B", description="Chip type the job needs: 910A (HCCS rings), 910B, or A3 (super-pods).")
-    hardware_profile: str | None = Field(None, max_length=63, description="Hardware profile the planner predicts with: a name the operator's --hardware-profiles file (the chart's hardwareProfiles) defines; default: the chip's own profile.")
+    chip: Chip = Field("910B")
+    """Chip type the job needs: 910A (HCCS rings), 910B, or A3 (super-pods)."""
+    hardware_profile: str | None = Field(None, max_length=63)
+    """Hardware profile the planner predicts with: a name the operator's --hardware-profiles file (the chart's
+    hardwareProfiles) defines; default: the chip's own profile."""
 
 
 class Model(ApiModel):
-    preset: Preset = Field(Preset.tiny, description="Model preset; explicit fields override it. custom needs layers, hidden, heads and vocab.")
-    layers: int | None = Field(None, ge=1, description="Transformer layers; must be divisible by the pipeline degree.")
-    hidden: int | None = Field(None, ge=1, description="Hidden size; must be divisible by heads.")
-    heads: int | None = Field(None, ge=1, description="Attention heads; must be divisible by the tensor degree.")
-    ffn_hidden: int | None = Field(None, ge=1, description="Feed-forward inner size; custom defaults to 4 x hidden.")
-    vocab: int | None = Field(None, ge=1, description="Vocabulary size.")
-    experts: int | None = Field(None, ge=0, description="MoE experts per layer (0 = dense); must be divisible by the expert degree.")
-    top_k: int | None = Field(None, ge=1, description="Experts each token is routed to (MoE only).")
-    kv_heads: int | None = Field(None, ge=1, description="Key/value heads (grouped-query attention); defaults to heads. Must divide heads and be divisible by the tensor degree (each TP rank holds whole key/value heads).")
-    ffn_type: FfnType | None = Field(None, description="Feed-forward block: gelu (two matrices; the default) or swiglu (three matrices, as in Llama).")
-    capacity_factor: float | None = Field(None, gt=0, le=64, description="MoE only: each expert takes at most capacityFactor x tokens x topK / experts tokens per routing group; the rest are dropped, and its buffers are padded to that size (compute and all-to-all grow with it). Default 1.25; the seed's tuning case lowers it to 0.8.")
-    aux_loss_weight: float | None = Field(None, ge=0, le=1000, description="MoE only: weight of the auxiliary load-balancing loss (Switch/GShard) added to the training loss. Default 0.01.")
+    preset: Preset = Field(Preset.tiny)
+    """Model preset; explicit fields override it. custom needs layers, hidden, heads and vocab."""
+    layers: int | None = Field(None, ge=1)
+    """Transformer layers; must be divisible by the pipeline degree."""
+    hidden: int | None = Field(None, ge=1)
+    """Hidden size; must be divisible by heads."""
+    heads: int | None = Field(None, ge=1)
+    """Attention heads; must be divisible by the tensor degree."""
+    ffn_hidden: int | None = Field(None, ge=1)
+    """Feed-forward inner size; custom defaults to 4 x hidden."""
+    vocab: int | None = Field(None, ge=1)
+    """Vocabulary size."""
+    experts: int | None = Field(None, ge=0)
+    """MoE experts per layer (0 = dense); must be divisible by the expert degree."""
+    top_k: int | None = Field(None, ge=1)
+    """Experts each token is routed to (MoE only)."""
+    kv_heads: int | None = Field(None, ge=1)
+    """Key/value heads (grouped-query attention); defaults to heads. Must divide heads and be divisible by the tensor
+    degree (each TP rank holds whole key/value heads)."""
+    ffn_type: FfnType | None = Field(None)
+    """Feed-forward block: gelu (two matrices; the default) or swiglu (three matrices, as in Llama)."""
+    capacity_factor: float | None = Field(None, gt=0, le=64)
+    """MoE only: each expert takes at most capacityFactor x tokens x topK / experts tokens per routing group; the
+    rest are dropped, and its buffers are padded to that size (compute and all-to-all grow with it). Default 1.25;
+    the seed's tuning case lowers it to 0.8."""
+    aux_loss_weight: float | None = Field(None, ge=0, le=1000)
+    """MoE only: weight of the auxiliary load-balancing loss (Switch/GShard) added to the training loss. Default
+    0.01."""
 
 
 class Checkpoint(ApiModel):
-    claim_name: str = Field(max_length=DNS1123_SUBDOMAIN_MAX, description="PersistentVolumeClaim mounted at /checkpoints in every pod (a PersistentVolumeClaim name: a lowercase RFC 1123 subdomain).")
-    every_steps: int = Field(100, ge=1, description="Save a checkpoint every this many steps; training resumes from the newest.")
+    claim_name: str = Field(max_length=DNS1123_SUBDOMAIN_MAX)
+    """PersistentVolumeClaim mounted at /checkpoints in every pod (a PersistentVolumeClaim name: a lowercase RFC 1123
+    subdomain)."""
+    every_steps: int = Field(100, ge=1)
+    """Save a checkpoint every this many steps; training resumes from the newest."""
 
 
 class Training(ApiModel):
-    steps: int = Field(1000, ge=1, description="Training steps; progress is step / steps.")
-    global_batch_size: int | None = Field(None, ge=1, description="Samples per step across all DP ranks; defaults to data x microBatches. Must be a multiple of data x microBatches.")
-    seq_length: int = Field(128, ge=1, description="Tokens per sample.")
-    learning_rate: float = Field(1e-3, gt=0, description="Peak learning rate.")
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="Random seed (0 to 2^32-1); the same seed and global batch give the same losses at any DP degree.")
-    recompute: Annotated[Recompute, WithJsonSchema(RECOMPUTE_SCHEMA)] = Field(Recompute.none, description="Activation recomputation in the backward pass: none, selective (attention scores only) or full (each layer from its input). The old boolean form is accepted: true means full, false none.")
-    sequence_parallel: bool = Field(False, description="Sequence parallelism: split the layer norms and dropouts along the sequence inside the TP group, dividing the activations TP does not split by the tensor degree.")
-    flash_attention: bool = Field(False, description="Fused (flash) attention: the attention scores are never stored, removing their activation memory.")
-    optimizer_shard: bool = Field(False, description="Shard optimizer state across DP ranks (MindSpore parallel optimizer).")
-    gradient_bucket_mb: int | None = Field(None, alias="gradientBucketMB", ge=1, le=4096, description="Gradient bucket size in MB: the data-parallel gradient all-reduces are fused into buckets of this size (MindSpore's comm_fusion, mode size), each sent as soon as its gradients are ready so it overlaps the rest of the backward pass. The seed measures 16-64 MB, 32 best on 910. Default: MindSpore's own fusion.")
-    gradient_clip_norm: float = Field(0.0, ge=0, description="Clip the global L2 norm of the gradients to this value before each update; 0 turns clipping off. The seed's fix for exploding gradients, with a lower learningRate.")
-    divergence_loss_factor: float = Field(10.0, ge=0, description="The trainer ends the job as NumericalDivergence when the loss rises above this many times its lowest value so far; 0 turns the check off, else it must be above 1. NaN or Inf always ends it.")
-    divergence_grad_factor: float = Field(100.0, ge=0, description="The trainer ends the job as NumericalDivergence when the gradient norm rises above this many times its running median; 0 turns the check off, else it must be above 1.")
-    checkpoint: Checkpoint | None = Field(None, description="Where and how often to checkpoint.")
+    steps: int = Field(1000, ge=1)
+    """Training steps; progress is step / steps."""
+    global_batch_size: int | None = Field(None, ge=1)
+    """Samples per step across all DP ranks; defaults to data x microBatches. Must be a multiple of data x
+    microBatches."""
+    seq_length: int = Field(128, ge=1)
+    """Tokens per sample."""
+    learning_rate: float = Field(0.001, gt=0)
+    """Peak learning rate."""
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    """Random seed (0 to 2^32-1); the same seed and global batch give the same losses at any DP degree."""
+    recompute: Annotated[Recompute, WithJsonSchema(RECOMPUTE_SCHEMA)] = Field(Recompute.none)
+    """Activation recomputation in the backward pass: none, selective (attention scores only) or full (each layer
+    from its input). The old boolean form is accepted: true means full, false none."""
+    sequence_parallel: bool = Field(False)
+    """Sequence parallelism: split the layer norms and dropouts along the sequence inside the TP group, dividing the
+    activations TP does not split by the tensor degree."""
+    flash_attention: bool = Field(False)
+    """Fused (flash) attention: the attention scores are never stored, removing their activation memory."""
+    optimizer_shard: bool = Field(False)
+    """Shard optimizer state across DP ranks (MindSpore parallel optimizer)."""
+    gradient_bucket_mb: int | None = Field(None, alias="gradientBucketMB", ge=1, le=4096)
+    """Gradient bucket size in MB: the data-parallel gradient all-reduces are fused into buckets of this size
+    (MindSpore's comm_fusion, mode size), each sent as soon as its gradients are ready so it overlaps the rest of
+    the backward pass. The seed measures 16-64 MB, 32 best on 910. Default: MindSpore's own fusion."""
+    gradient_clip_norm: float = Field(0.0, ge=0)
+    """Clip the global L2 norm of the gradients to this value before each update; 0 turns clipping off. The seed's
+    fix for exploding gradients, with a lower learningRate."""
+    divergence_loss_factor: float = Field(10.0, ge=0)
+    """The trainer ends the job as NumericalDivergence when the loss rises above this many times its lowest value so
+    far; 0 turns the check off, else it must be above 1. NaN or Inf always ends it."""
+    divergence_grad_factor: float = Field(100.0, ge=0)
+    """The trainer ends the job as NumericalDivergence when the gradient norm rises above this many times its running
+    median; 0 turns the check off, else it must be above 1."""
+    checkpoint: Checkpoint | None = Field(None)
+    """Where and how often to checkpoint."""
 
     @field_validator("recompute", mode="before")
     @classmethod
@@ -165,37 +240,61 @@ class Training(ApiModel):
 
 
 class TemplateMetadata(ApiModel):
-    labels: dict[str, str] = Field(default_factory=dict, description="Labels copied onto every pod.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations copied onto every pod.")
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Labels copied onto every pod."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations copied onto every pod."""
 
 
 class ComputeResources(ApiModel):
-    requests: dict[str, str] = Field(default_factory=dict, description="cpu/memory requests of the trainer container (NPUs come from npu.perPod).")
-    limits: dict[str, str] = Field(default_factory=dict, description="cpu/memory limits of the trainer container (NPUs come from npu.perPod).")
+    requests: dict[str, str] = Field(default_factory=dict)
+    """cpu/memory requests of the trainer container (NPUs come from npu.perPod)."""
+    limits: dict[str, str] = Field(default_factory=dict)
+    """cpu/memory limits of the trainer container (NPUs come from npu.perPod)."""
 
 
 class Template(ApiModel):
-    metadata: TemplateMetadata = Field(default_factory=TemplateMetadata, description="Labels and annotations for every pod.")
-    image: str = Field(DEFAULT_TRAINER_IMAGE, max_length=IMAGE_MAX, description="Trainer image, a reference the kubelet can pull ([registry[:port]/]lowercase/path[:tag][@digest]); defaults to the bundled MindSpore trainer.")
-    image_pull_policy: PullPolicy | None = Field(None, description="Image pull policy of the trainer container: Always, IfNotPresent or Never.")
-    command: list[str] | None = Field(None, description="Container command; defaults to the image's entrypoint (ascend-hybrid-trainer launch).")
-    args: list[str] | None = Field(None, description="Container args.")
-    env: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Extra environment variables (Kubernetes EnvVar); they win over the operator's defaults except the rank variables.")
-    resources: ComputeResources = Field(default_factory=ComputeResources, description="cpu/memory of the trainer container.")
-    volumes: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Extra pod volumes (Kubernetes Volume).")
-    volume_mounts: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Extra mounts of the trainer container (Kubernetes VolumeMount).")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Nodes the pods may use (also honoured by the operator's placement).")
-    tolerations: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT}, description="Tolerations (Kubernetes Toleration), honoured by the operator's placement.")
-    service_account_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX, description="ServiceAccount of the pods (a lowercase RFC 1123 subdomain).")
-    priority_class_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX, description="PriorityClass of the pods (a lowercase RFC 1123 subdomain).")
+    metadata: TemplateMetadata = Field(default_factory=TemplateMetadata)
+    """Labels and annotations for every pod."""
+    image: str = Field(DEFAULT_TRAINER_IMAGE, max_length=IMAGE_MAX)
+    """Trainer image, a reference the kubelet can pull ([registry[:port]/]lowercase/path[:tag][@digest]); defaults to
+    the bundled MindSpore trainer."""
+    image_pull_policy: PullPolicy | None = Field(None)
+    """Image pull policy of the trainer container: Always, IfNotPresent or Never."""
+    command: list[str] | None = Field(None)
+    """Container command; defaults to the image's entrypoint (ascend-hybrid-trainer launch)."""
+    args: list[str] | None = Field(None)
+    """Container args."""
+    env: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT})
+    """Extra environment variables (Kubernetes EnvVar); they win over the operator's defaults except the rank
+    variables."""
+    resources: ComputeResources = Field(default_factory=ComputeResources)
+    """cpu/memory of the trainer container."""
+    volumes: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT})
+    """Extra pod volumes (Kubernetes Volume)."""
+    volume_mounts: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT})
+    """Extra mounts of the trainer container (Kubernetes VolumeMount)."""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Nodes the pods may use (also honoured by the operator's placement)."""
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT})
+    """Tolerations (Kubernetes Toleration), honoured by the operator's placement."""
+    service_account_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX)
+    """ServiceAccount of the pods (a lowercase RFC 1123 subdomain)."""
+    priority_class_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX)
+    """PriorityClass of the pods (a lowercase RFC 1123 subdomain)."""
 
 
 class Hccl(ApiModel):
-    connect_timeout_seconds: int = Field(120, ge=1, description="HCCL_CONNECT_TIMEOUT: seconds HCCL waits for peers when building links.")
-    exec_timeout_seconds: int = Field(600, ge=1, description="HCCL_EXEC_TIMEOUT: seconds a collective may wait for its peers.")
-    whitelist_disable: bool = Field(True, description="HCCL_WHITELIST_DISABLE: accept links from any address.")
-    socket_ifname: str | None = Field(None, description="HCCL_SOCKET_IFNAME: host interface for HCCL's socket traffic.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra HCCL_* variables for every pod.")
+    connect_timeout_seconds: int = Field(120, ge=1)
+    """HCCL_CONNECT_TIMEOUT: seconds HCCL waits for peers when building links."""
+    exec_timeout_seconds: int = Field(600, ge=1)
+    """HCCL_EXEC_TIMEOUT: seconds a collective may wait for its peers."""
+    whitelist_disable: bool = Field(True)
+    """HCCL_WHITELIST_DISABLE: accept links from any address."""
+    socket_ifname: str | None = Field(None)
+    """HCCL_SOCKET_IFNAME: host interface for HCCL's socket traffic."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra HCCL_* variables for every pod."""
 
 
 Cause = Enum("Cause", {name: name for name in CAUSES}, type=str)
@@ -204,14 +303,24 @@ _SOFTWARE_TEXT = " and ".join(sorted(SOFTWARE_CAUSES))
 
 
 class FailurePolicyRule(ApiModel):
-    causes: list[Cause] | None = Field(None, min_length=1, max_length=len(CAUSES), description="Matches when the cause of the failure (status.lastFailure.cause) is one of these: what the trainer's termination message says, or NodeNotReady, ChipUnhealthy, PodDeleted, SchedServiceChanged as the operator sees them.")
-    exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(None, min_length=1, max_length=64, description="Matches when the first failed container exited with one of these codes.")
-    pod_conditions: list[Annotated[str, Field(min_length=1, max_length=316)]] | None = Field(None, min_length=1, max_length=16, description="Matches when one of these pod condition types (e.g. DisruptionTarget) is True on the first failed pod.")
+    causes: list[Cause] | None = Field(None, min_length=1, max_length=len(CAUSES))
+    """Matches when the cause of the failure (status.lastFailure.cause) is one of these: what the trainer's
+    termination message says, or NodeNotReady, ChipUnhealthy, PodDeleted, SchedServiceChanged as the operator sees
+    them."""
+    exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(None, min_length=1, max_length=64)
+    """Matches when the first failed container exited with one of these codes."""
+    pod_conditions: list[Annotated[str, Field(min_length=1, max_length=316)]] | None = Field(
+        None, min_length=1, max_length=16)
+    """Matches when one of these pod condition types (e.g. DisruptionTarget) is True on the first failed pod."""
     action: FailureAction = Field(description=f"FailJob: the job fails at once. RestartJob: the whole gang restarts (recovery rung RestartGang), counted against backoffLimit. RestartJobAvoidingNode: the same, and the node of the first failed rank is not used again (never for {_SOFTWARE_TEXT}). RestartRanks: every pod is kept and its launcher restarts its MindSpore processes from the newest committed checkpoint. ReplacePod: only the failed pod is created again at its index, the others restart their ranks in place. Ignore: the recovery the cause gets by default, not counted against backoffLimit (counted in status.ignoredFailures). A rung that fails or passes its timeout gives way to the next (spec.runPolicy.recovery).")
 
 
 class FailurePolicy(ApiModel):
-    rules: list[FailurePolicyRule] = Field(default_factory=list, max_length=MAX_POLICY_RULES, description="Evaluated in order, the first rule that matches decides; each sets exactly one of causes, exitCodes or podConditions. Without a match: ConfigError, DataError, DeviceOutOfMemory, NumericalDivergence and RankTableRejected fail the job; HCCLConnectTimeout, HCCLExecTimeout, NodeNotReady and ChipUnhealthy restart it avoiding the node; anything else restarts it.")
+    rules: list[FailurePolicyRule] = Field(default_factory=list, max_length=MAX_POLICY_RULES)
+    """Evaluated in order, the first rule that matches decides; each sets exactly one of causes, exitCodes or
+    podConditions. Without a match: ConfigError, DataError, DeviceOutOfMemory, NumericalDivergence and
+    RankTableRejected fail the job; HCCLConnectTimeout, HCCLExecTimeout, NodeNotReady and ChipUnhealthy restart it
+    avoiding the node; anything else restarts it."""
 
 
 class Rung(str, Enum):
@@ -221,215 +330,402 @@ class Rung(str, Enum):
 
 
 class Recovery(ApiModel):
-    finest_rung: Rung = Field(Rung.restart_ranks, description="The finest rung of the recovery ladder a failure may start at: RestartRanks (pods kept, every launcher restarts its MindSpore processes from the newest committed checkpoint), ReplacePod (only the lost pod created again), or RestartGang (every pod deleted and the gang placed again, as before this ladder existed).")
-    restart_ranks_timeout_seconds: int = Field(300, ge=10, le=86400, description="RestartRanks gives way to ReplacePod when training has not stepped again this many seconds after the decision (MindSpore start, checkpoint load and graph compilation included).")
-    replace_pod_timeout_seconds: int = Field(600, ge=10, le=86400, description="ReplacePod gives way to RestartGang when training has not stepped again this many seconds after the decision (scheduling, image pull and start of the new pod included).")
-    max_in_place_per_hour: int = Field(6, ge=0, le=32, description="At most this many incidents within an hour start at RestartRanks or ReplacePod; further ones restart the whole gang. 0: every failure restarts the whole gang.")
+    finest_rung: Rung = Field(Rung.restart_ranks)
+    """The finest rung of the recovery ladder a failure may start at: RestartRanks (pods kept, every launcher
+    restarts its MindSpore processes from the newest committed checkpoint), ReplacePod (only the lost pod created
+    again), or RestartGang (every pod deleted and the gang placed again, as before this ladder existed)."""
+    restart_ranks_timeout_seconds: int = Field(300, ge=10, le=86400)
+    """RestartRanks gives way to ReplacePod when training has not stepped again this many seconds after the decision
+    (MindSpore start, checkpoint load and graph compilation included)."""
+    replace_pod_timeout_seconds: int = Field(600, ge=10, le=86400)
+    """ReplacePod gives way to RestartGang when training has not stepped again this many seconds after the decision
+    (scheduling, image pull and start of the new pod included)."""
+    max_in_place_per_hour: int = Field(6, ge=0, le=32)
+    """At most this many incidents within an hour start at RestartRanks or ReplacePod; further ones restart the whole
+    gang. 0: every failure restarts the whole gang."""
 
 
 class RunPolicy(ApiModel):
-    backoff_limit: int = Field(3, ge=0, description="Recoveries after failures (any rung of the recovery ladder, one per incident) before the job is Failed; recoveries from node or chip faults (status.disruptions) and ignored failures do not count.")
-    active_deadline_seconds: int | None = Field(None, ge=1, description="Fail the job when it runs longer than this.")
-    ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete the job this long after it Succeeded or Failed.")
-    suspend: bool = Field(False, description="Suspended jobs keep their spec and lose their pods; resuming places them anew.")
-    scheduling_timeout_seconds: int = Field(300, ge=1, description="Pods not all bound within this many seconds: the attempt is deleted and re-planned.")
-    clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.running, description="Pods deleted when the job ends: Running (those still running), All, or None.")
-    refuse_unfit_strategy: bool = Field(False, description="true: a strategy the planner predicts to run out of memory, to idle more than a quarter of each step, or to stretch TP across nodes fails the job before any pod exists (condition StrategyFits); false: it only warns.")
-    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="What a failure of the gang leads to, by its cause, exit code or pod condition (docs/troubleshooting.md).")
-    recovery: Recovery = Field(default_factory=Recovery, description="The recovery ladder: the finest rung allowed, each rung's timeout and the cap on in-place recoveries (docs/reliability.md).")
+    backoff_limit: int = Field(3, ge=0)
+    """Recoveries after failures (any rung of the recovery ladder, one per incident) before the job is Failed;
+    recoveries from node or chip faults (status.disruptions) and ignored failures do not count."""
+    active_deadline_seconds: int | None = Field(None, ge=1)
+    """Fail the job when it runs longer than this."""
+    ttl_seconds_after_finished: int | None = Field(None, ge=0)
+    """Delete the job this long after it Succeeded or Failed."""
+    suspend: bool = Field(False)
+    """Suspended jobs keep their spec and lose their pods; resuming places them anew."""
+    scheduling_timeout_seconds: int = Field(300, ge=1)
+    """Pods not all bound within this many seconds: the attempt is deleted and re-planned."""
+    clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.running)
+    """Pods deleted when the job ends: Running (those still running), All, or None."""
+    refuse_unfit_strategy: bool = Field(False)
+    """true: a strategy the planner predicts to run out of memory, to idle more than a quarter of each step, or to
+    stretch TP across nodes fails the job before any pod exists (condition StrategyFits); false: it only warns."""
+    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
+    """What a failure of the gang leads to, by its cause, exit code or pod condition (docs/troubleshooting.md)."""
+    recovery: Recovery = Field(default_factory=Recovery)
+    """The recovery ladder: the finest rung allowed, each rung's timeout and the cap on in-place recoveries
+    (docs/reliability.md)."""
 
 
 class Monitoring(ApiModel):
-    utilization_spread_percent: float = Field(30.0, gt=0, le=100, description="LoadImbalanced when the busiest and the idlest NPU of the job differ by more than this many points of AI-core utilization (npu-exporter or the trainer's npu-smi figures).")
-    imbalance_samples: int = Field(3, ge=1, le=1000, description="LoadImbalanced turns on after this many consecutive telemetry samples (one per --telemetry-interval) above utilizationSpreadPercent.")
-    straggler_factor: float = Field(1.5, gt=1, le=100, description="Straggling when a step takes more than this many times the median of the recent steps (and, where the planner predicts the step time, more than this many times its prediction).")
-    straggler_window: int = Field(10, ge=3, le=100, description="Telemetry samples the recent median step time is taken over.")
-    stall_seconds: int = Field(300, ge=1, description="TrainingStalled when the training step has not advanced for this many seconds while every pod runs (counted from the first step, so graph compilation is not a stall).")
+    utilization_spread_percent: float = Field(30.0, gt=0, le=100)
+    """LoadImbalanced when the busiest and the idlest NPU of the job differ by more than this many points of AI-core
+    utilization (npu-exporter or the trainer's npu-smi figures)."""
+    imbalance_samples: int = Field(3, ge=1, le=1000)
+    """LoadImbalanced turns on after this many consecutive telemetry samples (one per --telemetry-interval) above
+    utilizationSpreadPercent."""
+    straggler_factor: float = Field(1.5, gt=1, le=100)
+    """Straggling when a step takes more than this many times the median of the recent steps (and, where the planner
+    predicts the step time, more than this many times its prediction)."""
+    straggler_window: int = Field(10, ge=3, le=100)
+    """Telemetry samples the recent median step time is taken over."""
+    stall_seconds: int = Field(300, ge=1)
+    """TrainingStalled when the training step has not advanced for this many seconds while every pod runs (counted
+    from the first step, so graph compilation is not a stall)."""
 
 
 class Scheduling(ApiModel):
-    topology_tiers: list[Annotated[str, Field(max_length=LABEL_KEY_MAX)]] = Field(default_factory=lambda: [RACK_LABEL], max_length=MAX_TOPOLOGY_TIERS, description="Node label keys of network tiers, innermost first (at most 16); stages and DP groups are kept inside the fewest tier domains.")
-    scheduler_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX, description="Scheduler that binds the (already placed) pods (a lowercase RFC 1123 subdomain); default scheduler when empty.")
-    queue: str | None = Field(None, max_length=LABEL_VALUE_MAX, description="Kueue LocalQueue (in the job's namespace) that admits the job: each attempt's pods form one Kueue pod group, created gated and unplaced; the operator places and releases them only once Kueue has admitted the whole gang against its ClusterQueue's quota (condition Admitted; reason WaitingForQuota while Kueue holds it, Preempted after an eviction, which starts a new attempt without counting a restart). The namespace must be one Kueue manages (label kueue.x-k8s.io/managed=true). Empty: no queue, the gang is placed at once.")
+    topology_tiers: list[Annotated[str, Field(max_length=LABEL_KEY_MAX)]] = Field(
+        default_factory=lambda: [RACK_LABEL], max_length=MAX_TOPOLOGY_TIERS)
+    """Node label keys of network tiers, innermost first (at most 16); stages and DP groups are kept inside the
+    fewest tier domains."""
+    scheduler_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX)
+    """Scheduler that binds the (already placed) pods (a lowercase RFC 1123 subdomain); default scheduler when empty."""
+    queue: str | None = Field(None, max_length=LABEL_VALUE_MAX)
+    """Kueue LocalQueue (in the job's namespace) that admits the job: each attempt's pods form one Kueue pod group,
+    created gated and unplaced; the operator places and releases them only once Kueue has admitted the whole gang
+    against its ClusterQueue's quota (condition Admitted; reason WaitingForQuota while Kueue holds it, Preempted
+    after an eviction, which starts a new attempt without counting a restart). The namespace must be one Kueue
+    manages (label kueue.x-k8s.io/managed=true). Empty: no queue, the gang is placed at once."""
 
 
 class AscendHybridJobSpec(ApiModel):
-    parallelism: Parallelism = Field(description="Parallel degrees: data, tensor, pipeline, expert and micro-batches. World size = data x tensor x pipeline.")
-    npu: Npu = Field(default_factory=Npu, description="Which NPUs and how many per pod.")
-    model: Model = Field(default_factory=Model, description="Model architecture (preset plus overrides).")
-    training: Training = Field(default_factory=Training, description="Training loop settings.")
-    template: Template = Field(default_factory=Template, description="Pod template of every rank-group pod.")
-    hccl: Hccl = Field(default_factory=Hccl, description="HCCL settings injected into every pod.")
-    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline, cleanup and suspend policy.")
-    scheduling: Scheduling = Field(default_factory=Scheduling, description="Topology tiers and scheduler.")
-    monitoring: Monitoring = Field(default_factory=Monitoring, description="Thresholds of the live anomaly conditions LoadImbalanced, Straggling and TrainingStalled.")
+    parallelism: Parallelism = Field()
+    """Parallel degrees: data, tensor, pipeline, expert and micro-batches. World size = data x tensor x pipeline."""
+    npu: Npu = Field(default_factory=Npu)
+    """Which NPUs and how many per pod."""
+    model: Model = Field(default_factory=Model)
+    """Model architecture (preset plus overrides)."""
+    training: Training = Field(default_factory=Training)
+    """Training loop settings."""
+    template: Template = Field(default_factory=Template)
+    """Pod template of every rank-group pod."""
+    hccl: Hccl = Field(default_factory=Hccl)
+    """HCCL settings injected into every pod."""
+    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    """Restart, deadline, cleanup and suspend policy."""
+    scheduling: Scheduling = Field(default_factory=Scheduling)
+    """Topology tiers and scheduler."""
+    monitoring: Monitoring = Field(default_factory=Monitoring)
+    """Thresholds of the live anomaly conditions LoadImbalanced, Straggling and TrainingStalled."""
 
 
 class Condition(ApiModel):
-    type: str = Field(description="Condition type.")
-    status: str = Field(description="True, False or Unknown.")
-    reason: str = Field(description="CamelCase reason.")
-    message: str = Field("", description="Human-readable detail.")
-    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
-    observed_generation: int | None = Field(None, description="Spec generation the condition was computed from.")
+    type: str = Field()
+    """Condition type."""
+    status: str = Field()
+    """True, False or Unknown."""
+    reason: str = Field()
+    """CamelCase reason."""
+    message: str = Field("")
+    """Human-readable detail."""
+    last_transition_time: str = Field()
+    """When the status last changed (RFC 3339)."""
+    observed_generation: int | None = Field(None)
+    """Spec generation the condition was computed from."""
 
 
 class PodCounts(ApiModel):
-    total: int = Field(0, description="Pods of the current attempt.")
-    pending: int = Field(0, description="Pods not yet running.")
-    running: int = Field(0, description="Running pods.")
-    succeeded: int = Field(0, description="Succeeded pods.")
-    failed: int = Field(0, description="Failed pods.")
+    total: int = Field(0)
+    """Pods of the current attempt."""
+    pending: int = Field(0)
+    """Pods not yet running."""
+    running: int = Field(0)
+    """Running pods."""
+    succeeded: int = Field(0)
+    """Succeeded pods."""
+    failed: int = Field(0)
+    """Failed pods."""
 
 
 class PlacementStatus(ApiModel):
-    attempt: int | None = Field(None, description="Attempt this placement was made for.")
-    nodes: list[str] = Field(default_factory=list, description="Node of each pod, by pod index.")
-    summary: str | None = Field(None, description="Nodes and racks the gang spans, e.g. 16 nodes in 2 racks.")
-    tensor_groups_node_local: str | None = Field(None, description="TP groups inside one node, e.g. 16/16.")
-    racks: int | None = Field(None, description="Tier domains (racks) the job spans.")
-    reason: str | None = Field(None, description="Why the job cannot be placed, when it cannot.")
+    attempt: int | None = Field(None)
+    """Attempt this placement was made for."""
+    nodes: list[str] = Field(default_factory=list)
+    """Node of each pod, by pod index."""
+    summary: str | None = Field(None)
+    """Nodes and racks the gang spans, e.g. 16 nodes in 2 racks."""
+    tensor_groups_node_local: str | None = Field(None)
+    """TP groups inside one node, e.g. 16/16."""
+    racks: int | None = Field(None)
+    """Tier domains (racks) the job spans."""
+    reason: str | None = Field(None)
+    """Why the job cannot be placed, when it cannot."""
 
 
 class RankTableStatus(ApiModel):
-    config_map: str | None = Field(None, description="ConfigMap holding hccl.json.")
-    status: str | None = Field(None, description="initializing or completed.")
-    version: str | None = Field(None, description="hccl.json format version.")
+    config_map: str | None = Field(None)
+    """ConfigMap holding hccl.json."""
+    status: str | None = Field(None)
+    """initializing or completed."""
+    version: str | None = Field(None)
+    """hccl.json format version."""
 
 
 class TrainingStatus(ApiModel):
-    step: int | None = Field(None, description="Latest training step.")
-    loss: float | None = Field(None, description="Latest loss (global batch).")
-    tokens_per_second: float | None = Field(None, description="Training throughput.")
-    step_seconds: float | None = Field(None, description="Mean seconds per step.")
-    progress_percentage: float | None = Field(None, description="step / spec.training.steps, in percent.")
-    estimated_remaining_seconds: float | None = Field(None, description="Remaining steps x step time.")
+    step: int | None = Field(None)
+    """Latest training step."""
+    loss: float | None = Field(None)
+    """Latest loss (global batch)."""
+    tokens_per_second: float | None = Field(None)
+    """Training throughput."""
+    step_seconds: float | None = Field(None)
+    """Mean seconds per step."""
+    progress_percentage: float | None = Field(None)
+    """step / spec.training.steps, in percent."""
+    estimated_remaining_seconds: float | None = Field(None)
+    """Remaining steps x step time."""
 
 
 class UtilizationStatus(ApiModel):
-    npu_percent: float | None = Field(None, description="Mean AI-core utilization of the job's NPUs.")
-    hbm_percent: float | None = Field(None, description="Mean HBM use of the job's NPUs.")
-    source: str | None = Field(None, description="prometheus or trainer.")
-    sampled_at: str | None = Field(None, description="When the figures were read (RFC 3339); old values mean the source is unreachable.")
+    npu_percent: float | None = Field(None)
+    """Mean AI-core utilization of the job's NPUs."""
+    hbm_percent: float | None = Field(None)
+    """Mean HBM use of the job's NPUs."""
+    source: str | None = Field(None)
+    """prometheus or trainer."""
+    sampled_at: str | None = Field(None)
+    """When the figures were read (RFC 3339); old values mean the source is unreachable."""
 
 
 class EffectiveParallelism(ApiModel):
-    data: int | None = Field(None, description="Data-parallel degree the pods run with.")
-    tensor: int | None = Field(None, description="Tensor-parallel degree the pods run with.")
-    pipeline: int | None = Field(None, description="Pipeline degree the pods run with.")
-    expert: int | None = Field(None, description="Expert-parallel degree the pods run with.")
-    expert_placement: str | None = Field(None, description="dataParallel or intraNode.")
-    micro_batches: int | None = Field(None, description="Pipeline micro-batches per step.")
-    virtual_pipeline_stages: int | None = Field(None, description="Model chunks per pipeline stage.")
-    context: int | None = Field(None, description="Context-parallel degree the pods run with (absent: 1).")
-    pipeline_layers: list[int] | None = Field(None, description="Layers of each pipeline stage (absent: the even split).")
+    data: int | None = Field(None)
+    """Data-parallel degree the pods run with."""
+    tensor: int | None = Field(None)
+    """Tensor-parallel degree the pods run with."""
+    pipeline: int | None = Field(None)
+    """Pipeline degree the pods run with."""
+    expert: int | None = Field(None)
+    """Expert-parallel degree the pods run with."""
+    expert_placement: str | None = Field(None)
+    """dataParallel or intraNode."""
+    micro_batches: int | None = Field(None)
+    """Pipeline micro-batches per step."""
+    virtual_pipeline_stages: int | None = Field(None)
+    """Model chunks per pipeline stage."""
+    context: int | None = Field(None)
+    """Context-parallel degree the pods run with (absent: 1)."""
+    pipeline_layers: list[int] | None = Field(None)
+    """Layers of each pipeline stage (absent: the even split)."""
 
 
 class MeasuredStep(ApiModel):
-    step_seconds: float | None = Field(None, description="Measured mean seconds per step.")
-    tokens_per_second: float | None = Field(None, description="Measured tokens per second of the job.")
-    hbm_percent: float | None = Field(None, description="Measured mean HBM use of the job's NPUs.")
+    step_seconds: float | None = Field(None)
+    """Measured mean seconds per step."""
+    tokens_per_second: float | None = Field(None)
+    """Measured tokens per second of the job."""
+    hbm_percent: float | None = Field(None)
+    """Measured mean HBM use of the job's NPUs."""
 
 
 class PlanStatus(ApiModel):
-    source: str | None = Field(None, description="planned (parallelism.auto: the planner chose it) or evaluated (the spec's own strategy, scored).")
-    hardware: str | None = Field(None, description="Hardware profile the prediction used.")
-    spec_hash: str | None = Field(None, description="Hash of what the prediction read (model, training, npu, parallelism, the profile); a change plans again.")
-    parallelism: EffectiveParallelism | None = Field(None, description="The strategy's degrees.")
-    micro_batch_size: int | None = Field(None, description="Samples per micro-batch.")
-    recompute: str | None = Field(None, description="none, selective or full.")
-    sequence_parallel: bool | None = Field(None, description="Sequence parallelism inside the TP group.")
-    flash_attention: bool | None = Field(None, description="FlashAttention.")
-    optimizer_shard: bool | None = Field(None, description="Optimizer states (and weights) sharded across DP.")
-    fits: bool | None = Field(None, description="Whether the predicted memory of the most loaded stage fits the usable HBM.")
-    memory: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT, description="Predicted memory per device (GiB), as `ascend-hybrid plan -o json` prints it.")
-    time: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT, description="Predicted step time, compute, bubble and communication per group (seconds).")
-    tokens_per_second_per_device: float | None = Field(None, description="Predicted tokens per second per NPU.")
-    mfu: float | None = Field(None, description="Predicted model FLOPs utilization (0-1).")
-    why: str | None = Field(None, description="The dominant costs of the strategy, in words.")
-    warnings: list[str] = Field(default_factory=list, description="Predicted problems: out of memory, a large bubble, TP across nodes.")
-    considered: int | None = Field(None, description="Strategies the planner considered.")
-    rejected: int | None = Field(None, description="Strategies it rejected (invalid or out of memory).")
-    alternative: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT, description="For a strategy that does not fit: the planner's best one and its predicted gain.")
-    measured: MeasuredStep | None = Field(None, description="What the running job measures (from status.training and status.utilization).")
-    step_time_ratio: float | None = Field(None, description="Measured / predicted step seconds.")
+    source: str | None = Field(None)
+    """planned (parallelism.auto: the planner chose it) or evaluated (the spec's own strategy, scored)."""
+    hardware: str | None = Field(None)
+    """Hardware profile the prediction used."""
+    spec_hash: str | None = Field(None)
+    """Hash of what the prediction read (model, training, npu, parallelism, the profile); a change plans again."""
+    parallelism: EffectiveParallelism | None = Field(None)
+    """The strategy's degrees."""
+    micro_batch_size: int | None = Field(None)
+    """Samples per micro-batch."""
+    recompute: str | None = Field(None)
+    """none, selective or full."""
+    sequence_parallel: bool | None = Field(None)
+    """Sequence parallelism inside the TP group."""
+    flash_attention: bool | None = Field(None)
+    """FlashAttention."""
+    optimizer_shard: bool | None = Field(None)
+    """Optimizer states (and weights) sharded across DP."""
+    fits: bool | None = Field(None)
+    """Whether the predicted memory of the most loaded stage fits the usable HBM."""
+    memory: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT)
+    """Predicted memory per device (GiB), as `ascend-hybrid plan -o json` prints it."""
+    time: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT)
+    """Predicted step time, compute, bubble and communication per group (seconds)."""
+    tokens_per_second_per_device: float | None = Field(None)
+    """Predicted tokens per second per NPU."""
+    mfu: float | None = Field(None)
+    """Predicted model FLOPs utilization (0-1)."""
+    why: str | None = Field(None)
+    """The dominant costs of the strategy, in words."""
+    warnings: list[str] = Field(default_factory=list)
+    """Predicted problems: out of memory, a large bubble, TP across nodes."""
+    considered: int | None = Field(None)
+    """Strategies the planner considered."""
+    rejected: int | None = Field(None)
+    """Strategies it rejected (invalid or out of memory)."""
+    alternative: dict[str, Any] | None = Field(None, json_schema_extra=RAW_OBJECT)
+    """For a strategy that does not fit: the planner's best one and its predicted gain."""
+    measured: MeasuredStep | None = Field(None)
+    """What the running job measures (from status.training and status.utilization)."""
+    step_time_ratio: float | None = Field(None)
+    """Measured / predicted step seconds."""
 class FailureStatus(ApiModel):
-    cause: str = Field(description="Why the attempt ended: the trainer's cause (HCCLConnectTimeout, DeviceOutOfMemory, …) or NodeNotReady, ChipUnhealthy, PodDeleted, SchedServiceChanged.")
-    action: str | None = Field(None, description="What the failure policy did: FailJob, RestartJob, RestartJobAvoidingNode or Ignore.")
-    attempt: int | None = Field(None, description="The attempt that failed.")
-    pod: str | None = Field(None, description="The first failed pod.")
-    node: str | None = Field(None, description="Its node.")
-    rank: int | None = Field(None, description="The rank that reported the cause, when the trainer says.")
-    exit_code: int | None = Field(None, description="The container's exit code.")
-    step: int | None = Field(None, description="The training step it failed at, when the trainer says.")
-    reason: str | None = Field(None, description="The container's terminated reason (Error, OOMKilled, …).")
-    message: str | None = Field(None, description="What happened, from the termination message or the operator's observation.")
-    hint: str | None = Field(None, description="What to change (docs/troubleshooting.md).")
-    time: str | None = Field(None, description="When it failed (RFC 3339).")
+    cause: str = Field()
+    """Why the attempt ended: the trainer's cause (HCCLConnectTimeout, DeviceOutOfMemory, …) or NodeNotReady,
+    ChipUnhealthy, PodDeleted, SchedServiceChanged."""
+    action: str | None = Field(None)
+    """What the failure policy did: FailJob, RestartJob, RestartJobAvoidingNode or Ignore."""
+    attempt: int | None = Field(None)
+    """The attempt that failed."""
+    pod: str | None = Field(None)
+    """The first failed pod."""
+    node: str | None = Field(None)
+    """Its node."""
+    rank: int | None = Field(None)
+    """The rank that reported the cause, when the trainer says."""
+    exit_code: int | None = Field(None)
+    """The container's exit code."""
+    step: int | None = Field(None)
+    """The training step it failed at, when the trainer says."""
+    reason: str | None = Field(None)
+    """The container's terminated reason (Error, OOMKilled, …)."""
+    message: str | None = Field(None)
+    """What happened, from the termination message or the operator's observation."""
+    hint: str | None = Field(None)
+    """What to change (docs/troubleshooting.md)."""
+    time: str | None = Field(None)
+    """When it failed (RFC 3339)."""
 
 
 class RecoveryRecord(ApiModel):
-    cause: str = Field(description="The failure's cause (as status.lastFailure.cause).")
-    pod: str | None = Field(None, description="The first failed pod.")
-    node: str | None = Field(None, description="Its node.")
-    rank: int | None = Field(None, description="The rank that reported the cause, when the trainer says.")
-    step: int | None = Field(None, description="The training step the fault hit (the trainer's, else the last one seen).")
-    attempt: int | None = Field(None, description="The attempt the fault hit.")
-    rungs: list[str] = Field(default_factory=list, description="The rungs tried, in order: RestartRanks, ReplacePod, RestartGang.")
-    recovered_by: str | None = Field(None, description="The rung that brought training back.")
-    outcome: str | None = Field(None, description="Recovering, Recovered or JobFailed.")
-    why: str | None = Field(None, description="Why the last rung was chosen (the policy rule or default, an escalation, the hourly cap).")
-    counted: bool | None = Field(None, description="Whether the incident counts against backoffLimit.")
-    avoid: list[str] = Field(default_factory=list, description="Nodes the cause suspects while the pods stay (RestartRanks); a rung that moves pods avoids them (they join status.avoidedNodes then).")
-    detected: str | None = Field(None, description="When the failure happened or was seen (RFC 3339).")
-    decided: str | None = Field(None, description="When the last rung was decided.")
-    pods_ready: str | None = Field(None, description="When every pod ran again (at once for RestartRanks).")
-    ranks_relaunched: str | None = Field(None, description="When every pod's launcher had started its ranks again.")
-    first_step_after: str | None = Field(None, description="When training stepped again.")
-    resumed_from_step: int | None = Field(None, description="The checkpoint step training resumed from.")
-    steps_redone: int | None = Field(None, description="Steps trained again: the step the fault hit minus the step resumed from.")
-    seconds: float | None = Field(None, description="Detected to first step after, in seconds.")
+    cause: str = Field()
+    """The failure's cause (as status.lastFailure.cause)."""
+    pod: str | None = Field(None)
+    """The first failed pod."""
+    node: str | None = Field(None)
+    """Its node."""
+    rank: int | None = Field(None)
+    """The rank that reported the cause, when the trainer says."""
+    step: int | None = Field(None)
+    """The training step the fault hit (the trainer's, else the last one seen)."""
+    attempt: int | None = Field(None)
+    """The attempt the fault hit."""
+    rungs: list[str] = Field(default_factory=list)
+    """The rungs tried, in order: RestartRanks, ReplacePod, RestartGang."""
+    recovered_by: str | None = Field(None)
+    """The rung that brought training back."""
+    outcome: str | None = Field(None)
+    """Recovering, Recovered or JobFailed."""
+    why: str | None = Field(None)
+    """Why the last rung was chosen (the policy rule or default, an escalation, the hourly cap)."""
+    counted: bool | None = Field(None)
+    """Whether the incident counts against backoffLimit."""
+    avoid: list[str] = Field(default_factory=list)
+    """Nodes the cause suspects while the pods stay (RestartRanks); a rung that moves pods avoids them (they join
+    status.avoidedNodes then)."""
+    detected: str | None = Field(None)
+    """When the failure happened or was seen (RFC 3339)."""
+    decided: str | None = Field(None)
+    """When the last rung was decided."""
+    pods_ready: str | None = Field(None)
+    """When every pod ran again (at once for RestartRanks)."""
+    ranks_relaunched: str | None = Field(None)
+    """When every pod's launcher had started its ranks again."""
+    first_step_after: str | None = Field(None)
+    """When training stepped again."""
+    resumed_from_step: int | None = Field(None)
+    """The checkpoint step training resumed from."""
+    steps_redone: int | None = Field(None)
+    """Steps trained again: the step the fault hit minus the step resumed from."""
+    seconds: float | None = Field(None)
+    """Detected to first step after, in seconds."""
 
 
 class RecoveryState(ApiModel):
-    generation: int | None = Field(None, description="The rank generation every launcher runs: raised by each RestartRanks (and ReplacePod), written to the <job>-recovery ConfigMap the launchers watch.")
-    rung: str | None = Field(None, description="The in-place rung in progress (RestartRanks), while it runs.")
-    base_step: int | None = Field(None, description="The checkpoint step the job first trained from (goodput counts the steps after it).")
-    replacing: int | None = Field(None, description="ReplacePod: the index of the pod being made again.")
-    unplaced: str | None = Field(None, description="ReplacePod: why no node fits the replacement (RestartGang follows).")
+    generation: int | None = Field(None)
+    """The rank generation every launcher runs: raised by each RestartRanks (and ReplacePod), written to the
+    <job>-recovery ConfigMap the launchers watch."""
+    rung: str | None = Field(None)
+    """The in-place rung in progress (RestartRanks), while it runs."""
+    base_step: int | None = Field(None)
+    """The checkpoint step the job first trained from (goodput counts the steps after it)."""
+    replacing: int | None = Field(None)
+    """ReplacePod: the index of the pod being made again."""
+    unplaced: str | None = Field(None)
+    """ReplacePod: why no node fits the replacement (RestartGang follows)."""
 
 
 class MonitoringStatus(ApiModel):
-    sampled_at: str | None = Field(None, description="The telemetry sample last folded in (RFC 3339).")
-    imbalanced_samples: int | None = Field(None, description="Consecutive samples with the NPU utilization spread above the threshold.")
-    step_seconds: list[float] = Field(default_factory=list, description="Recent step times (seconds per step between samples), oldest first.")
-    last_step: int | None = Field(None, description="The training step when it last advanced.")
-    last_step_at: str | None = Field(None, description="When the step last advanced (RFC 3339).")
+    sampled_at: str | None = Field(None)
+    """The telemetry sample last folded in (RFC 3339)."""
+    imbalanced_samples: int | None = Field(None)
+    """Consecutive samples with the NPU utilization spread above the threshold."""
+    step_seconds: list[float] = Field(default_factory=list)
+    """Recent step times (seconds per step between samples), oldest first."""
+    last_step: int | None = Field(None)
+    """The training step when it last advanced."""
+    last_step_at: str | None = Field(None)
+    """When the step last advanced (RFC 3339)."""
 
 
 class AscendHybridJobStatus(ApiModel):
-    phase: str | None = Field(None, description="Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended.")
-    conditions: list[Condition] = Field(default_factory=list, description="Created, StrategyFits, Admitted (queued jobs), Placed, RankTableReady, Running, Restarting, Succeeded, Failed, Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled.")
-    world_size: int | None = Field(None, description="Ranks: data x tensor x pipeline x context.")
-    attempt: int | None = Field(None, description="Current gang attempt, from 1.")
-    restarts: int | None = Field(None, description="Recoveries after failures so far (one per incident, whatever rung brought it back), disruptions and ignored failures included.")
-    disruptions: int | None = Field(None, description="Restarts for a node or chip fault (NodeNotReady, ChipUnhealthy); not counted against backoffLimit.")
-    ignored_failures: int | None = Field(None, description="Restarts for failures a failure-policy rule said to Ignore; not counted against backoffLimit.")
-    last_failure: FailureStatus | None = Field(None, description="The first failure of the last attempt that failed, classified, with the fix.")
-    observed_generation: int | None = Field(None, description="Spec generation last acted on.")
-    start_time: str | None = Field(None, description="When the job first started.")
-    completion_time: str | None = Field(None, description="When the job Succeeded or Failed.")
-    message: str | None = Field(None, description="What the operator last did or why it waits.")
-    pods: PodCounts | None = Field(None, description="Pods of the current attempt by phase.")
-    avoided_nodes: list[str] = Field(default_factory=list, description="Nodes this job no longer uses: the node of the first failed rank of a RestartJobAvoidingNode failure (HCCL timeouts, NotReady, unhealthy chips).")
-    pod_template_hash: str | None = Field(None, description="Hash of parallelism, npu and template the running pods were made from; a change restarts the job.")
-    placement: PlacementStatus | None = Field(None, description="Where the gang was placed.")
-    rank_table: RankTableStatus | None = Field(None, description="The HCCL rank table.")
-    training: TrainingStatus | None = Field(None, description="Training progress.")
-    utilization: UtilizationStatus | None = Field(None, description="NPU utilization.")
-    parallelism: EffectiveParallelism | None = Field(None, description="The degrees the pods run with: the spec's, or the planner's for an auto job.")
-    plan: PlanStatus | None = Field(None, description="The strategy planner's prediction for the job's strategy (and its choice for an auto job), with what was measured.")
-    monitoring: MonitoringStatus | None = Field(None, description="What the anomaly conditions of the current attempt are computed from.")
-    recovery: RecoveryState | None = Field(None, description="The recovery ladder's state: the launchers' rank generation and the rung in progress.")
-    recoveries: list[RecoveryRecord] = Field(default_factory=list, description="The last 32 incidents, oldest first: cause, where, the rungs tried and the one that worked, their timestamps and the steps redone (docs/reliability.md).")
-    goodput: float | None = Field(None, description="Fraction (0-1) of the wall time since the job first ran that went to training steps that were kept (steps × measured step time / wall time).")
+    phase: str | None = Field(None)
+    """Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Created, StrategyFits, Admitted (queued jobs), Placed, RankTableReady, Running, Restarting, Succeeded, Failed,
+    Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled."""
+    world_size: int | None = Field(None)
+    """Ranks: data x tensor x pipeline x context."""
+    attempt: int | None = Field(None)
+    """Current gang attempt, from 1."""
+    restarts: int | None = Field(None)
+    """Recoveries after failures so far (one per incident, whatever rung brought it back), disruptions and ignored
+    failures included."""
+    disruptions: int | None = Field(None)
+    """Restarts for a node or chip fault (NodeNotReady, ChipUnhealthy); not counted against backoffLimit."""
+    ignored_failures: int | None = Field(None)
+    """Restarts for failures a failure-policy rule said to Ignore; not counted against backoffLimit."""
+    last_failure: FailureStatus | None = Field(None)
+    """The first failure of the last attempt that failed, classified, with the fix."""
+    observed_generation: int | None = Field(None)
+    """Spec generation last acted on."""
+    start_time: str | None = Field(None)
+    """When the job first started."""
+    completion_time: str | None = Field(None)
+    """When the job Succeeded or Failed."""
+    message: str | None = Field(None)
+    """What the operator last did or why it waits."""
+    pods: PodCounts | None = Field(None)
+    """Pods of the current attempt by phase."""
+    avoided_nodes: list[str] = Field(default_factory=list)
+    """Nodes this job no longer uses: the node of the first failed rank of a RestartJobAvoidingNode failure (HCCL
+    timeouts, NotReady, unhealthy chips)."""
+    pod_template_hash: str | None = Field(None)
+    """Hash of parallelism, npu and template the running pods were made from; a change restarts the job."""
+    placement: PlacementStatus | None = Field(None)
+    """Where the gang was placed."""
+    rank_table: RankTableStatus | None = Field(None)
+    """The HCCL rank table."""
+    training: TrainingStatus | None = Field(None)
+    """Training progress."""
+    utilization: UtilizationStatus | None = Field(None)
+    """NPU utilization."""
+    parallelism: EffectiveParallelism | None = Field(None)
+    """The degrees the pods run with: the spec's, or the planner's for an auto job."""
+    plan: PlanStatus | None = Field(None)
+    """The strategy planner's prediction for the job's strategy (and its choice for an auto job), with what was
+    measured."""
+    monitoring: MonitoringStatus | None = Field(None)
+    """What the anomaly conditions of the current attempt are computed from."""
+    recovery: RecoveryState | None = Field(None)
+    """The recovery ladder's state: the launchers' rank generation and the rung in progress."""
+    recoveries: list[RecoveryRecord] = Field(default_factory=list)
+    """The last 32 incidents, oldest first: cause, where, the rungs tried and the one that worked, their timestamps
+    and the steps redone (docs/reliability.md)."""
+    goodput: float | None = Field(None)
+    """Fraction (0-1) of the wall time since the job first ran that went to training steps that were kept (steps ×
+    measured step time / wall time)."""

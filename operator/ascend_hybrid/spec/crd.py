@@ -90,6 +90,8 @@ def _inline_combinators(node: dict[str, Any], definitions: dict[str, Any]) -> di
 def _to_openapi_v3(node: dict[str, Any]) -> None:
     """JSON Schema 2020 keywords (pydantic's) as Kubernetes' OpenAPI v3.0 subset says them, in place."""
     node.pop("title", None)
+    if isinstance(node.get("description"), str):  # an attribute docstring wraps at 120 columns; the text is one line
+        node["description"] = node["description"].replace("\n", " ")
     if node.get("additionalProperties") is False:
         node.pop("additionalProperties")
     if node.get("additionalProperties") is True:
