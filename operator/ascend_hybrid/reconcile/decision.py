@@ -280,10 +280,12 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
         p.requeue(FAST_REQUEUE_SECONDS)
     return p.d
 
+
 def super_pods(p: Pass, nodes: list[str]) -> dict[str, str] | None:
     if not CHIPS[p.resolved.chip].super_pods:
         return None
     return ranktable.node_super_pods(nodes, p.o.nodes, p.o.device_infos)
+
 
 def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decision:
     e = p.resolved
@@ -309,6 +311,7 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
     p.requeue(min(FAST_REQUEUE_SECONDS, limit - waited))
     return p.d
 
+
 def restart_for_spec_change(p: Pass, current: list[dict]) -> Decision:
     p.delete(current)
     p.reset_rank_table()
@@ -320,6 +323,7 @@ def restart_for_spec_change(p: Pass, current: list[dict]) -> Decision:
     p.requeue(FAST_REQUEUE_SECONDS)
     return p.d
 
+
 def succeeded(p: Pass, current: list[dict]) -> Decision:
     p.status["completionTime"] = timestamp(p.o.now)
     p.status["pods"] = pod_counts(current, p.resolved.pod_count)
@@ -329,11 +333,13 @@ def succeeded(p: Pass, current: list[dict]) -> Decision:
     p.d.emit("Normal", "Succeeded", f"all {len(current)} pods succeeded")
     return p.finished(first=True)
 
+
 def invalid(p: Pass) -> Decision:
     if p.status.get("phase") == "Failed":
         return p.finished()
     message = "; ".join(p.o.spec_problems)
     return p.fail("InvalidSpec", message)
+
 
 def suspended(p: Pass) -> Decision:
     if p.o.pods:

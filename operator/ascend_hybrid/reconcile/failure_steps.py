@@ -42,6 +42,7 @@ def launcher_wait(p: Pass, current: dict) -> Failure | Wait | None:
         p.requeue(found.seconds)
     return found
 
+
 def sched_service_changed(p: Pass, current: dict) -> Failure | None:
     """<job>-sched deleted and back with another ClusterIP: the MS_SCHED_HOST the pods were given leads nowhere."""
     given = {container_env(pod, render.SCHED_HOST_ENV) for pod in current.values()} - {None}
@@ -49,6 +50,7 @@ def sched_service_changed(p: Pass, current: dict) -> Failure | None:
         return None
     return Failure("SchedServiceChanged", f"{names.sched_service(p.meta['name'])} has ClusterIP "
                    f"{p.o.sched_ip}, the pods were given {', '.join(sorted(given))}", time=p.o.now)
+
 
 def refused(p: Pass, refusal: Refusal) -> bool:
     """A refusal no retry can fix fails the job now; a 403 is named in a condition and retried later.

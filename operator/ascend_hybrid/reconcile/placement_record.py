@@ -20,7 +20,6 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
-
 def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: datetime, generation,
                      node_domains: Mapping[str, str | None]) -> Decision:
     """The status and events after the shell placed the gang (or found it cannot): a Decision of its own, so

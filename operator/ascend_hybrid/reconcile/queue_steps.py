@@ -36,12 +36,13 @@ PREEMPTED = "Preempted"
 WAITING_FOR_QUOTA = "WaitingForQuota"
 
 
-
 def group_name(p: Pass) -> str:
     return kueue.group_name(p.meta["name"], int(p.status["attempt"]))
 
+
 def kueue_admission(p: Pass, current: dict) -> kueue.Admission:
     return kueue.assess(list(current.values()), p.resolved.pod_count, p.o.workload, group_name(p))
+
 
 # -- before placement --------------------------------------------------------------------------------------
 def enqueued(p: Pass, current: dict, stale: list, admission: kueue.Admission, template_hash: str) -> Decision:
@@ -83,6 +84,7 @@ def enqueued(p: Pass, current: dict, stale: list, admission: kueue.Admission, te
         return admitted(p, admission, stale)
     return p.d
 
+
 def waiting_for_quota(p: Pass, message: str) -> None:
     """Pending while Kueue holds the group; a preempted job keeps reason Preempted until it is admitted again."""
     previous = condition(p.status, "Admitted")
@@ -92,6 +94,7 @@ def waiting_for_quota(p: Pass, message: str) -> None:
     else:
         p.cond("Admitted", False, WAITING_FOR_QUOTA, message)
     p.phase("Pending", message)
+
 
 def admitted(p: Pass, admission: kueue.Admission, stale: list) -> Decision:
     previous = condition(p.status, "Admitted")
@@ -108,6 +111,7 @@ def admitted(p: Pass, admission: kueue.Admission, stale: list) -> Decision:
                              tolerations=tolerations), p.resolved))
     return p.d
 
+
 # -- after placement ---------------------------------------------------------------------------------------
 def unreleased(p: Pass, pod: dict) -> bool:
     """Not released by this process a moment ago (the watch may not show that yet). A queued pod is in flight
@@ -115,6 +119,7 @@ def unreleased(p: Pass, pod: dict) -> bool:
     if pod["metadata"]["name"] not in p.o.in_flight:
         return True
     return bool(p.queue) and pinned_node(pod, {}) is None
+
 
 def release(p: Pass, releasable: list[tuple[str, tuple[str, ...]]], current: dict,
             nodes: list[str]) -> RemoveGates | PinAndRelease:
@@ -125,6 +130,7 @@ def release(p: Pass, releasable: list[tuple[str, tuple[str, ...]]], current: dic
     return PinAndRelease(tuple(
         (name, tuple(kueue.release_patch(by_name[name][1], gates, names.GANG_GATE, nodes[by_name[name][0]])))
         for name, gates in releasable))
+
 
 def preempted(p: Pass, admission: kueue.Admission, current: dict) -> Decision:
     """Kueue evicted the group: the attempt ends, not as a failure. Kueue deletes its pods; whatever is left

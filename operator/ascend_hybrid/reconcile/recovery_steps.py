@@ -42,10 +42,10 @@ REPLACE_POD_AVAILABLE = True
 NOT_REPLACING = "ReplacePod is not carried out by this operator version: the whole gang restarts instead"
 
 
-
 def in_place_running(p: Pass) -> bool:
     """An in-place rung runs: the pods of the attempt are all meant to be there."""
     return (p.status.get("recovery") or {}).get("rung") in IN_PLACE_RUNGS
+
 
 def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
     """The failure policy's verdict: fail, or recover (counted against backoffLimit, or as a disruption, or
@@ -100,6 +100,7 @@ def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
     p.requeue(FAST_REQUEUE_SECONDS)
     return p.d
 
+
 def restart_gang_for(p: Pass, current: dict, why: str) -> bool:
     """An in-place rung gave way to RestartGang: every pod deleted, a new attempt (the incident was counted
     when it began)."""
@@ -118,9 +119,11 @@ def restart_gang_for(p: Pass, current: dict, why: str) -> bool:
     p.requeue(FAST_REQUEUE_SECONDS)
     return True
 
+
 # -- what the launchers say --------------------------------------------------------------------------------
 def rank_generation(p: Pass) -> int:
     return int((p.status.get("recovery") or {}).get("generation") or 0)
+
 
 def launcher_reports(p: Pass, current: dict) -> dict[int, LauncherReport]:
     """The report of each current pod's launcher, by pod index; a report of an earlier pod of the same name
@@ -132,6 +135,7 @@ def launcher_reports(p: Pass, current: dict) -> dict[int, LauncherReport]:
         if report is not None and report.uid == meta.get("uid"):
             found[index] = report
     return found
+
 
 def in_place_ready(p: Pass, current: dict, excluding: int | None = None) -> tuple[bool, str]:
     """Whether every pod (but `excluding`, the one ReplacePod makes again) can restart its ranks in place:
@@ -156,6 +160,7 @@ def in_place_ready(p: Pass, current: dict, excluding: int | None = None) -> tupl
                            f"launcher, or no ServiceAccount token in the pod)")
     return True, ""
 
+
 def launcher_failure(p: Pass, current: dict) -> Failure | Wait | None:
     """A launcher whose ranks of the current generation failed (its pod still runs): the earliest real cause
     among them, as failures.first_failed orders pod failures (echoes wait for the real cause)."""
@@ -177,13 +182,16 @@ def launcher_failure(p: Pass, current: dict) -> Failure | Wait | None:
         return None
     return first_failed(failed, others_run, p.o.now)
 
+
 # -- the decision --------------------------------------------------------------------------------------------
 def bounds(p: Pass) -> Bounds:
     return Bounds.of(p.resolved.spec.run_policy.recovery)
 
+
 def ledger_of(p: Pass) -> list[dict]:
     ledger: list[dict] = p.status.setdefault("recoveries", [])
     return ledger
+
 
 def start_rung(p: Pass, wanted: str, why: str, current: dict, failed_index: int | None) -> recovery.Start:
     """The rung the failure starts at: RestartRanks needs every pod ready in place; ReplacePod every pod but the
@@ -205,6 +213,7 @@ def start_rung(p: Pass, wanted: str, why: str, current: dict, failed_index: int 
         return recovery.Start(RESTART_GANG, f"{start.why}; {NOT_REPLACING}")
     return start
 
+
 def escalate_for(p: Pass, record: dict, failure: Failure, what: str, fix: str, current: dict) -> Decision:
     """A second failure while an in-place rung runs: the next rung for the same incident (not counted again).
     ReplacePod when RestartRanks failed and every other pod can restart in place, else RestartGang."""
@@ -225,6 +234,7 @@ def escalate_for(p: Pass, record: dict, failure: Failure, what: str, fix: str, c
     restart_gang_for(p, current, f"{why}; escalating to {following}")
     return p.d
 
+
 def start_incident(p: Pass, failure: Failure, start: recovery.Start, counted: bool) -> dict:
     training_step = (p.status.get("training") or {}).get("step")
     return recovery.open_incident(
@@ -232,19 +242,15 @@ def start_incident(p: Pass, failure: Failure, start: recovery.Start, counted: bo
         decided=p.o.now, attempt=int(p.status["attempt"]), counted=counted, pod=failure.pod,
         node=failure.node, rank=failure.rank, step=failure.step if failure.step is not None else training_step)
 
+
 def restart_ranks(p: Pass, record: dict, failure: Failure, text: str, fix: str) -> Decision:
     """RestartRanks: the next rank generation to every launcher; pods, IPs, chips and rank table kept."""
     generation = rank_generation(p) + 1
     p.status["recovery"] = {**(p.status.get("recovery") or {}), "generation": generation,
                                "rung": RESTART_RANKS}
     recovery.mark(record, "podsReady", p.o.now)  # no pod went: they are ready at the decision
-    p.d.act(SignalLaunchers(generation, service_account(p)))
-    p.cond("Restarting", True, failure.cause, text)
-    p.cond("Running", False, failure.cause, text)
-    p.phase("Restarting", text)
-    p.d.emit("Warning", failure.cause, f"{text}. Fix: {fix}")
-    p.requeue(FAST_REQUEUE_SECONDS)
-    return p.d
+    return _relaunch(p, generation, failure, text, fix)
+
 
 def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, current: dict) -> Decision:
     """ReplacePod: the failed pod deleted (at once, without grace, when its node is lost) and placed again at
@@ -261,6 +267,11 @@ def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, cu
         p.d.act(DeletePods((old["metadata"]["name"],), force=failure.cause == "NodeNotReady"))
     request = replace(GangRequest.for_job(e, p.status.get("avoidedNodes") or ()), pod_count=1, groups=())
     p.d.act(PlaceReplacement(index, request))
+    return _relaunch(p, generation, failure, text, fix)
+
+
+def _relaunch(p: Pass, generation: int, failure: Failure, text: str, fix: str) -> Decision:
+    """The next rank generation to every launcher, and the job Restarting until they report it stepping."""
     p.d.act(SignalLaunchers(generation, service_account(p)))
     p.cond("Restarting", True, failure.cause, text)
     p.cond("Running", False, failure.cause, text)
@@ -269,9 +280,11 @@ def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, cu
     p.requeue(FAST_REQUEUE_SECONDS)
     return p.d
 
+
 def replacing(p: Pass) -> int | None:
     state = p.status.get("recovery") or {}
     return state.get("replacing") if state.get("rung") == REPLACE_POD else None
+
 
 def seen_for_failures(p: Pass, current: dict) -> dict:
     """The pods a failure is looked for in: not the old pod ReplacePod is deleting."""
@@ -279,6 +292,7 @@ def seen_for_failures(p: Pass, current: dict) -> dict:
     if index is None or index not in current or not is_deleting(current[index]):
         return current
     return {i: pod for i, pod in current.items() if i != index}
+
 
 def replacement_step(p: Pass, current: dict) -> bool:
     """While ReplacePod runs and its pod is not back: RestartGang when no node fits it or the rung timed out;
@@ -307,8 +321,10 @@ def replacement_step(p: Pass, current: dict) -> bool:
         return True
     return False
 
+
 def service_account(p: Pass) -> str:
     return p.resolved.spec.template.service_account_name or "default"
+
 
 # -- following a rung ----------------------------------------------------------------------------------------
 def signal_launchers(p: Pass) -> None:
@@ -316,6 +332,7 @@ def signal_launchers(p: Pass) -> None:
     deleted ConfigMap too)."""
     if p.o.launcher_generation != rank_generation(p):
         p.d.act(SignalLaunchers(rank_generation(p), service_account(p)))
+
 
 def follow_in_place(p: Pass, current: dict) -> bool:
     """While an in-place rung runs: its milestones from the launchers' reports; Recovered at the first step
@@ -354,6 +371,7 @@ def follow_in_place(p: Pass, current: dict) -> bool:
     p.requeue(min(2.0, left) if left is not None else 2.0)
     return True
 
+
 def recovered(p: Pass, record: dict, report: LauncherReport) -> None:
     moment = report.time or p.o.now
     recovery.resumed(record, report.step if report.step is not None else (report.resumed_from or 0) + 1,
@@ -364,6 +382,7 @@ def recovered(p: Pass, record: dict, report: LauncherReport) -> None:
                f"fault, from the checkpoint of step {record['resumedFromStep']}{redone}")
     p.cond("Restarting", False, "Recovered", message)
     p.d.emit("Normal", "Recovered", message)
+
 
 def follow_gang(p: Pass, current: dict) -> None:
     """The milestones of a whole-gang restart, once the new attempt runs: pods ready now; ranks relaunched and
@@ -387,6 +406,7 @@ def follow_gang(p: Pass, current: dict) -> None:
         message = f"RestartGang: training stepped again {record.get('seconds', 0):.1f}s after the fault"
         p.cond("Restarting", False, "Recovered", message)
         p.d.emit("Normal", "Recovered", message)
+
 
 def record_goodput(p: Pass, current: dict) -> None:
     """status.goodput from the training figures; the step the job first trained from is the launchers' first

@@ -37,6 +37,7 @@ def record_telemetry(p: Pass) -> None:
         p.d.emit("Warning", "MetricsUnavailable", f"{sample.error}; training and utilization figures go stale")
     p.cond("MetricsAvailable", False, "SourceUnreachable", sample.error)
 
+
 def record_anomalies(p: Pass, sample: Sample) -> None:
     """LoadImbalanced, Straggling, TrainingStalled from this sample and the attempt's history in
     status.monitoring; one Warning event when one turns on."""
