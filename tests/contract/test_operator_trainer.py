@@ -190,3 +190,15 @@ def test_the_trainer_reads_the_rank_table_as_the_operator_writes_it_plain_or_gzi
     if binary:
         (volume / ranktable.COMPRESSED_KEY).unlink()  # the volume swapped between the pointer and its sibling
         assert rank_table.read_rank_table(path) is None
+
+
+def test_the_recovery_channel_is_spelled_alike_on_both_sides():
+    """The operator and the launchers speak through <job>-recovery (docs/reliability.md): the generation key and
+    the report states are the wire, spelled once on each side (the trainer imports nothing of the operator)."""
+    from ascend_hybrid.contracts.names import RECOVERY_GENERATION_KEY
+    from ascend_hybrid.diagnosis import recovery
+    from ascend_hybrid_trainer import control
+
+    assert control.GENERATION_KEY == RECOVERY_GENERATION_KEY
+    assert (control.STARTED, control.STEPPING, control.FAILED) == (recovery.STARTED, recovery.STEPPING,
+                                                                   recovery.FAILED)
