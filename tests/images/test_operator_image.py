@@ -35,7 +35,7 @@ def test_the_operator_image_runs_the_rank_table_expander_and_has_its_probe_comma
     """Large jobs' pods run this image as their rank-table expander (render.expander_container): a 16 384-rank
     ConfigMap's files expanded to the complete hccl.json, and `test -s` (its startup probe) present."""
     script = (
-        "import base64, os; from ascend_hybrid import ranktable\n"
+        "import base64, os; from ascend_hybrid.gang import ranktable\n"
         "servers = [{'device': [{'device_id': str(c), 'device_ip': f'127.{64 + i // 250}.{i % 250}.{c}', "
         "'rank_id': str(8 * i + c)} for c in range(8)], 'server_id': f'127.15.{i // 250}.{i % 250 + 1}', "
         "'host_ip': f'127.15.{i // 250}.{i % 250 + 1}', 'container_ip': f'127.16.{i // 250}.{i % 250 + 1}'} "
