@@ -206,6 +206,7 @@ def pod_launch_envs(tmp_path: Path, manifests: list[dict]) -> list[dict[str, str
             else:
                 path = entry["valueFrom"]["fieldRef"]["fieldPath"]
                 env[entry["name"]] = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": "default",
+                                      "metadata.uid": f"uid-{pod['metadata']['name']}",  # as running_pod's
                                       "status.podIP": LOCAL_HOST}[path]
         assert env["MS_SCHED_HOST"] == LOCAL_HOST
         env.update(MS_SCHED_PORT=sched_port, RANK_TABLE_FILE=str(tmp_path / "hccl.json"),
