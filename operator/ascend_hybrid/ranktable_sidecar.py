@@ -12,7 +12,7 @@ runs beside the training container for the pod's life and rewrites the file when
 The kubelet projects the ConfigMap volume as files (binaryData decoded) and swaps them atomically through the
 `..data` link; this polls that link (else the files' text), and writes the complete table and then the `version`
 counter (what MindCluster's TaskD reads at RANK_TABLE_DIR/version), each by rename, so a reader never sees half a
-file. Run: `python -m ascend_hybrid.ranktable_sidecar --source DIR --target DIR` (the operator image).
+file. Run: `python3 -m ascend_hybrid.ranktable_sidecar --source DIR --target DIR` (the operator image).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def run(source: Path, target: Path, poll_seconds: float = POLL_SECONDS, once: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ascend_hybrid.ranktable_sidecar",
+    parser = argparse.ArgumentParser(prog="python3 -m ascend_hybrid.ranktable_sidecar",
                                      description="keep the complete hccl.json of a rank-table ConfigMap in a "
                                                  "shared directory")
     parser.add_argument("--source", required=True, help="the mounted rank-table ConfigMap")

@@ -45,9 +45,9 @@ def test_the_operator_image_runs_the_rank_table_expander_and_has_its_probe_comma
         "os.makedirs('/tmp/source')\n"
         "[open(f'/tmp/source/{k}', 'w').write(v) for k, v in data.items()]\n"
         "[open(f'/tmp/source/{k}', 'wb').write(base64.b64decode(v)) for k, v in binary.items()]\n")
-    shell = (f"python -c \"{script}\" && python -m ascend_hybrid.ranktable_sidecar --source /tmp/source "
+    shell = (f"python3 -c \"{script}\" && python3 -m ascend_hybrid.ranktable_sidecar --source /tmp/source "
              "--target /tmp/target --once && test -s /tmp/target/hccl.json && cat /tmp/target/version && echo && "
-             "python -c \"import json; t = json.load(open('/tmp/target/hccl.json')); "
+             "python3 -c \"import json; t = json.load(open('/tmp/target/hccl.json')); "
              "print(len([d for s in t['server_list'] for d in s['device']]))\"")
     proc = images.run(images.operator, "sh", "-c", shell, timeout=120)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)

@@ -213,7 +213,7 @@ def expander_container(image: str) -> dict:
     target = names.RANK_TABLE_DIR
     return {
         "name": names.EXPANDER_CONTAINER, "image": image, "restartPolicy": "Always",
-        "command": ["python", "-m", "ascend_hybrid.ranktable_sidecar", "--source", names.RANK_TABLE_SOURCE_DIR,
+        "command": ["python3", "-m", "ascend_hybrid.ranktable_sidecar", "--source", names.RANK_TABLE_SOURCE_DIR,
                     "--target", target],
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
         "startupProbe": {"exec": {"command": ["test", "-s", names.RANK_TABLE_FILE]}, "periodSeconds": 1,

@@ -128,7 +128,7 @@ def test_pods_of_a_job_whose_table_may_outgrow_its_configmap_get_the_expander():
         spec = pod["spec"]
         [expander] = spec["initContainers"]
         assert expander["restartPolicy"] == "Always" and expander["image"] == "registry.example/op:1"
-        assert expander["command"][:3] == ["python", "-m", "ascend_hybrid.ranktable_sidecar"]
+        assert expander["command"][:3] == ["python3", "-m", "ascend_hybrid.ranktable_sidecar"]
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes[names.RANK_TABLE_VOLUME] == {"name": names.RANK_TABLE_VOLUME, "emptyDir": {}}
         assert volumes[names.RANK_TABLE_SOURCE_VOLUME]["configMap"]["name"] == "rings-config-big"
