@@ -29,7 +29,8 @@ from support.faults import Report, Supervisor
 from support.namespaces import namespace_name, scratch_namespace
 from support.operator_harness import Jobs, OperatorProcess, install_crd
 
-FAULTS_CLUSTER = "ahj-faults"
+# several checkouts on one machine each name their own clusters (AHJ_CLUSTER_SUFFIX=-mine)
+FAULTS_CLUSTER = "ahj-faults" + os.environ.get("AHJ_CLUSTER_SUFFIX", "")
 REUSE_ENV = "AHJ_FAULTS_KUBECONFIG"
 NODES = 10
 REPORT = Report()

@@ -51,7 +51,8 @@ from ascend_hybrid.devcluster.paths import ClusterPaths, load_settings
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
 from support.namespaces import namespace_name, scratch_namespace
 
-TEST_CLUSTER = "ahj-test"
+# several checkouts on one machine each name their own clusters (AHJ_CLUSTER_SUFFIX=-mine)
+TEST_CLUSTER = "ahj-test" + os.environ.get("AHJ_CLUSTER_SUFFIX", "")
 REUSE_ENV = "AHJ_KUBECONFIG"
 LOG_TAIL_LINES = 25
 _active_paths: list[ClusterPaths] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import time
 
 import pytest
@@ -187,7 +188,7 @@ def test_restarted_device_plugin_keeps_existing_allocations(dev_cluster, namespa
 
 
 def test_down_stops_every_process_of_a_second_cluster_side_by_side(dev_cluster):
-    name = "ahj-test-down"
+    name = "ahj-test-down" + os.environ.get("AHJ_CLUSTER_SUFFIX", "")
     try:
         paths = cluster.up(name, nodes=1, racks=1, log=lambda line: None)
         started = cluster.owned_processes(paths)

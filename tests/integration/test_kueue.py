@@ -9,6 +9,7 @@ gang is ever partly admitted or partly bound.
 from __future__ import annotations
 
 import ipaddress
+import os
 import threading
 import time
 
@@ -351,7 +352,7 @@ def test_kueue_keeps_to_loopback_and_down_leaves_no_kueue_process(kueue_cluster)
             assert webhook.client_config.url.startswith(f"https://127.0.0.1:{recorded['webhook']}/")
             assert webhook.client_config.ca_bundle and webhook.client_config.service is None
 
-    name = "ahj-test-kueue-down"
+    name = "ahj-test-kueue-down" + os.environ.get("AHJ_CLUSTER_SUFFIX", "")
     try:
         started = time.monotonic()
         paths = cluster.up(name, nodes=1, racks=1, log=lambda line: None, kueue=True)
