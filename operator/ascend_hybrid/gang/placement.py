@@ -40,6 +40,8 @@ class GangRequest:
     node_selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     excluded_nodes: frozenset[str] = frozenset()
     tier_labels: tuple[str, ...] = (RACK_LABEL,)
+    # nodes whose first-tier domains (racks) the pods join when they can: ReplacePod's pod goes near its peers
+    near_nodes: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # frozen means frozen all the way: callers may pass plain dicts and lists
@@ -48,6 +50,7 @@ class GangRequest:
         object.__setattr__(self, "tolerations", tuple(self.tolerations))
         object.__setattr__(self, "excluded_nodes", frozenset(self.excluded_nodes))
         object.__setattr__(self, "tier_labels", tuple(self.tier_labels))
+        object.__setattr__(self, "near_nodes", frozenset(self.near_nodes))
         for group in self.groups:
             for index in group:
                 if not 0 <= index < self.pod_count:
@@ -209,6 +212,8 @@ class _Gang:
         self.racks: dict[str | None, _Rack] = {}
         self.nodes: dict[str, _Node] = {}
         self.causes: Counter[tuple[str, str]] = Counter()
+        self.near_racks = {inv.tier(self.tier) for inv in inventory
+                           if self.tier and inv.name in request.near_nodes} - {None}
         for inv in inventory:
             cause = self._exclusion(inv)
             if cause is None:
@@ -299,7 +304,7 @@ class _Gang:
             pods = self._fill(self.nodes[name], pods)
         if not pods:
             return
-        own_racks = {self.nodes[name].rack.domain for name in own_nodes}
+        own_racks = {self.nodes[name].rack.domain for name in own_nodes} | self.near_racks
         pool = self._choose_racks(len(pods), own_racks)
         while pods:
             pods = self._fill(self._best_node(pool, len(pods)), pods)

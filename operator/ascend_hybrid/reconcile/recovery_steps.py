@@ -33,6 +33,7 @@ from ascend_hybrid.diagnosis.recovery import (
     Bounds,
     LauncherReport,
 )
+from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang.placement import GangRequest
 from ascend_hybrid.reconcile.actions import DeletePods, PlaceReplacement, SignalLaunchers
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
@@ -63,6 +64,8 @@ def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
         return p.fail(failure.cause, f"{what}; FailJob by {verdict.why}", fix)
     by_index = {pod_index(pod): pod for pod in current}
     if open_incident is not None and open_incident["rungs"][-1] in IN_PLACE_RUNGS:
+        # the second failure's suspects are avoided too by the rung that moves pods
+        open_incident["avoid"] = sorted(set(open_incident.get("avoid") or ()) | set(verdict.avoid))
         return escalate_for(p, open_incident, failure, what, fix, by_index)
     if open_incident is not None:  # the gang restarted and failed again before it stepped: a new incident
         recovery.gave_up(open_incident, f"failed again before training stepped: {what}")
@@ -265,9 +268,23 @@ def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, cu
     old = current.get(index)
     if old is not None and not is_deleting(old):
         p.d.act(DeletePods((old["metadata"]["name"],), force=failure.cause == "NodeNotReady"))
-    request = replace(GangRequest.for_job(e, p.status.get("avoidedNodes") or ()), pod_count=1, groups=())
+    avoided = set(p.status.get("avoidedNodes") or ()) | set(record.get("avoid") or ())
+    request = replace(GangRequest.for_job(e, avoided), pod_count=1, groups=(),
+                      near_nodes=frozenset(peer_nodes(p, index)))
     p.d.act(PlaceReplacement(index, request))
     return _relaunch(p, generation, failure, text, fix)
+
+
+def peer_nodes(p: Pass, index: int) -> list[str]:
+    """The nodes of the pods that share the first placement group of pod `index` (its TP/stage/DP peers, in the
+    priority order of gang/layout): the racks the replacement should join, as the gang's placement would."""
+    placement = p.status.get("placement") or {}
+    nodes = placement.get("nodes") or []
+    for group in layouts.from_resolved(p.resolved).placement_groups():
+        peers = [nodes[i] for i in group if i != index and i < len(nodes)]
+        if index in group and peers:
+            return peers
+    return [node for i, node in enumerate(nodes) if i != index]
 
 
 def _relaunch(p: Pass, generation: int, failure: Failure, text: str, fix: str) -> Decision:

@@ -92,6 +92,17 @@ def test_fewest_racks_before_bin_packing_and_names():
     assert placement.nodes == ("b1", "b2", "b3", "b4") and placement.racks_per_group() == (1,)
 
 
+def test_a_lone_replacement_joins_the_rack_of_its_peers_over_a_better_fit_elsewhere():
+    nodes = in_racks(A=("a1", "a2"), B=("b1", "b2"))
+    pods = [pod("peer", 8).node("b1").build(), pod("x", 4).node("a1").build()]
+    inventory = build_inventory(nodes, pods)
+    assert place(GangRequest(1, 4, "910B"), inventory).nodes == ("a1",)  # alone: best fit
+    near = place(GangRequest(1, 4, "910B", near_nodes=frozenset({"b1"})), inventory)
+    assert near.nodes == ("b2",)  # beside its peer on b1 (full): rack B
+    # a peer on an unknown node or without a rack label changes nothing
+    assert place(GangRequest(1, 4, "910B", near_nodes=frozenset({"gone"})), inventory).nodes == ("a1",)
+
+
 def test_group_that_needs_two_racks_takes_the_roomiest():
     nodes = in_racks(A=("a1",), B=("b1", "b2"), C=("c1", "c2", "c3"))
     placement = place(GangRequest(5, 8, "910B", groups=((0, 1, 2, 3, 4),)), build_inventory(nodes, []))

@@ -723,6 +723,7 @@ def test_a_second_failure_during_the_rung_escalates_it_to_replace_that_pod_then_
     assert action(decision, "delete_pods") == DeletePods(("demo-a1-1",), force=False)
     placing = action(decision, "place_replacement")
     assert (placing.index, placing.request.pod_count, placing.request.chips_per_pod) == (1, 1, 4)
+    assert placing.request.excluded_nodes == set()  # an unexplained crash suspects no node
     assert action(decision, "signal_launchers").generation == 2
     status = decision.status
     assert status["recoveries"][0]["rungs"] == ["RestartRanks", "ReplacePod"]
@@ -852,6 +853,7 @@ def test_a_pod_lost_with_its_node_is_replaced_alone_and_the_others_restart_in_pl
     assert action(decision, "delete_pods") == DeletePods(("demo-a1-1",), force=True)  # its kubelet is gone
     placing = action(decision, "place_replacement")
     assert placing.index == 1 and placing.request.excluded_nodes == {"node-b"} and placing.request.pod_count == 1
+    assert placing.request.near_nodes == {"node-a"}  # pod 0's node: the replacement joins its rack if it can
     assert action(decision, "signal_launchers").generation == 1
     status = decision.status
     assert status["recovery"] == {"generation": 1, "rung": "ReplacePod", "replacing": 1}
@@ -918,3 +920,15 @@ def test_a_deleted_pod_of_a_job_without_launchers_still_restarts_the_gang():
     decision = ladder_pass(body, table, [], pods=[live(0)])
     assert decision.status["attempt"] == 2 and decision.status["recoveries"][0]["rungs"] == ["RestartGang"]
     assert "no launcher of this attempt ever reported" in decision.status["recoveries"][0]["why"]
+
+
+def test_an_escalating_failure_adds_its_own_suspect_to_the_nodes_the_replacement_avoids():
+    body, table = running_job()
+    restarting = failed_rank_one(body, table).status
+    later = NOW + timedelta(seconds=5)
+    decision = ladder_pass(job(status=restarting), table,
+                           [said(0, "Started", 1),
+                            said(1, "Failed", 1, cause="HCCLExecTimeout", rank=1, at=later)], now=later)
+    placing = action(decision, "place_replacement")
+    assert placing.request.excluded_nodes == {"node-b"}  # an HCCL timeout suspects the failed rank's node
+    assert decision.status["recoveries"][0]["avoid"] == ["node-b"]
