@@ -75,6 +75,8 @@ def fault_cluster() -> FaultCluster:
         missing = toolchain.missing()
         if missing:
             pytest.fail(f"the toolchain lacks {', '.join(missing)}: run `ascend-hybrid dev-cluster build`", pytrace=False)
+        # a cluster left by an interrupted run holds its jobs and pods: the suite starts from an empty one
+        cluster.down(FAULTS_CLUSTER)
         paths = cluster.up(FAULTS_CLUSTER, nodes=NODES, chip="910B", racks=2)
     api = api_client(str(paths.kubeconfig))
     control_plane = ControlPlane(paths)

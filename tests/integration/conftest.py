@@ -105,6 +105,8 @@ def _bring_up_test_cluster() -> ClusterPaths:
     if missing:
         pytest.fail(f"the simulated cluster's toolchain lacks {', '.join(missing)} in {toolchain.bin_dir()}: "
                     "run `ascend-hybrid dev-cluster build` first", pytrace=False)
+    # a cluster left by an interrupted run holds its jobs and pods: the suite starts from an empty one
+    cluster.down(TEST_CLUSTER)
     return cluster.up(TEST_CLUSTER, nodes=4, chip="910B", racks=2)
 
 

@@ -83,8 +83,9 @@ def device_ids(pod: dict) -> list[int]:
 
 
 def duplicates_of(pods: list[dict]) -> int:
-    """Live pods beyond one per (job, pod index), whatever their attempt."""
-    counts = Counter((p["metadata"]["labels"].get(names.JOB_LABEL), p["metadata"]["labels"].get(names.POD_INDEX_LABEL))
+    """Live pods beyond one per (namespace, job, pod index), whatever their attempt."""
+    counts = Counter((p["metadata"].get("namespace"), p["metadata"]["labels"].get(names.JOB_LABEL),
+                      p["metadata"]["labels"].get(names.POD_INDEX_LABEL))
                      for p in pods if live(p) and names.JOB_LABEL in (p["metadata"].get("labels") or {}))
     return sum(count - 1 for count in counts.values() if count > 1)
 
