@@ -20,12 +20,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.kube import processes
+from ascend_hybrid.devcluster.runtime import claims, runtime_default
 from ascend_hybrid.devcluster.runtime import helper as runtime_helper
-from ascend_hybrid.devcluster.runtime import runtime_default
 from ascend_hybrid.devcluster.runtime.launch import RUNTIME_ANNOTATION, claim_directory
 from ascend_hybrid.devcluster.telemetry import exporter, prometheus
 from ascend_hybrid.devcluster.testing import procnet
@@ -103,7 +102,7 @@ def process_group(pod: dict) -> int | None:
 
 
 def group_pids(pods: list[dict]) -> list[int]:
-    return sorted(pid for pod in pods if process_group(pod) for pid in procnet.group_members(process_group(pod)))
+    return sorted(pid for pod in pods if process_group(pod) for pid in processes.group_members(process_group(pod)))
 
 
 def rss_bytes(pids: list[int]) -> int:
@@ -244,13 +243,13 @@ def test_deleting_a_pod_sends_sigterm_then_sigkill_after_its_grace_period(cluste
     pod = cluster.wait_phase(namespace, "stubborn", "Running", timeout=60)
     group = process_group(pod)
     wait_for(lambda: "ready" in kubectl(cluster, "logs", "-n", namespace, "stubborn"), 30, "the shell to trap TERM")
-    assert len(procnet.group_members(group)) == 2  # the shell and its sleep
+    assert len(processes.group_members(group)) == 2  # the shell and its sleep
     deleted = time.monotonic()
     core.delete_namespaced_pod("stubborn", namespace)
     wait_for(lambda: not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "stubborn"],
              30, "the pod to go once its processes are gone")
     took = time.monotonic() - deleted
-    assert not procnet.group_members(group)
+    assert not processes.group_members(group)
     assert 3 <= took < 15, f"the pod went {took:.1f}s after its deletion (grace period 3s, TERM ignored)"
 
 
@@ -274,33 +273,15 @@ def test_the_cluster_default_makes_unannotated_pods_processes(cluster, namespace
 def checkpoint_claim(cluster, namespace):
     """Claim `ckpt`, bound; yields the local directory the runtime maps it to. Both go afterwards: the claim's
     directory outlives pods by design, so a test cleans up its own."""
-    volume = bound_claim(cluster.core, namespace, "ckpt")
+    volume = claims.bind_claim(cluster.core, namespace, "ckpt")
     directory = claim_directory(runtime_helper.runtime_root(cluster.paths), namespace, "ckpt")
     yield directory
     cluster.core.delete_persistent_volume(volume)
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def bound_claim(core: client.CoreV1Api, namespace: str, claim: str) -> str:
-    """A PersistentVolumeClaim bound to a PersistentVolume made for it (the scheduler places pods only with bound
-    claims); the volume's name. Its path is never used: the runtime maps a claim to a per-claim directory."""
-    volume = f"{claim}-{namespace}"[:63]
-    core.create_persistent_volume({
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
-                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/nonexistent/ahj-sim"},
-                 "claimRef": {"namespace": namespace, "name": claim}}})
-    core.create_namespaced_persistent_volume_claim(namespace, {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume,
-                 "resources": {"requests": {"storage": "1Gi"}}}})
-    wait_for(lambda: core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound", 60,
-             f"claim {claim} to be bound")
-    return volume
-
-
 def trainer_worker(pod: dict) -> int:
-    pids = procnet.group_members(process_group(pod))
+    pids = processes.group_members(process_group(pod))
     workers = [pid for pid in pids if "ascend_hybrid_trainer worker" in processes.cmdline(pid)]
     assert len(workers) == 1, [(pid, processes.cmdline(pid)) for pid in pids]
     return workers[0]

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -23,8 +26,12 @@ from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster import cluster as devcluster
 from ascend_hybrid.devcluster.controlplane import ports, toolchain
 from ascend_hybrid.devcluster.helpers import Helper
+from ascend_hybrid.devcluster.kube import processes
 from ascend_hybrid.devcluster.kube.client import api_client
 from ascend_hybrid.devcluster.kube.waiting import WaitTimeout, wait_until
+from ascend_hybrid.devcluster.runtime import claims
+from ascend_hybrid.devcluster.runtime import helper as runtime_helper
+from ascend_hybrid.devcluster.runtime.launch import claim_directory
 from ascend_hybrid.devcluster.telemetry import figures as sim_figures
 from ascend_hybrid.devcluster.telemetry import prometheus
 from ascend_hybrid.devtools.repo import chart_dir, repo_root
@@ -34,6 +41,10 @@ from ascend_hybrid.spec.rules import parse
 
 EXAMPLES = ("seed-moe-128.yaml", "job.yaml")
 REAL_JOB = "tiny-dp2-real.yaml"  # its pods run the real trainer through the process runtime
+REAL_CLAIM, REAL_CHECKPOINT_EVERY = "tiny-dp2-real-ckpt", 20  # as the example says; the demo makes the claim
+LEDGER_COLUMNS = ("{range .status.recoveries[*]}incident: {.cause} of rank {.rank} at step {.step}, rungs {.rungs}, "
+                  "recovered by {.recoveredBy} in {.seconds}s (detected {.detected}, first step after "
+                  "{.firstStepAfter}), resumed from step {.resumedFromStep}, {.stepsRedone} steps redone{\"\\n\"}{end}")
 CPU_PROFILE = "hardware-cpu.yaml"  # the planner's profile of this machine's CPU, for the real job's prediction
 RELEASE, RELEASE_NAMESPACE = "ascend-hybrid", "ascend-hybrid-system"
 DEMO_NODES, DEMO_RACKS = 20, 2
@@ -160,8 +171,9 @@ def prometheus_queries(name: str, namespace: str = "default", attempt: int = 1) 
     return {"step": f"ascend_trainer_step{{{selector}}}", "loss": f"ascend_trainer_loss{{{selector}}}"}
 
 
-def start_real_job(custom) -> dict:
-    """The small job whose pods run the real trainer as local processes; a finished one is started again."""
+def start_real_job(custom, core, paths) -> dict:
+    """The small job whose pods run the real trainer as local processes; a finished one is started again, from
+    no checkpoint (an earlier run's would end it at once)."""
     body = yaml.safe_load(example(REAL_JOB).read_text())
     name = body["metadata"]["name"]
     try:
@@ -175,18 +187,20 @@ def start_real_job(custom) -> dict:
         _wait_gone(custom, name)
         existing = None
     if existing is None:
+        shutil.rmtree(claim_directory(runtime_helper.runtime_root(paths), "default", REAL_CLAIM), ignore_errors=True)
+        claims.bind_claim(core, "default", REAL_CLAIM)
         custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, body)
     return body
 
 
-def jobs_to_watch(kubeconfig: str, custom) -> tuple[list[dict], bool]:
+def jobs_to_watch(paths, custom, core) -> tuple[list[dict], bool]:
     """The simulated example jobs, applied, and the real trainer's job when MindSpore is there to run it (else one
     line says what to install); whether the real job is among them."""
-    jobs = apply_examples(kubeconfig)
+    jobs = apply_examples(str(paths.kubeconfig))
     if mindspore_missing():
         say(f"MindSpore is not installed, so the real-trainer job {REAL_JOB} is skipped: `{TRAINER_EXTRA}` runs it")
         return jobs, False
-    jobs.append(start_real_job(custom))
+    jobs.append(start_real_job(custom, core, paths))
     return jobs, True
 
 
@@ -223,6 +237,45 @@ def show_real_training(custom, kubectl: list[str], prometheus_url: str, name: st
             print(f"  prometheus {figure:<5} {query} = {_prometheus_value(prometheus_url, query)}")
         if round_ == 0:
             time.sleep(12)
+
+
+def worker_pid(core, name: str, index: int) -> int | None:
+    """Pod `index`'s MindSpore worker: the process runtime names the pod's process group in its container ID
+    (process://<pgid>), and a worker's command line is the trainer's `worker`."""
+    pod = core.read_namespaced_pod(names.pod_name(name, 1, index), "default")
+    for status in pod.status.container_statuses or ():
+        if (status.container_id or "").startswith("process://"):
+            group = int(status.container_id.removeprefix("process://"))
+            workers = [pid for pid in processes.group_members(group)
+                       if "ascend_hybrid_trainer worker" in processes.cmdline(pid)]
+            return workers[0] if workers else None
+    return None
+
+
+def show_in_place_recovery(custom, core, kubectl: list[str], name: str) -> None:
+    """Kills rank 1's worker, a real MindSpore process on this machine, once a checkpoint is committed, and shows
+    the recovery ladder's first rung: the same pods restart their ranks from the checkpoint (the ledger entry)."""
+    def job_status() -> dict:
+        return custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name).get("status") or {}
+    before = len(job_status().get("recoveries") or [])
+
+    def recovered() -> bool:
+        ledger = job_status().get("recoveries") or []
+        return len(ledger) > before and ledger[-1].get("outcome") == "Recovered"
+    try:
+        wait_until(lambda: ((job_status().get("training") or {}).get("step") or 0) > REAL_CHECKPOINT_EVERY, 180,
+                   f"{name}'s first checkpoint", interval=1)
+        pid = worker_pid(core, name, 1)
+        if pid is None:
+            raise DemoError(f"no MindSpore worker process found in pod {names.pod_name(name, 1, 1)}")
+        os.kill(pid, signal.SIGKILL)
+        say(f"killed rank 1's MindSpore worker (pid {pid}) in pod {names.pod_name(name, 1, 1)}: recovering in place")
+        wait_until(recovered, 240, f"{name} to recover in place", interval=1)
+    except (WaitTimeout, DemoError, ProcessLookupError) as error:
+        say(f"{name}: the in-place recovery was not shown ({error}); see `kubectl describe ahj {name}`")
+        return
+    print(_run([*kubectl, "get", "ahj", name, "-o", "jsonpath=" + LEDGER_COLUMNS], "kubectl get ahj"))
+    print(_run([*kubectl, "get", "ahj", name, "-o", "wide"], "kubectl get ahj"))
 
 
 def _prometheus_value(base: str, query: str) -> str:
@@ -298,7 +351,7 @@ def run_demo(args) -> int:
         say(f"operator running as pid {pid}; log {operator_helper(paths).log_file}")
         api = api_client(kubeconfig)
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-        jobs, real_job = jobs_to_watch(kubeconfig, custom)
+        jobs, real_job = jobs_to_watch(paths, custom, core)
         states = watch_until_running(custom, core, jobs)
     except (DemoError, RuntimeError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -320,6 +373,7 @@ def run_demo(args) -> int:
         real = jobs[-1]["metadata"]["name"]
         print(f"{real}: real MindSpore data-parallel training (2 pods × 1 NPU, trainer processes on this machine):")
         show_real_training(custom, kubectl, prometheus_url, real)
+        show_in_place_recovery(custom, core, kubectl, real)
         real_logs = f"\n  kubectl logs -f {names.pod_name(real, 1, 0)}          # the real trainer's per-step loss"
     print(f"""
 ready in {time.monotonic() - started:.0f}s. Look further:

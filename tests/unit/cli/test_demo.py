@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
+from ascend_hybrid.devcluster.paths import ClusterPaths
 from ascend_hybrid.devtools import demo
 
+PATHS = ClusterPaths(name="demo-test", root=Path("/nonexistent/demo-test"))
 SIMULATED = [{"metadata": {"name": "seed-moe-128"}}, {"metadata": {"name": "tiny-tp4-dp2"}}]
 
 
@@ -26,7 +29,7 @@ def test_without_mindspore_one_line_says_what_to_install_and_only_the_simulated_
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *rest: None if name == "mindspore" else real_find_spec(name, *rest))
-    jobs, real = demo.jobs_to_watch("kubeconfig", NoApi())
+    jobs, real = demo.jobs_to_watch(PATHS, NoApi(), NoApi())
     assert jobs == SIMULATED and real is False
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and "pip install 'ascend-hybrid[trainer]'" in lines[0] and demo.REAL_JOB in lines[0]
@@ -34,8 +37,8 @@ def test_without_mindspore_one_line_says_what_to_install_and_only_the_simulated_
 
 def test_with_mindspore_the_real_job_is_started_too(applied, monkeypatch, capsys):
     monkeypatch.setattr(demo, "mindspore_missing", lambda: False)
-    monkeypatch.setattr(demo, "start_real_job", lambda custom: {"metadata": {"name": "tiny-dp2-real"}})
-    jobs, real = demo.jobs_to_watch("kubeconfig", NoApi())
+    monkeypatch.setattr(demo, "start_real_job", lambda custom, core, paths: {"metadata": {"name": "tiny-dp2-real"}})
+    jobs, real = demo.jobs_to_watch(PATHS, NoApi(), NoApi())
     assert [job["metadata"]["name"] for job in jobs] == ["seed-moe-128", "tiny-tp4-dp2", "tiny-dp2-real"] and real
     assert capsys.readouterr().out == ""
 

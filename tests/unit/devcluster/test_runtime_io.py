@@ -9,6 +9,7 @@ import socket
 import sys
 import threading
 
+from ascend_hybrid.devcluster.kube import processes
 from ascend_hybrid.devcluster.kube.waiting import wait_until
 from ascend_hybrid.devcluster.runtime.forwarder import Address, Forwarder, service_routes
 from ascend_hybrid.devcluster.runtime.process import PodProcess, exit_code_of
@@ -139,7 +140,7 @@ def test_a_pod_process_logs_in_cri_format_and_its_group_ends_with_its_leader(tmp
     assert set(streams) == {"stdout", "stderr"} and streams["stderr"] == "to stderr"
     assert all(line.split()[2] == "F" and line.split()[0].endswith("Z") for line in lines)
     grandchild = int(streams["stdout"])
-    wait_until(lambda: not procnet.group_members(leader), 10, "the rest of the group to be killed")
+    wait_until(lambda: not processes.group_members(leader), 10, "the rest of the group to be killed")
     assert not os.path.exists(f"/proc/{grandchild}") or "Z" in open(f"/proc/{grandchild}/stat").read().split()[2]
 
 
@@ -183,4 +184,4 @@ def test_sockets_of_a_process_are_found_by_inode():
         port = listener.getsockname()[1]
         found = procnet.sockets_of([os.getpid()])
         assert any(s.local == ("127.16.251.1", port) and s.listening for s in found)
-    assert os.getpid() in procnet.group_members(os.getpgid(0))
+    assert os.getpid() in processes.group_members(os.getpgid(0))

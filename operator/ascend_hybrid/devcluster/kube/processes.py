@@ -32,6 +32,21 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (the process runtime runs each pod as one group)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+                members.append(int(entry))
+    return sorted(members)
+
+
 def is_alive(pid: int) -> bool:
     state = _proc_state(pid)
     return state is not None and state not in ("Z", "X")

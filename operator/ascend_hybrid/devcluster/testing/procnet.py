@@ -1,8 +1,8 @@
-"""What processes are in a process group and which TCP/UDP sockets they hold, read from /proc.
+"""Which TCP/UDP sockets processes hold, read from /proc.
 
 The process runtime's promise is checked with it: every process a pod's container started is found by its
-process group (containerID process://<pgid>), and every address those processes listen on or connect to lies
-in 127.0.0.0/8. parse_proc_net() is pure; the rest reads /proc.
+process group (containerID process://<pgid>; kube/processes.group_members), and every address those processes
+listen on or connect to lies in 127.0.0.0/8. parse_proc_net() is pure; the rest reads /proc.
 """
 
 from __future__ import annotations
@@ -65,20 +65,6 @@ def is_loopback_v4(ip: str) -> bool:
         return ipaddress.ip_address(ip) in ipaddress.ip_network("127.0.0.0/8")
     except ValueError:
         return False
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-                members.append(int(entry))
-    return sorted(members)
 
 
 def socket_inodes(pid: int) -> set[int]:
