@@ -4,14 +4,16 @@
 # ratios) as the summary.
 #
 #   hack/bench.sh [PYTHON]          the default runs
-#   hack/bench.sh PYTHON 4096       the 16 384-NPU gang alone (4 096 nodes, 2 048 pods; ~15 min, 1 warm round)
+#   hack/bench.sh PYTHON 4096       the 16 384-NPU gang (4 096 nodes, 2 048 pods; 1 round): its start, then its
+#                                   restart by each rung of the recovery ladder, on one cluster (~30 min)
 set -euo pipefail
 python=${1:-.venv/bin/python}
 out=build/bench
 mkdir -p "$out"
 
 if [[ ${2:-} == 4096 ]]; then
-  runs=("operator-2048 bench/bench_operator.py --nodes 4096 --pods 2048 --rounds 1 --name ahj-bench-4096")
+  runs=("operator-2048 bench/bench_operator.py --nodes 4096 --pods 2048 --rounds 1 --name ahj-bench-4096 --keep"
+        "restart-2048 bench/bench_restart.py --nodes 4096 --pods 2048 --rounds 1 --name ahj-bench-4096")
 else
   runs=(
     "planner bench/bench_planner.py"
