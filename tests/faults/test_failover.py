@@ -5,27 +5,15 @@ not asserted (docs/reliability.md has the last run's)."""
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 import urllib.request
 
-from support.faults import CaseResult, Monitor, check_job, converge
+from support.faults import CaseResult, Monitor, check_job, converge, leads
 from support.operator_harness import Jobs, job_manifest, wait_for
 
 ROUNDS = 3
 PODS = 20
-LEADS = re.compile(r"^ascend_hybrid_leader (\S+)$", re.M)
-
-
-def leads(operator) -> bool | None:
-    try:
-        found = LEADS.search(operator.metrics())
-    except OSError:
-        return None
-    return found is not None and float(found.group(1)) == 1.0
-
-
 def healthy(operator) -> bool:
     with urllib.request.urlopen(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=5) as answer:
         return answer.status == 200

@@ -1,5 +1,6 @@
 """The recovery ladder under faults (docs/reliability.md, "The recovery ladder"): the operator killed in the middle
-of RestartRanks and of ReplacePod, a second fault while a rung runs, a rung past its timeout. The simulated pods
+of RestartRanks, the leader replica killed in the middle of ReplacePod (its standby finishes it), a second fault
+while a rung runs, a rung past its timeout. The simulated pods
 run no trainer: the test plays every launcher on the job's `<job>-recovery` ConfigMap (the real launcher is
 tested on real MindSpore in tests/integration/test_process_runtime.py). Each case ends with the common checks: 0
 pods duplicated, 0 lost, and a ledger of one incident with the rungs expected."""
@@ -11,8 +12,8 @@ import time
 from datetime import UTC, datetime
 
 from ascend_hybrid.contracts import names
-from support.faults import CaseResult, Monitor, check_job, converge
-from support.operator_harness import job_manifest, wait_for
+from support.faults import CaseResult, Monitor, check_job, converge, leads
+from support.operator_harness import Jobs, job_manifest, wait_for
 
 
 class Launchers:
@@ -102,8 +103,15 @@ def test_the_operator_killed_in_the_middle_of_restart_ranks(jobs, fault_cluster,
                           "one incident, Recovered by RestartRanks, same pod UIDs, attempt 1"))
 
 
-def test_a_second_fault_during_restart_ranks_replaces_that_pod_and_the_operator_killed_meanwhile(
-        jobs, fault_cluster, report):
+def test_a_second_fault_during_restart_ranks_replaces_that_pod_and_the_leader_changes_meanwhile(
+        fault_cluster, namespace, start_operator, report):
+    election = ("--leader-elect", "--lease-namespace", namespace, "--lease-name", "ahj-rungs")
+    replicas = [start_operator(*election, log_name="replica-a.log"), start_operator(*election, log_name="replica-b.log")]
+    wait_for(lambda: sorted(map(leads, replicas)) == [False, True], 60, "one leader and one standby",
+             lambda: "\n".join(r.log_tail(15) for r in replicas))
+    leader = next(r for r in replicas if leads(r))
+    standby = next(r for r in replicas if r is not leader)
+    jobs = Jobs(fault_cluster.api, namespace, leader)
     name = "rung-twice"
     with Monitor(fault_cluster.core) as monitor:
         jobs.create(job_manifest(name, data=2, tensor=4, per_pod=4))
@@ -116,8 +124,9 @@ def test_a_second_fault_during_restart_ranks_replaces_that_pod_and_the_operator_
         launchers.say({keeper: {"uid": uids[keeper], "generation": 1, "state": "Started"}})
         launchers.fail(victim, 1, cause="HCCLExecTimeout")  # the same pod fails again: ReplacePod of it
         launchers.wait_generation(2)
-        jobs.operator.kill()  # while its pod is made again
-        jobs.operator.start()
+        leader.kill()  # while its pod is made again: the standby takes the Lease and carries ReplacePod on
+        jobs.operator = standby
+        wait_for(lambda: leads(standby), 30, "the standby to lead", lambda: standby.log_tail(20), interval=0.1)
         wait_for(lambda: launchers.pods().get(victim) not in (None, uids[victim]), 90, "the replacement pod",
                  lambda: jobs.describe(name))
         # the phase stays Restarting until the launchers step: the table complete again is the pods' cue
@@ -135,9 +144,12 @@ def test_a_second_fault_during_restart_ranks_replaces_that_pod_and_the_operator_
         ["RestartRanks", "ReplacePod"], "ReplacePod", 1, 1), status
     now = launchers.pods()
     assert now[keeper] == uids[keeper] and now[victim] != uids[victim]  # only the failed pod made again
+    assert launchers.generation() == 2  # the new leader wrote no other generation
     assert (duplicated, lost, monitor.max_duplicates, monitor.double_booked) == (0, 0, 0, [])
-    report.add(CaseResult("a second fault during RestartRanks, the operator killed during the ReplacePod it led to",
-                          3, duplicated, lost, seconds, "RestartRanks → ReplacePod of that pod only; attempt 1"))
+    report.add(CaseResult("a second fault during RestartRanks, the leader SIGKILLed during the ReplacePod it led to "
+                          "(the standby takes over)", 3, duplicated, lost, seconds,
+                          "RestartRanks → ReplacePod of that pod only; attempt 1"))
+    jobs.delete_all(timeout=120)
 
 
 def test_a_rung_past_its_timeout_restarts_the_gang(jobs, fault_cluster, report):
@@ -165,7 +177,6 @@ def test_a_rung_past_its_timeout_restarts_the_gang(jobs, fault_cluster, report):
 
 def test_a_node_lost_under_pod_one_replaces_only_that_pod(fault_cluster, namespace, start_operator, report):
     from ascend_hybrid.devcluster.nodes import fleet
-    from support.operator_harness import Jobs
 
     grace = 5.0
     jobs = Jobs(fault_cluster.api, namespace, start_operator("--node-grace-seconds", str(grace)))

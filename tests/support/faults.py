@@ -14,6 +14,7 @@ Invariants (on the real objects):
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -68,6 +69,18 @@ class Report:
 def _raw(api_client: client.ApiClient, call, *args, **kwargs) -> dict:
     answer = call(*args, _preload_content=False, _request_timeout=10, **kwargs)
     return json.loads(answer.data)
+
+
+LEADS = re.compile(r"^ascend_hybrid_leader (\S+)$", re.M)
+
+
+def leads(operator) -> bool | None:
+    """Whether a replica started with --leader-elect leads (its metric); None while it does not answer."""
+    try:
+        found = LEADS.search(operator.metrics())
+    except OSError:
+        return None
+    return found is not None and float(found.group(1)) == 1.0
 
 
 def live(pod: dict) -> bool:
