@@ -44,7 +44,7 @@ class ObservedError(ValueError):
 
 @dataclass(frozen=True, order=True)
 class Reading:
-    at: str          # status.training.sampledAt (RFC 3339, UTC): later readings of a job replace earlier ones
+    at: str          # status.utilization.sampledAt (RFC 3339, UTC): later readings of a job replace earlier ones
     job: str         # namespace/name
     profile: str
     ratio: float     # steady measured / unscaled predicted step seconds
@@ -84,7 +84,7 @@ def reading_of(namespace: str, name: str, status: Mapping[str, Any]) -> Reading 
     plan = status.get("plan") or {}
     measured, time = plan.get("measured") or {}, plan.get("time") or {}
     steady, predicted = measured.get("steadyStepSeconds"), time.get("stepSeconds")
-    profile, at = plan.get("hardware"), (status.get("training") or {}).get("sampledAt")
+    profile, at = plan.get("hardware"), (status.get("utilization") or {}).get("sampledAt")
     if status.get("phase") != "Running" or not profile or not isinstance(at, str):
         return None
     if (measured.get("steadySteps") or 0) < MIN_STEADY_STEPS or not _positive(steady) or not _positive(predicted):

@@ -5,10 +5,12 @@ and handed to the next passes."""
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.controller import observed as controller_observed
 from ascend_hybrid.controller.loop import Controller, Indexes
+from ascend_hybrid.monitoring.progress import Sample, training_status, utilization_status
 from ascend_hybrid.planner import observed
 from ascend_hybrid.reconcile.strategy import measured
 
@@ -29,7 +31,7 @@ class BookKube:
 
 
 def running(steady: float, at: str = "2026-12-01T12:00:00Z", profile: str = "910B") -> dict:
-    return {"phase": "Running", "training": {"sampledAt": at},
+    return {"phase": "Running", "utilization": {"sampledAt": at},
             "plan": {"hardware": profile, "time": {"stepSeconds": 2.0},
                      "measured": {"steadySteps": 30, "steadyStepSeconds": steady}}}
 
@@ -105,9 +107,16 @@ def test_the_loop_writes_only_while_leading_and_hands_the_factors_to_the_passes(
 
 
 def test_simulated_steps_at_the_prediction_read_near_one():
-    """What the demo's simulated jobs report (figures.py: predicted × 1 ± 5 %) folds to a factor near 1."""
-    plan = {"hardware": "910B", "time": {"stepSeconds": 100.0}}
-    for count, total in ((20, 2000.0), (40, 4100.0)):
-        plan = measured(plan, {"stepSeconds": total / count, "sampledAt": "t"}, {}, (total, count))
-    reading = observed.reading_of("ns", "sim", {"phase": "Running", "training": {"sampledAt": "t"}, "plan": plan})
-    assert reading is not None and reading.ratio == 1.05 and plan["stepTimeRatio"] == 1.05
+    """What the demo's simulated jobs report (figures.py: predicted × 1 ± 5 %), turned into status as a pass
+    does (progress.py, strategy.measured), folds to a factor near 1."""
+    plan: dict = {"hardware": "910B", "time": {"stepSeconds": 100.0}}
+    status: dict = {"phase": "Running"}
+    for minute, (count, total) in enumerate(((20, 2000.0), (40, 4100.0))):
+        sample = Sample("trainer", datetime(2026, 12, 1, 12, minute, tzinfo=UTC), step=count,
+                        step_seconds=total / count, step_seconds_sum=total, step_count=count)
+        status["training"], status["utilization"] = training_status(sample, 1000), utilization_status(sample)
+        status["plan"] = plan = measured(plan, status["training"], status["utilization"],
+                                         (sample.step_seconds_sum, sample.step_count))
+    reading = observed.reading_of("ns", "sim", status)
+    assert reading == observed.Reading("2026-12-01T12:01:00Z", "ns/sim", "910B", 1.05)
+    assert plan["stepTimeRatio"] == 1.05

@@ -22,7 +22,7 @@ def status(steady: float | None = 3.0, predicted: float = 2.0, steps: float = 10
             "measured": {"steadySteps": steps, **({"steadyStepSeconds": steady} if steady is not None else {})}}
     if scale is not None:
         plan["observed"] = {"stepScale": scale, "jobs": 3}
-    return {"phase": phase, "training": {"sampledAt": at}, "plan": plan}
+    return {"phase": phase, "utilization": {"sampledAt": at}, "plan": plan}
 
 
 def test_a_reading_is_a_running_jobs_steady_step_over_its_unscaled_prediction():
