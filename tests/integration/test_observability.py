@@ -17,11 +17,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
+from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.controlplane import toolchain
 from ascend_hybrid.devcluster.kube import processes
 from ascend_hybrid.devcluster.paths import CLUSTERS_ENV
 from ascend_hybrid.devcluster.telemetry import exporter, figures, prometheus
+from ascend_hybrid.planner import observed as observed_model
 from support.operator_harness import REPO, Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
 
 pytestmark = pytest.mark.integration
@@ -172,9 +175,20 @@ def test_prometheus_figures_reach_the_status_and_an_outage_is_reported_once(obse
     assert fresh["utilization"]["source"] == "prometheus" and fresh["training"]["step"] >= stale["training"]["step"]
 
 
-def test_without_prometheus_the_operator_reads_the_trainer_endpoints(observed, namespace, operator_factory):
+# The built-in 910B predicts the tiny job's step at 0.24 ms, 1000× under the simulation's pinned 0.25 s, a ratio the
+# observed-efficiency book reads as a broken measurement: this profile (replacing 910B for this operator only)
+# predicts about 0.2 s, so the job's reading counts.
+SLOW_910B = {"name": "910B", "chipsPerNode": 8, "hbmGiB": 64, "usableFraction": 0.9, "peakTflops": 0.01,
+             "computeEfficiency": 0.5, "intraNode": {"gbps": 56, "topology": "mesh"}, "interNode": {"gbps": 25}}
+
+
+def test_without_prometheus_the_operator_reads_the_trainer_endpoints(observed, namespace, operator_factory,
+                                                                      tmp_path):
     cluster, _ = observed
-    operator = operator_factory(cluster)
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(json.dumps(SLOW_910B))
+    # the book lives in the operator's namespace (the Lease's): this test's own, so no other operator shares it
+    operator = operator_factory(cluster, "--hardware-profiles", profiles, "--lease-namespace", namespace)
     jobs = Jobs(cluster.api, namespace, operator)
     jobs.create(telemetry_job("scraped", utilization=41))
     jobs.wait_running("scraped")
@@ -186,6 +200,34 @@ def test_without_prometheus_the_operator_reads_the_trainer_endpoints(observed, n
         endpoint = f"http://{pod['status']['podIP']}:{figures.TRAINER_PORT}/metrics"
         wait_for(lambda endpoint=endpoint: 'ascend_trainer_npu_utilization_percent{device="' in fetch(endpoint), 10,
                  f"{pod['metadata']['name']}'s trainer endpoint {endpoint}", lambda: helper_logs(cluster))
+
+    # past its warm-up the job's steady step (0.25 s, pinned) is measured against the prediction, and the leader
+    # keeps it in the observed-efficiency ConfigMap by server-side apply: one job, so its reading is the factor
+    def steady():
+        plan = jobs.status("scraped").get("plan") or {}
+        return (plan.get("measured") or {}).get("steadySteps", 0) >= observed_model.MIN_STEADY_STEPS and plan
+    plan = wait_for(steady, 60, "a steady step time past the warm-up", lambda: jobs.describe("scraped"))
+    assert plan["measured"]["steadyStepSeconds"] == 0.25
+    ratio = 0.25 / plan["time"]["stepSeconds"]
+    assert plan["stepTimeRatio"] == round(ratio, 3) and observed_model.PLAUSIBLE[0] < ratio < 1.5, plan
+
+    def book():
+        config_map = jobs.core.read_namespaced_config_map(names.OBSERVED_EFFICIENCY_CONFIG_MAP, namespace)
+        return observed_model.observe(observed_model.from_data(config_map.data), "910B")
+    seen = wait_for(lambda: _or_none(book), 30, "the observed-efficiency ConfigMap", lambda: operator.log_tail())
+    assert seen.jobs == (f"{namespace}/scraped",) and seen.factor == pytest.approx(ratio, rel=1e-4)
+    managers = {entry.manager for entry in jobs.core.read_namespaced_config_map(
+        names.OBSERVED_EFFICIENCY_CONFIG_MAP, namespace).metadata.managed_fields}
+    assert managers == {names.FIELD_MANAGER}, managers  # applied server-side, by the operator alone
+
+
+def _or_none(read):
+    try:
+        return read()
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
 
 
 def fetch(url: str) -> str:

@@ -2,6 +2,7 @@
 
     ascend-hybrid plan -f JOB.yaml [--world N | --nodes N] [--chip 910B | --hardware FILE] [--top K] [-o table|json]
     ascend-hybrid plan -f JOB.yaml --evaluate [--chip … | --hardware FILE] [-o table|json]
+    … [--learn] [--explain] [--observed FILE | --kubeconfig FILE --operator-namespace NS]
 
 Bad input is one `error:` line and exit code 2 (cli.main); so is a model no strategy fits, which also names the
 closest candidate and how far it misses.
@@ -13,8 +14,8 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
 
+from ascend_hybrid.contracts.names import DEFAULT_OPERATOR_NAMESPACE
 from ascend_hybrid.gang.layout import Layout
 from ascend_hybrid.gang.placement import place
 from ascend_hybrid.planner import explain, hardware, observed, search, svg
@@ -118,8 +119,10 @@ def cmd_plan(args) -> int:
         _positive(args, name)
     _, resolved = load_job(args.file)
     hw = _hardware(args, resolved.chip)
-    if args.learn:
-        hw = _learned(hw, args.kubeconfig)
+    if args.observed and not (args.learn or args.explain):
+        raise InputError(f"--observed {args.observed}: read only with --learn or --explain")
+    if args.learn or args.explain:
+        hw = _learned(args, hw)
     as_json = args.output == "json"
     try:
         if args.evaluate:
@@ -235,28 +238,62 @@ class Capacity:
         return f"cluster: {self.describe()}; {where}\n{document}"
 
 
-def cluster_jobs(kubeconfig: str | None) -> list[dict]:
-    """Every AscendHybridJob of the cluster, read with the operator's own client."""
-    from ascend_hybrid.cli.inputs import InputError
-    from ascend_hybrid.contracts.names import GROUP
+def observed_book(args) -> observed.Book:
+    """The observed-efficiency book: from --observed FILE (the ConfigMap as `kubectl get -o yaml` writes it, or
+    its data), else the operator's ConfigMap in --operator-namespace, read with the operator's own client."""
+    from ascend_hybrid.cli.inputs import InputError, load_yaml
+    from ascend_hybrid.contracts.names import OBSERVED_EFFICIENCY_CONFIG_MAP
     from ascend_hybrid.controller.kube import Kube
-    from ascend_hybrid.spec.api import PLURAL, VERSION
 
+    if args.observed:
+        document = load_yaml(args.observed)
+        data = document.get("data", document) if isinstance(document, dict) else None
+        where = args.observed
+    else:
+        where = f"configmap {args.operator_namespace}/{OBSERVED_EFFICIENCY_CONFIG_MAP}"
+        try:
+            kube = Kube.from_environment(args.kubeconfig, attempts=2)
+            config_map = kube.read_config_map(args.operator_namespace, OBSERVED_EFFICIENCY_CONFIG_MAP)
+        except Exception as error:  # noqa: BLE001 - no cluster to read is one line, not a traceback
+            raise InputError(f"--learn/--explain: cannot read {where}: {str(error).splitlines()[0]}") from None
+        data = (config_map or {}).get("data") or {}
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a ConfigMap or its data mapping")
     try:
-        kube = Kube.from_environment(kubeconfig)
-        answer: Any = kube.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, _preload_content=False)
-    except Exception as error:  # noqa: BLE001 - no cluster to read is one line, not a traceback
-        raise InputError(f"--learn: cannot read the cluster's jobs: {str(error).splitlines()[0]}") from None
-    return json.loads(answer.data)["items"]
+        return observed.from_data(data)
+    except observed.ObservedError as error:
+        raise InputError(f"{where}: {error}") from None
 
 
-def _learned(hw: hardware.Hardware, kubeconfig: str | None) -> hardware.Hardware:
-    """The profile scaled by what the cluster's Running jobs on it measured (planner/observed.py); one line on
-    stderr says from how many jobs, or that there are none."""
-    seen = observed.observe(cluster_jobs(kubeconfig), hw.name)
-    print(seen.describe() if seen else f"observed: no running job on {hw.name} past {observed.WARMUP_STEPS} steps; "
-          "predictions unscaled", file=sys.stderr)
-    return observed.scaled(hw, seen)
+def explain_observed(book: observed.Book, hw: hardware.Hardware, applied: bool) -> str:
+    """`plan --explain`: what the cluster observed on the profile, job by job, and whether it scales the plan."""
+    seen = observed.observe(book, hw.name)
+    others = ", ".join(f"{name} {factor.factor:.3g}×" for name, factor in sorted(observed.observe_all(book).items())
+                       if name != hw.name)
+    if seen is None:
+        lines = [f"observed: no job on {hw.name} has a steady reading yet (steps after the first "
+                 f"{observed.WARMUP_STEPS}); predictions unscaled"]
+    else:
+        lines = [seen.describe() + ("; predictions below are scaled by it" if applied else
+                                    "; predictions below are not scaled (add --learn)"),
+                 f"  readings {seen.low:.3g}–{seen.high:.3g}×, latest {seen.updated}:"]
+        lines += [f"    {job}: {ratio:.3g}× at {at}" for job, (ratio, at) in sorted((book.get(hw.name) or {}).items())]
+    if others:
+        lines.append(f"  other profiles: {others}")
+    return "\n".join(lines)
+
+
+def _learned(args, hw: hardware.Hardware) -> hardware.Hardware:
+    """The profile scaled by the cluster's observed factor (--learn), the book explained (--explain): on stderr."""
+    book = observed_book(args)
+    seen = observed.observe(book, hw.name)
+    if args.explain:
+        print(explain_observed(book, hw, args.learn), file=sys.stderr)
+    elif seen is None:
+        print(f"observed: no job on {hw.name} has a steady reading yet; predictions unscaled", file=sys.stderr)
+    else:
+        print(seen.describe() + "; predictions below are scaled by it", file=sys.stderr)
+    return observed.scaled(hw, seen) if args.learn else hw
 
 
 def cluster_capacity(resolved, chip: str, kubeconfig: str | None) -> Capacity:
@@ -292,10 +329,19 @@ def register(subparsers) -> None:
                         "world (or --world/--nodes) must fit what the gang placer can place, and the candidates "
                         "placeable now are named")
     p.add_argument("--learn", action="store_true",
-                   help="scale predictions by what the cluster's Running jobs on the same hardware profile measured "
-                        "(median measured/predicted step, warm-up excluded; kubeconfig)")
-    p.add_argument("--kubeconfig", help="with --cluster or --learn: kubeconfig file (default: $KUBECONFIG, then "
-                                        "in-cluster)")
+                   help="scale predictions by the cluster's observed factor for the hardware profile: the operator's "
+                        "ascend-hybrid-observed-efficiency ConfigMap (median steady measured/predicted step of its "
+                        "jobs), or --observed FILE")
+    p.add_argument("--explain", action="store_true",
+                   help="say what the cluster observed on the hardware profile, job by job (the ConfigMap or "
+                        "--observed FILE), and whether it scales the predictions (--learn)")
+    p.add_argument("--observed", metavar="FILE",
+                   help="with --learn/--explain: the observed-efficiency ConfigMap saved as YAML (kubectl get -o "
+                        "yaml), instead of reading the cluster")
+    p.add_argument("--operator-namespace", default=DEFAULT_OPERATOR_NAMESPACE,
+                   help=f"with --learn/--explain: the operator's namespace (default {DEFAULT_OPERATOR_NAMESPACE})")
+    p.add_argument("--kubeconfig", help="with --cluster, --learn or --explain: kubeconfig file (default: $KUBECONFIG, "
+                                        "then in-cluster)")
     p.add_argument("--svg", help="also write a picture of the best (or evaluated) plan: nodes and chips by stage, "
                                  "TP and EP groups, the 1F1B timeline, memory per stage")
     p.set_defaults(func=cmd_plan)

@@ -32,6 +32,9 @@ DEFAULT_EXPANDER_IMAGE = "ascend-hybrid/operator:0.1.0"  # the operator's image 
 JOB_CONFIG_VOLUME = "ascend-job-config"
 CHECKPOINT_VOLUME = "ascend-checkpoints"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # token, ca.crt, namespace (kubelet's)
+# The cluster's observed step scale per hardware profile (planner/observed.py), in the operator's namespace.
+OBSERVED_EFFICIENCY_CONFIG_MAP = "ascend-hybrid-observed-efficiency"
+DEFAULT_OPERATOR_NAMESPACE = "ascend-hybrid-system"  # where docs/install.md installs the chart
 TERMINATION_LOG = "/dev/termination-log"  # the container's terminationMessagePath (Kubernetes' default) = AHJ_TERMINATION_LOG
 
 

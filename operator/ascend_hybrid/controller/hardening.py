@@ -20,8 +20,8 @@ def add_arguments(parser) -> None:
     election.add_argument("--leader-elect", action="store_true",
                           help="reconcile only while holding the Lease; standbys keep their watches warm")
     election.add_argument("--lease-name", default=defaults.lease_name, help="name of the Lease")
-    election.add_argument("--lease-namespace", help="namespace of the Lease (default: the namespace the operator "
-                          "runs in, else the kubeconfig context's, else default)")
+    election.add_argument("--lease-namespace", help="namespace of the Lease and of the observed-efficiency ConfigMap "
+                          "(default: the namespace the operator runs in, else the kubeconfig context's, else default)")
     election.add_argument("--lease-duration-seconds", type=int, default=defaults.lease_seconds,
                           help="how long a standby waits after the last renewal before it takes the Lease")
     election.add_argument("--lease-renew-deadline-seconds", type=float, default=defaults.lease_renew_deadline_seconds,

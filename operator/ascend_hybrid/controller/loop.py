@@ -32,6 +32,7 @@ from ascend_hybrid.controller.workqueue import WorkQueue
 from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.gang import ranktable, render
 from ascend_hybrid.monitoring.progress import Sample
+from ascend_hybrid.planner.observed import Reading, reading_of
 from ascend_hybrid.reconcile.actions import (
     CreatePods,
     DeleteJob,
@@ -73,6 +74,7 @@ class Controller:
     placement_lock: threading.Lock = field(default_factory=threading.Lock)
     jobs: dict[JobKey, JobRecord] = field(default_factory=dict)
     hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
+    observed_efficiency: dict = field(default_factory=dict)  # profile → the cluster's factor (observed.py's loop)
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
     leadership: object | None = None  # leader.LeaderElector under --leader-elect: workers take keys only while leading
@@ -290,6 +292,7 @@ class Controller:
             node_grace_seconds=self.settings.node_grace_seconds,
             in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample,
             device_infos=device_infos_by_node(self.indexes.device_infos()), hardware_profiles=self.hardware_profiles,
+            observed_efficiency=self.observed_efficiency,
             refusal=record.refusal, rank_table_revision=record.rank_table_revision,
             expander_image=self.settings.ranktable_expander_image,
             launcher_generation=launcher_generation, launchers=launchers,
@@ -430,6 +433,7 @@ class Controller:
             record.sample = None  # a reading of the previous attempt's pods says nothing of this one
         record.attempt = attempt
         record.step_time_ratio = (new.get("plan") or {}).get("stepTimeRatio")
+        record.reading = reading_of(key[0], key[1], new)
         record.goodput = new.get("goodput")
         placed = next((c for c in new.get("conditions", []) if c["type"] == "Placed"), None)
         admitted = next((c for c in new.get("conditions", []) if c["type"] == "Admitted"), None)
@@ -448,6 +452,10 @@ class Controller:
 
     def running_jobs(self) -> list[tuple[JobKey, int]]:
         return [(key, record.attempt) for key, record in list(self.jobs.items()) if record.phase == "Running"]
+
+    def readings(self) -> list[Reading]:
+        """Each job's latest reading of its steady step against the prediction (planner/observed.py)."""
+        return [record.reading for record in list(self.jobs.values()) if record.reading is not None]
 
     def offer_sample(self, key: JobKey, attempt: int, sample: Sample) -> None:
         """A telemetry reading of one attempt; the next pass writes it into the status."""

@@ -89,9 +89,11 @@ def run(args) -> int:
     from ascend_hybrid.controller import handlers  # noqa: F401 - registers the kopf handlers
     from ascend_hybrid.controller.clusterwatch import NamedStore, device_reaction, node_reaction
     from ascend_hybrid.controller.kube import Kube
+    from ascend_hybrid.controller.leader import default_lease_namespace
     from ascend_hybrid.controller.listwatch import ListWatch
     from ascend_hybrid.controller.loop import Controller
     from ascend_hybrid.controller.metrics import publishing_loop
+    from ascend_hybrid.controller.observed import EfficiencyBook, folding_loop
     from ascend_hybrid.controller.podwatch import PodStore, reaction
     from ascend_hybrid.controller.telemetry import TelemetrySource, sampling_loop
     from ascend_hybrid.spec.k8s_validation.image import (
@@ -155,7 +157,9 @@ def run(args) -> int:
     if settings.watches_cluster:
         watches.append(ListWatch(kube, device_infos, DEVICEINFO_NAMESPACE, resource="configmaps",
                                  label_selector=f"{DEVICEINFO_LABEL}=true", timeout_seconds=seconds))
+    book = EfficiencyBook(kube, settings.lease_namespace or default_lease_namespace(settings.kubeconfig))
     controller.start(publishing_loop(controller), sampling_loop(controller, source, settings.telemetry_interval),
+                     folding_loop(controller, book, settings.telemetry_interval),
                      *(watch.watch_forever for watch in watches))
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
     memo = kopf.Memo(controller=controller, pods=pods, nodes=nodes, device_infos=device_infos)

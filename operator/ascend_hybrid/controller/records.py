@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ascend_hybrid.diagnosis.refusals import Refusal
 from ascend_hybrid.gang import backlog
 from ascend_hybrid.monitoring.progress import Sample
+from ascend_hybrid.planner.observed import Reading
 from ascend_hybrid.reconcile.actions import PostEvent
 
 JobKey = tuple[str, str]
@@ -23,6 +24,7 @@ class JobRecord:
     attempt: int = 1
     step_time_ratio: float | None = None        # status.plan.stepTimeRatio, for the metric
     goodput: float | None = None                # status.goodput, for the metric
+    reading: Reading | None = None              # steady measured / predicted step (the observed-efficiency book)
     pending_reason: str = "Waiting"
     failures: int = 0                           # consecutive passes that raised
     last_written: str | None = None             # resourceVersion of our last status patch

@@ -36,6 +36,7 @@ from ascend_hybrid.devcluster.telemetry import figures as sim_figures
 from ascend_hybrid.devcluster.telemetry import prometheus
 from ascend_hybrid.devtools.repo import chart_dir, repo_root
 from ascend_hybrid.gang import layout as layouts
+from ascend_hybrid.planner.observed import MIN_STEADY_STEPS
 from ascend_hybrid.spec.api import PLURAL, VERSION
 from ascend_hybrid.spec.rules import parse
 
@@ -159,10 +160,12 @@ def apply_examples(kubeconfig: str) -> list[dict]:
 
 
 def progress_columns() -> str:
-    """For `kubectl get ahj -o custom-columns=…`: the printer columns have Step but no loss."""
+    """For `kubectl get ahj -o custom-columns=…`: the printer columns have Step but no loss. STEP_S is the mean
+    with graph compilation in it; STEADY_S (the steps after the first 20) is what RATIO reads once it has 5."""
     return ("NAME:.metadata.name,PHASE:.status.phase,STEP:.status.training.step,LOSS:.status.training.loss,"
             "PROGRESS%:.status.training.progressPercentage,STEP_S:.status.training.stepSeconds,"
-            "PREDICTED_S:.status.plan.time.stepSeconds,RATIO:.status.plan.stepTimeRatio")
+            "STEADY_S:.status.plan.measured.steadyStepSeconds,PREDICTED_S:.status.plan.time.stepSeconds,"
+            "RATIO:.status.plan.stepTimeRatio")
 
 
 def prometheus_queries(name: str, namespace: str = "default", attempt: int = 1) -> dict[str, str]:
@@ -221,11 +224,19 @@ def _wait_gone(custom, name: str, timeout: float = 60) -> None:
 
 def show_real_training(custom, kubectl: list[str], prometheus_url: str, name: str) -> None:
     """Waits for the real job's first steps and their measured step time, then shows step, loss and measured
-    against predicted step seconds moving, in the CR and in Prometheus."""
+    against predicted step seconds moving, in the CR and in Prometheus: first with the graph compilation in the
+    ratio, then once the steps past the warm-up give it alone."""
+    def status() -> dict:
+        return custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name).get("status") or {}
+
     def stepped() -> bool:
-        status = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name).get("status") or {}
-        trained = ((status.get("training") or {}).get("step") or 0) >= 1
-        return trained and (status.get("plan") or {}).get("stepTimeRatio") is not None
+        now = status()
+        trained = ((now.get("training") or {}).get("step") or 0) >= 1
+        return trained and (now.get("plan") or {}).get("stepTimeRatio") is not None
+
+    def steady() -> bool:  # the ratio over the steps after the first 20: graph compilation left out
+        measured = (status().get("plan") or {}).get("measured") or {}
+        return (measured.get("steadySteps") or 0) >= MIN_STEADY_STEPS
     try:
         wait_until(stepped, 180, f"{name}'s first training steps", interval=2)
     except WaitTimeout:
@@ -236,7 +247,11 @@ def show_real_training(custom, kubectl: list[str], prometheus_url: str, name: st
         for figure, query in prometheus_queries(name).items():
             print(f"  prometheus {figure:<5} {query} = {_prometheus_value(prometheus_url, query)}")
         if round_ == 0:
-            time.sleep(12)
+            try:
+                wait_until(steady, 90, f"{name}'s steady step time", interval=2)
+            except WaitTimeout:
+                say(f"{name}: no {MIN_STEADY_STEPS} steps past the first 20 yet; its ratio still holds the "
+                    "graph compilation")
 
 
 def worker_pid(core, name: str, index: int) -> int | None:

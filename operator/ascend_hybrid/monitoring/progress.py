@@ -37,6 +37,8 @@ class Sample:
     no_data_yet: bool = False        # the source answered but has nothing for this job yet: not a fault
     chips: tuple[ChipReading, ...] = ()                 # every chip of the job that reported utilization
     pod_step_seconds: tuple[tuple[str, float], ...] = ()  # (pod, seconds per step) where a pod says
+    step_seconds_sum: float | None = None  # the lead pod's cumulative step time and step count (this process):
+    step_count: float | None = None        # steps after a mark of them exclude warm-up (strategy.measured)
 
     @property
     def ok(self) -> bool:
@@ -74,6 +76,7 @@ def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: di
     return Sample("trainer", sampled_at, step=lead.get("step"), loss=lead.get("loss"),
                   tokens_per_second=lead.get("tokens_per_second"),
                   step_seconds=_ratio(lead.get("step_seconds_sum"), lead.get("step_seconds_count")),
+                  step_seconds_sum=lead.get("step_seconds_sum"), step_count=lead.get("step_seconds_count"),
                   npu_percent=_mean([chip.percent for chip in chips]), chips=tuple(chips), pod_step_seconds=per_pod)
 
 
@@ -87,6 +90,8 @@ def prometheus_queries(namespace: str, pod_regex: str, first_pod: str) -> dict[s
         "tokens_per_second": f"max(ascend_trainer_tokens_per_second{{{trainer}}})",
         "step_seconds": (f"sum(rate(ascend_trainer_step_seconds_sum{{{trainer}}}[2m])) / "
                          f"sum(rate(ascend_trainer_step_seconds_count{{{trainer}}}[2m]))"),
+        "step_seconds_sum": f"max(ascend_trainer_step_seconds_sum{{{trainer}}})",
+        "step_count": f"max(ascend_trainer_step_seconds_count{{{trainer}}})",
         "npu_percent": f"avg(npu_chip_info_utilization{{{exporter}}})",
         "hbm_percent": (f"100 * sum(npu_chip_info_hbm_used_memory{{{exporter}}}) / "
                         f"sum(npu_chip_info_hbm_total_memory{{{exporter}}})"),
@@ -117,7 +122,8 @@ def from_prometheus(values: dict[str, float | None], sampled_at: datetime,
     per_pod = tuple(sorted((labels.get("pod", "?"), value) for labels, value in vectors.get("pod_step_seconds", ())
                            if _finite(value) and value > 0))
     return Sample("prometheus", sampled_at, **{key: values.get(key) for key in (
-        "step", "loss", "tokens_per_second", "step_seconds", "npu_percent", "hbm_percent")},
+        "step", "loss", "tokens_per_second", "step_seconds", "npu_percent", "hbm_percent", "step_seconds_sum",
+        "step_count")},
         chips=chips, pod_step_seconds=per_pod)
 
 

@@ -109,7 +109,7 @@ def chosen_strategy(p: Pass) -> Decision | None:
     o, status = p.o, p.status
     if status.get("phase") not in TERMINAL_JOB_PHASES:
         chosen = strategy.step(p.job.get("spec") or {}, p.resolved, status, o.hardware_profiles, o.now,
-                               p.generation)
+                               p.generation, o.observed_efficiency)
         for event in chosen.events:
             p.d.emit(*event)
         if chosen.failure:

@@ -22,6 +22,7 @@ from ascend_hybrid.gang import ranktable
 from ascend_hybrid.monitoring import anomalies
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner.hardware import Hardware
+from ascend_hybrid.planner.observed import Observed as ObservedFactor
 from ascend_hybrid.reconcile.actions import Action, DeleteJob, DeletePods, DeleteWorkloads, PostEvent, WriteRankTable
 from ascend_hybrid.spec.rules import ResolvedJob
 
@@ -46,6 +47,7 @@ class Observed:
     telemetry: Sample | None = None           # latest progress/utilization reading of the current attempt
     device_infos: Mapping[str, DeviceInfo] = field(default_factory=dict)  # node → MindCluster deviceinfo
     hardware_profiles: Mapping[str, Hardware] = field(default_factory=dict)  # the planner's, by name (--hardware-profiles)
+    observed_efficiency: Mapping[str, ObservedFactor] = field(default_factory=dict)  # profile → the cluster's factor
     workload: Mapping | None = None           # the Kueue Workload of the current attempt (queued jobs; queue_steps.py)
     refusal: Refusal | None = None            # the apiserver's last refusal of this job's writes (refusals.py)
     rank_table_revision: int = 0              # the rank-table ConfigMap's `version` counter

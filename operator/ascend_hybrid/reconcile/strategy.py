@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascend_hybrid.contracts.conditions import set_condition
-from ascend_hybrid.planner import explain, search
+from ascend_hybrid.planner import explain, observed, search
 from ascend_hybrid.planner.explain import CUBE_WARNING
 from ascend_hybrid.planner.hardware import GIB, Hardware, HardwareError, builtin
 from ascend_hybrid.planner.workload import Workload
@@ -167,16 +167,48 @@ def planned(job: ResolvedJob, plan: Mapping[str, Any]) -> ResolvedJob:
     return resolved
 
 
-def measured(plan: Mapping[str, Any], training: Mapping[str, Any], utilization: Mapping[str, Any]) -> dict:
-    """status.plan with what the job measures beside what was predicted (stepTimeRatio = measured/predicted)."""
+def measured(plan: Mapping[str, Any], training: Mapping[str, Any], utilization: Mapping[str, Any],
+             totals: tuple[float | None, float | None] = (None, None)) -> dict:
+    """status.plan with what the job measures beside what was predicted (stepTimeRatio = measured/predicted).
+
+    `totals` is the lead pod's cumulative (step seconds, step count) in its process. The first reading at or past
+    observed.WARMUP_STEPS steps marks them (`measured.warmupMark`); later readings give `steadyStepSeconds` over the
+    steps since, graph compilation and warm-up excluded, and once MIN_STEADY_STEPS of them are in the ratio is
+    theirs. Counters that went back (a new process) start a new mark."""
     out = dict(plan)
     figures = {"stepSeconds": training.get("stepSeconds"), "tokensPerSecond": training.get("tokensPerSecond"),
                "hbmPercent": utilization.get("hbmPercent")}
-    out["measured"] = {key: value for key, value in figures.items() if value is not None}
+    now = {key: value for key, value in figures.items() if value is not None}
+    now.update(_steady((plan.get("measured") or {}).get("warmupMark"), *totals))
+    out["measured"] = now
     predicted = (plan.get("time") or {}).get("stepSeconds")
-    if figures["stepSeconds"] and predicted:
-        out["stepTimeRatio"] = round(figures["stepSeconds"] / predicted, 3)
+    seconds = now["steadyStepSeconds"] if now.get("steadySteps", 0) >= observed.MIN_STEADY_STEPS else \
+        figures["stepSeconds"]
+    if seconds and predicted:
+        out["stepTimeRatio"] = round(seconds / predicted, 3)
     return out
+
+
+def _steady(mark: Mapping[str, Any] | None, total: float | None, count: float | None) -> dict:
+    if total is None or count is None:
+        return {"warmupMark": mark} if mark else {}
+    if mark is None or count < mark["steps"] or total < mark["seconds"]:
+        if count < observed.WARMUP_STEPS:
+            return {}
+        mark = {"steps": count, "seconds": total}
+    steps = count - mark["steps"]
+    if steps < 1:
+        return {"warmupMark": mark}
+    return {"warmupMark": mark, "steadySteps": steps, "steadyStepSeconds": round((total - mark["seconds"]) / steps, 4)}
+
+
+def _with_scale(plan: dict, seen: observed.Observed | None) -> dict:
+    return plan if seen is None else {**plan, "observed": {"stepScale": round(seen.factor, 4), "jobs": len(seen.jobs)}}
+
+
+def _scale_note(seen: observed.Observed | None) -> str:
+    return "" if seen is None else (f"; step times scaled by the observed {seen.factor:.3g}× of {len(seen.jobs)} "
+                                    f"job{'s' if len(seen.jobs) != 1 else ''} on {seen.profile}")
 
 
 @dataclass
@@ -188,15 +220,27 @@ class Step:
     failure: tuple[str, str] | None = None
 
 
+def with_observed(job: ResolvedJob, hw: Hardware, efficiency: Mapping[str, observed.Observed]
+                  ) -> tuple[Hardware, observed.Observed | None]:
+    """The profile a prediction uses: scaled by the cluster's observed factor when the job opts in
+    (spec.npu.useObservedEfficiency) and the cluster has one for the profile."""
+    seen = efficiency.get(hw.name) if job.spec.npu.use_observed_efficiency else None
+    return observed.scaled(hw, seen), seen
+
+
 def step(spec: Mapping[str, Any], job: ResolvedJob, status: dict, profiles: Mapping[str, Hardware],
-         now, generation) -> Step:
+         now, generation, efficiency: Mapping[str, observed.Observed] | None = None) -> Step:
     """Plans an auto job once per spec (or scores a manual job's strategy once per spec), records status.plan,
-    status.parallelism and the StrategyFits condition, and returns the job to run."""
+    status.parallelism and the StrategyFits condition, and returns the job to run.
+
+    The hash is of the unscaled profile: a new observed factor does not plan a running job again (an auto job's
+    degrees would change under it); the factor is read when the spec is planned, and recorded."""
     try:
         hw = hardware_for(job, profiles)
     except StrategyError as error:
         return Step(job, [], ("InvalidSpec", str(error)))
     hash_ = spec_hash(spec, hw)
+    hw, seen = with_observed(job, hw, efficiency or {})
     plan = status.get("plan") or {}
     fresh = plan.get("specHash") != hash_
     events: list[tuple[str, str, str]] = []
@@ -206,8 +250,8 @@ def step(spec: Mapping[str, Any], job: ResolvedJob, status: dict, profiles: Mapp
                 plan = choose(job, hw, hash_)
             except StrategyError as error:
                 return Step(job, [], ("NoStrategyFits", str(error)))
-            status["plan"] = plan
-            chosen = f"{_degrees(plan['parallelism'])}, recompute {plan['recompute']}"
+            status["plan"] = plan = _with_scale(plan, seen)
+            chosen = f"{_degrees(plan['parallelism'])}, recompute {plan['recompute']}{_scale_note(seen)}"
             set_condition(status, "StrategyFits", True, "Planned", f"{chosen}: {plan['why']}", now, generation)
             events.append(("Normal", "StrategyChosen", f"{chosen} out of {plan['considered']} strategies: "
                                                        f"{plan['why']}"))
@@ -223,8 +267,9 @@ def step(spec: Mapping[str, Any], job: ResolvedJob, status: dict, profiles: Mapp
             set_condition(status, "StrategyFits", False, "NotEvaluated", str(error), now, generation)
             verdict = None
         else:
-            status["plan"] = plan
-            set_condition(status, "StrategyFits", verdict.fits, verdict.reason, verdict.message, now, generation)
+            status["plan"] = _with_scale(plan, seen)
+            set_condition(status, "StrategyFits", verdict.fits, verdict.reason, verdict.message + _scale_note(seen),
+                          now, generation)
             if not verdict.fits:
                 events.append(("Warning", verdict.reason, verdict.message))
     status["parallelism"] = {key: value for key, value in job.degrees.items()}

@@ -24,8 +24,8 @@ def record_telemetry(p: Pass) -> None:
         p.status["training"] = training_status(sample, p.resolved.spec.training.steps)
         p.status["utilization"] = utilization_status(sample)
         if p.status.get("plan"):
-            p.status["plan"] = strategy.measured(p.status["plan"], p.status["training"],
-                                                    p.status["utilization"])
+            p.status["plan"] = strategy.measured(p.status["plan"], p.status["training"], p.status["utilization"],
+                                                 (sample.step_seconds_sum, sample.step_count))
         p.cond("MetricsAvailable", True, "Sampled", f"read from {sample.source}")
         record_anomalies(p, sample)
         return

@@ -152,6 +152,11 @@ class Npu(ApiModel):
     hardware_profile: str | None = Field(None, max_length=63)
     """Hardware profile the planner predicts with: a name the operator's --hardware-profiles file (the chart's
     hardwareProfiles) defines; default: the chip's own profile."""
+    # no schema default: a defaulted field would change every stored job's spec, hence its status.plan.specHash
+    use_observed_efficiency: bool | None = Field(None)
+    """Scale the planner's step-time predictions (parallelism auto's choice, StrategyFits) by what this cluster's
+    jobs measured on the same hardware profile: the operator's ascend-hybrid-observed-efficiency ConfigMap
+    (docs/planner.md). The factor in use when the job is planned is recorded in status.plan.observed. Default off."""
 
 
 class Model(ApiModel):
@@ -521,6 +526,13 @@ class EffectiveParallelism(ApiModel):
     """Layers of each pipeline stage (absent: the even split)."""
 
 
+class WarmupMark(ApiModel):
+    steps: float = Field()
+    """Cumulative steps of the lead trainer process at the mark."""
+    seconds: float = Field()
+    """Cumulative step seconds at the mark."""
+
+
 class MeasuredStep(ApiModel):
     step_seconds: float | None = Field(None)
     """Measured mean seconds per step."""
@@ -528,6 +540,21 @@ class MeasuredStep(ApiModel):
     """Measured tokens per second of the job."""
     hbm_percent: float | None = Field(None)
     """Measured mean HBM use of the job's NPUs."""
+    warmup_mark: WarmupMark | None = Field(None)
+    """The lead trainer's cumulative step count and seconds when this attempt passed its first 20 steps."""
+    steady_steps: float | None = Field(None)
+    """Steps measured since the warm-up mark."""
+    steady_step_seconds: float | None = Field(None)
+    """Mean seconds per step since the warm-up mark (graph compilation and warm-up excluded); once 5 steps are in,
+    stepTimeRatio is computed from it."""
+
+
+class ObservedScale(ApiModel):
+    step_scale: float = Field()
+    """The observed factor the prediction was multiplied by (measured / predicted step seconds of the cluster's
+    jobs on this hardware profile, median)."""
+    jobs: int = Field()
+    """How many jobs' readings it came from."""
 
 
 class PlanStatus(ApiModel):
@@ -572,7 +599,9 @@ class PlanStatus(ApiModel):
     measured: MeasuredStep | None = Field(None)
     """What the running job measures (from status.training and status.utilization)."""
     step_time_ratio: float | None = Field(None)
-    """Measured / predicted step seconds."""
+    """Measured / predicted step seconds (steady, once past warm-up)."""
+    observed: ObservedScale | None = Field(None)
+    """Set when spec.npu.useObservedEfficiency scaled this prediction by what the cluster's jobs measured."""
 class FailureStatus(ApiModel):
     cause: str = Field()
     """Why the attempt ended: the trainer's cause (HCCLConnectTimeout, DeviceOutOfMemory, …) or NodeNotReady,

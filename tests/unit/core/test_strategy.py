@@ -4,6 +4,7 @@ auto rules in Python and CEL, and predicted against measured."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import celpy
@@ -208,3 +209,46 @@ def test_an_auto_long_sequence_job_records_context_parallelism_and_the_status_sc
     assert {"context", "pipelineLayers"} <= set(plan_degrees)
     again = decide(observe(body(long, status=decision.status)))
     assert again.status["worldSize"] == 32 and again.status["plan"] == decision.status["plan"]
+
+
+def test_the_ratio_is_the_steady_steps_once_past_warm_up():
+    plan = {"time": {"stepSeconds": 2.0}, "fits": True}
+    training = {"stepSeconds": 6.0}  # the cumulative mean, a 90 s compile step included
+    early = strategy.measured(plan, training, {}, (50.0, 10.0))
+    assert "warmupMark" not in early["measured"] and early["stepTimeRatio"] == 3.0
+    marked = strategy.measured(early, training, {}, (120.0, 20.0))
+    assert marked["measured"]["warmupMark"] == {"steps": 20.0, "seconds": 120.0}
+    assert "steadySteps" not in marked["measured"]
+    few = strategy.measured(marked, training, {}, (124.2, 22.0))
+    assert few["measured"]["steadyStepSeconds"] == 2.1 and few["stepTimeRatio"] == 3.0  # 2 steps: not yet
+    steady = strategy.measured(few, training, {}, (141.0, 30.0))
+    assert (steady["measured"]["steadySteps"], steady["measured"]["steadyStepSeconds"]) == (10.0, 2.1)
+    assert steady["stepTimeRatio"] == 1.05
+    restarted = strategy.measured(steady, training, {}, (40.0, 8.0))  # a new process: counters back at 8
+    assert "warmupMark" not in restarted["measured"] and restarted["stepTimeRatio"] == 3.0
+    unknown = strategy.measured(steady, training, {}, (None, None))  # a source without the totals keeps the mark
+    assert unknown["measured"]["warmupMark"] == {"steps": 20.0, "seconds": 120.0}
+
+
+def test_an_opted_in_job_is_planned_with_the_clusters_factor_and_later_factors_do_not_replan_it():
+    from ascend_hybrid.planner import observed
+
+    factor = {"910B": observed.Observed("910B", 1.5, ("ns/a", "ns/b", "ns/c"), 1.2, 1.8, "2026-12-01T11:00:00Z")}
+    plain = decide(observe(body(AUTO))).status["plan"]
+    ignored = decide(replace(observe(body(AUTO)), observed_efficiency=factor)).status["plan"]
+    assert ignored == plain and "observed" not in ignored  # not opted in: the factor is not read
+    opted = {**AUTO, "npu": {"useObservedEfficiency": True}}
+    decision = decide(replace(observe(body(opted)), observed_efficiency=factor))
+    plan = decision.status["plan"]
+    assert plan["observed"] == {"stepScale": 1.5, "jobs": 3}
+    assert plan["time"]["stepSeconds"] == pytest.approx(1.5 * plain["time"]["stepSeconds"], rel=1e-3)
+    fits = next(c for c in decision.status["conditions"] if c["type"] == "StrategyFits")
+    assert "scaled by the observed 1.5× of 3 jobs on 910B" in fits["message"]
+    # the next pass sees a new factor: the recorded plan stands (same specHash), so the pods keep their degrees
+    later = {"910B": observed.Observed("910B", 3.0, ("ns/a",))}
+    again = decide(replace(observe(body(opted, decision.status)), observed_efficiency=later)).status["plan"]
+    assert again["specHash"] == plan["specHash"] and again["observed"]["stepScale"] == 1.5
+    # a manual job scores its own strategy with it too
+    manual = {"parallelism": {"data": 2}, "npu": {"perPod": 1, "useObservedEfficiency": True}}
+    scored = decide(replace(observe(body(manual, name="manual")), observed_efficiency=factor)).status
+    assert scored["plan"]["source"] == "evaluated" and scored["plan"]["observed"]["stepScale"] == 1.5

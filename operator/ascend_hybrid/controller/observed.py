@@ -1,0 +1,77 @@
+"""The cluster's observed efficiency, kept in the API: every telemetry interval the leader folds each Running job's
+reading (planner/observed.py: steady measured / unscaled predicted step seconds) into the book per hardware profile
+and applies it server-side to the ConfigMap `ascend-hybrid-observed-efficiency` in the operator's namespace; the
+factors it holds are what `spec.npu.useObservedEfficiency` jobs are planned with and what `ascend-hybrid plan
+--learn/--explain` read. The book is read back from the ConfigMap when this replica starts leading, so a restart
+or a new leader continues it instead of starting over."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from ascend_hybrid.contracts import names
+from ascend_hybrid.controller.kube import Kube
+from ascend_hybrid.planner import observed
+
+log = logging.getLogger("ascend_hybrid.observed")
+
+
+def manifest(namespace: str, book: observed.Book) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": names.OBSERVED_EFFICIENCY_CONFIG_MAP, "namespace": namespace,
+                         "labels": dict(names.MANAGED_BY)},
+            "data": observed.to_data(book)}
+
+
+class EfficiencyBook:
+    """The book as this replica last read or wrote it."""
+
+    def __init__(self, kube: Kube, namespace: str):
+        self.kube, self.namespace = kube, namespace
+        self.book: dict[str, dict[str, tuple[float, str]]] = {}
+        self.loaded = False
+
+    def load(self) -> None:
+        config_map = self.kube.read_config_map(self.namespace, names.OBSERVED_EFFICIENCY_CONFIG_MAP)
+        try:
+            self.book = observed.from_data((config_map or {}).get("data"))
+        except observed.ObservedError as error:
+            # a hand-edited ConfigMap the operator cannot read: start a new book, which the next write replaces
+            log.warning("%s/%s: %s; starting a new book", self.namespace, names.OBSERVED_EFFICIENCY_CONFIG_MAP,
+                        error)
+            self.book = {}
+        self.loaded = True
+
+    def fold(self, readings: Iterable[observed.Reading]) -> bool:
+        """Folds the readings in; applies the ConfigMap when the book changed. True when it wrote."""
+        if not self.loaded:
+            self.load()
+        folded = observed.fold(self.book, readings)
+        if folded == self.book:
+            return False
+        self.kube.apply(manifest(self.namespace, folded))
+        self.book = folded
+        return True
+
+    def factors(self) -> dict[str, observed.Observed]:
+        return observed.observe_all(self.book)
+
+
+def folding_loop(controller, book: EfficiencyBook, interval: float) -> Callable[[], None]:
+    """The loop that keeps the book: only the leader writes; a standby reads it again when it starts leading."""
+
+    def observed_efficiency() -> None:
+        while not controller.queue.closed:
+            leadership = controller.leadership
+            if leadership is not None and not leadership.leading():
+                book.loaded = False
+            else:
+                try:
+                    book.fold(controller.readings())
+                except Exception:  # Kube retried with backoff (logged with its traceback): the next interval tries again
+                    log.exception("cannot keep %s/%s", book.namespace, names.OBSERVED_EFFICIENCY_CONFIG_MAP)
+                controller.observed_efficiency = book.factors()
+            time.sleep(interval)
+    return observed_efficiency
