@@ -27,9 +27,13 @@ def bind_claim(core: client.CoreV1Api, namespace: str, claim: str, timeout: floa
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume,
                  "resources": {"requests": {"storage": "1Gi"}}}})
-    wait_until(lambda: core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound",
+    wait_until(lambda: _phase(core.read_namespaced_persistent_volume_claim(claim, namespace)) == "Bound",
                timeout, f"claim {claim} to be bound")
     return volume
+
+
+def _phase(claim: client.V1PersistentVolumeClaim) -> str | None:
+    return claim.status.phase if claim.status else None
 
 
 def _create_absent(create, body: dict) -> None:
