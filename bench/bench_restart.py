@@ -32,8 +32,9 @@ from datetime import UTC, datetime
 from kubernetes import client
 
 from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster.testing.pods import outcome_annotations
-from ascend_hybrid.spec.api import GROUP, PLURAL, VERSION
+from ascend_hybrid.spec.api import PLURAL, VERSION
 from benchkit import (
     DevCluster,
     Operator,
