@@ -129,14 +129,14 @@ def refusal(p: Pass) -> Decision | None:
 
 
 def first_seen(p: Pass) -> None:
-    """Attempt 1 begins: Created, Pending, one event."""
+    """Attempt 1 begins: condition Created, Pending. No event: the placement's (Placed, or why not) follows in the
+    same pass and says as much; an event is a write per job."""
     if p.status.get("attempt"):
         return
     e = p.resolved
     p.status["attempt"] = 1
-    p.cond("Created", True, "Created", f"world {e.world_size}: {e.pod_count} pods × {e.per_pod} NPUs")
+    p.cond("Created", True, "Created", f"world {e.world_size}: {e.pod_count} pods × {e.per_pod} {e.chip} NPUs")
     p.phase("Pending", "waiting for placement")
-    p.d.emit("Normal", "Created", f"{e.pod_count} pods × {e.per_pod} {e.chip} NPUs, world {e.world_size}")
 
 
 def past_deadline(p: Pass) -> Decision | None:
