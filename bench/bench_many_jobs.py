@@ -25,6 +25,7 @@ from benchkit import (
     Operator,
     WaitTimedOut,
     bare_pods,
+    calls_breakdown,
     gang_job,
     histogram_quantile,
     median_range,
@@ -70,7 +71,8 @@ def jobs_round(dev: DevCluster, operator: Operator, count: int, chips: int, tag:
     finally:
         watch.close()
     dev.remove_namespace(namespace)
-    return {"seconds": finished - started, "running": running, "calls": spent.calls, "cpu": spent.cpu,
+    return {"seconds": finished - started, "running": running, "calls": spent.calls, "writes": spent.writes,
+            "by_call": spent.by_call, "cpu": spent.cpu,
             "buckets": spent.buckets, "latencies": latencies, "rss_mb": rss_mb}
 
 
@@ -135,6 +137,9 @@ def report(args, rounds: list[tuple[float, dict]], idle_mb: float, peak_mb: floa
           + (f"  (timed out after {args.timeout:.0f} s with {', '.join(short)} Running: the rate of those)"
              if short else ""))
     print(f"  operator API calls per job applied            : {median_range([j['calls'] / args.jobs for _, j in rounds])}")
+    print(f"  operator writes per job applied               : {median_range([j['writes'] / args.jobs for _, j in rounds])}")
+    print(f"  per job by verb and resource (median)         : "
+          f"{calls_breakdown([j['by_call'] for _, j in rounds], args.jobs)}")
     print(f"  operator CPU per job applied                  : "
           f"{median_range([1000 * j['cpu'] / args.jobs for _, j in rounds], unit=' ms')}")
     points = percentiles(latencies)

@@ -19,7 +19,18 @@ import argparse
 import statistics
 import time
 
-from benchkit import CREATE_WORKERS, DevCluster, Operator, bare_pods, gang_job, median_range, ratio_line, say
+from benchkit import (
+    CREATE_WORKERS,
+    DevCluster,
+    Operator,
+    Snapshot,
+    bare_pods,
+    calls_breakdown,
+    gang_job,
+    median_range,
+    ratio_line,
+    say,
+)
 
 
 def timeout_for(pods: int) -> float:
@@ -39,7 +50,7 @@ def bare_round(dev: DevCluster, pods: int, chips: int, tag: str, workers: int = 
     return finished - started
 
 
-def job_round(dev: DevCluster, operator: Operator, pods: int, chips: int, tag: str) -> tuple[float, float, float]:
+def job_round(dev: DevCluster, operator: Operator, pods: int, chips: int, tag: str) -> tuple[float, Snapshot]:
     """Seconds to Running, and the operator's API calls and CPU seconds meanwhile."""
     namespace = dev.namespace(f"bench-job-{tag}")
     watch = dev.job_watch(namespace)
@@ -52,7 +63,7 @@ def job_round(dev: DevCluster, operator: Operator, pods: int, chips: int, tag: s
     finally:
         watch.close()
     dev.remove_namespace(namespace)
-    return finished - started, spent.calls, spent.cpu
+    return finished - started, spent
 
 
 def bare_only(args) -> int:
@@ -97,33 +108,38 @@ def main() -> int:
         cold_bare = bare_round(dev, args.pods, args.chips, f"{run_id}-cold", args.bare_workers)
         operator = Operator(dev).start()
         try:
-            cold_job, cold_calls, cold_cpu = job_round(dev, operator, args.pods, args.chips, f"{run_id}-cold")
+            cold_job, cold = job_round(dev, operator, args.pods, args.chips, f"{run_id}-cold")
             say(f"  cold: bare {cold_bare:.2f} s, first job after the operator started {cold_job:.2f} s, "
                 f"ratio {cold_job / cold_bare:.2f}")
             rounds = []
             for number in range(1, args.rounds + 1):
                 bare = bare_round(dev, args.pods, args.chips, f"{run_id}-{number}", args.bare_workers)
-                job, calls, cpu = job_round(dev, operator, args.pods, args.chips, f"{run_id}-{number}")
-                rounds.append((bare, job, calls, cpu))
+                job, spent = job_round(dev, operator, args.pods, args.chips, f"{run_id}-{number}")
+                rounds.append((bare, job, spent))
                 say(f"  round {number}: bare {bare:.2f} s, job {job:.2f} s, ratio {job / bare:.2f}, "
-                    f"{calls:.0f} API calls, operator CPU {cpu:.2f} s")
+                    f"{spent.calls:.0f} API calls ({spent.writes:.0f} writes), operator CPU {spent.cpu:.2f} s")
             peak_mb = operator.peak_rss / 1e6
         finally:
             operator.stop_process()
         control_plane = dev.component_rss_mb()
-    bare_s, job_s, calls, cpu = (list(column) for column in zip(*rounds))
-    ratios = [job / bare for bare, job, _, _ in rounds]
+    bare_s, job_s = [bare for bare, _, _ in rounds], [job for _, job, _ in rounds]
+    calls, writes = [spent.calls for _, _, spent in rounds], [spent.writes for _, _, spent in rounds]
+    cpu = [spent.cpu for _, _, spent in rounds]
+    ratios = [job / bare for bare, job, _ in rounds]
     print(f"{args.pods} pods × {args.chips} NPUs ({args.pods * args.chips} NPUs) on {args.nodes} nodes: "
           f"dev-cluster up {dev.up_seconds:.1f} s, {args.rounds} warm rounds after one cold, "
           f"bare pods created {args.bare_workers} at a time")
     print("  control plane RSS at the end: "
           + ", ".join(f"{name} {mb:.0f} MB" for name, mb in sorted(control_plane.items())))
     print(f"  cold: bare {cold_bare:.2f} s, first job after operator start {cold_job:.2f} s, "
-          f"ratio {cold_job / cold_bare:.2f}, {cold_calls / args.pods:.2f} API calls and "
-          f"{1000 * cold_cpu / args.pods:.2f} ms operator CPU per pod")
+          f"ratio {cold_job / cold_bare:.2f}, {cold.calls / args.pods:.2f} API calls ({cold.writes / args.pods:.2f} "
+          f"writes) and {1000 * cold.cpu / args.pods:.2f} ms operator CPU per pod")
     print(f"  bare pods created → all Running with devices  : {median_range(bare_s, unit=' s')}")
     print(f"  AscendHybridJob applied → Running, rank table : {median_range(job_s, unit=' s')}")
     print(f"  operator API calls per pod                    : {median_range([c / args.pods for c in calls])}")
+    print(f"  operator writes per pod                       : {median_range([w / args.pods for w in writes])}")
+    print(f"  per pod by verb and resource (median)         : "
+          f"{calls_breakdown([spent.by_call for _, _, spent in rounds], args.pods)}")
     print(f"  operator CPU per pod                          : "
           f"{median_range([1000 * c / args.pods for c in cpu], unit=' ms')}")
     print(f"  operator peak RSS                             : {peak_mb:.0f} MB")

@@ -314,9 +314,14 @@ class Operator:
         except OSError:
             return False
 
-    def api_calls(self) -> float:
-        return sum(float(value) for value in
-                   re.findall(r"^ascend_hybrid_api_calls_total\{[^}]*\} (\S+)$", self.metrics(), re.M))
+    def api_calls(self) -> dict[tuple[str, str], float]:
+        """`ascend_hybrid_api_calls_total` by (verb, resource)."""
+        calls: dict[tuple[str, str], float] = {}
+        for labels, value in re.findall(r"^ascend_hybrid_api_calls_total\{([^}]*)\} (\S+)$", self.metrics(), re.M):
+            named = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+            key = (named.get("verb", "?"), named.get("resource", "?"))
+            calls[key] = calls.get(key, 0.0) + float(value)
+        return calls
 
     def reconcile_buckets(self) -> list[tuple[float, float]] | None:
         """(upper bound, cumulative count) of `ascend_hybrid_reconcile_seconds`, summed over its labels; None when
@@ -331,18 +336,32 @@ class Operator:
         return Snapshot(self.api_calls(), self.cpu_seconds(), self.reconcile_buckets())
 
 
-class Snapshot:
-    """The operator's counters at one moment; `since` gives what happened between two."""
+WRITE_VERBS = frozenset({"create", "apply", "patch", "update", "delete"})  # controller/kube.py's MUTATING_VERBS
 
-    def __init__(self, calls: float, cpu: float, buckets: list[tuple[float, float]] | None):
-        self.calls, self.cpu, self.buckets = calls, cpu, buckets
+
+class Snapshot:
+    """The operator's counters at one moment; `since` gives what happened between two. `by_call` is the API calls
+    by (verb, resource); `calls` their sum, `writes` the sum of the mutating verbs'."""
+
+    def __init__(self, by_call: dict[tuple[str, str], float], cpu: float, buckets: list[tuple[float, float]] | None):
+        self.by_call, self.cpu, self.buckets = by_call, cpu, buckets
+        self.calls = sum(by_call.values())
+        self.writes = sum(count for (verb, _), count in by_call.items() if verb in WRITE_VERBS)
 
     def since(self, earlier: Snapshot) -> Snapshot:
         buckets = None
         if self.buckets is not None:
             before = dict(earlier.buckets or ())
             buckets = [(bound, count - before.get(bound, 0.0)) for bound, count in self.buckets]
-        return Snapshot(self.calls - earlier.calls, self.cpu - earlier.cpu, buckets)
+        by_call = {key: count - earlier.by_call.get(key, 0.0) for key, count in self.by_call.items()}
+        return Snapshot({key: count for key, count in by_call.items() if count}, self.cpu - earlier.cpu, buckets)
+
+
+def calls_breakdown(rounds: list[dict[tuple[str, str], float]], per: int) -> str:
+    """The median over rounds of each (verb, resource)'s calls, divided by `per` (pods or jobs); writes first."""
+    keys = sorted({key for by_call in rounds for key in by_call}, key=lambda k: (k[0] not in WRITE_VERBS, k))
+    return ", ".join(f"{verb} {resource} {statistics.median([r.get((verb, resource), 0.0) for r in rounds]) / per:.2f}"
+                     for verb, resource in keys)
 
 
 def histogram_quantile(buckets: list[tuple[float, float]], quantile: float) -> float | None:

@@ -74,6 +74,16 @@ def node_of(pod: Mapping) -> str | None:
     return (pod.get("spec") or {}).get("nodeName")
 
 
+def unschedulable_message(pod: Mapping) -> str | None:
+    """The scheduler's word on an unbound pod it could not place (PodScheduled=False, reason Unschedulable): for a
+    pod pinned to its placed node, that node refused it (another pod took the chips there). None otherwise."""
+    for entry in (pod.get("status") or {}).get("conditions") or ():
+        if entry.get("type") == "PodScheduled" and entry.get("status") == "False" \
+                and entry.get("reason") == "Unschedulable":
+            return str(entry.get("message") or "Unschedulable")
+    return None
+
+
 def live_names(pods: Iterable[Mapping]) -> tuple[str, ...]:
     return tuple(pod["metadata"]["name"] for pod in pods if not is_deleting(pod))
 

@@ -250,9 +250,11 @@ def _volumes(resolved: ResolvedJob) -> tuple[list[dict], list[dict]]:
 
 def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: int, node: str | None, sched_ip: str,
         node_requirements: list[dict] | tuple = (), expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> dict:
-    """One pod of the gang: gated, owned by the job, pinned to its placed node. A queued job's pods (node None)
-    carry their Kueue pod-group labels and annotations instead, and only `node_requirements` (the chip type):
-    they are placed and pinned once Kueue admits them (queue_steps.py)."""
+    """One pod of the gang, owned by the job, pinned to its placed node by a required node affinity. On the direct
+    path it is created schedulable: its chips are promised under the placement lock before it exists, so a gate
+    would hold nothing and cost one patch per pod (design §5). A queued job's pods carry the gang gate, their Kueue
+    pod-group labels and annotations, and (node None, before admission) only `node_requirements` (the chip type):
+    Kueue admits the group, then they are placed, pinned and released in one patch each (queue_steps.py)."""
     job, spec = resolved.name, resolved.spec
     template = spec.template
     labels = {**template.metadata.labels, **names.job_labels(job), names.ATTEMPT_LABEL: str(attempt),
@@ -267,7 +269,7 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
     manifest = _render(
         "pod.yaml.j2", name=names.pod_name(job, attempt, index), namespace=namespace, labels=labels,
         annotations=annotations, owner_references=owner_references(job, uid), subdomain=names.headless_service(job),
-        gate=names.GANG_GATE, node_requirements=requirements, scheduler_name=spec.scheduling.scheduler_name,
+        gate=names.GANG_GATE if spec.scheduling.queue else None, node_requirements=requirements, scheduler_name=spec.scheduling.scheduler_name,
         service_account_name=template.service_account_name, priority_class_name=template.priority_class_name,
         node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
         image_pull_policy=template.image_pull_policy, command=template.command, args=template.args,
@@ -318,7 +320,7 @@ def pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: t
 
 def children(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,
              table: dict | None = None, expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
-    """Every child in creation order: Services, ConfigMaps, then the gated Pods."""
+    """Every child in creation order: Services, ConfigMaps, then the Pods."""
     first_table = initializing(format_of(CHIPS[resolved.chip].super_pods))
     return [*services(resolved.name, namespace, uid),
             rank_table_config_map(resolved.name, namespace, uid, table or first_table),

@@ -28,6 +28,7 @@ from ascend_hybrid.contracts.podview import (
     phase_of,
     pod_counts,
     pod_index,
+    unschedulable_message,
 )
 from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.diagnosis.failures import Failure
@@ -128,14 +129,14 @@ def refusal(p: Pass) -> Decision | None:
 
 
 def first_seen(p: Pass) -> None:
-    """Attempt 1 begins: Created, Pending, one event."""
+    """Attempt 1 begins: condition Created, Pending. No event: the placement's (Placed, or why not) follows in the
+    same pass and says as much; an event is a write per job."""
     if p.status.get("attempt"):
         return
     e = p.resolved
     p.status["attempt"] = 1
-    p.cond("Created", True, "Created", f"world {e.world_size}: {e.pod_count} pods × {e.per_pod} NPUs")
+    p.cond("Created", True, "Created", f"world {e.world_size}: {e.pod_count} pods × {e.per_pod} {e.chip} NPUs")
     p.phase("Pending", "waiting for placement")
-    p.d.emit("Normal", "Created", f"{e.pod_count} pods × {e.per_pod} {e.chip} NPUs, world {e.world_size}")
 
 
 def past_deadline(p: Pass) -> Decision | None:
@@ -204,7 +205,7 @@ def enqueued(p: Pass, current: dict, stale: list, admission: Admission | None, t
 
 def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decision:
     """A placed attempt, from its children to Running: apply the Services and ConfigMaps, create the missing pods
-    pinned to their nodes and release them, wait for the scheduler, then complete the rank table (or reset it while
+    pinned to their nodes (a queued gang's are released too), wait for the scheduler, then complete the rank table (or reset it while
     a pod is not ready) and read the running job's telemetry."""
     o, e, status = p.o, p.resolved, p.status
     attempt = int(status["attempt"])
@@ -229,12 +230,16 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
                                      expander_image=o.expander_image)
         created = tuple(PodToCreate(manifest, nodes[index], e.per_pod) for index, manifest in zip(missing, manifests))
         p.d.act(CreatePods(created))
-        # Creation answered means the pod exists: the gang is released in the same pass, not one watch later.
-        releasable += [(pod.manifest["metadata"]["name"], (names.GANG_GATE,)) for pod in created]
-    if releasable:
+        if p.queue:  # a queued gang's pods carry Kueue's group gate: creation answered, released in the same pass
+            releasable += [(pod.manifest["metadata"]["name"], (names.GANG_GATE,)) for pod in created]
+    if releasable:  # a queued gang, or pods an operator before design §5's change created gated
         p.d.act(queue_steps.release(p, releasable, current, nodes))
         p.phase("Starting", f"all {e.pod_count} pods exist; releasing the gang to the scheduler")
         p.d.emit("Normal", "GangReleased", f"all {e.pod_count} pods created; scheduling gates removed")
+        p.requeue(FAST_REQUEUE_SECONDS)
+        return p.d
+    if missing:  # the direct path: created schedulable and pinned, the chips promised under the placement lock
+        p.phase("Starting", f"{len(missing)} pods created on their placed nodes")
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
     if len(pods) < e.pod_count:
@@ -296,9 +301,14 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
         created = max(created, parse_time(admitted["lastTransitionTime"]) or created)
     waited = (p.o.now - created).total_seconds()
     limit = e.spec.run_policy.scheduling_timeout_seconds
+    # a pod pinned to its placed node that the scheduler calls unschedulable: the node refused it (a pod the
+    # default scheduler bound there took the chips between our placement and the pod's creation)
+    refused = [(pod["metadata"]["name"], why) for pod in unbound if (why := unschedulable_message(pod))]
+    refusal = f"; {refused[0][0]} refused by the scheduler: {refused[0][1]}" if refused else ""
     if waited >= limit:
         names_ = ", ".join(p["metadata"]["name"] for p in unbound[:5])
-        message = f"{len(unbound)} pods not bound within schedulingTimeoutSeconds={limit} ({names_}); re-planning"
+        message = (f"{len(unbound)} pods not bound within schedulingTimeoutSeconds={limit} ({names_}){refusal}; "
+                   "re-planning")
         p.delete(pods)
         p.reset_rank_table()
         p.new_attempt()
@@ -307,7 +317,7 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
         p.d.emit("Warning", "SchedulingTimeout", message)
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
-    p.phase("Starting", f"{len(unbound)} of {len(pods)} pods waiting for the scheduler")
+    p.phase("Starting", f"{len(unbound)} of {len(pods)} pods waiting for the scheduler{refusal}")
     p.requeue(min(FAST_REQUEUE_SECONDS, limit - waited))
     return p.d
 

@@ -68,8 +68,17 @@ def full_pod(index: int = 0, *, phase: str = "Running", failed: bool = False, ga
     return pod
 
 
+def refused_pod(index: int) -> dict:
+    """Unbound, pinned, and the scheduler's PodScheduled=False Unschedulable on it (a rival took its node)."""
+    pod = full_pod(index, gated=True)
+    pod["status"]["conditions"][0] = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                      "message": "0/10 nodes are available: 1 Insufficient huawei.com/Ascend910.",
+                                      "lastTransitionTime": "2026-12-01T10:00:01Z"}
+    return pod
+
+
 PODS = [full_pod(0), full_pod(1, gated=True), full_pod(2, phase="Failed", failed=True), full_pod(3, phase="Pending"),
-        full_pod(4, queued=True, gated=True)]
+        full_pod(4, queued=True, gated=True), refused_pod(5)]
 NODES = [NodeBuilder(f"node-{index}").chip("910B").build() for index in range(5)]
 
 READERS = {
@@ -77,6 +86,7 @@ READERS = {
     "phase_of": podview.phase_of, "is_finished": podview.is_finished, "exit_code": podview.exit_code,
     "sched_host": lambda pod: podview.container_env(pod, render.SCHED_HOST_ENV),
     "is_gated": podview.is_gated, "is_deleting": podview.is_deleting, "node_of": podview.node_of,
+    "unschedulable_message": podview.unschedulable_message,
     "npu_request": podview.npu_request, "holds_npus": lambda pod: podview.holds_npus(pod.get("spec") or {}),
     "pod_devices": ascend.pod_devices, "pod_chip_ids": ascend.pod_chip_ids,
     "pinned_node": lambda pod: inventory.pinned_node(pod, {}),

@@ -265,7 +265,8 @@ def test_without_a_queue_nothing_of_kueue_happens():
     (create,) = of(created, CreatePods)
     assert [p.node for p in create.pods] == list(PLACED)
     assert not [key for p in create.pods for key in p.manifest["metadata"]["labels"] if key.startswith("kueue.")]
-    assert of(created, RemoveGates) and not of(created, PinAndRelease)
+    assert not of(created, RemoveGates) and not of(created, PinAndRelease)
+    assert not [p for p in create.pods if "schedulingGates" in p.manifest["spec"]], "gates are Kueue's pod groups'"
 
 
 def test_a_queued_pod_that_vanishes_after_admission_breaks_the_gang():

@@ -127,7 +127,7 @@ def test_pod_shape(seed, seed_children):
                                   "hybrid.ascend.dev/pod-index": str(index),
                                   "app.kubernetes.io/managed-by": "ascend-hybrid-operator"}
         assert meta["annotations"] == {"hccl/rankIndex": str(index)}
-        assert spec["schedulingGates"] == [{"name": "hybrid.ascend.dev/gang"}]
+        assert "schedulingGates" not in spec  # the direct path: created schedulable, pinned (design §5)
         terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
                                                 "values": [f"node-{index:02d}"]}]}]
