@@ -160,8 +160,9 @@ def shrink_options(p: Pass) -> tuple[tuple[tuple[GangRequest, ResolvedJob], ...]
         return (), None
     choice = choose(spec_job(p), e.data, hw)
     if not choice.jobs:
-        cannot_shrink(p, "; ".join(choice.rejected) or f"spec.elastic.minData={elastic.min_data} is the data "
-                                                          f"degree it runs with")
+        if not p.status.get("elastic"):  # shrunk already: Degraded keeps saying so, the placement why it waits
+            cannot_shrink(p, "; ".join(choice.rejected) or f"spec.elastic.minData={elastic.min_data} is the data "
+                                                              "degree it runs with")
         return (), None
     avoided = p.status.get("avoidedNodes") or ()
     return tuple((GangRequest.for_job(job, avoided), job) for job in choice.jobs), None
@@ -172,7 +173,7 @@ def cannot_shrink(p: Pass, why: str) -> None:
     message = f"the gang does not fit and the job cannot shrink: {why}"
     if (condition(p.status, DEGRADED) or {}).get("message") != message:
         p.d.emit("Warning", "CannotShrink", message)
-    p.cond(DEGRADED, bool(p.status.get("elastic")), "CannotShrink", message)
+    p.cond(DEGRADED, False, "CannotShrink", message)
 
 
 def shrunk(status: dict, asked: ResolvedJob, placed: ResolvedJob, now: datetime,
@@ -184,6 +185,9 @@ def shrunk(status: dict, asked: ResolvedJob, placed: ResolvedJob, now: datetime,
                          "fromData": int(before.get("fromData") or asked.data), "since": timestamp(now)}
     status["parallelism"] = {**(status.get("parallelism") or {}), **placed.degrees}
     status["worldSize"] = placed.world_size
+    # The next attempt's pods are made from another job: a pass that reads this status before the one that
+    # creates them (a watch behind the patches) must not take them for a spec change.
+    status.pop("podTemplateHash", None)
     why = (f"no room for data {asked.data} ({asked.pod_count} pods): shrunk to data {placed.data}, "
            f"{placed.micro_batches} micro-batches per step, the global batch of {placed.global_batch_size} kept")
     record = recovery.current_incident(status.get("recoveries") or [])
@@ -258,6 +262,7 @@ def grow(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> None:
     p.new_attempt()
     p.status["parallelism"] = {**(p.status.get("parallelism") or {}), **full.degrees}
     p.status["worldSize"] = full.world_size
+    p.status.pop("podTemplateHash", None)  # as at a shrink: the next pods are made from the spec's job
     message = f"data {state['data']}→{full.data}: {why}; restarting as attempt {p.status['attempt']}"
     p.cond(DEGRADED, False, "Grown", message)
     p.cond("Restarting", True, GROW, message)

@@ -196,8 +196,12 @@ def test_a_job_that_lost_a_node_with_no_spare_shrinks_only_after_the_replacement
     assert json.loads(env["AHJ_PARALLEL"])["data"] == 2 and json.loads(env["AHJ_PARALLEL"])["microBatches"] == 2
     assert env["MS_WORKER_NUM"] == "2"
     assert start.status["worldSize"] == 2 and start.status["parallelism"]["data"] == 2
-    # the pods are made from the shrunk job: once they exist, no pass takes them for a spec change
+    # the pods are made from the shrunk job: once they exist, no pass takes them for a spec change, not even one
+    # that reads the status the shrink wrote but not yet the one that created them (a watch behind the patches)
     pods = [live(i, attempt=2) for i in range(2)]
+    assert "podTemplateHash" not in status
+    behind = decide(observe(body, pods=pods, nodes=lost, children_data=2, now=NOW + timedelta(seconds=125)))
+    assert not of(behind, DeletePods) and behind.status["attempt"] == 2
     again = decide(observe(with_status(builder, start.status), pods=pods, nodes=lost, children_data=2,
                            now=NOW + timedelta(seconds=125)))
     assert not of(again, DeletePods) and again.status["attempt"] == 2
