@@ -427,14 +427,14 @@ def test_killed_ranks_restart_in_place_and_train_on_as_if_uninterrupted(cluster,
         assert record["loss"] == pytest.approx(expected[record["step"] - 1], abs=1e-5), record
 
 
-@pytest.mark.timeout(1200)  # three MindSpore cold starts (DP 4, DP 2, DP 4): minutes each on a loaded machine
+@pytest.mark.timeout(1800)  # three MindSpore cold starts (DP 4, DP 2, DP 4): 3-5 minutes each under a load of 11
 def test_an_elastic_job_shrinks_when_its_node_is_lost_and_grows_back_with_the_losses_of_an_uninterrupted_run(
         cluster, namespace, checkpoint_claim, jobs, create_pod):
     """spec.elastic: a DP 4 job, one pod per 910B node and no spare chip; pod 3's node goes NotReady, so ReplacePod
     finds no room and the job shrinks at once (replacementTimeoutSeconds 0) to DP 2 (3 ways do not split a batch of
     8), the lost ways accumulated; the node Ready again, it grows back to DP 4 at the next checkpoint boundary.
     Every step's loss equals an uninterrupted DP 4 run's within 1e-4 relative."""
-    name, steps, every = "real-elastic", 40, 2
+    name, steps, every = "real-elastic", 20, 2
     latest = checkpoint_claim / "latest.json"
     nodes = cluster.nodes("910B")
     assert len(nodes) == 4, nodes
@@ -474,7 +474,7 @@ def test_an_elastic_job_shrinks_when_its_node_is_lost_and_grows_back_with_the_lo
     finally:
         for index in range(len(nodes)):  # plain pods: the jobs fixture waits for every pod of the namespace to go
             cluster.core.delete_namespaced_pod(f"filler-{index}", namespace, grace_period_seconds=0)
-    wait_for(polled(lambda: jobs.status(name).get("phase") == "Succeeded"), 240, "the job to succeed", story)
+    wait_for(polled(lambda: jobs.status(name).get("phase") == "Succeeded"), 420, "the job to succeed", story)
     harvest()
     took = time.monotonic() - started
     expected = run_locally(steps, seed=SEED, seq_length=SEQ_LENGTH, global_batch=8, data=4)
@@ -495,7 +495,7 @@ def elastic_story(cluster, jobs: Jobs, name: str, latest: Path, every: int, poll
     DP 2 stepping, seconds from Ready to DP 4 stepping, the shrunk attempt, the status grown)."""
     from ascend_hybrid.devcluster.nodes import fleet
 
-    wait_for(polled(lambda: checkpointed(latest) >= 4), 300, "attempt 1 to checkpoint step 4", story)
+    wait_for(polled(lambda: checkpointed(latest) >= 4), 480, "attempt 1 to checkpoint step 4", story)
     status = jobs.status(name)
     assert (status["parallelism"]["data"], status["worldSize"]) == (4, 4), status
     victim = status["placement"]["nodes"][3]
@@ -508,7 +508,7 @@ def elastic_story(cluster, jobs: Jobs, name: str, latest: Path, every: int, poll
             now = jobs.status(name)
             record = (now.get("recoveries") or [{}])[-1]
             return (now.get("elastic") or {}).get("data") == 2 and record.get("recoveredBy") == "Shrink"
-        wait_for(polled(shrunk), 240, "the job to shrink to DP 2 and step again", story)
+        wait_for(polled(shrunk), 300, "the job to shrink to DP 2 and step again", story)
         shrink_seconds = time.monotonic() - lost_at
         status = jobs.status(name)
         assert (status["parallelism"]["data"], status["parallelism"]["microBatches"], status["worldSize"]) == (
@@ -521,7 +521,8 @@ def elastic_story(cluster, jobs: Jobs, name: str, latest: Path, every: int, poll
         environ = {item["name"]: item.get("value") for item in pods[0]["spec"]["containers"][0].get("env") or ()}
         assert json.loads(environ["AHJ_PARALLEL"])["data"] == 2 and environ["MS_WORKER_NUM"] == "2", environ
         shrunk_from = checkpointed(latest)
-        wait_for(polled(lambda: checkpointed(latest) >= shrunk_from + every), 120, "DP 2 to checkpoint", story)
+        # the ranks report stepping when step `shrunk_from + 1` begins; its graph compiles first (minutes, loaded)
+        wait_for(polled(lambda: checkpointed(latest) >= shrunk_from + every), 420, "DP 2 to checkpoint", story)
     finally:
         fleet.set_node_ready(cluster.core, victim, True)
     back_at = time.monotonic()
@@ -530,7 +531,7 @@ def elastic_story(cluster, jobs: Jobs, name: str, latest: Path, every: int, poll
         now = jobs.status(name)
         record = (now.get("recoveries") or [{}])[-1]
         return record.get("rungs") == ["Grow"] and record.get("outcome") == "Recovered"
-    wait_for(polled(grown), 240, "the job to grow back to DP 4 and step again", story)
+    wait_for(polled(grown), 480, "the job to grow back to DP 4 and step again", story)
     grow_seconds = time.monotonic() - back_at
     status = jobs.status(name)
     assert (status["parallelism"]["data"], status["worldSize"], status["attempt"]) == (4, 4, shrunk_attempt + 1)
