@@ -362,4 +362,16 @@ RULE_CASES = [
     ("auxLossWeight-moe-only", spec_with(model={"preset": "tiny", "auxLossWeight": 0.001}),
      "spec.model.auxLossWeight: only for MoE models (spec.model.experts > 0)",
      spec_with(model={"preset": "moe-100b", "layers": 8, "auxLossWeight": 0.001})),
+    ("elastic-min-data", spec_with(elastic={"minData": 3}),
+     "spec.elastic.minData=3 must be ≤ spec.parallelism.data=2", spec_with(elastic={"minData": 2})),
+    ("elastic-min-data-ge-1", spec_with(elastic={"minData": 0}), "spec.elastic.minData=0 must be ≥ 1",
+     spec_with(elastic={"minData": 1})),
+    ("elastic-not-auto", {"parallelism": {"auto": True, "world": 8}, "npu": {"perPod": 8},
+                          "training": {"globalBatchSize": 8}, "elastic": {"minData": 1}},
+     "spec.elastic: not with spec.parallelism.auto: true (the planner's strategy is fixed for the job's life; set "
+     "the degrees to shrink the data degree)",
+     {"parallelism": {"auto": True, "world": 8}, "npu": {"perPod": 8}, "training": {"globalBatchSize": 8}}),
+    ("elastic-not-queued", spec_with(elastic={"minData": 1}, scheduling={"queue": "team-a"}),
+     "spec.elastic: not with spec.scheduling.queue (Kueue does not shrink an admitted Workload's quota: a queued job "
+     "keeps its whole gang)", spec_with(elastic={"minData": 1})),
 ]

@@ -58,6 +58,7 @@ def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: Re
     record.sched_ip = service_ip(live[names.sched_service(name)])
     if record.children_epoch == epoch:
         record.children_generation = job["metadata"].get("generation")
+        record.children_data = resolved.data
 
 
 def _recreate_with_ip(controller: Controller, service: dict, ip: str) -> None:

@@ -44,6 +44,7 @@ from ascend_hybrid.reconcile.actions import (
     PlaceReplacement,
     PodToCreate,
     PostEvent,
+    ProbeGrow,
     RemoveGates,
     SignalLaunchers,
     WriteRankTable,
@@ -288,6 +289,7 @@ class Controller:
         return Observed(
             job=job, resolved=resolved, spec_problems=problems, pods=pods, workload=self.workload(key, job, resolved, pods),
             rank_table=record.rank_table, children_ready=record.children_generation == job["metadata"].get("generation"),
+            children_data=record.children_data,
             sched_ip=record.sched_ip, nodes=nodes, now=datetime.now(UTC),
             node_grace_seconds=self.settings.node_grace_seconds,
             in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample,
@@ -357,6 +359,8 @@ class Controller:
                 case PlaceReplacement():
                     if placing.place_replacement(self, key, job, observed, decision, action):
                         after = Next.DECIDE_AGAIN
+                case ProbeGrow():
+                    placing.probe_grow(self, key, job, observed, decision, action)
                 case WriteRankTable():
                     self.kube.apply(render.rank_table_config_map(name, namespace, job["metadata"]["uid"],
                                                                  action.table, action.revision))

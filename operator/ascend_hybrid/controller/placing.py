@@ -15,8 +15,8 @@ from ascend_hybrid.gang import backlog
 from ascend_hybrid.gang.inventory import build_inventory, pinned_node
 from ascend_hybrid.gang.placement import place as place_on
 from ascend_hybrid.gang.summary import node_domains
-from ascend_hybrid.reconcile import placement_record
-from ascend_hybrid.reconcile.actions import Place, PlaceReplacement, PostEvent
+from ascend_hybrid.reconcile import elastic_steps, placement_record
+from ascend_hybrid.reconcile.actions import Place, PlaceReplacement, PostEvent, ProbeGrow
 from ascend_hybrid.reconcile.placement_record import record_placement, record_replacement
 from ascend_hybrid.reconcile.state import Decision, Observed
 
@@ -47,6 +47,13 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
         inventory = build_inventory(controller.indexes.nodes(), npu_pods, device_infos,
                                     reserved=reserved(controller, npu_pods, exclude=key))
         placement = place_on(request, inventory)
+        placed = resolved
+        # spec.elastic: when the whole gang does not fit, the largest smaller one that does (the core chose them)
+        for smaller_request, smaller in action.alternatives if not placement.ok else ():
+            smaller_placement = place_on(smaller_request, inventory)
+            if smaller_placement.ok:
+                placement, placed = smaller_placement, smaller
+                break
         metrics.PLACEMENT_SECONDS.observe(time.perf_counter() - started)
         # it blocks younger jobs only if the cluster could hold it once others free their chips
         record.waiting = not queued and not placement.ok and place_on(request, build_inventory(
@@ -54,11 +61,11 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
         if first_try and not placement.ok and not record.waiting:
             controller.wake_pending()  # it can never fit: the jobs queued behind it while untried go ahead
         tier = request.tier_labels[0] if request.tier_labels else ""
-        outcome = record_placement(decision.status, resolved, placement, observed.now,
-                                   job["metadata"].get("generation"), node_domains(inventory, tier))
+        outcome = record_placement(decision.status, placed, placement, observed.now,
+                                   job["metadata"].get("generation"), node_domains(inventory, tier), asked=resolved)
         if placement.ok:
             attempt = outcome.status["attempt"]
-            record.promised = {names.pod_name(key[1], attempt, index): (node, resolved.per_pod)
+            record.promised = {names.pod_name(key[1], attempt, index): (node, placed.per_pod)
                                for index, node in enumerate(placement.nodes)}
             if not queued:  # the queue moved now, not when this job's status says so: the next job goes at once
                 _try_first(controller, backlog.head(resolved.chip, waiting(controller, exclude=key)))
@@ -66,10 +73,29 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
             record.promised = {}
     decision.status = outcome.status
     decision.requeue_after = outcome.requeue_after
+    if action.retry_within is not None and outcome.requeue_after is not None:
+        decision.requeue_after = min(outcome.requeue_after, max(action.retry_within, 0.5))
     for event in outcome.actions:
         if isinstance(event, PostEvent):  # a placement outcome's only actions are its events
             controller.post_event(job, event.type, event.reason, event.message)
     return placement.ok
+
+
+def probe_grow(controller: Controller, key: JobKey, job: dict, observed: Observed, decision: Decision,
+               action: ProbeGrow) -> None:
+    """spec.elastic, shrunk: whether the spec's gang would fit under the one lock, the chips of this job's own
+    pods counted free (a growth deletes them first); the core records the answer. Nothing is promised."""
+    with controller.placement_lock:
+        npu_pods, device_infos = cluster_holdings(controller)
+        others = elastic_steps.excluded(npu_pods, *key)
+        inventory = build_inventory(controller.indexes.nodes(), others, device_infos,
+                                    reserved=reserved(controller, npu_pods, exclude=key))
+        placement = place_on(action.request, inventory)
+    outcome = elastic_steps.probed(decision.status, placement, action.data, observed.now)
+    decision.status = outcome.status
+    for event in outcome.actions:
+        if isinstance(event, PostEvent):
+            controller.post_event(job, event.type, event.reason, event.message)
 
 
 def place_replacement(controller: Controller, key: JobKey, job: dict, observed: Observed, decision: Decision,

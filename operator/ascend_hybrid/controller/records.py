@@ -35,6 +35,7 @@ class JobRecord:
     sample: Sample | None = None                # latest telemetry of the current attempt
     promised: dict[str, tuple[str, int]] = field(default_factory=dict)  # pod name → (node, chips) not yet seen
     children_generation: int | None = None      # generation whose Services and ConfigMaps are applied
+    children_data: int | None = None            # the data degree job.json was applied for (elastic jobs change it)
     sched_ip: str | None = None
     rank_table: dict | None = None
     rank_table_revision: int = 0                # the rank-table ConfigMap's `version` counter, as last seen

@@ -36,6 +36,10 @@ from ascend_hybrid.spec.causes import (
 RESTART_GANG = "RestartGang"
 RUNGS = (RESTART_RANKS, REPLACE_POD, RESTART_GANG)  # finest first: escalation moves right
 IN_PLACE_RUNGS = frozenset({RESTART_RANKS, REPLACE_POD})  # the gang (its other pods) is kept
+# spec.elastic's rungs beside the ladder (reconcile/elastic_steps.py): the gang restarts at a smaller data degree
+# (Shrink) or back at the spec's (Grow); like RestartGang, every pod is made again as a new attempt.
+SHRINK, GROW = "Shrink", "Grow"
+WHOLE_GANG_RUNGS = frozenset({RESTART_GANG, SHRINK, GROW})
 LEDGER_SIZE = 32  # status.recoveries keeps this many incidents, the newest last
 HOUR = timedelta(hours=1)
 

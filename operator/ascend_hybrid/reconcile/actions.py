@@ -26,6 +26,19 @@ class Place:
 
     request: GangRequest
     job: ResolvedJob
+    # spec.elastic: smaller gangs (largest first) the shell places when the whole one does not fit
+    alternatives: tuple[tuple[GangRequest, ResolvedJob], ...] = ()
+    # seconds until alternatives may be offered (the requeue must not wait longer)
+    retry_within: float | None = None
+
+
+@dataclass(frozen=True)
+class ProbeGrow:
+    """spec.elastic, shrunk: whether the spec's gang (`data` DP ways) fits the free chips, this job's own counted
+    free; the core records the answer (elastic_steps.probed). Nothing is placed or promised."""
+
+    request: GangRequest
+    data: int
 
 
 @dataclass(frozen=True)
@@ -105,4 +118,4 @@ class PostEvent:
 
 
 Action = (EnsureChildren | Place | PlaceReplacement | CreatePods | RemoveGates | PinAndRelease | DeleteWorkloads | DeletePods | WriteRankTable
-          | SignalLaunchers | DeleteJob | PostEvent)
+          | SignalLaunchers | DeleteJob | PostEvent | ProbeGrow)

@@ -34,7 +34,14 @@ from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.diagnosis.failures import Failure
 from ascend_hybrid.gang import ranktable, render
 from ascend_hybrid.gang.placement import GangRequest
-from ascend_hybrid.reconcile import failure_steps, queue_steps, recovery_steps, strategy, telemetry_steps
+from ascend_hybrid.reconcile import (
+    elastic_steps,
+    failure_steps,
+    queue_steps,
+    recovery_steps,
+    strategy,
+    telemetry_steps,
+)
 from ascend_hybrid.reconcile.actions import (
     CreatePods,
     EnsureChildren,
@@ -116,6 +123,8 @@ def chosen_strategy(p: Pass) -> Decision | None:
         if chosen.failure:
             return p.fail(*chosen.failure)
         p.o = replace(o, resolved=chosen.resolved)
+        # an elastic job that shrank runs at its shrunk data degree (status.elastic)
+        elastic_steps.run_shrunk(p)
     status["worldSize"], status["observedGeneration"] = p.resolved.world_size, p.generation
     status.setdefault("restarts", 0)
     return None
@@ -199,7 +208,8 @@ def enqueued(p: Pass, current: dict, stale: list, admission: Admission | None, t
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
     e = p.resolved
-    p.d.act(Place(GangRequest.for_job(e, p.status.get("avoidedNodes") or ()), e))
+    alternatives, retry_within = elastic_steps.shrink_options(p)
+    p.d.act(Place(GangRequest.for_job(e, p.status.get("avoidedNodes") or ()), e, alternatives, retry_within))
     return p.d
 
 
@@ -211,7 +221,8 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
     attempt = int(status["attempt"])
     status["podTemplateHash"] = template_hash
     status.setdefault("startTime", timestamp(o.now))
-    if not o.children_ready or not o.sched_ip:
+    # job.json describes the degrees the pods run with: an elastic job's shrink or growth applies it again
+    if not o.children_ready or not o.sched_ip or o.children_data not in (None, e.data):
         p.d.act(EnsureChildren(e))
         return p.d
     if recovery_steps.replacement_step(p, current):
@@ -259,6 +270,8 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
         rank.update(status="completed", version=table["version"])
         recovery_steps.signal_launchers(p)
         if recovery_steps.follow_in_place(p, current):
+            return p.d
+        if elastic_steps.grow_step(p, current):
             return p.d
         completed = f"hccl.json completed for {e.world_size} ranks"
         table_news = (condition(status, "RankTableReady") or {}).get("status") != "True"

@@ -12,6 +12,7 @@ from ascend_hybrid.gang import backlog
 from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang.backlog import QueueKey
 from ascend_hybrid.gang.placement import Placement
+from ascend_hybrid.reconcile import elastic_steps
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision
 from ascend_hybrid.spec.rules import ResolvedJob
 
@@ -21,9 +22,10 @@ def _count(number: int, noun: str) -> str:
 
 
 def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: datetime, generation,
-                     node_domains: Mapping[str, str | None]) -> Decision:
+                     node_domains: Mapping[str, str | None], asked: ResolvedJob | None = None) -> Decision:
     """The status and events after the shell placed the gang (or found it cannot): a Decision of its own, so
-    the shell only executes what the core decided."""
+    the shell only executes what the core decided. `job` is what was placed; `asked`, when it differs, the
+    whole gang an elastic job asked for first (it shrank to `job`)."""
     outcome = Decision(status=copy.deepcopy(status))
     status = outcome.status
     attempt = int(status.get("attempt") or 1)
@@ -41,6 +43,9 @@ def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: 
         set_condition(status, "Placed", True, "Placed", message, now, generation)
         status["phase"], status["message"] = "Placing", message
         outcome.emit("Normal", "Placed", message)
+        if asked is not None and asked.data != job.data:
+            for event in elastic_steps.shrunk(status, asked, job, now, generation):
+                outcome.emit(*event)
         outcome.requeue_after = FAST_REQUEUE_SECONDS
     else:
         status["placement"] = {"attempt": None, "nodes": [], "reason": placement.reason}

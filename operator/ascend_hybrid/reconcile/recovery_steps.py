@@ -30,6 +30,7 @@ from ascend_hybrid.diagnosis.recovery import (
     RESTART_RANKS,
     STARTED,
     STEPPING,
+    WHOLE_GANG_RUNGS,
     Bounds,
     LauncherReport,
 )
@@ -405,7 +406,7 @@ def follow_gang(p: Pass, current: dict) -> None:
     """The milestones of a whole-gang restart, once the new attempt runs: pods ready now; ranks relaunched and
     the first step after from the launchers' reports, else from telemetry of the new attempt."""
     record = recovery.current_incident(p.status.get("recoveries") or [])
-    if record is None or record["rungs"][-1] != RESTART_GANG or int(record.get("attempt") or 0) >= int(
+    if record is None or record["rungs"][-1] not in WHOLE_GANG_RUNGS or int(record.get("attempt") or 0) >= int(
             p.status["attempt"]):
         return
     recovery.mark(record, "podsReady", p.o.now)
@@ -420,7 +421,7 @@ def follow_gang(p: Pass, current: dict) -> None:
     sample, decided = p.o.telemetry, parse_time(record.get("decided"))
     if sample is not None and sample.ok and sample.step and decided and sample.sampled_at >= decided:
         recovery.resumed(record, int(sample.step), sample.sampled_at)
-        message = f"RestartGang: training stepped again {record.get('seconds', 0):.1f}s after the fault"
+        message = f"{record['rungs'][-1]}: training stepped again {record.get('seconds', 0):.1f}s after the fault"
         p.cond("Restarting", False, "Recovered", message)
         p.d.emit("Normal", "Recovered", message)
 

@@ -54,6 +54,7 @@ class Observed:
     expander_image: str = names.DEFAULT_EXPANDER_IMAGE  # of the rank-table expander (--ranktable-expander-image)
     launcher_generation: int | None = None    # the rank generation <job>-recovery holds (None: not written yet)
     launchers: Mapping[str, LauncherReport] = field(default_factory=dict)  # pod name → its launcher's report
+    children_data: int | None = None          # the data degree job.json was applied for (None: not known)
 
 
 @dataclass

@@ -406,6 +406,20 @@ class Scheduling(ApiModel):
     manages (label kueue.x-k8s.io/managed=true). Empty: no queue, the gang is placed at once."""
 
 
+class Elastic(ApiModel):
+    min_data: int = Field(ge=1, le=MAX_DEGREE)
+    """The smallest data-parallel degree the job accepts; setting spec.elastic turns elasticity on. When a lost node
+    leaves no room for the gang, the job restarts at the largest data degree down to this one that divides the
+    global batch, keeps every rule and fits the free chips; tensor, pipeline and expert degrees never change, the
+    lost DP ways become gradient-accumulation micro-batches, so each step still sees the whole global batch. At most
+    spec.parallelism.data."""
+    grow_back: bool = Field(True)
+    """Restart at the spec's data degree, at the next checkpoint boundary, once a placement for it fits again."""
+    replacement_timeout_seconds: int = Field(120, ge=0, le=86400)
+    """How long a lost pod may wait for a replacement (from the recovery's decision) before the job shrinks; 0
+    shrinks at once."""
+
+
 class AscendHybridJobSpec(ApiModel):
     parallelism: Parallelism = Field()
     """Parallel degrees: data, tensor, pipeline, expert and micro-batches. World size = data x tensor x pipeline."""
@@ -425,6 +439,9 @@ class AscendHybridJobSpec(ApiModel):
     """Topology tiers and scheduler."""
     monitoring: Monitoring = Field(default_factory=Monitoring)
     """Thresholds of the live anomaly conditions LoadImbalanced, Straggling and TrainingStalled."""
+    elastic: Elastic | None = Field(None)
+    """Elastic data parallelism: shrink the data degree when a lost node leaves no room, grow back when there is
+    room again (docs/reliability.md). Not with spec.parallelism.auto or spec.scheduling.queue."""
 
 
 class Condition(ApiModel):
@@ -644,7 +661,8 @@ class RecoveryRecord(ApiModel):
     attempt: int | None = Field(None)
     """The attempt the fault hit."""
     rungs: list[str] = Field(default_factory=list)
-    """The rungs tried, in order: RestartRanks, ReplacePod, RestartGang."""
+    """The rungs tried, in order: RestartRanks, ReplacePod, RestartGang; Shrink (spec.elastic: the gang restarted at
+    a smaller data degree) and Grow (back to the spec's data degree, an incident of its own)."""
     recovered_by: str | None = Field(None)
     """The rung that brought training back."""
     outcome: str | None = Field(None)
@@ -688,6 +706,23 @@ class RecoveryState(ApiModel):
     """ReplacePod: why no node fits the replacement (RestartGang follows)."""
 
 
+class ElasticStatus(ApiModel):
+    data: int | None = Field(None)
+    """The data-parallel degree the job runs with while shrunk (below spec.parallelism.data)."""
+    micro_batches: int | None = Field(None)
+    """The micro-batches per step while shrunk: the lost DP ways become gradient accumulation."""
+    from_data: int | None = Field(None)
+    """The data degree before the shrink."""
+    since: str | None = Field(None)
+    """When the job shrank (RFC 3339)."""
+    grow_fits: bool | None = Field(None)
+    """Whether a placement at the spec's data degree fits the free chips now (growBack)."""
+    grow_reason: str | None = Field(None)
+    """Why it does not fit."""
+    grow_fits_at_step: int | None = Field(None)
+    """The training step when it first fitted: the job grows once training passed the next checkpoint after it."""
+
+
 class MonitoringStatus(ApiModel):
     sampled_at: str | None = Field(None)
     """The telemetry sample last folded in (RFC 3339)."""
@@ -706,9 +741,11 @@ class AscendHybridJobStatus(ApiModel):
     """Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended."""
     conditions: list[Condition] = Field(default_factory=list)
     """Created, StrategyFits, Admitted (queued jobs), Placed, RankTableReady, Running, Restarting, Succeeded, Failed,
-    Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled."""
+    Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled, Degraded (spec.elastic: True while the job
+    runs at a smaller data degree than its spec's)."""
     world_size: int | None = Field(None)
-    """Ranks: data x tensor x pipeline x context."""
+    """Ranks the pods run with: data x tensor x pipeline x context of status.parallelism (smaller than the spec's
+    while an elastic job runs shrunk)."""
     attempt: int | None = Field(None)
     """Current gang attempt, from 1."""
     restarts: int | None = Field(None)
@@ -744,12 +781,15 @@ class AscendHybridJobStatus(ApiModel):
     utilization: UtilizationStatus | None = Field(None)
     """NPU utilization."""
     parallelism: EffectiveParallelism | None = Field(None)
-    """The degrees the pods run with: the spec's, or the planner's for an auto job."""
+    """The degrees the pods run with: the spec's, the planner's for an auto job, or the shrunk data degree and its
+    micro-batches while an elastic job runs degraded."""
     plan: PlanStatus | None = Field(None)
     """The strategy planner's prediction for the job's strategy (and its choice for an auto job), with what was
     measured."""
     monitoring: MonitoringStatus | None = Field(None)
     """What the anomaly conditions of the current attempt are computed from."""
+    elastic: ElasticStatus | None = Field(None)
+    """Present while the job runs shrunk (spec.elastic): the data degree it runs with and whether it can grow."""
     recovery: RecoveryState | None = Field(None)
     """The recovery ladder's state: the launchers' rank generation and the rung in progress."""
     recoveries: list[RecoveryRecord] = Field(default_factory=list)

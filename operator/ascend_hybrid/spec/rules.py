@@ -258,6 +258,36 @@ def _factor_rule(field: str) -> Rule:
     return Rule(check, f"self.training.{field} == 0.0 || self.training.{field} > 1.0", repr(message))
 
 
+_ELASTIC_AUTO_MESSAGE = ("spec.elastic: not with spec.parallelism.auto: true (the planner's strategy is fixed for "
+                         "the job's life; set the degrees to shrink the data degree)")
+_ELASTIC_QUEUE_MESSAGE = ("spec.elastic: not with spec.scheduling.queue (Kueue does not shrink an admitted "
+                          "Workload's quota: a queued job keeps its whole gang)")
+
+
+def _min_data_within_data(e: ResolvedJob) -> str | None:
+    elastic = e.spec.elastic
+    if elastic is None or e.spec.parallelism.auto or elastic.min_data <= e.data:
+        return None
+    return f"spec.elastic.minData={elastic.min_data} must be ≤ spec.parallelism.data={e.data}"
+
+
+def _elastic_not_auto(e: ResolvedJob) -> str | None:
+    return _ELASTIC_AUTO_MESSAGE if e.spec.elastic is not None and e.spec.parallelism.auto else None
+
+
+def _elastic_not_queued(e: ResolvedJob) -> str | None:
+    return _ELASTIC_QUEUE_MESSAGE if e.spec.elastic is not None and e.spec.scheduling.queue else None
+
+
+_ELASTIC_RULES = (
+    Rule(_min_data_within_data, f"!has(self.elastic) || {CEL_AUTO} || self.elastic.minData <= self.parallelism.data",
+         cel_format("spec.elastic.minData=%d must be ≤ spec.parallelism.data=%d", "self.elastic.minData",
+                    "self.parallelism.data")),
+    Rule(_elastic_not_auto, f"!has(self.elastic) || !{CEL_AUTO}", repr(_ELASTIC_AUTO_MESSAGE)),
+    Rule(_elastic_not_queued, "!has(self.elastic) || !has(self.scheduling.queue) || size(self.scheduling.queue) == 0",
+         repr(_ELASTIC_QUEUE_MESSAGE)),
+)
+
 _POLICY_RULES = "self.runPolicy.failurePolicy.rules"
 _ONE_MATCHER_MESSAGE = ("spec.runPolicy.failurePolicy.rules: each rule sets exactly one of causes, exitCodes or "
                         "podConditions")
@@ -380,6 +410,7 @@ RULES: tuple[Rule, ...] = _AUTO_RULES + (
     Rule(_one_matcher,
          f"!has({_POLICY_RULES}) || {_POLICY_RULES}.all(r, (has(r.causes) ? 1 : 0) + (has(r.exitCodes) ? 1 : 0) + "
          "(has(r.podConditions) ? 1 : 0) == 1)", repr(_ONE_MATCHER_MESSAGE)),
+    *_ELASTIC_RULES,
     Rule(_no_avoiding_for_software,
          f"!has({_POLICY_RULES}) || {_POLICY_RULES}.all(r, r.action != '{RESTART_AVOIDING_NODE}' || "
          f"!has(r.causes) || !r.causes.exists(c, c in {_SOFTWARE_LIST!r}))", repr(_NO_AVOID_MESSAGE)),

@@ -268,6 +268,8 @@ cel_specs = st.fixed_dictionaries(
             "layers": st.sampled_from([8, 12, 24, 30]), "heads": st.sampled_from([4, 8, 12, 16, 40]),
             "hidden": st.sampled_from([96, 128, 5120]), "experts": st.sampled_from([0, 2, 4, 6, 8]),
             "capacityFactor": st.sampled_from([0.8, 1.25])}),
+        "elastic": st.fixed_dictionaries({"minData": st.integers(1, 16)}),
+        "scheduling": st.fixed_dictionaries({}, optional={"queue": st.sampled_from(["", "team-a"])}),
         "training": st.fixed_dictionaries({}, optional={"globalBatchSize": st.integers(1, 256),
                                                         "seqLength": st.sampled_from([128, 130]),
                                                         "flashAttention": st.booleans()}),
@@ -308,6 +310,10 @@ def test_cel_accepts_every_valid_spec(data):
      "RestartJobAvoidingNode would mark a healthy node (use RestartJob or FailJob)"),
     ({"parallelism": {"data": 8}, "training": {"divergenceGradFactor": 1.0}},
      "spec.training.divergenceGradFactor must be 0 (off) or above 1"),
+    ({"parallelism": {"data": 4}, "elastic": {"minData": 6}}, "spec.elastic.minData=6 must be ≤ spec.parallelism.data=4"),
+    ({"parallelism": {"data": 4}, "elastic": {"minData": 2}, "scheduling": {"queue": "team-a"}},
+     "spec.elastic: not with spec.scheduling.queue (Kueue does not shrink an admitted Workload's quota: a queued job "
+     "keeps its whole gang)"),
 ])
 def test_cel_messages_name_the_field_and_rule(spec, message):
     found = cel_problems(spec, apply_defaults)

@@ -1,0 +1,279 @@
+"""Elastic data parallelism (pure): a job with spec.elastic that lost a node and finds no room for its whole gang
+restarts at a smaller data degree, and grows back to the spec's at a checkpoint boundary once the whole gang fits
+again (docs/reliability.md, "Elastic data parallelism").
+
+Only the data degree changes. The lost DP ways become gradient-accumulation micro-batches, so every step still
+sees the whole global batch and the loss curve stays the same. The degree is chosen here (`choose`: the rules
+module and the planner's memory model decide); the shell's placement decides which of the chosen degrees fits
+the free chips (reconcile.actions.Place's alternatives); status.elastic holds the running degree while shrunk and
+every pass runs with it (`run_shrunk`), as an auto job runs its chosen strategy.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.conditions import condition, parse_time, set_condition, timestamp
+from ascend_hybrid.contracts.podview import is_node_ready
+from ascend_hybrid.diagnosis import recovery
+from ascend_hybrid.diagnosis.recovery import GROW, SHRINK
+from ascend_hybrid.gang.placement import GangRequest, Placement
+from ascend_hybrid.planner import search
+from ascend_hybrid.planner.hardware import GIB, Hardware
+from ascend_hybrid.reconcile import strategy
+from ascend_hybrid.reconcile.actions import ProbeGrow
+from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
+from ascend_hybrid.spec import rules
+from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
+
+# How often a shrunk job asks the shell whether its whole gang fits again (a placement under the one lock).
+GROW_PROBE_SECONDS = 5.0
+DEGRADED = "Degraded"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The data degrees a shrink may take, largest first (each resolved through the rules), and why the others
+    between the current degree and minData may not."""
+
+    jobs: tuple[ResolvedJob, ...]
+    rejected: tuple[str, ...]
+
+
+def accumulation(full: ResolvedJob, data: int) -> int | None:
+    """The micro-batches at `data`: the fewest that keep each forward pass at most as large as the spec's
+    (global batch / (data × microBatches)) and split the global batch evenly; None when none does."""
+    batch = full.global_batch_size
+    fewest = -(-full.data * full.micro_batches // data)
+    for micro in range(fewest, batch // data + 1):
+        if batch % (data * micro) == 0:
+            return micro
+    return None
+
+
+def at_data(full: ResolvedJob, data: int, micro_batches: int) -> ResolvedJob:
+    """The spec's job at another data degree and micro-batch count, resolved and checked by rules.parse (every
+    rule of the spec, as if the user had written these degrees); SpecError names what breaks."""
+    spec: dict[str, Any] = full.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    spec["parallelism"].update(data=data, microBatches=micro_batches)
+    return rules.parse({"metadata": {"name": full.name}, "spec": spec})
+
+
+def predicted_out_of_memory(job: ResolvedJob, hw: Hardware) -> str | None:
+    try:
+        evaluation = search.evaluate_job(job, hw)
+    except search.PlanError as error:
+        return str(error)
+    if evaluation.fits:
+        return None
+    return (f"the planner predicts {evaluation.memory.total / GIB:.1f} GiB per NPU, above the usable "
+            f"{evaluation.usable / GIB:.1f} GiB")
+
+
+def choose(full: ResolvedJob, below: int, hw: Hardware) -> Choice:
+    """Every data degree under `below` down to spec.elastic.minData that splits the global batch, keeps every
+    rule and is not predicted out of memory, largest first."""
+    elastic = full.spec.elastic
+    if elastic is None:
+        return Choice((), ())
+    jobs, rejected = [], []
+    for data in range(min(below, full.data + 1) - 1, elastic.min_data - 1, -1):
+        micro = accumulation(full, data)
+        if micro is None:
+            rejected.append(f"data {data}: no micro-batch count splits globalBatchSize={full.global_batch_size} "
+                            f"over {data} ways")
+            continue
+        try:
+            job = at_data(full, data, micro)
+        except SpecError as error:
+            rejected.append(f"data {data}: {error.problems[0]}")
+            continue
+        oom = predicted_out_of_memory(job, hw)
+        if oom is not None:
+            rejected.append(f"data {data}: {oom}")
+            continue
+        jobs.append(job)
+    return Choice(tuple(jobs), tuple(rejected))
+
+
+# -- the pass ------------------------------------------------------------------------------------------------
+def spec_job(p: Pass) -> ResolvedJob:
+    """The job at the spec's degrees (the pass may run a shrunk one)."""
+    return rules.parse(p.job)
+
+
+def run_shrunk(p: Pass) -> None:
+    """While status.elastic holds a shrunk degree, the pass runs the job at it. A spec that no longer allows it
+    (elasticity off, a data degree at or below it, a rule it breaks now) drops it: the pods, made at the shrunk
+    degree, then differ from the spec's and restart as a spec change."""
+    state = p.status.get("elastic")
+    if not state:
+        return
+    full = p.resolved
+    if full.spec.elastic is None or not full.spec.elastic.min_data <= int(state["data"]) < full.data:
+        drop(p, "the spec changed")
+        return
+    try:
+        shrunk = at_data(full, int(state["data"]), int(state["microBatches"]))
+    except SpecError as error:
+        drop(p, f"the spec changed: {error.problems[0]}")
+        return
+    p.o = replace(p.o, resolved=shrunk)
+    p.status["parallelism"] = {**(p.status.get("parallelism") or {}), **shrunk.degrees}
+
+
+def drop(p: Pass, why: str) -> None:
+    p.status.pop("elastic", None)
+    if (condition(p.status, DEGRADED) or {}).get("status") == "True":
+        p.cond(DEGRADED, False, "SpecChanged", why)
+
+
+def healthy_avoided(p: Pass) -> list[str]:
+    """status.avoidedNodes less the nodes Ready again: for an elastic job a node is avoided only while it is
+    unhealthy, so a repaired node counts for the growth."""
+    return [node for node in p.status.get("avoidedNodes") or () if not is_node_ready(p.o.nodes.get(node))]
+
+
+def shrink_options(p: Pass) -> tuple[tuple[tuple[GangRequest, ResolvedJob], ...], float | None]:
+    """The smaller gangs the shell may place when the whole one does not fit, largest first, and the seconds
+    until they may (replacementTimeoutSeconds after the open incident's last decision). None of them without
+    spec.elastic or an open incident (elasticity answers a loss; a job too big for the cluster from its start
+    waits whole)."""
+    e = p.resolved
+    elastic = e.spec.elastic
+    record = recovery.current_incident(p.status.get("recoveries") or [])
+    decided = parse_time((record or {}).get("decided"))
+    if elastic is None or record is None or decided is None:
+        return (), None
+    left = elastic.replacement_timeout_seconds - (p.o.now - decided).total_seconds()
+    if left > 0:
+        return (), left
+    try:
+        hw = strategy.hardware_for(e, p.o.hardware_profiles)
+    except strategy.StrategyError as error:
+        cannot_shrink(p, str(error))
+        return (), None
+    choice = choose(spec_job(p), e.data, hw)
+    if not choice.jobs:
+        if not p.status.get("elastic"):  # shrunk already: Degraded keeps saying so, the placement why it waits
+            cannot_shrink(p, "; ".join(choice.rejected) or f"spec.elastic.minData={elastic.min_data} is the data "
+                                                              "degree it runs with")
+        return (), None
+    avoided = p.status.get("avoidedNodes") or ()
+    return tuple((GangRequest.for_job(job, avoided), job) for job in choice.jobs), None
+
+
+def cannot_shrink(p: Pass, why: str) -> None:
+    """No smaller degree may run: the job waits whole and says why (once per reason, as an event too)."""
+    message = f"the gang does not fit and the job cannot shrink: {why}"
+    if (condition(p.status, DEGRADED) or {}).get("message") != message:
+        p.d.emit("Warning", "CannotShrink", message)
+    p.cond(DEGRADED, False, "CannotShrink", message)
+
+
+def shrunk(status: dict, asked: ResolvedJob, placed: ResolvedJob, now: datetime,
+           generation: int | None) -> list[tuple[str, str, str]]:
+    """The shell placed a smaller gang than the pass asked for: status.elastic, the ledger's Shrink rung, the
+    Degraded condition; the events to post."""
+    before = status.get("elastic") or {}
+    status["elastic"] = {"data": placed.data, "microBatches": placed.micro_batches,
+                         "fromData": int(before.get("fromData") or asked.data), "since": timestamp(now)}
+    status["parallelism"] = {**(status.get("parallelism") or {}), **placed.degrees}
+    status["worldSize"] = placed.world_size
+    # The next attempt's pods are made from another job: a pass that reads this status before the one that
+    # creates them (a watch behind the patches) must not take them for a spec change.
+    status.pop("podTemplateHash", None)
+    why = (f"no room for data {asked.data} ({asked.pod_count} pods): shrunk to data {placed.data}, "
+           f"{placed.micro_batches} micro-batches per step, the global batch of {placed.global_batch_size} kept")
+    record = recovery.current_incident(status.get("recoveries") or [])
+    if record is not None:
+        recovery.climb(record, SHRINK, why, now)
+    set_condition(status, DEGRADED, True, "Shrunk", f"data {asked.data}→{placed.data}: {why}", now, generation)
+    return [("Warning", "Shrunk", f"data {asked.data}→{placed.data}: {why}")]
+
+
+# -- growing back --------------------------------------------------------------------------------------------
+def grow_step(p: Pass, current: Mapping[int, dict]) -> bool:
+    """While shrunk with growBack: ask the shell whether the spec's gang fits (ProbeGrow); once it did and
+    training passed the next checkpoint after that, restart at the spec's degree. True when the pass ends here."""
+    state = p.status.get("elastic")
+    elastic = p.resolved.spec.elastic
+    if not state or elastic is None or not elastic.grow_back:
+        return False
+    full = spec_job(p)
+    settled = recovery.current_incident(p.status.get("recoveries") or []) is None  # the shrink's first step is in
+    if settled and state.get("growFits") and at_boundary(full, state, (p.status.get("training") or {}).get("step")):
+        grow(p, full, current)
+        return True
+    p.d.act(ProbeGrow(GangRequest.for_job(full, healthy_avoided(p)), full.data))
+    p.requeue(GROW_PROBE_SECONDS)
+    return False
+
+
+def at_boundary(full: ResolvedJob, state: Mapping, step: int | None) -> bool:
+    """Training passed a checkpoint since the spec's gang first fitted (at once without checkpoints)."""
+    checkpoint = full.spec.training.checkpoint
+    if checkpoint is None:
+        return True
+    since = state.get("growFitsAtStep")
+    if step is None or since is None:
+        return False
+    return int(step) // checkpoint.every_steps > int(since) // checkpoint.every_steps
+
+
+def probed(status: dict, placement: Placement, data: int, now: datetime) -> Decision:
+    """What the shell's ProbeGrow found: whether the spec's gang fits the free chips now (the job's own
+    counted free), and the training step when it first did."""
+    outcome = Decision(status=copy.deepcopy(status))
+    state = outcome.status.get("elastic")
+    if not state:
+        return outcome
+    if placement.ok:
+        if not state.get("growFits"):
+            state["growFitsAtStep"] = int((outcome.status.get("training") or {}).get("step") or 0)
+            outcome.emit("Normal", "GrowFits", f"a placement for data {data} fits again; growing back at the next "
+                                               "checkpoint boundary")
+        state["growFits"] = True
+        state.pop("growReason", None)
+    else:
+        state.update(growFits=False, growReason=placement.reason)
+        state.pop("growFitsAtStep", None)
+    return outcome
+
+
+def grow(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> None:
+    """Back to the spec's data degree: a new attempt (every pod made again), an incident of its own in the
+    ledger (rung Grow, not counted), Degraded False."""
+    state = p.status.pop("elastic")
+    p.status["avoidedNodes"] = healthy_avoided(p)
+    training_step = (p.status.get("training") or {}).get("step")
+    why = (f"a placement for data {full.data} fits again; growing from data {state['data']} at the checkpoint "
+           f"boundary (step {training_step})")
+    recovery.open_incident(p.status.setdefault("recoveries", []), cause="CapacityReturned", rung=GROW, why=why,
+                           detected=p.o.now, decided=p.o.now, attempt=int(p.status["attempt"]), counted=False,
+                           step=training_step)
+    p.delete(list(current.values()))
+    p.reset_rank_table()
+    p.new_attempt()
+    p.status["parallelism"] = {**(p.status.get("parallelism") or {}), **full.degrees}
+    p.status["worldSize"] = full.world_size
+    p.status.pop("podTemplateHash", None)  # as at a shrink: the next pods are made from the spec's job
+    message = f"data {state['data']}→{full.data}: {why}; restarting as attempt {p.status['attempt']}"
+    p.cond(DEGRADED, False, "Grown", message)
+    p.cond("Restarting", True, GROW, message)
+    p.cond("Running", False, GROW, message)
+    p.phase("Restarting", message)
+    p.d.emit("Normal", "Grown", message)
+    p.requeue(FAST_REQUEUE_SECONDS)
+
+
+def excluded(pods: Iterable[dict], namespace: str, job: str) -> list[dict]:
+    """The NPU pods of every other job: the chips a growth may count on are the free ones and this job's own."""
+    return [pod for pod in pods if not ((pod.get("metadata") or {}).get("namespace") == namespace
+                                        and ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOB_LABEL)
+                                        == job)]

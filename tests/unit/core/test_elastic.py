@@ -1,0 +1,308 @@
+"""Elastic data parallelism (reconcile/elastic_steps.py): the choice of the shrunk data degree, and the passes that
+shrink a job that lost a node with no spare, and grow it back at a checkpoint boundary."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ascend_hybrid.contracts import names
+from ascend_hybrid.diagnosis.recovery import LauncherReport
+from ascend_hybrid.gang.placement import Placement
+from ascend_hybrid.monitoring.progress import Sample
+from ascend_hybrid.planner.hardware import builtin
+from ascend_hybrid.reconcile import elastic_steps
+from ascend_hybrid.reconcile.actions import CreatePods, DeletePods, EnsureChildren, Place, PostEvent, ProbeGrow
+from ascend_hybrid.reconcile.decision import decide
+from ascend_hybrid.reconcile.placement_record import record_placement, record_replacement
+from ascend_hybrid.reconcile.state import Observed
+from ascend_hybrid.spec import rules
+from ascend_hybrid.spec.rules import parse
+from support.builders import JobBuilder, NodeBuilder, PodBuilder
+
+NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+NODES = ("node-0", "node-1", "node-2", "node-3")
+HW = builtin("910B")
+
+
+# -- the choice ------------------------------------------------------------------------------------------------
+def spec_job(data=4, tensor=1, per_pod=1, micro=None, batch=8, min_data=1, **spec):
+    parallelism = {"data": data, "tensor": tensor, **({"microBatches": micro} if micro else {})}
+    built = (JobBuilder("elastic", namespace="ns").uid("uid-1").created("2026-12-02T11:59:00Z")
+             .parallelism(**parallelism).per_pod(per_pod).section("model", preset="tiny")
+             .section("training", globalBatchSize=batch, steps=100, **spec.pop("training", {}))
+             .section("elastic", minData=min_data, replacementTimeoutSeconds=spec.pop("timeout", 120)))
+    for section, fields in spec.items():
+        built = built.section(section, **fields)
+    return built
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.integers(1, 12), micro=st.integers(1, 4), factor=st.integers(1, 6), tensor=st.sampled_from([1, 2]),
+       min_data=st.integers(1, 12), below=st.integers(1, 13))
+def test_a_shrink_never_goes_below_min_data_always_splits_the_batch_and_keeps_every_rule(
+        data, micro, factor, tensor, min_data, below):
+    min_data = min(min_data, data)
+    full = parse(spec_job(data=data, tensor=tensor, per_pod=tensor, micro=micro, batch=data * micro * factor,
+                          min_data=min_data).build())
+    choice = elastic_steps.choose(full, below, HW)
+    chosen = [job.data for job in choice.jobs]
+    assert chosen == sorted(chosen, reverse=True) and len(set(chosen)) == len(chosen)
+    for job in choice.jobs:
+        assert min_data <= job.data < min(below, data + 1)
+        assert job.global_batch_size == full.global_batch_size  # the global batch stays
+        assert job.global_batch_size % (job.data * job.micro_batches) == 0
+        # each forward pass sees at most the spec's micro-batch: the lost ways are accumulated
+        assert job.data * job.micro_batches >= full.data * full.micro_batches
+        assert (job.tensor, job.pipeline, job.expert, job.per_pod) == (full.tensor, full.pipeline, full.expert,
+                                                                        full.per_pod)
+        assert rules.broken_rules(job) == []
+        body = {"metadata": {"name": "elastic"}, "spec": job.spec.model_dump(mode="json", by_alias=True,
+                                                                              exclude_none=True)}
+        assert parse(body).degrees == job.degrees  # what the rules module resolves from these degrees
+    # every degree in between is either chosen or said why not
+    assert len(choice.jobs) + len(choice.rejected) == max(0, min(below, data + 1) - min_data)
+
+
+def test_three_ways_do_not_split_a_batch_of_eight_so_four_shrink_to_two_with_twice_the_accumulation():
+    full = parse(spec_job().build())
+    choice = elastic_steps.choose(full, 4, HW)
+    assert [(job.data, job.micro_batches, job.pod_count) for job in choice.jobs] == [(2, 2, 2), (1, 4, 1)]
+    assert choice.rejected == ("data 3: no micro-batch count splits globalBatchSize=8 over 3 ways",)
+
+
+def test_a_shrink_the_planner_predicts_out_of_memory_is_not_taken():
+    # gpt-1b with the optimizer sharded over DP: each rank's share grows as DP shrinks (8.3 GiB at DP 4, 12.9 at
+    # DP 2, 22.1 at DP 1 in the planner's model)
+    full = parse(spec_job(training={"optimizerShard": True}, model={"preset": "gpt-1b"}, batch=16).build())
+    roomy = dataclasses.replace(HW, hbm_gib=16.0)  # 14.4 GiB usable
+    assert [job.data for job in elastic_steps.choose(full, 4, roomy).jobs] == [2]
+    tight = dataclasses.replace(HW, hbm_gib=12.0)  # 10.8 GiB usable: DP 4 fits, nothing smaller
+    choice = elastic_steps.choose(full, 4, tight)
+    assert choice.jobs == ()
+    assert any(text.startswith("data 2: the planner predicts 12.9 GiB per NPU, above the usable 10.8 GiB")
+               for text in choice.rejected), choice.rejected
+
+
+# -- the passes ------------------------------------------------------------------------------------------------
+def node(name, ready=True, since=NOW):
+    return NodeBuilder(name).ready(ready, since=since).build()
+
+
+def live(index, attempt=1, node_name=None):
+    return (PodBuilder("elastic", index, namespace="ns").attempt(attempt).created(NOW).uid(f"uid-{attempt}-{index}")
+            .running(node=node_name or NODES[index]).devices([0]).build())
+
+
+def observe(body, pods=(), nodes=None, now=NOW, rank_table=None, launchers=(), children_data=None, profiles=None,
+            **extra):
+    return Observed(job=body, resolved=parse(body), spec_problems=(), pods=tuple(pods),
+                    rank_table=rank_table or {"status": "initializing"}, children_ready=True, sched_ip="127.32.0.10",
+                    nodes=nodes if nodes is not None else {n: node(n) for n in NODES}, now=now,
+                    launcher_generation=int((body["status"].get("recovery") or {}).get("generation") or 0),
+                    launchers=dict(launchers), children_data=children_data,
+                    hardware_profiles=profiles or {}, **extra)
+
+
+def said(index, state, generation=0, attempt=1, at=NOW, **fields):
+    return (names.pod_name("elastic", attempt, index),
+            LauncherReport(f"uid-{attempt}-{index}", generation, state, time=at, **fields))
+
+
+def of(decision, kind):
+    return [action for action in decision.actions if isinstance(action, kind)]
+
+
+def events(decision):
+    return [(a.type, a.reason) for a in decision.actions if isinstance(a, PostEvent)]
+
+
+def with_status(builder, status):
+    return builder.status(status).build()
+
+
+def running(builder):
+    """The DP 4 job placed on the four nodes and running, its rank table complete: (status, table)."""
+    body = with_status(builder, {})
+    status = decide(observe(body)).status
+    status = record_placement(status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
+                              {n: "rack-0" for n in NODES}).status
+    pods = [live(i) for i in range(4)]
+    table = next(a.table for a in decide(observe(with_status(builder, status), pods=pods)).actions
+                 if type(a).__name__ == "WriteRankTable")
+    status = decide(observe(with_status(builder, status), pods=pods, rank_table=table)).status
+    assert status["phase"] == "Running" and status["parallelism"]["data"] == 4 and status["worldSize"] == 4
+    return status, table
+
+
+def lose_node_three(builder, status, table):
+    """node-3 NotReady past its grace: ReplacePod, whose placement finds no room, then RestartGang: attempt 2."""
+    lost = {**{n: node(n) for n in NODES}, "node-3": node("node-3", ready=False, since=NOW - timedelta(seconds=40))}
+    heard = [said(i, "Started") for i in range(4)]
+    replacing = decide(observe(with_status(builder, status), pods=[live(i) for i in range(4)], nodes=lost,
+                               rank_table=table, launchers=heard)).status
+    assert replacing["recoveries"][-1]["rungs"] == ["ReplacePod"]
+    unplaced = record_replacement(replacing, 3, Placement(ok=False, reason="0/3 nodes fit"), NOW).status
+    gang = decide(observe(with_status(builder, unplaced), pods=[live(i) for i in range(3)], nodes=lost,
+                          rank_table=table, launchers=heard, now=NOW + timedelta(seconds=1)))
+    assert gang.status["attempt"] == 2 and gang.status["recoveries"][-1]["rungs"] == ["ReplacePod", "RestartGang"]
+    return gang.status, lost
+
+
+def test_a_job_that_lost_a_node_with_no_spare_shrinks_only_after_the_replacement_timeout():
+    builder = spec_job(timeout=120)
+    status, table = running(builder)
+    restarting, lost = lose_node_three(builder, status, table)
+    body = with_status(builder, restarting)
+
+    soon = decide(observe(body, nodes=lost, now=NOW + timedelta(seconds=31)))
+    (place,) = of(soon, Place)
+    assert place.request.pod_count == 4 and place.alternatives == ()  # the whole gang only, within the timeout
+    assert place.retry_within == 90.0  # and the pass comes back when the timeout ends
+
+    later = decide(observe(body, nodes=lost, now=NOW + timedelta(seconds=122)))
+    (place,) = of(later, Place)
+    assert place.request.pod_count == 4 and place.retry_within is None
+    assert [(job.data, job.micro_batches, request.pod_count) for request, job in place.alternatives] == [
+        (2, 2, 2), (1, 4, 1)]
+    assert all(request.excluded_nodes == {"node-3"} for request, _ in place.alternatives)
+
+    # the shell placed DP 2 (the whole gang did not fit): the ledger's rung Shrink, Degraded, status.elastic
+    shrunk_job = place.alternatives[0][1]
+    outcome = record_placement(later.status, shrunk_job, Placement(ok=True, nodes=("node-0", "node-1")),
+                               NOW + timedelta(seconds=122), 1, {n: "rack-0" for n in NODES}, asked=place.job)
+    status = outcome.status
+    assert status["elastic"] == {"data": 2, "microBatches": 2, "fromData": 4, "since": "2026-12-02T12:02:02Z"}
+    assert status["recoveries"][-1]["rungs"] == ["ReplacePod", "RestartGang", "Shrink"]
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "Shrunk")
+    assert degraded["message"].startswith("data 4→2: ")
+    assert ("Warning", "Shrunk") in [(e.type, e.reason) for e in outcome.actions]
+    assert (status["parallelism"]["data"], status["parallelism"]["microBatches"], status["worldSize"]) == (2, 2, 2)
+
+    # the next pass runs at DP 2: job.json applied again for it, two pods whose env describes the shrunk world
+    body = with_status(builder, status)
+    children = decide(observe(body, nodes=lost, now=NOW + timedelta(seconds=123), children_data=4))
+    (ensure,) = of(children, EnsureChildren)
+    assert (ensure.job.data, ensure.job.micro_batches) == (2, 2)
+    start = decide(observe(body, nodes=lost, now=NOW + timedelta(seconds=124), children_data=2))
+    (create,) = of(start, CreatePods)
+    assert [pod.node for pod in create.pods] == ["node-0", "node-1"]
+    env = {item["name"]: item.get("value") for item in create.pods[0].manifest["spec"]["containers"][0]["env"]}
+    assert json.loads(env["AHJ_PARALLEL"])["data"] == 2 and json.loads(env["AHJ_PARALLEL"])["microBatches"] == 2
+    assert env["MS_WORKER_NUM"] == "2"
+    assert start.status["worldSize"] == 2 and start.status["parallelism"]["data"] == 2
+    # the pods are made from the shrunk job: once they exist, no pass takes them for a spec change, not even one
+    # that reads the status the shrink wrote but not yet the one that created them (a watch behind the patches)
+    pods = [live(i, attempt=2) for i in range(2)]
+    assert "podTemplateHash" not in status
+    behind = decide(observe(body, pods=pods, nodes=lost, children_data=2, now=NOW + timedelta(seconds=125)))
+    assert not of(behind, DeletePods) and behind.status["attempt"] == 2
+    again = decide(observe(with_status(builder, start.status), pods=pods, nodes=lost, children_data=2,
+                           now=NOW + timedelta(seconds=125)))
+    assert not of(again, DeletePods) and again.status["attempt"] == 2
+
+
+def test_no_shrink_the_planner_predicts_out_of_memory_the_job_waits_and_says_why():
+    builder = spec_job(timeout=0, training={"optimizerShard": True}, model={"preset": "gpt-1b"}, batch=16)
+    status, table = running(builder)
+    restarting, lost = lose_node_three(builder, status, table)
+    tight = {"910B": dataclasses.replace(HW, hbm_gib=12.0)}
+    decision = decide(observe(with_status(builder, restarting), nodes=lost, now=NOW + timedelta(seconds=2),
+                              profiles=tight))
+    (place,) = of(decision, Place)
+    assert place.alternatives == ()
+    degraded = next(c for c in decision.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("False", "CannotShrink")
+    assert "data 2: the planner predicts 12.9 GiB per NPU" in degraded["message"]
+    assert ("Warning", "CannotShrink") in events(decision)
+
+
+def shrunk_running(builder, step=5):
+    """The job running at DP 2 (attempt 2 after a shrink, the incident recovered) at training step `step`."""
+    status, table = running(builder)
+    restarting, lost = lose_node_three(builder, status, table)
+    later = decide(observe(with_status(builder, restarting), nodes=lost, now=NOW + timedelta(seconds=2)))
+    (place,) = of(later, Place)
+    status = record_placement(later.status, place.alternatives[0][1], Placement(ok=True, nodes=NODES[:2]),
+                              NOW + timedelta(seconds=2), 1, {n: "rack-0" for n in NODES}, asked=place.job).status
+    status = decide(observe(with_status(builder, status), nodes=lost, children_data=2)).status  # creates them
+    pods = [live(i, attempt=2) for i in range(2)]
+    table = next(a.table for a in decide(observe(with_status(builder, status), pods=pods, nodes=lost,
+                                                 children_data=2)).actions if type(a).__name__ == "WriteRankTable")
+    stepped = NOW + timedelta(seconds=40)
+    status = decide(observe(with_status(builder, status), pods=pods, nodes=lost, rank_table=table, children_data=2,
+                            now=stepped, telemetry=Sample("trainer", stepped, step=float(step), loss=2.0,
+                                                          step_seconds=0.5))).status
+    assert status["recoveries"][-1]["outcome"] == "Recovered" and status["recoveries"][-1]["recoveredBy"] == "Shrink"
+    status.setdefault("training", {})["step"] = step
+    return status, table, pods
+
+
+def test_a_shrunk_job_grows_back_at_the_next_checkpoint_boundary_once_its_whole_gang_fits():
+    builder = spec_job(timeout=0, training={"checkpoint": {"claimName": "ckpt", "everySteps": 4}})
+    status, table, pods = shrunk_running(builder, step=5)
+    healed = {n: node(n) for n in NODES}  # node-3 Ready again
+
+    probing = decide(observe(with_status(builder, status), pods=pods, nodes=healed, rank_table=table,
+                             children_data=2, now=NOW + timedelta(seconds=50)))
+    (probe,) = of(probing, ProbeGrow)
+    assert probe.data == 4 and probe.request.pod_count == 4
+    assert probe.request.excluded_nodes == set()  # node-3 was avoided for its fault; Ready again, it counts
+    assert probing.status["phase"] == "Running" and probing.requeue_after == elastic_steps.GROW_PROBE_SECONDS
+
+    # the shell found room for DP 4 at step 5: the job waits for the checkpoint of step 8
+    fits = elastic_steps.probed(probing.status, Placement(ok=True, nodes=NODES), 4, NOW).status
+    assert fits["elastic"]["growFits"] and fits["elastic"]["growFitsAtStep"] == 5
+    fits["training"]["step"] = 7
+    before = decide(observe(with_status(builder, fits), pods=pods, nodes=healed, rank_table=table, children_data=2,
+                            now=NOW + timedelta(seconds=55)))
+    assert not of(before, DeletePods) and before.status["attempt"] == 2 and of(before, ProbeGrow)
+
+    fits["training"]["step"] = 8
+    grown = decide(observe(with_status(builder, fits), pods=pods, nodes=healed, rank_table=table, children_data=2,
+                           now=NOW + timedelta(seconds=60)))
+    (deleted,) = of(grown, DeletePods)
+    assert deleted.names == ("elastic-a2-0", "elastic-a2-1")
+    status = grown.status
+    assert status["attempt"] == 3 and "elastic" not in status and status["phase"] == "Restarting"
+    assert (status["parallelism"]["data"], status["worldSize"]) == (4, 4)
+    grow = status["recoveries"][-1]
+    assert (grow["cause"], grow["rungs"], grow["counted"], grow["outcome"]) == (
+        "CapacityReturned", ["Grow"], False, "Recovering")
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("False", "Grown") and "data 2→4" in degraded["message"]
+    assert status["avoidedNodes"] == []
+    # the new attempt places the whole gang at the spec's degrees
+    (place,) = of(decide(observe(with_status(builder, status), nodes=healed, now=NOW + timedelta(seconds=61))), Place)
+    assert place.job.data == 4 and place.request.pod_count == 4
+
+
+def test_no_growth_while_the_whole_gang_does_not_fit_and_none_with_grow_back_off():
+    builder = spec_job(timeout=0)
+    status, table, pods = shrunk_running(builder)
+    blocked = elastic_steps.probed(status, Placement(ok=False, reason="1 of 4 pods do not fit"), 4, NOW).status
+    assert blocked["elastic"]["growFits"] is False and blocked["elastic"]["growReason"] == "1 of 4 pods do not fit"
+    stays = decide(observe(with_status(builder, blocked), pods=pods, rank_table=table, children_data=2,
+                           now=NOW + timedelta(seconds=60)))
+    assert not of(stays, DeletePods) and stays.status["elastic"]["data"] == 2
+
+    off = spec_job(timeout=0).section("elastic", minData=1, replacementTimeoutSeconds=0, growBack=False)
+    status, table, pods = shrunk_running(off)
+    kept = decide(observe(with_status(off, status), pods=pods, rank_table=table, children_data=2,
+                          now=NOW + timedelta(seconds=60)))
+    assert not of(kept, ProbeGrow) and not of(kept, DeletePods) and kept.status["worldSize"] == 2
+
+
+def test_a_job_without_elastic_waits_whole_as_before():
+    builder = (JobBuilder("elastic", namespace="ns").uid("uid-1").created("2026-12-02T11:59:00Z")
+               .parallelism(data=4, tensor=1).per_pod(1).section("model", preset="tiny")
+               .section("training", globalBatchSize=8))
+    status, table = running(builder)
+    restarting, lost = lose_node_three(builder, status, table)
+    (place,) = of(decide(observe(with_status(builder, restarting), nodes=lost, now=NOW + timedelta(hours=1))), Place)
+    assert place.alternatives == () and place.retry_within is None
