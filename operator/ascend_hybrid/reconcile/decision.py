@@ -213,10 +213,39 @@ def enqueued(p: Pass, current: dict, stale: list, admission: Admission | None, t
     return p.d
 
 
+def running(p: Pass, table: dict, current: dict) -> Decision:
+    """Every pod runs and the table is complete: written, the launchers told their generation, an in-place rung or
+    an elastic growth followed, else the job Running with its telemetry and goodput."""
+    o, e, status = p.o, p.resolved, p.status
+    attempt = int(status["attempt"])
+    if o.rank_table != table:
+        p.write_rank_table(table)
+    status["rankTable"].update(status="completed", version=table["version"])
+    recovery_steps.signal_launchers(p)
+    if recovery_steps.follow_in_place(p, current) or elastic_steps.grow_step(p, current):
+        return p.d
+    completed = f"hccl.json completed for {e.world_size} ranks"
+    table_news = (condition(status, "RankTableReady") or {}).get("status") != "True"
+    p.cond("RankTableReady", True, "Completed", f"hccl.json v{table['version']} lists {e.world_size} ranks")
+    if status.get("phase") != "Running":  # the two milestones come together: one event tells both
+        p.d.emit("Normal", "Running", f"attempt {attempt}: {e.pod_count} pods running"
+                 + (f", {completed}" if table_news else ""))
+    elif table_news:
+        p.d.emit("Normal", "RankTableReady", completed)
+    p.cond("Running", True, "AllPodsRunning", f"attempt {attempt}")
+    p.cond("Restarting", False, "Running", f"attempt {attempt} running")
+    p.phase("Running", f"attempt {attempt}: {e.pod_count} pods running, rank table completed")
+    telemetry_steps.record_telemetry(p)
+    recovery_steps.follow_gang(p, current)
+    recovery_steps.record_goodput(p, current)
+    p.requeue(SLOW_REQUEUE_SECONDS)
+    return p.d
+
+
 def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decision:
     """A placed attempt, from its children to Running: apply the Services and ConfigMaps, create the missing pods
-    pinned to their nodes (a queued gang's are released too), wait for the scheduler, then complete the rank table (or reset it while
-    a pod is not ready) and read the running job's telemetry."""
+    pinned to their nodes (a queued gang's are released too), wait for the scheduler, then complete the rank table
+    (or reset it while a pod is not ready) and read the running job's telemetry."""
     o, e, status = p.o, p.resolved, p.status
     attempt = int(status["attempt"])
     status["podTemplateHash"] = template_hash
@@ -265,29 +294,7 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
     rank = status.setdefault("rankTable", {})
     rank["configMap"] = names.rank_table_config_map(p.meta["name"])
     if table["status"] == "completed":
-        if o.rank_table != table:
-            p.write_rank_table(table)
-        rank.update(status="completed", version=table["version"])
-        recovery_steps.signal_launchers(p)
-        if recovery_steps.follow_in_place(p, current):
-            return p.d
-        if elastic_steps.grow_step(p, current):
-            return p.d
-        completed = f"hccl.json completed for {e.world_size} ranks"
-        table_news = (condition(status, "RankTableReady") or {}).get("status") != "True"
-        p.cond("RankTableReady", True, "Completed", f"hccl.json v{table['version']} lists {e.world_size} ranks")
-        if status.get("phase") != "Running":  # the two milestones come together: one event tells both
-            p.d.emit("Normal", "Running", f"attempt {attempt}: {e.pod_count} pods running"
-                        + (f", {completed}" if table_news else ""))
-        elif table_news:
-            p.d.emit("Normal", "RankTableReady", completed)
-        p.cond("Running", True, "AllPodsRunning", f"attempt {attempt}")
-        p.cond("Restarting", False, "Running", f"attempt {attempt} running")
-        p.phase("Running", f"attempt {attempt}: {e.pod_count} pods running, rank table completed")
-        telemetry_steps.record_telemetry(p)
-        recovery_steps.follow_gang(p, current)
-        recovery_steps.record_goodput(p, current)
-        p.requeue(SLOW_REQUEUE_SECONDS)
+        return running(p, table, current)
     else:
         if o.rank_table is not None and o.rank_table.get("status") == "completed":
             p.reset_rank_table()
