@@ -52,9 +52,10 @@ def permission_problems(log: str) -> list[str]:
 class ChartOperator(OperatorProcess):
     """The operator through its console script (the image's entrypoint), with the chart's namespace flags."""
 
-    def __init__(self, kubeconfig: str, log_path: Path, namespaces: list[str]):
+    def __init__(self, kubeconfig: str, log_path: Path, namespaces: list[str], own_namespace: str):
         super().__init__(kubeconfig, log_path)
-        self.namespaces = namespaces
+        # in its pod the operator finds its namespace (the release's) in its ServiceAccount's files; here it is told
+        self.namespaces, self.own_namespace = namespaces, own_namespace
 
     def healthz(self) -> int:
         """What the chart's liveness and readiness probes ask."""
@@ -64,7 +65,8 @@ class ChartOperator(OperatorProcess):
     def command(self) -> list[str]:
         return [str(Path(sys.executable).parent / "ascend-hybrid"), "run", "--kubeconfig", self.kubeconfig,
                 "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
-                "--bind-address", "127.0.0.1", *[f"--namespace={namespace}" for namespace in self.namespaces]]
+                "--bind-address", "127.0.0.1", "--lease-namespace", self.own_namespace,
+                *[f"--namespace={namespace}" for namespace in self.namespaces]]
 
 
 def run_tool(command: list[str], kubeconfig: str, helm_home: Path | None = None, timeout: float = 60) -> str:
@@ -130,7 +132,7 @@ def run_example_job_as_the_service_account(dev_cluster, release: dict, namespace
         client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
             audiences=[], expiration_seconds=TOKEN_SECONDS))).status.token
     kubeconfig = service_account_kubeconfig(dev_cluster.kubeconfig, token, tmp_path / "operator.kubeconfig")
-    operator = ChartOperator(str(kubeconfig), tmp_path / "operator.log", watched).start()
+    operator = ChartOperator(str(kubeconfig), tmp_path / "operator.log", watched, release["namespace"]).start()
     jobs = Jobs(dev_cluster.api, namespace, operator)
     job = example("job.yaml")
     name = job["metadata"]["name"]
