@@ -169,7 +169,9 @@ def test_a_rung_past_its_timeout_restarts_the_gang(jobs, fault_cluster, report):
     (entry,) = status["recoveries"]
     assert entry["rungs"] == ["RestartRanks", "RestartGang"] and "timeout of 10s" in entry["why"], entry
     assert (status["restarts"], status["attempt"]) == (1, 2), status
-    assert 10 <= seconds < 60, seconds
+    # the rung waited for its timeout: 10 s from the decision, whose time the status keeps in whole seconds (so the
+    # escalation may come up to 1 s early), and a gang restart of two pods takes about a second more
+    assert 9 <= seconds < 60, seconds
     assert (duplicated, lost, monitor.max_duplicates, monitor.double_booked) == (0, 0, 0, [])
     report.add(CaseResult("RestartRanks past its timeout (10 s)", 1, duplicated, lost, seconds,
                           "RestartRanks → RestartGang, counted once, attempt 2"))
