@@ -10,6 +10,7 @@ import re
 import pytest
 
 from support.images import IMAGES_TIMEOUT_S
+from support.losses import LAYERS
 
 pytestmark = [pytest.mark.images, pytest.mark.timeout(IMAGES_TIMEOUT_S)]
 
@@ -87,7 +88,7 @@ def losses(stdout: str) -> list[float]:
 
 def train(images, data: int):
     """`ascend-hybrid-trainer local` through the image's entrypoint, 3 steps of global batch 2, no network."""
-    proc = images.run(images.trainer, "local", "--data", str(data), "--steps", "3", "--global-batch", "2",
+    proc = images.run(images.trainer, "local", "--data", str(data), "--layers", str(LAYERS), "--steps", "3", "--global-batch", "2",
                       "--seed", "0", "--metrics-port", "0", timeout=600)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc

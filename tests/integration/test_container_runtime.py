@@ -33,14 +33,15 @@ from ascend_hybrid.devcluster.runtime.kubelet import apiserver_address, runtime_
 from ascend_hybrid.devcluster.runtime.launch import RUNTIME_ANNOTATION
 from ascend_hybrid.devcluster.testing import procnet
 from support.images import IMAGES_TIMEOUT_S
-from support.losses import local_losses, step_records
+from support.losses import MODEL, local_losses, step_records
 from support.operator_harness import REPO, Jobs, job_manifest, kubectl, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.images, pytest.mark.timeout(IMAGES_TIMEOUT_S)]
 
 CONTAINER = {RUNTIME_ANNOTATION: "container"}
 CHART = REPO / "charts" / "ascend-hybrid-operator"
-SEED, STEPS, SEQ_LENGTH, GLOBAL_BATCH = 11, 40, 32, 2
+# 150 steps of the 2-layer model: the operator is killed and back while the job still trains
+SEED, STEPS, SEQ_LENGTH, GLOBAL_BATCH = 11, 150, 32, 2
 FORBIDDEN_IN_LOG = ("Forbidden", "forbidden", "Not enough permissions", " 403")
 
 
@@ -272,7 +273,7 @@ def test_the_chart_installed_operator_image_trains_a_dp2_job_of_trainer_containe
     jobs = Jobs(cluster.api, namespace, operator)
     trainer_image = unqualified(images.trainer)
     jobs.create(job_manifest("cont-dp2", data=2, tensor=1, per_pod=1, annotations=CONTAINER,
-                             npu={"hardwareProfile": "cpu-2core"}, template={"image": trainer_image},
+                             npu={"hardwareProfile": "cpu-2core"}, template={"image": trainer_image}, model=MODEL,
                              training={"steps": STEPS, "seed": SEED, "seqLength": SEQ_LENGTH,
                                        "globalBatchSize": GLOBAL_BATCH}))
     pod_zero = names.pod_name("cont-dp2", 1, 0)

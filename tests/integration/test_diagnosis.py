@@ -20,6 +20,7 @@ from ascend_hybrid.devcluster.runtime import helper as runtime_helper
 from ascend_hybrid.devcluster.runtime.launch import RUNTIME_ANNOTATION
 from ascend_hybrid.devcluster.telemetry import exporter, figures
 from ascend_hybrid.devcluster.testing.pods import outcome_annotations, termination_report
+from support.losses import MODEL
 from support.operator_harness import Jobs, OperatorProcess, install_crd, job_manifest, wait_for
 
 pytestmark = pytest.mark.integration
@@ -273,7 +274,7 @@ def process_runtime(cluster):
 
 
 def real_job(name: str, steps: int, **spec) -> dict:
-    return job_manifest(name, data=2, tensor=1, per_pod=1, annotations={RUNTIME_ANNOTATION: "process"},
+    return job_manifest(name, data=2, tensor=1, per_pod=1, annotations={RUNTIME_ANNOTATION: "process"}, model=MODEL,
                         training={"steps": steps, "seed": 7, "seqLength": 32, "globalBatchSize": 2,
                                   **spec.pop("training", {})}, **spec)
 

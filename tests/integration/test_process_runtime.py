@@ -23,14 +23,15 @@ import pytest
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.kube import processes
+from ascend_hybrid.devcluster.nodes import fleet
 from ascend_hybrid.devcluster.runtime import claims, runtime_default
 from ascend_hybrid.devcluster.runtime import helper as runtime_helper
 from ascend_hybrid.devcluster.runtime.launch import RUNTIME_ANNOTATION, claim_directory
 from ascend_hybrid.devcluster.telemetry import exporter, prometheus
 from ascend_hybrid.devcluster.testing import procnet
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
+from support.losses import LAYERS, MODEL, step_records
 from support.losses import local_losses as run_locally
-from support.losses import step_records
 from support.operator_harness import Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
 from support.paths import EXAMPLES
 
@@ -38,7 +39,9 @@ pytestmark = pytest.mark.integration
 
 PROCESS = {RUNTIME_ANNOTATION: "process"}
 TELEMETRY_INTERVAL = 2
-SEED, STEPS, SEQ_LENGTH = 7, 20, 32
+NODE_GRACE = 5  # a NotReady node's pods count as lost after 5 s (the default 30 s only stretches the tests)
+# 120 steps of the 2-layer model train for ~15 s: long enough for status, telemetry and Prometheus to see them
+SEED, STEPS, SEQ_LENGTH = 7, 120, 32
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +81,7 @@ def prometheus_progress(url: str, namespace: str, pod: str) -> dict[str, float]:
 @pytest.fixture
 def jobs(cluster, namespace, tmp_path):
     operator = OperatorProcess(str(cluster.kubeconfig), tmp_path / "operator.log",
-                               extra_args=("--telemetry-interval", TELEMETRY_INTERVAL,
+                               extra_args=("--telemetry-interval", TELEMETRY_INTERVAL, "--node-grace-seconds", NODE_GRACE,
                                            "--hardware-profiles", str(EXAMPLES / "hardware-cpu.yaml"))).start()
     handle = Jobs(cluster.api, namespace, operator)
     yield handle
@@ -89,7 +92,7 @@ def jobs(cluster, namespace, tmp_path):
 def real_job(name: str, steps: int, runPolicy: dict | None = None, **training) -> dict:
     extra = {"runPolicy": runPolicy} if runPolicy else {}
     return job_manifest(name, data=2, tensor=1, per_pod=1, annotations=PROCESS, npu={"hardwareProfile": "cpu-2core"},
-                        training={"steps": steps, "seed": SEED, "seqLength": SEQ_LENGTH, "globalBatchSize": 2,
+                        model=MODEL, training={"steps": steps, "seed": SEED, "seqLength": SEQ_LENGTH, "globalBatchSize": 2,
                                   **training}, **extra)
 
 
@@ -154,7 +157,7 @@ def test_a_dp2_job_trains_for_real_and_matches_the_local_runner(cluster, prometh
             break
         time.sleep(0.5)
     wall = time.monotonic() - started
-    print(f"\nDP 2 job (2 pods x 1 chip, tiny, {STEPS} steps): created -> {phase} in {wall:.1f} s; peak memory of "
+    print(f"\nDP 2 job (2 pods x 1 chip, tiny with {LAYERS} layers, {STEPS} steps): created -> {phase} in {wall:.1f} s; peak memory of "
           f"its {len(pids_seen)} processes {peak_rss / 2**20:.0f} MiB (sum of RSS); progress read while Running: "
           f"{len(training_seen)} times from status.training, {len(scraped)} from Prometheus; measured/predicted "
           f"step time {ratios[-1] if ratios else None} (cpu-2core profile)")
@@ -364,13 +367,20 @@ def checkpointed(latest: Path) -> int:
     return json.loads(latest.read_text())["step"] if latest.exists() else 0
 
 
-def test_killed_ranks_restart_in_place_and_train_on_as_if_uninterrupted(cluster, namespace, checkpoint_claim, jobs):
-    """RestartRanks (the default for a crashed worker, nothing in the spec but the checkpoint claim): rank 1's
-    worker SIGKILLed, then rank 0's (pod 0 runs the MindSpore scheduler too). Each time every launcher restarts its
-    processes from the newest checkpoint on the same pods; training resumes within 60 s and every loss, redone
-    steps included, equals an uninterrupted run's."""
-    steps, name = 24, "real-inplace"
+def test_killed_ranks_restart_in_place_a_lost_node_replaces_one_pod_and_training_goes_on_as_if_uninterrupted(
+        cluster, namespace, checkpoint_claim, jobs, create_pod):
+    """The recovery ladder on real MindSpore, nothing in the spec but the checkpoint claim. RestartRanks (the default
+    for a crashed worker): rank 1's worker SIGKILLed, then rank 0's (pod 0 runs the MindSpore scheduler too); each
+    time every launcher restarts its processes from the newest checkpoint on the same pods, within 60 s. ReplacePod
+    (the default for a lost node): pod 1's node NotReady past its grace; only pod 1 is made again, on the spare
+    node, pod 0 keeps its UID and restarts its ranks in place. Every loss, redone steps included, equals an
+    uninterrupted run's."""
+    steps, name = 100, "real-inplace"  # ~0.15 s a step: the third fault lands well before the end
     latest = checkpoint_claim / "latest.json"
+    nodes = cluster.nodes("910B")
+    # one free chip on each of three nodes, none on the fourth: the job's two pods on two nodes, one spare
+    for index, node in enumerate(nodes):
+        create_pod(f"filler-{index}", node=node, chips=7 if index < 3 else 8)
     created = time.monotonic()
     jobs.create(real_job(name, steps, checkpoint={"claimName": "ckpt", "everySteps": 2}))
 
@@ -386,6 +396,12 @@ def test_killed_ranks_restart_in_place_and_train_on_as_if_uninterrupted(cluster,
              "the first steps", story)
     cold = time.monotonic() - created
     pods = {int(p["metadata"]["labels"][names.POD_INDEX_LABEL]): p for p in jobs.pods(name, attempt=1)}
+    assert len({pod["spec"]["nodeName"] for pod in pods.values()}) == 2, "the two pods share a node"
+
+    def recovered(count: int) -> bool:
+        ledger = jobs.status(name).get("recoveries") or []
+        return len(ledger) == count and ledger[-1].get("outcome") == "Recovered"
+
     took = []
     for fault, (index, after_step) in enumerate(((1, 4), (0, 12))):
         wait_for(lambda after=after_step: checkpointed(latest) >= after, 240, f"a checkpoint of step {after_step}",
@@ -394,11 +410,8 @@ def test_killed_ranks_restart_in_place_and_train_on_as_if_uninterrupted(cluster,
         assert worker_environ(worker).get("POD_NAME") == pods[index]["metadata"]["name"]
         killed = time.monotonic()
         os.kill(worker, signal.SIGKILL)
-
-        def recovered(count=fault + 1) -> bool:
-            ledger = jobs.status(name).get("recoveries") or []
-            return len(ledger) == count and ledger[-1].get("outcome") == "Recovered"
-        wait_for(recovered, 150, f"fault {fault + 1} (rank {index}) to be recovered in place", story)
+        wait_for(lambda count=fault + 1: recovered(count), 150,
+                 f"fault {fault + 1} (rank {index}) to be recovered in place", story)
         took.append(time.monotonic() - killed)
         record = jobs.status(name)["recoveries"][-1]
         assert (record["rungs"], record["recoveredBy"], record["rank"], record["attempt"]) == (
@@ -414,14 +427,131 @@ def test_killed_ranks_restart_in_place_and_train_on_as_if_uninterrupted(cluster,
         assert now == uids, (now, uids)
         assert trainer_worker(pods[index]) != worker
 
+    wait_for(lambda: checkpointed(latest) >= 20, 240, "a checkpoint of step 20", story)
+    lost = pods[1]["spec"]["nodeName"]
+    try:
+        lost_at = time.monotonic()
+        fleet.set_node_ready(cluster.core, lost, False)
+        wait_for(lambda: recovered(3), 150, "the lost node's pod to be replaced", story)
+        took.append(time.monotonic() - lost_at)
+    finally:
+        fleet.set_node_ready(cluster.core, lost, True)
+    record = jobs.status(name)["recoveries"][-1]
+    assert (record["cause"], record["rungs"], record["recoveredBy"], record["attempt"]) == (
+        "NodeNotReady", ["ReplacePod"], "ReplacePod", 1), record
+    now = {p["metadata"]["name"]: p for p in jobs.pods(name)}
+    pod_zero, pod_one = (names.pod_name(name, 1, index) for index in (0, 1))
+    assert now[pod_zero]["metadata"]["uid"] == uids[pod_zero], "pod 0 was made again"
+    assert now[pod_one]["metadata"]["uid"] != uids[pod_one] and now[pod_one]["spec"]["nodeName"] not in (
+        lost, pods[0]["spec"]["nodeName"]), now[pod_one]["spec"]
+
     jobs.wait_phase(name, "Succeeded", timeout=240)
     status = jobs.status(name)
-    assert (status["attempt"], status["restarts"]) == (1, 2), status
-    print(f"\nRestartRanks on real MindSpore (DP 2, 2 pods): kill -> first step after {took[0]:.1f} s (rank 1), "
-          f"{took[1]:.1f} s (rank 0); cold start to the first steps {cold:.1f} s; load average "
+    assert (status["attempt"], status["restarts"]) == (1, 3), status
+    print(f"\nrecovery on real MindSpore (DP 2, 2 pods, {LAYERS} layers): kill -> first step after {took[0]:.1f} s "
+          f"(rank 1), {took[1]:.1f} s (rank 0), RestartRanks; node NotReady -> first step after {took[2]:.1f} s "
+          f"(grace {NODE_GRACE} s included), ReplacePod; cold start to the first steps {cold:.1f} s; load average "
           f"{os.getloadavg()[0]:.1f}; ledger: {json.dumps(status['recoveries'])}; goodput {status.get('goodput')}")
-    records = step_records(kubectl(cluster, "logs", "-n", namespace, names.pod_name(name, 1, 0)))
+    records = step_records(kubectl(cluster, "logs", "-n", namespace, pod_zero))
     assert {r["step"] for r in records} == set(range(1, steps + 1))
     expected = local_losses(steps)
     for record in records:  # redone steps included: each equals the uninterrupted run's
         assert record["loss"] == pytest.approx(expected[record["step"] - 1], abs=1e-5), record
+
+
+def test_an_elastic_job_shrinks_when_its_node_is_lost_and_grows_back_with_the_losses_of_an_uninterrupted_run(
+        cluster, namespace, checkpoint_claim, jobs, create_pod):
+    """spec.elastic: a DP 4 job, one pod per 910B node and no spare chip; pod 3's node goes NotReady, so ReplacePod
+    finds no room and the job shrinks at once (replacementTimeoutSeconds 0) to DP 2 (3 ways do not split a batch of
+    8), the lost ways accumulated; the node Ready again, it grows back to DP 4 at the next checkpoint boundary.
+    Every step's loss equals an uninterrupted DP 4 run's within 1e-4 relative."""
+    # ~0.2 s a step: enough steps that training outlasts a shrink, a DP 2 checkpoint and a grow
+    name, steps, every = "real-elastic", 300, 4
+    latest = checkpoint_claim / "latest.json"
+    nodes = cluster.nodes("910B")
+    assert len(nodes) == 4, nodes
+    for index, node in enumerate(nodes):  # 7 of each node's 8 chips taken: one pod per node, no spare
+        create_pod(f"filler-{index}", node=node, chips=7)
+    manifest = job_manifest(name, data=4, tensor=1, per_pod=1, annotations=PROCESS,
+                            npu={"hardwareProfile": "cpu-2core"}, model=MODEL,
+                            training={"steps": steps, "seed": SEED, "seqLength": SEQ_LENGTH, "globalBatchSize": 8,
+                                      "checkpoint": {"claimName": "ckpt", "everySteps": every}},
+                            elastic={"minData": 2, "replacementTimeoutSeconds": 0})
+    losses: dict[tuple[int, int], float] = {}  # (attempt, step) → rank 0's loss, read while each attempt lives
+
+    def harvest() -> None:
+        attempt = int(jobs.status(name).get("attempt") or 1)
+        for seen in {attempt - 1, attempt} - {0}:
+            try:
+                text = cluster.core.read_namespaced_pod_log(names.pod_name(name, seen, 0), namespace)
+            except Exception:  # noqa: BLE001 - a pod not there (yet or any more) has no log to read
+                continue
+            for record in step_records(text):
+                losses[(seen, record["step"])] = record["loss"]
+
+    def story() -> str:
+        return f"{describe(cluster, jobs, name)}\nlosses so far: {sorted(losses.items())}"
+
+    def polled(check):
+        def poll():
+            harvest()
+            return check()
+        return poll
+
+    started = time.monotonic()
+    jobs.create(manifest)
+    wait_for(polled(lambda: checkpointed(latest) >= 4), 300, "attempt 1 to checkpoint step 4", story)
+    status = jobs.status(name)
+    assert (status["parallelism"]["data"], status["worldSize"]) == (4, 4), status
+    victim = status["placement"]["nodes"][3]
+    assert len(set(status["placement"]["nodes"])) == 4, status["placement"]
+    try:
+        lost_at = time.monotonic()
+        fleet.set_node_ready(cluster.core, victim, False)
+
+        def shrunk() -> bool:
+            now = jobs.status(name)
+            record = (now.get("recoveries") or [{}])[-1]
+            return (now.get("elastic") or {}).get("data") == 2 and record.get("recoveredBy") == "Shrink"
+        wait_for(polled(shrunk), 240, "the job to shrink to DP 2 and step again", story)
+        shrink_seconds = time.monotonic() - lost_at
+        status = jobs.status(name)
+        assert (status["parallelism"]["data"], status["parallelism"]["microBatches"], status["worldSize"]) == (
+            2, 2, 2), status["parallelism"]
+        degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+        assert (degraded["status"], degraded["reason"]) == ("True", "Shrunk") and "data 4→2" in degraded["message"]
+        shrunk_attempt = status["attempt"]
+        pods = jobs.pods(name, attempt=shrunk_attempt)
+        assert len(pods) == 2 and victim not in {p["spec"].get("nodeName") for p in pods}
+        environ = worker_environ(trainer_worker(pods[0]))
+        assert json.loads(environ["AHJ_PARALLEL"])["data"] == 2 and environ["MS_WORKER_NUM"] == "2"
+        shrunk_from = checkpointed(latest)
+        wait_for(polled(lambda: checkpointed(latest) >= shrunk_from + every), 120, "DP 2 to checkpoint", story)
+    finally:
+        fleet.set_node_ready(cluster.core, victim, True)
+    back_at = time.monotonic()
+
+    def grown() -> bool:
+        now = jobs.status(name)
+        record = (now.get("recoveries") or [{}])[-1]
+        return record.get("rungs") == ["Grow"] and record.get("outcome") == "Recovered"
+    wait_for(polled(grown), 240, "the job to grow back to DP 4 and step again", story)
+    grow_seconds = time.monotonic() - back_at
+    status = jobs.status(name)
+    assert (status["parallelism"]["data"], status["worldSize"], status["attempt"]) == (4, 4, shrunk_attempt + 1)
+    assert "elastic" not in status
+    assert next(c for c in status["conditions"] if c["type"] == "Degraded")["status"] == "False"
+    wait_for(polled(lambda: jobs.status(name).get("phase") == "Succeeded"), 240, "the job to succeed", story)
+    harvest()
+    took = time.monotonic() - started
+    expected = run_locally(steps, seed=SEED, seq_length=SEQ_LENGTH, global_batch=8, data=4)
+    by_attempt = {attempt: sorted(step for (a, step) in losses if a == attempt) for attempt, _ in losses}
+    assert by_attempt.get(shrunk_attempt) and by_attempt.get(shrunk_attempt + 1), by_attempt
+    assert max(step for _, step in losses) == steps
+    for (attempt, step), loss in sorted(losses.items()):
+        assert loss == pytest.approx(expected[step - 1], rel=1e-4), (attempt, step, loss, expected[step - 1])
+    ledger = status["recoveries"]
+    print(f"\nelastic DP 4 → 2 → 4 on real MindSpore: NotReady → DP 2 stepping {shrink_seconds:.1f} s (ledger "
+          f"{ledger[-2].get('seconds')} s), Ready → DP 4 stepping {grow_seconds:.1f} s (ledger "
+          f"{ledger[-1].get('seconds')} s); {len(losses)} losses compared over attempts {sorted(by_attempt)}; "
+          f"test {took:.0f} s, load average {os.getloadavg()[0]:.1f}; ledger {json.dumps(ledger)}")

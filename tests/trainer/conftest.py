@@ -7,6 +7,7 @@ import importlib.util
 
 import pytest
 
+from support.losses import LAYERS
 from support.trainer_harness import (
     CHECKPOINT_EVERY,
     GLOBAL_BATCH,
@@ -33,7 +34,7 @@ def reference_run(tmp_path_factory):
         pytest.fail("the reference run needs MindSpore: pip install -e '.[trainer]'", pytrace=False)
     checkpoints = tmp_path_factory.mktemp("reference-checkpoints")
     proc, processes, wall = run_local([
-        "--data", "1", "--preset", "tiny", "--steps", str(STEPS), "--seed", str(SEED),
+        "--data", "1", "--preset", "tiny", "--layers", str(LAYERS), "--steps", str(STEPS), "--seed", str(SEED),
         "--global-batch", str(GLOBAL_BATCH), "--seq-length", str(SEQ_LENGTH), "--learning-rate", str(LEARNING_RATE),
         "--checkpoint-dir", str(checkpoints), "--checkpoint-every", str(CHECKPOINT_EVERY),
         "--metrics-port", "0"])

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from support.losses import LAYERS, MODEL
 from support.trainer_harness import (
     GLOBAL_BATCH,
     LEARNING_RATE,
@@ -29,7 +30,7 @@ from support.trainer_harness import (
 pytestmark = pytest.mark.trainer
 
 PARITY_TOLERANCE = 1e-5
-DP2_SPEC = {"parallelism": {"data": 2}, "npu": {"chip": "910B", "perPod": 1}, "model": {"preset": "tiny"},
+DP2_SPEC = {"parallelism": {"data": 2}, "npu": {"chip": "910B", "perPod": 1}, "model": MODEL,
             "training": {"steps": STEPS, "globalBatchSize": GLOBAL_BATCH, "seqLength": SEQ_LENGTH,
                          "learningRate": LEARNING_RATE, "seed": SEED}}
 
@@ -93,7 +94,7 @@ def test_metrics_endpoint_serves_the_design_metrics_during_training(dp2_run):
         assert "ascend_trainer_npu_utilization_percent" not in text  # no npu-smi on this machine
 
 
-GQA_SWIGLU = {"preset": "tiny", "kvHeads": 2, "ffnType": "swiglu"}
+GQA_SWIGLU = {**MODEL, "kvHeads": 2, "ffnType": "swiglu"}
 
 
 def test_a_gqa_swiglu_dp2_job_matches_one_process(tmp_path):
@@ -101,7 +102,7 @@ def test_a_gqa_swiglu_dp2_job_matches_one_process(tmp_path):
     feed-forward, as a DP 2 job through the launcher, equals `local --data 1` of the same model to 1e-5 — loss
     and gradient norm at every step."""
     proc, processes, single_wall = run_local([
-        "--data", "1", "--preset", "tiny", "--kv-heads", "2", "--ffn-type", "swiglu", "--steps", str(STEPS),
+        "--data", "1", "--preset", "tiny", "--layers", str(LAYERS), "--kv-heads", "2", "--ffn-type", "swiglu", "--steps", str(STEPS),
         "--seed", str(SEED), "--global-batch", str(GLOBAL_BATCH), "--seq-length", str(SEQ_LENGTH),
         "--learning-rate", str(LEARNING_RATE), "--metrics-port", "0"])
     assert proc.process.returncode == 0, processes.report()

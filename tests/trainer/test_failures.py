@@ -15,6 +15,7 @@ import pytest
 
 from ascend_hybrid_trainer.failures import EXIT_CODES, Cause
 from ascend_hybrid_trainer.local import free_port
+from support.losses import LAYERS, MODEL
 from support.trainer_harness import (
     TRAINER,
     ProcessSet,
@@ -39,7 +40,7 @@ def test_killed_worker_fails_both_launchers_naming_the_rank(tmp_path):
     MindSpore (its scheduler stops hearing from rank 1 and the job ends). Both exit non-zero in time, and no
     process of the job is left behind."""
     spec = {"parallelism": {"data": 2}, "npu": {"chip": "910B", "perPod": 1},
-            "model": {"preset": "tiny", "layers": 2},  # a short compile: the test is about the failure
+            "model": MODEL,
             "training": {"steps": 100000, "globalBatchSize": 2, "seqLength": 32}}
     envs = pod_launch_envs(tmp_path, render_job(tmp_path, spec, name="kill"))
     processes = ProcessSet()
@@ -85,7 +86,7 @@ def test_killed_worker_fails_both_launchers_naming_the_rank(tmp_path):
 
 
 def test_local_runner_stops_every_pod_and_names_the_failing_rank_and_the_cause(tmp_path):
-    proc, processes, wall = run_local(["--data", "2", "--steps", "3", "--metrics-port", "0",
+    proc, processes, wall = run_local(["--data", "2", "--layers", str(LAYERS), "--steps", "3", "--metrics-port", "0",
                                        "--dataset", str(tmp_path / "missing.npy")], timeout=120)
     assert proc.process.returncode == EXIT_CODES[Cause.DATA_ERROR] == 16, processes.report()
     assert re.search(r"^\[local\] pod \d failed with exit code 16: \[launcher pod \d\] cause DataError \(exit code "
@@ -139,7 +140,7 @@ def test_launcher_gives_up_on_a_rank_table_that_never_completes(tmp_path):
 def test_a_diverging_dp2_job_stops_at_the_step_it_diverged_with_numerical_divergence(tmp_path):
     """Issue 15's measurement: the tiny preset at learning rate 1e6 goes from loss ~6.3 to ~2.4e13 at step 2 and
     stays finite. Both pods stop there — every rank sees the same global-batch loss — with NumericalDivergence."""
-    spec = {"parallelism": {"data": 2}, "npu": {"chip": "910B", "perPod": 1}, "model": {"preset": "tiny"},
+    spec = {"parallelism": {"data": 2}, "npu": {"chip": "910B", "perPod": 1}, "model": MODEL,
             "training": {"steps": 200, "globalBatchSize": 4, "seqLength": 32, "learningRate": 1e6}}
     envs = pod_launch_envs(tmp_path, render_job(tmp_path, spec, name="diverge"))
     processes = ProcessSet()
@@ -160,7 +161,7 @@ def test_a_pod_whose_scheduler_cannot_be_reached_ends_with_hccl_connect_timeout(
     """Pod 1 of a DP 2 job pointed at a scheduler port nobody listens on, with the job's connect timeout at 5 s:
     MindSpore's cluster formation gives up after MS_TOPO_TIMEOUT, which the launcher sets from
     HCCL_CONNECT_TIMEOUT."""
-    spec = {"parallelism": {"data": 2}, "npu": {"chip": "910B", "perPod": 1}, "model": {"preset": "tiny", "layers": 2},
+    spec = {"parallelism": {"data": 2}, "npu": {"chip": "910B", "perPod": 1}, "model": MODEL,
             "hccl": {"connectTimeoutSeconds": 5}, "training": {"steps": 3}}
     env = pod_launch_envs(tmp_path, render_job(tmp_path, spec, name="unreachable"))[1]
     port = free_port()

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from support.losses import LAYERS
 from support.trainer_harness import (
     CHECKPOINT_EVERY,
     GLOBAL_BATCH,
@@ -47,7 +48,7 @@ def test_resume_continues_from_the_saved_step_and_loss(reference_run, tmp_path):
     (resumed / "latest.json").write_text(json.dumps(
         {"step": CHECKPOINT_EVERY, "loss": reference_run["losses"][CHECKPOINT_EVERY]}))
     proc, processes, _ = run_local([
-        "--data", "1", "--steps", str(STEPS), "--seed", str(SEED), "--global-batch", str(GLOBAL_BATCH),
+        "--data", "1", "--layers", str(LAYERS), "--steps", str(STEPS), "--seed", str(SEED), "--global-batch", str(GLOBAL_BATCH),
         "--seq-length", str(SEQ_LENGTH), "--learning-rate", str(LEARNING_RATE), "--checkpoint-dir", str(resumed),
         "--checkpoint-every", str(CHECKPOINT_EVERY), "--metrics-port", "0"])
     assert proc.process.returncode == 0, processes.report()
@@ -61,7 +62,7 @@ def test_resume_continues_from_the_saved_step_and_loss(reference_run, tmp_path):
 
 
 def test_moe_feed_forward_trains_on_one_process():
-    proc, processes, _ = run_local(["--data", "1", "--layers", "2", "--experts", "4", "--top-k", "2",
+    proc, processes, _ = run_local(["--data", "1", "--layers", str(LAYERS), "--experts", "4", "--top-k", "2",
                                     "--steps", "8", "--global-batch", "4", "--metrics-port", "0"])
     assert proc.process.returncode == 0, processes.report()
     losses = losses_of(proc.text("stdout"))
@@ -74,7 +75,7 @@ def test_micro_batches_and_selective_recompute_train_exactly_what_one_pass_train
     recomputes the attention core in the backward pass. Neither changes the numbers: the losses are the reference
     run's (the same global batch in one forward pass, nothing recomputed) to 1e-5."""
     proc, processes, wall = run_local([
-        "--data", "1", "--micro-batches", "2", "--recompute", "selective", "--steps", str(STEPS), "--seed",
+        "--data", "1", "--layers", str(LAYERS), "--micro-batches", "2", "--recompute", "selective", "--steps", str(STEPS), "--seed",
         str(SEED), "--global-batch", str(GLOBAL_BATCH), "--seq-length", str(SEQ_LENGTH), "--learning-rate",
         str(LEARNING_RATE), "--metrics-port", "0"], timeout=420)  # one graph holds both micro-batches: compiles 2x
     assert proc.process.returncode == 0, processes.report()
