@@ -127,6 +127,17 @@ def test_a_forbidden_or_missing_config_map_makes_the_channel_unavailable(token, 
         channel(FakeApiserver(None), token).start()
 
 
+def test_a_refusal_that_ends_while_the_channel_starts_is_waited_out(token, monkeypatch):
+    monkeypatch.setattr(control, "RETRY_SECONDS", 0.1)
+    server = FakeApiserver({"generation": "2"}, token="other")  # the pod's RoleBinding not in force yet
+    threading.Timer(0.3, lambda: setattr(server, "token", "secret")).start()
+    end = channel(server, token)
+    try:
+        assert end.start() == 2
+    finally:
+        end.close()
+
+
 def test_from_env_needs_every_piece(tmp_path):
     said = []
     env = {"AHJ_RECOVERY_CONFIGMAP": "job-recovery", "POD_NAME": "job-a1-1", "POD_UID": "u", "POD_NAMESPACE": "ns",

@@ -100,12 +100,13 @@ class Channel:
 
     def start(self) -> int:
         """Reads the ConfigMap (waiting up to PRESENT_SECONDS for the operator to write it) and starts watching it;
-        the generation to run now."""
+        the generation to run now. A refusal is tried again too: the RoleBinding that lets this pod read it is made
+        just before the pod, and the apiserver's authorizer learns it from a watch that can lag behind."""
         deadline = time.monotonic() + PRESENT_SECONDS
         while True:
             try:
                 data = self.read()
-            except (OSError, ValueError) as error:  # unreachable, TLS, or not JSON: tried again
+            except (OSError, ValueError, ChannelUnavailable) as error:  # unreachable, TLS, not JSON, refused
                 data, reason = None, str(error)
             else:
                 reason = "it does not exist"

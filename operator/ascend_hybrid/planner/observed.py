@@ -79,11 +79,17 @@ class Observed:
                 "updated": self.updated}
 
 
+def predicted_step_seconds(plan: Mapping[str, Any]) -> Any:
+    """The predicted step seconds of the strategy the job runs now: status.plan.running's while an elastic job
+    runs shrunk (its prediction at the smaller data degree), else the spec's."""
+    return (plan.get("running") or {}).get("stepSeconds") or (plan.get("time") or {}).get("stepSeconds")
+
+
 def reading_of(namespace: str, name: str, status: Mapping[str, Any]) -> Reading | None:
     """The job's reading, or None while it is not Running, not past its warm-up, or its figure is implausible."""
     plan = status.get("plan") or {}
-    measured, time = plan.get("measured") or {}, plan.get("time") or {}
-    steady, predicted = measured.get("steadyStepSeconds"), time.get("stepSeconds")
+    measured = plan.get("measured") or {}
+    steady, predicted = measured.get("steadyStepSeconds"), predicted_step_seconds(plan)
     profile, at = plan.get("hardware"), (status.get("utilization") or {}).get("sampledAt")
     if status.get("phase") != "Running" or not profile or not isinstance(at, str):
         return None

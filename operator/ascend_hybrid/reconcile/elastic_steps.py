@@ -125,10 +125,31 @@ def run_shrunk(p: Pass) -> None:
         return
     p.o = replace(p.o, resolved=shrunk)
     p.status["parallelism"] = {**(p.status.get("parallelism") or {}), **shrunk.degrees}
+    predict_running(p.status, shrunk, p.o.hardware_profiles)
+
+
+def predict_running(status: dict, shrunk: ResolvedJob, profiles: Mapping[str, Hardware]) -> None:
+    """status.plan.running: the planner's step time at the degrees the job runs now, once per degree, scaled as
+    the spec's prediction was (its observed stepScale), so stepTimeRatio and the cluster's observed efficiency
+    compare a shrunk run with its own prediction."""
+    plan = status.get("plan")
+    running = (plan or {}).get("running") or {}
+    if not plan or (running.get("data"), running.get("microBatches")) == (shrunk.data, shrunk.micro_batches):
+        return
+    try:
+        evaluation = search.evaluate_job(shrunk, strategy.hardware_for(shrunk, profiles))
+    except (strategy.StrategyError, search.PlanError):
+        plan.pop("running", None)  # no prediction at these degrees: the ratio then reads against the spec's
+        return
+    scale = (plan.get("observed") or {}).get("stepScale", 1.0)
+    plan["running"] = {"data": shrunk.data, "microBatches": shrunk.micro_batches,
+                       "stepSeconds": round(evaluation.time.step * scale, 4)}
+    plan.pop("stepTimeRatio", None)  # the old ratio read against the spec's prediction
 
 
 def drop(p: Pass, why: str) -> None:
     p.status.pop("elastic", None)
+    (p.status.get("plan") or {}).pop("running", None)
     if (condition(p.status, DEGRADED) or {}).get("status") == "True":
         p.cond(DEGRADED, False, "SpecChanged", why)
 
@@ -250,6 +271,7 @@ def grow(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> None:
     """Back to the spec's data degree: a new attempt (every pod made again), an incident of its own in the
     ledger (rung Grow, not counted), Degraded False."""
     state = p.status.pop("elastic")
+    (p.status.get("plan") or {}).pop("running", None)
     p.status["avoidedNodes"] = healthy_avoided(p)
     training_step = (p.status.get("training") or {}).get("step")
     why = (f"a placement for data {full.data} fits again; growing from data {state['data']} at the checkpoint "

@@ -181,7 +181,7 @@ def measured(plan: Mapping[str, Any], training: Mapping[str, Any], utilization: 
     now = {key: value for key, value in figures.items() if value is not None}
     now.update(_steady((plan.get("measured") or {}).get("warmupMark"), *totals))
     out["measured"] = now
-    predicted = (plan.get("time") or {}).get("stepSeconds")
+    predicted = observed.predicted_step_seconds(plan)
     seconds = now["steadyStepSeconds"] if now.get("steadySteps", 0) >= observed.MIN_STEADY_STEPS else \
         figures["stepSeconds"]
     if seconds and predicted:

@@ -574,6 +574,16 @@ class ObservedScale(ApiModel):
     """How many jobs' readings it came from."""
 
 
+class RunningPrediction(ApiModel):
+    data: int = Field()
+    """The data degree the job runs at now (an elastic job shrunk below the spec's)."""
+    micro_batches: int = Field()
+    """Its micro-batches per step."""
+    step_seconds: float = Field()
+    """The predicted step seconds at these degrees (scaled as the spec's prediction is); stepTimeRatio reads
+    against it."""
+
+
 class PlanStatus(ApiModel):
     source: str | None = Field(None)
     """planned (parallelism.auto: the planner chose it) or evaluated (the spec's own strategy, scored)."""
@@ -615,8 +625,10 @@ class PlanStatus(ApiModel):
     """For a strategy that does not fit: the planner's best one and its predicted gain."""
     measured: MeasuredStep | None = Field(None)
     """What the running job measures (from status.training and status.utilization)."""
+    running: RunningPrediction | None = Field(None)
+    """Only while an elastic job runs shrunk: the prediction for the degrees it runs at."""
     step_time_ratio: float | None = Field(None)
-    """Measured / predicted step seconds (steady, once past warm-up)."""
+    """Measured / predicted step seconds (steady, once past warm-up), against `running` while it is set."""
     observed: ObservedScale | None = Field(None)
     """Set when spec.npu.useObservedEfficiency scaled this prediction by what the cluster's jobs measured."""
 class FailureStatus(ApiModel):

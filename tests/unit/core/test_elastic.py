@@ -15,7 +15,8 @@ from ascend_hybrid.diagnosis.recovery import LauncherReport
 from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner.hardware import builtin
-from ascend_hybrid.reconcile import elastic_steps
+from ascend_hybrid.planner import search
+from ascend_hybrid.reconcile import elastic_steps, strategy
 from ascend_hybrid.reconcile.actions import CreatePods, DeletePods, EnsureChildren, Place, PostEvent, ProbeGrow
 from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.placement_record import record_placement, record_replacement
@@ -280,6 +281,27 @@ def test_a_shrunk_job_grows_back_at_the_next_checkpoint_boundary_once_its_whole_
     # the new attempt places the whole gang at the spec's degrees
     (place,) = of(decide(observe(with_status(builder, status), nodes=healed, now=NOW + timedelta(seconds=61))), Place)
     assert place.job.data == 4 and place.request.pod_count == 4
+
+
+def test_a_shrunk_job_measures_against_the_prediction_at_the_degrees_it_runs_until_it_grows_back():
+    builder = spec_job(timeout=0, training={"checkpoint": {"claimName": "ckpt", "everySteps": 4}})
+    status, table, pods = shrunk_running(builder, step=5)
+    plan = status["plan"]
+    shrunk = elastic_steps.at_data(parse(with_status(builder, {})), 2, 2)
+    expected = round(search.evaluate_job(shrunk, HW).time.step, 4)
+    assert plan["running"] == {"data": 2, "microBatches": 2, "stepSeconds": expected}
+    assert expected > plan["time"]["stepSeconds"]  # half the DP ways, each accumulating two micro-batches
+    assert strategy.measured(plan, {"stepSeconds": 1.5 * expected}, {})["stepTimeRatio"] == 1.5
+    # once per degree: a later pass keeps it as it is
+    again = decide(observe(with_status(builder, status), pods=pods, nodes={n: node(n) for n in NODES[:2]},
+                           rank_table=table, children_data=2, now=NOW + timedelta(seconds=45))).status
+    assert again["plan"]["running"] == plan["running"]
+    # grown back: the spec's prediction again
+    fits = elastic_steps.probed(status, Placement(ok=True, nodes=NODES), 4, NOW).status
+    fits["training"]["step"] = 8
+    grown = decide(observe(with_status(builder, fits), pods=pods, nodes={n: node(n) for n in NODES},
+                           rank_table=table, children_data=2, now=NOW + timedelta(seconds=60))).status
+    assert grown["attempt"] == 3 and "running" not in grown["plan"]
 
 
 def test_no_growth_while_the_whole_gang_does_not_fit_and_none_with_grow_back_off():

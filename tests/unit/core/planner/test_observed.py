@@ -36,6 +36,12 @@ def test_a_reading_is_a_running_jobs_steady_step_over_its_unscaled_prediction():
     assert observed.reading_of("ns", "a", {"phase": "Running"}) is None
 
 
+def test_a_shrunk_jobs_reading_is_over_the_prediction_at_the_degrees_it_runs():
+    shrunk = status(steady=3.0, predicted=1.0)
+    shrunk["plan"]["running"] = {"data": 2, "microBatches": 2, "stepSeconds": 2.0}
+    assert observed.reading_of("ns", "a", shrunk).ratio == pytest.approx(1.5)
+
+
 def test_the_book_keeps_each_jobs_latest_reading_and_the_factor_is_their_median():
     early = observed.Reading("2026-12-01T12:00:00Z", "ns/a", "910B", 3.0)
     late = observed.Reading("2026-12-01T12:05:00Z", "ns/a", "910B", 1.2)
