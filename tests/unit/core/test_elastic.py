@@ -14,8 +14,8 @@ from ascend_hybrid.contracts import names
 from ascend_hybrid.diagnosis.recovery import LauncherReport
 from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.monitoring.progress import Sample
-from ascend_hybrid.planner.hardware import builtin
 from ascend_hybrid.planner import search
+from ascend_hybrid.planner.hardware import builtin
 from ascend_hybrid.reconcile import elastic_steps, strategy
 from ascend_hybrid.reconcile.actions import CreatePods, DeletePods, EnsureChildren, Place, PostEvent, ProbeGrow
 from ascend_hybrid.reconcile.decision import decide
