@@ -139,8 +139,8 @@ def describe(cluster, jobs: Jobs, name: str) -> str:
     return f"{jobs.describe(name)}\nprocess runtime log:\n{tail}"
 
 
-def local_losses(steps: int) -> list[float]:
-    return run_locally(steps, seed=SEED, seq_length=SEQ_LENGTH, global_batch=2)
+def local_losses(steps: int, data: int = 2, global_batch: int = 2) -> list[float]:
+    return run_locally(steps, seed=SEED, seq_length=SEQ_LENGTH, global_batch=global_batch, data=data)
 
 
 def test_a_dp2_job_trains_for_real_and_matches_the_local_runner(cluster, prometheus_url, jobs, namespace):
@@ -469,6 +469,55 @@ def test_killed_ranks_restart_in_place_a_lost_node_replaces_one_pod_and_training
     assert {r["step"] for r in records} == set(range(1, steps + 1))
     expected = local_losses(steps)
     for record in records:  # redone steps included: each equals the uninterrupted run's
+        assert record["loss"] == pytest.approx(expected[record["step"] - 1], abs=1e-5), record
+
+
+def rank_worker(pod: dict, rank: int) -> int:
+    """The worker process of global rank `rank` in a pod that runs several."""
+    pids = processes.group_members(process_group(pod))
+    workers = [pid for pid in pids if "ascend_hybrid_trainer worker" in processes.cmdline(pid)
+               and worker_environ(pid).get("MS_NODE_ID") == str(rank)]
+    assert len(workers) == 1, [(pid, processes.cmdline(pid)) for pid in pids]
+    return workers[0]
+
+
+def test_a_killed_rank_of_a_two_rank_pod_restarts_in_place_with_its_pod_mate(cluster, namespace, checkpoint_claim,
+                                                                            jobs):
+    """RestartRanks with 2 ranks per pod (DP 4 on 2 pods × 2 chips): rank 3 SIGKILLed, its pod's launcher stops
+    rank 2 too, every launcher starts its two ranks again from the checkpoint on the same pods, and the losses
+    are an uninterrupted DP 4 run's."""
+    steps, name = 60, "real-two-rank"
+    latest = checkpoint_claim / "latest.json"
+    manifest = job_manifest(name, data=4, tensor=1, per_pod=2, annotations=PROCESS, model=MODEL,
+                            npu={"hardwareProfile": "cpu-2core"},
+                            training={"steps": steps, "seed": SEED, "seqLength": SEQ_LENGTH, "globalBatchSize": 4,
+                                      "checkpoint": {"claimName": "ckpt", "everySteps": 2}})
+    jobs.create(manifest)
+    jobs.wait_running(name, timeout=180, attempt=1)
+    pods = {int(p["metadata"]["labels"][names.POD_INDEX_LABEL]): p for p in jobs.pods(name, attempt=1)}
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods.values()}
+    wait_for(lambda: checkpointed(latest) >= 4, 240, "a checkpoint of step 4", lambda: describe(cluster, jobs, name))
+    victim, mate = rank_worker(pods[1], 3), rank_worker(pods[1], 2)
+    killed = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+
+    def recovered() -> bool:
+        ledger = jobs.status(name).get("recoveries") or []
+        return len(ledger) == 1 and ledger[-1].get("outcome") == "Recovered"
+    wait_for(recovered, 150, "rank 3 to be recovered in place", lambda: describe(cluster, jobs, name))
+    took = time.monotonic() - killed
+    record = jobs.status(name)["recoveries"][-1]
+    assert (record["rungs"], record["recoveredBy"], record["rank"], record["attempt"]) == (
+        ["RestartRanks"], "RestartRanks", 3, 1), record
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in jobs.pods(name)} == uids
+    assert rank_worker(pods[1], 3) != victim and rank_worker(pods[1], 2) != mate  # both of pod 1's ranks anew
+    jobs.wait_phase(name, "Succeeded", timeout=240)
+    print(f"\nRestartRanks with 2 ranks per pod (DP 4 on 2 pods, {LAYERS} layers): kill -> first step after "
+          f"{took:.1f} s; load average {os.getloadavg()[0]:.1f}")
+    records = step_records(kubectl(cluster, "logs", "-n", namespace, names.pod_name(name, 1, 0)))
+    assert {r["step"] for r in records} == set(range(1, steps + 1))
+    expected = local_losses(steps, data=4, global_batch=4)
+    for record in records:  # redone steps included: DP 4 in 2 pods is DP 4 in 4 processes
         assert record["loss"] == pytest.approx(expected[record["step"] - 1], abs=1e-5), record
 
 
