@@ -5,7 +5,11 @@ finer rungs of the recovery ladder (docs/reliability.md) on the same gang size:
 - RestartRanks: a launcher reports its ranks Failed → every launcher told the next rank generation (the
   operator's write to `<job>-recovery`) → the first step after (status.recoveries Recovered);
 - ReplacePod: a pod deleted without grace (as a lost node's pod is) → the replacement Running with the rank
-  table completed again → the first step after.
+  table completed again → the first step after;
+- Shrink and Grow (spec.elastic, docs/reliability.md "Elastic data parallelism"): an elastic gang with every
+  other chip of the cluster held by bare filler pods; one of its nodes NotReady → the gang Running again at half
+  its data degree (the largest that splits its global batch of 2 × pods) with the rank table completed → the
+  first step after; the node Ready again → the gang back at its whole degree → the first step after.
 
 The simulated pods run no trainer, so the bench plays every launcher (one writer, all the reports of the gang
 in one merge patch each time, as fast as launchers that restart at once): what is measured is the control
@@ -18,6 +22,7 @@ Each round sets both up untimed (a bare namespace, then a job namespace, one at 
 free nodes), and removes them after. Never asserts on time.
 
     .venv/bin/python bench/bench_restart.py [--nodes 256] [--pods 128] [--chips 8] [--rounds 5] [--name N] [--keep]
+                                            [--no-rungs] [--no-elastic]
 
 The last line is `restart ratio median: R (rounds: r1, r2, …)`.
 """
@@ -27,12 +32,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from kubernetes import client
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.names import GROUP
+from ascend_hybrid.devcluster.nodes.fleet import set_node_ready
 from ascend_hybrid.devcluster.testing.pods import outcome_annotations
 from ascend_hybrid.spec.api import PLURAL, VERSION
 from benchkit import (
@@ -120,6 +127,7 @@ class Launchers:
         return int(data["generation"]) if "generation" in data else None
 
     def say_all(self, generation: int, state: str, pods: dict[str, str] | None = None, **fields) -> None:
+        """Every launcher of the job reports `state`, in one merge patch."""
         pods = pods or self.pods()
         self.dev.core.patch_namespaced_config_map(self.config_map, self.namespace, {"data": {
             name: report(uid, generation, state, **fields) for name, uid in pods.items()}})
@@ -194,6 +202,95 @@ def in_place_rungs(dev: DevCluster, pods: int, chips: int, tag: str) -> tuple[fl
     return told, ranks_recovered, replaced, replaced_recovered
 
 
+# ---- elasticity: shrink and grow, with simulated launchers ----------------------------------------------------
+
+def elastic_job(pods: int, chips: int) -> dict:
+    """The bench's gang, elastic: its global batch of 2 × pods splits over `pods` and `pods / 2` data ways and no
+    degree between (every one of those needs a micro-batch count that divides it), so a lost node shrinks it to
+    half; it may shrink at once (no wait for a replacement) and grows back as soon as it fits (no checkpoint
+    boundary to wait for)."""
+    job = gang_job("bench", pods, chips, annotations=None)
+    job["spec"]["training"]["globalBatchSize"] = 2 * pods
+    job["spec"]["elastic"] = {"minData": pods // 2, "replacementTimeoutSeconds": 0}
+    return job
+
+
+def at_world(data: int, attempt_after: int) -> Callable[[dict], bool]:
+    """The job Running at `data` data ways, rank table completed, in an attempt after `attempt_after`."""
+    def reached(job: dict) -> bool:
+        status = job.get("status") or {}
+        return (job_running(job) and int(status.get("attempt") or 0) > attempt_after
+                and (status.get("parallelism") or {}).get("data") == data)
+    return reached
+
+
+def step_after_new_attempt(launchers: Launchers, incidents: int, started: float, dev: DevCluster,
+                           namespace: str) -> float:
+    """Every launcher of the new attempt starts and steps (at once, simulated); seconds from `started` until the
+    ledger's `incidents`-th incident is Recovered."""
+    done = dev.job_watch(namespace, lambda job: len((job.get("status") or {}).get("recoveries") or []) == incidents
+                         and recovered(job))
+    try:
+        generation = launchers.generation() or 0
+        pods = launchers.pods()
+        launchers.say_all(generation, "Started", pods, resumedFrom=0)
+        launchers.say_all(generation, "Stepping", pods, resumedFrom=0, step=1)
+        return done.wait_count(1, 600, f"incident {incidents} recovered") - started
+    finally:
+        done.close()
+
+
+def elastic_rungs(dev: DevCluster, nodes: int, pods: int, chips: int, tag: str) -> tuple[float, float, float, float]:
+    """Shrink: a node of the gang NotReady with no free chip anywhere → Running at pods / 2 data ways → the first
+    step after; Grow: the node Ready again → Running at `pods` → the first step after. Seconds of each, from the
+    node's label change (the shrink's include the operator's node grace, 3 s here)."""
+    namespace = dev.namespace(f"bench-elastic-{tag}")
+    launchers = Launchers(dev, namespace, "bench")
+    lost = None
+    try:
+        first = dev.job_watch(namespace)
+        dev.create_all(dev.jobs_url(namespace), [elastic_job(pods, chips)])
+        first.wait_count(1, 600, "attempt 1 Running")
+        first.close()
+        launchers.wait_generation(0)
+        launchers.say_all(0, "Started", resumedFrom=0)
+        launchers.say_all(0, "Stepping", resumedFrom=0, step=1)
+        fillers = dev.pod_watch(namespace, label_selector="bench=filler")
+        try:
+            dev.create_all(dev.pods_url(namespace), bare_pods(nodes - pods, chips, prefix="filler"))
+            fillers.wait_count(nodes - pods, 600, "the filler pods Running: no free chip left")
+        finally:
+            fillers.close()
+        victim = dev.core.list_namespaced_pod(
+            namespace, label_selector=f"{names.JOB_LABEL}=bench,{names.ATTEMPT_LABEL}=1").items[-1]
+        lost = victim.spec.node_name
+        shrunk = dev.job_watch(namespace, at_world(pods // 2, 1))
+        started = time.monotonic()
+        set_node_ready(dev.core, lost, False)
+        try:
+            shrink_running = shrunk.wait_count(1, 600, f"Running at data {pods // 2}") - started
+        finally:
+            shrunk.close()
+        attempt = dev.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "bench")["status"][
+            "attempt"]
+        shrink_stepping = step_after_new_attempt(launchers, 1, started, dev, namespace)
+
+        grown = dev.job_watch(namespace, at_world(pods, int(attempt)))
+        started = time.monotonic()
+        set_node_ready(dev.core, lost, True)
+        lost = None
+        try:
+            grow_running = grown.wait_count(1, 600, f"Running at data {pods} again") - started
+        finally:
+            grown.close()
+        grow_stepping = step_after_new_attempt(launchers, 2, started, dev, namespace)
+    finally:
+        if lost is not None:
+            set_node_ready(dev.core, lost, True)
+    dev.remove_namespace(namespace)
+    return shrink_running, shrink_stepping, grow_running, grow_stepping
+
+
 def rank_table_completed(dev: DevCluster, namespace: str) -> bool:
     data = dev.core.read_namespaced_config_map(names.rank_table_config_map("bench"), namespace).data or {}
     return '"completed"' in "".join(data.values())
@@ -208,9 +305,10 @@ def main() -> int:
     parser.add_argument("--name", default="ahj-bench-restart")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     parser.add_argument("--no-rungs", action="store_true", help="only the whole-gang restart against bare pods")
+    parser.add_argument("--no-elastic", action="store_true", help="without the shrink and grow rungs")
     args = parser.parse_args()
     run_id = int(time.time())
-    rounds, rungs = [], []
+    rounds, rungs, elastic = [], [], []
     with DevCluster(args.name, args.nodes, keep=args.keep) as dev:
         operator = Operator(dev).start()
         try:
@@ -225,6 +323,10 @@ def main() -> int:
                     rungs.append(in_place_rungs(dev, args.pods, args.chips, f"{run_id}-{number}"))
                     say(f"  round {number}: RestartRanks told {rungs[-1][0]:.2f} s, recovered {rungs[-1][1]:.2f} s; "
                         f"ReplacePod pod back {rungs[-1][2]:.2f} s, recovered {rungs[-1][3]:.2f} s")
+                if not args.no_rungs and not args.no_elastic:
+                    elastic.append(elastic_rungs(dev, args.nodes, args.pods, args.chips, f"{run_id}-{number}"))
+                    say(f"  round {number}: Shrink running {elastic[-1][0]:.2f} s, stepping {elastic[-1][1]:.2f} s; "
+                        f"Grow running {elastic[-1][2]:.2f} s, stepping {elastic[-1][3]:.2f} s")
             peak_mb = operator.peak_rss / 1e6
         finally:
             operator.stop_process()
@@ -249,6 +351,16 @@ def main() -> int:
               f"{median_range([rank / job for rank, job in zip(ranks, job_s)])}")
         print(f"  ReplacePod / RestartGang (goal ≤ 0.2)         : "
               f"{median_range([done / job for done, job in zip(replaced_done, job_s)])}")
+    if elastic:
+        shrink_running, shrink_stepping, grow_running, grow_stepping = (list(column) for column in zip(*elastic))
+        half = args.pods // 2
+        print(f"  {f'Shrink: node NotReady → data {half} Running':<46}: {median_range(shrink_running, unit=' s')} "
+              f"(the 3 s node grace included; every other chip held by filler pods)")
+        print(f"  {f'Shrink: node NotReady → first step at {half}':<46}: {median_range(shrink_stepping, unit=' s')}")
+        print(f"  {f'Grow: node Ready → data {args.pods} Running':<46}: {median_range(grow_running, unit=' s')} "
+              f"(from the label's removal: the node Ready, its taints lifted, then the operator's probe for room "
+              f"every 5 s)")
+        print(f"  {f'Grow: node Ready → first step at {args.pods}':<46}: {median_range(grow_stepping, unit=' s')}")
     print(ratio_line("restart ratio", ratios))
     return 0
 

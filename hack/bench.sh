@@ -13,7 +13,7 @@ mkdir -p "$out"
 
 if [[ ${2:-} == 4096 ]]; then
   runs=("operator-2048 bench/bench_operator.py --nodes 4096 --pods 2048 --rounds 1 --name ahj-bench-4096 --keep"
-        "restart-2048 bench/bench_restart.py --nodes 4096 --pods 2048 --rounds 1 --name ahj-bench-4096")
+        "restart-2048 bench/bench_restart.py --nodes 4096 --pods 2048 --rounds 1 --name ahj-bench-4096 --no-elastic")
 else
   runs=(
     "planner bench/bench_planner.py"

@@ -9,6 +9,7 @@ gang is ever partly admitted or partly bound.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import threading
 import time
@@ -291,6 +292,96 @@ def test_a_whole_gang_restart_under_kueue_is_a_new_pod_group_admitted_again(jobs
     assert is_true(queues.workload("flaky-a2"), "Admitted")
     wait_for(lambda: queues.workload("flaky-a1") is None and not jobs.pods("flaky", attempt=1), 60,
              "attempt 1's Workload and pods to go", lambda: jobs.describe("flaky"))
+
+
+def npu_usage(queues: Queues) -> int:
+    """NPUs the test's ClusterQueue has admitted workloads for now."""
+    status = queues.cluster_queue().get("status") or {}
+    return sum(int(resource.get("total") or 0) for flavor in status.get("flavorsUsage") or []
+               for resource in flavor.get("resources") or () if resource["name"] == kueue_manifests.RESOURCE)
+
+
+def idle_910b_nodes(core: client.CoreV1Api, count: int) -> list[str]:
+    """`count` Ready 910B nodes that no live pod is bound to."""
+    busy = {pod.spec.node_name for pod in core.list_pod_for_all_namespaces().items
+            if pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed")}
+    idle = sorted(n["metadata"]["name"] for n in fleet.simulated_nodes(core)
+                  if n["metadata"]["labels"].get("accelerator-type") == "module-910b-8"
+                  and fleet.ready_status(n) == "True" and n["metadata"]["name"] not in busy)
+    assert len(idle) >= count, f"only {len(idle)} idle 910B nodes"
+    return idle[:count]
+
+
+def step_reported(jobs: Jobs, name: str) -> None:
+    """Every launcher of the job's current pods reports its first step (the simulated pods run no launcher)."""
+    config_map = names.recovery_config_map(name)
+    generation = int((jobs.core.read_namespaced_config_map(config_map, jobs.namespace).data or {}).get("generation")
+                     or 0)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    reports = {pod["metadata"]["name"]: json.dumps({"uid": pod["metadata"]["uid"], "generation": generation,
+                                                    "state": "Stepping", "time": now, "resumedFrom": 0, "step": 1})
+               for pod in jobs.pods(name, attempt=jobs.status(name)["attempt"])}
+    jobs.core.patch_namespaced_config_map(config_map, jobs.namespace, {"data": reports})
+
+
+def test_an_elastic_queued_job_shrinks_and_grows_as_pod_groups_kueue_admits_for_the_chips_they_run(
+        jobs, queues, kueue_cluster):
+    """spec.elastic under Kueue: DP 2 on the only two nodes its template selects; one NotReady, no room for 2 →
+    the admitted group of 2 ends and DP 1 queues as a group of its own, which Kueue admits for 8 NPUs (the
+    ClusterQueue's usage follows the chips the job runs on); the node Ready again → DP 2 queues and runs again."""
+    core, label = kueue_cluster.core, "ahj-test/elastic"
+    pair = idle_910b_nodes(core, 2)
+    for node in pair:
+        core.patch_node(node, {"metadata": {"labels": {label: jobs.namespace}}})
+    lost = None
+    try:
+        queues.create(npus=16)
+        jobs.create(queued_job("elastic", training={"globalBatchSize": 4},
+                               elastic={"minData": 1, "replacementTimeoutSeconds": 0},
+                               template={"nodeSelector": {label: jobs.namespace}}))
+        jobs.wait_running("elastic", timeout=60)
+        wait_for(lambda: npu_usage(queues) == 16, 30, "the ClusterQueue's usage at 16 NPUs",
+                 lambda: str(queues.cluster_queue().get("status")))
+        step_reported(jobs, "elastic")
+        lost = next(p["spec"]["nodeName"] for p in jobs.pods("elastic", attempt=1) if p["metadata"]["name"].endswith("-1"))
+        fleet.set_node_ready(core, lost, False)
+
+        def at(data: int, after: int) -> dict | None:
+            status = jobs.status("elastic")
+            return status if (status.get("phase") == "Running" and status["attempt"] > after
+                              and (status.get("rankTable") or {}).get("status") == "completed"
+                              and status["parallelism"]["data"] == data) else None
+
+        shrunk = wait_for(lambda: at(1, 1), 120, "DP 1 Running", lambda: jobs.describe("elastic"))
+        (pod_set,) = queues.workload(f"elastic-a{shrunk['attempt']}")["spec"]["podSets"]
+        assert pod_set["count"] == 1 and is_true(queues.workload(f"elastic-a{shrunk['attempt']}"), "Admitted")
+        wait_for(lambda: npu_usage(queues) == 8, 30, "the ClusterQueue's usage down to 8 NPUs",
+                 lambda: str(queues.cluster_queue().get("status")))
+        # the node's loss is the one restart (a disruption, not against backoffLimit); the resize is none
+        assert (shrunk["restarts"], shrunk["disruptions"]) == (1, 1)
+        assert shrunk["elastic"]["data"] == 1 and shrunk["elastic"]["microBatches"] == 2
+        assert shrunk["recoveries"][-1]["rungs"][-1] == "Shrink"
+        reasons = [reason for _, reason, _ in jobs.events("elastic")]
+        assert "Shrunk" in reasons and "Resized" in reasons, reasons
+        assert [p["spec"]["nodeName"] for p in jobs.pods("elastic", attempt=shrunk["attempt"])] != [lost]
+
+        step_reported(jobs, "elastic")
+        wait_for(lambda: (jobs.status("elastic")["recoveries"][-1].get("outcome") == "Recovered"), 30,
+                 "the shrink's first step in the ledger", lambda: jobs.describe("elastic"))
+        fleet.set_node_ready(core, lost, True)
+        lost = None
+        grown = wait_for(lambda: at(2, shrunk["attempt"]), 120, "DP 2 Running again", lambda: jobs.describe("elastic"))
+        (pod_set,) = queues.workload(f"elastic-a{grown['attempt']}")["spec"]["podSets"]
+        assert pod_set["count"] == 2 and is_true(queues.workload(f"elastic-a{grown['attempt']}"), "Admitted")
+        wait_for(lambda: npu_usage(queues) == 16, 30, "the ClusterQueue's usage back to 16 NPUs",
+                 lambda: str(queues.cluster_queue().get("status")))
+        assert grown["restarts"] == 1 and "elastic" not in grown
+        assert grown["recoveries"][-1]["rungs"] == ["Grow"]
+    finally:
+        if lost is not None:
+            fleet.set_node_ready(core, lost, True)
+        for node in pair:
+            core.patch_node(node, {"metadata": {"labels": {label: None}}})
 
 
 def test_a_gang_of_more_than_eight_pods_is_one_pod_set_for_kueue(jobs, queues):

@@ -371,7 +371,4 @@ RULE_CASES = [
      "spec.elastic: not with spec.parallelism.auto: true (the planner's strategy is fixed for the job's life; set "
      "the degrees to shrink the data degree)",
      {"parallelism": {"auto": True, "world": 8}, "npu": {"perPod": 8}, "training": {"globalBatchSize": 8}}),
-    ("elastic-not-queued", spec_with(elastic={"minData": 1}, scheduling={"queue": "team-a"}),
-     "spec.elastic: not with spec.scheduling.queue (Kueue does not shrink an admitted Workload's quota: a queued job "
-     "keeps its whole gang)", spec_with(elastic={"minData": 1})),
 ]

@@ -14,6 +14,7 @@ from typing import Any
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DEVICE_NAME_ANNOTATIONS, RESOURCE
 from ascend_hybrid.contracts.conditions import parse_time
+from ascend_hybrid.contracts.kueue import GROUP_TOTAL_COUNT_ANNOTATION
 
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -158,7 +159,8 @@ def node_not_ready_since(node: Mapping | None) -> datetime | None:
 # here reads it. A new reader of a pod field adds the field here: tests/unit/core/test_podview.py checks that every
 # accessor answers the same on a pod and on its projection.
 PROJECTED_METADATA = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "labels")
-PROJECTED_ANNOTATIONS = (DEVICE_ANNOTATION, *DEVICE_NAME_ANNOTATIONS)
+# the pod group's size: an elastic queued job whose group was made for another size queues anew (queue_steps)
+PROJECTED_ANNOTATIONS = (DEVICE_ANNOTATION, *DEVICE_NAME_ANNOTATIONS, GROUP_TOTAL_COUNT_ANNOTATION)
 PROJECTED_SPEC = ("nodeName", "schedulingGates", "nodeSelector", "tolerations")
 PROJECTED_ENV = frozenset({names.SCHED_HOST_ENV})
 PROJECTED_STATUS = ("phase", "podIP", "hostIP", "reason", "message", "startTime")

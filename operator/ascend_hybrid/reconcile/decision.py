@@ -97,6 +97,9 @@ def run(p: Pass) -> Decision:
     # parallelism, npu or template changed under running pods: restart as a new attempt
     if current and p.status.get("podTemplateHash") not in (None, template_hash):
         return restart_for_spec_change(p, list(current.values()))
+    # an elastic job shrank at its placement under Kueue: its pod group, made for the whole gang, queues anew
+    if p.queue and (done := queue_steps.resized(p, current)) is not None:
+        return done
     admission = queue_steps.kueue_admission(p, current) if p.queue else None
     # Kueue evicted the pod group: the attempt ends without counting a restart
     if admission is not None and admission.state == EVICTED:

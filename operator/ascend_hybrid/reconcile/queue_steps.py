@@ -6,6 +6,9 @@ Kueue has admitted it (its gates are gone), the gang is placed on the nodes the 
 nodeSelector and tolerations Kueue merged into the pods) and released exactly as an unqueued one, pinned in
 the same patch. Kueue evicting the group (preemption, a stopped queue) ends the attempt without counting a
 restart: the job is Pending with reason Preempted and queues again as a new attempt, a new pod group.
+An elastic job that shrinks at its placement (the admitted gang no longer fits, a smaller one does) ends the
+admitted group and queues the smaller gang as a new attempt (`resized`): Kueue then holds quota for the chips the
+job runs on, and a growth is the whole gang's group admitted again.
 
 Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.status` and `p.d`.
 """
@@ -20,6 +23,7 @@ from ascend_hybrid.contracts.podview import pod_counts
 from ascend_hybrid.gang import render
 from ascend_hybrid.gang.inventory import pinned_node
 from ascend_hybrid.gang.placement import GangRequest
+from ascend_hybrid.reconcile import elastic_steps
 from ascend_hybrid.reconcile.actions import (
     CreatePods,
     EnsureChildren,
@@ -85,6 +89,28 @@ def enqueued(p: Pass, current: dict, stale: list, admission: kueue.Admission, te
     return p.d
 
 
+def resized(p: Pass, current: dict) -> Decision | None:
+    """spec.elastic: the attempt's pod group was made for another gang size than the job runs at now (its
+    placement shrank it): the group ends (its pods go, and with them its Workload and quota) and the new size
+    queues as the next attempt, a pod group of its own; not a restart (the incident's Shrink rung says why)."""
+    sizes = {size for pod in current.values()
+             if (size := ((pod.get("metadata") or {}).get("annotations") or {}).get(kueue.GROUP_TOTAL_COUNT_ANNOTATION))}
+    if not sizes or sizes == {str(p.resolved.pod_count)}:
+        return None
+    p.delete(list(current.values()))
+    p.reset_rank_table()
+    made = int(p.status["attempt"])
+    p.new_attempt()
+    message = (f"pod group {kueue.group_name(p.meta['name'], made)} was made for {', '.join(sorted(map(str, sizes)))} "
+               f"pods; the job runs {p.resolved.pod_count} now (data {p.resolved.data}): queued again as pod group "
+               f"{group_name(p)}")
+    p.cond("Admitted", False, "Resized", message)
+    p.phase("Pending", message)
+    p.d.emit("Normal", "Resized", message)
+    p.requeue(RECHECK_SECONDS)
+    return p.d
+
+
 def waiting_for_quota(p: Pass, message: str) -> None:
     """Pending while Kueue holds the group; a preempted job keeps reason Preempted until it is admitted again."""
     previous = condition(p.status, "Admitted")
@@ -105,11 +131,23 @@ def admitted(p: Pass, admission: kueue.Admission, stale: list) -> Decision:
         p.phase("Pending", f"{admission.message}; waiting for the previous attempt's pods to go")
         p.requeue(RECHECK_SECONDS)
         return p.d
-    request = GangRequest.for_job(p.resolved, p.status.get("avoidedNodes") or ())
-    tolerations = (*request.tolerations, *(t for t in admission.tolerations if t not in request.tolerations))
-    p.d.act(Place(replace(request, node_selector={**request.node_selector, **admission.node_selector},
-                             tolerations=tolerations), p.resolved))
+    p.d.act(Place(admitted_request(p, GangRequest.for_job(p.resolved, p.status.get("avoidedNodes") or ()), admission),
+                  p.resolved, *admitted_alternatives(p, admission)))
     return p.d
+
+
+def admitted_request(p: Pass, request: GangRequest, admission: kueue.Admission) -> GangRequest:
+    """The gang's request on the nodes the admitted flavor allows (Kueue's nodeSelector and tolerations)."""
+    tolerations = (*request.tolerations, *(t for t in admission.tolerations if t not in request.tolerations))
+    return replace(request, node_selector={**request.node_selector, **admission.node_selector},
+                   tolerations=tolerations)
+
+
+def admitted_alternatives(p: Pass, admission: kueue.Admission) -> tuple[tuple, float | None]:
+    """spec.elastic: the smaller gangs the placement may take instead, on the admitted flavor's nodes too (a
+    smaller gang placed ends this group: `resized`)."""
+    options, retry_within = elastic_steps.shrink_options(p)
+    return tuple((admitted_request(p, request, admission), job) for request, job in options), retry_within
 
 
 # -- after placement ---------------------------------------------------------------------------------------

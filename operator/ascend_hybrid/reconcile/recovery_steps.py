@@ -42,6 +42,8 @@ from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
 # Whether the ladder carries ReplacePod out (else it skips that rung and says so).
 REPLACE_POD_AVAILABLE = True
 NOT_REPLACING = "ReplacePod is not carried out by this operator version: the whole gang restarts instead"
+NOT_REPLACING_QUEUED = ("ReplacePod is not taken under Kueue: a queued attempt's pod group is not retriable, so a "
+                        "lost pod ends its Workload; the whole gang restarts as a new pod group")
 
 
 def in_place_running(p: Pass) -> bool:
@@ -197,6 +199,13 @@ def ledger_of(p: Pass) -> list[dict]:
     return ledger
 
 
+def not_replacing(p: Pass) -> str | None:
+    """Why ReplacePod may not be taken for this job (None: it may)."""
+    if not REPLACE_POD_AVAILABLE:
+        return NOT_REPLACING
+    return NOT_REPLACING_QUEUED if p.queue else None
+
+
 def start_rung(p: Pass, wanted: str, why: str, current: dict, failed_index: int | None) -> recovery.Start:
     """The rung the failure starts at: RestartRanks needs every pod ready in place; ReplacePod every pod but the
     failed one (so a RestartRanks whose failed pod cannot restart in place becomes ReplacePod)."""
@@ -206,15 +215,16 @@ def start_rung(p: Pass, wanted: str, why: str, current: dict, failed_index: int 
         replace_ready, replace_reason = False, "the failure names no pod to replace"
     else:
         replace_ready, replace_reason = in_place_ready(p, current, excluding=failed_index)
+    refused = not_replacing(p)
     if recovery.coarser(wanted, limits.finest_rung) == RESTART_RANKS and not ready and replace_ready \
-            and REPLACE_POD_AVAILABLE:
+            and refused is None:
         wanted, why = REPLACE_POD, f"{why}; {reason}: replacing that pod"
     rung = recovery.coarser(wanted, limits.finest_rung)
     start = recovery.starting_rung(wanted, why, limits, ledger, p.o.now,
                                    replace_ready if rung == REPLACE_POD else ready,
                                    replace_reason if rung == REPLACE_POD else reason)
-    if start.rung == REPLACE_POD and not REPLACE_POD_AVAILABLE:
-        return recovery.Start(RESTART_GANG, f"{start.why}; {NOT_REPLACING}")
+    if start.rung == REPLACE_POD and refused is not None:
+        return recovery.Start(RESTART_GANG, f"{start.why}; {refused}")
     return start
 
 
@@ -227,12 +237,13 @@ def escalate_for(p: Pass, record: dict, failure: Failure, what: str, fix: str, c
     if following == REPLACE_POD:
         ready, reason = (in_place_ready(p, current, excluding=failure.index) if failure.index is not None
                          else (False, "the failure names no pod to replace"))
-        if ready and REPLACE_POD_AVAILABLE:
+        refused = not_replacing(p)
+        if ready and refused is None:
             recovery.climb(record, REPLACE_POD, why, p.o.now)
             text = (f"{why}; escalating to ReplacePod: replacing pod index {failure.index}, the others restart "
                     f"their ranks in place, rank generation {rank_generation(p) + 1}")
             return replace_pod(p, record, failure, text, fix, current)
-        following, why = RESTART_GANG, f"{why}; {reason if REPLACE_POD_AVAILABLE else NOT_REPLACING}"
+        following, why = RESTART_GANG, f"{why}; {refused or reason}"
     recovery.climb(record, following, why, p.o.now)
     p.d.emit("Warning", "RecoveryEscalated", f"{why}; escalating to {following}")
     restart_gang_for(p, current, f"{why}; escalating to {following}")

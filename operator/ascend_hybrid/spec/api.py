@@ -441,7 +441,8 @@ class AscendHybridJobSpec(ApiModel):
     """Thresholds of the live anomaly conditions LoadImbalanced, Straggling and TrainingStalled."""
     elastic: Elastic | None = Field(None)
     """Elastic data parallelism: shrink the data degree when a lost node leaves no room, grow back when there is
-    room again (docs/reliability.md). Not with spec.parallelism.auto or spec.scheduling.queue."""
+    room again (docs/reliability.md). Not with spec.parallelism.auto. With spec.scheduling.queue each size is a pod
+    group of its own, admitted by Kueue for the chips it runs on."""
 
 
 class Condition(ApiModel):

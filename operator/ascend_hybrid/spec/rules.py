@@ -260,8 +260,6 @@ def _factor_rule(field: str) -> Rule:
 
 _ELASTIC_AUTO_MESSAGE = ("spec.elastic: not with spec.parallelism.auto: true (the planner's strategy is fixed for "
                          "the job's life; set the degrees to shrink the data degree)")
-_ELASTIC_QUEUE_MESSAGE = ("spec.elastic: not with spec.scheduling.queue (Kueue does not shrink an admitted "
-                          "Workload's quota: a queued job keeps its whole gang)")
 
 
 def _min_data_within_data(e: ResolvedJob) -> str | None:
@@ -275,17 +273,11 @@ def _elastic_not_auto(e: ResolvedJob) -> str | None:
     return _ELASTIC_AUTO_MESSAGE if e.spec.elastic is not None and e.spec.parallelism.auto else None
 
 
-def _elastic_not_queued(e: ResolvedJob) -> str | None:
-    return _ELASTIC_QUEUE_MESSAGE if e.spec.elastic is not None and e.spec.scheduling.queue else None
-
-
 _ELASTIC_RULES = (
     Rule(_min_data_within_data, f"!has(self.elastic) || {CEL_AUTO} || self.elastic.minData <= self.parallelism.data",
          cel_format("spec.elastic.minData=%d must be ≤ spec.parallelism.data=%d", "self.elastic.minData",
                     "self.parallelism.data")),
     Rule(_elastic_not_auto, f"!has(self.elastic) || !{CEL_AUTO}", repr(_ELASTIC_AUTO_MESSAGE)),
-    Rule(_elastic_not_queued, "!has(self.elastic) || !has(self.scheduling.queue) || size(self.scheduling.queue) == 0",
-         repr(_ELASTIC_QUEUE_MESSAGE)),
 )
 
 _POLICY_RULES = "self.runPolicy.failurePolicy.rules"

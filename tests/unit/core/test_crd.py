@@ -311,9 +311,6 @@ def test_cel_accepts_every_valid_spec(data):
     ({"parallelism": {"data": 8}, "training": {"divergenceGradFactor": 1.0}},
      "spec.training.divergenceGradFactor must be 0 (off) or above 1"),
     ({"parallelism": {"data": 4}, "elastic": {"minData": 6}}, "spec.elastic.minData=6 must be ≤ spec.parallelism.data=4"),
-    ({"parallelism": {"data": 4}, "elastic": {"minData": 2}, "scheduling": {"queue": "team-a"}},
-     "spec.elastic: not with spec.scheduling.queue (Kueue does not shrink an admitted Workload's quota: a queued job "
-     "keeps its whole gang)"),
 ])
 def test_cel_messages_name_the_field_and_rule(spec, message):
     found = cel_problems(spec, apply_defaults)

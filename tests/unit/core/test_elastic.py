@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts import kueue, names
+from ascend_hybrid.contracts.podview import project_pod
+from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.diagnosis.recovery import LauncherReport
 from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.monitoring.progress import Sample
@@ -328,3 +330,62 @@ def test_a_job_without_elastic_waits_whole_as_before():
     restarting, lost = lose_node_three(builder, status, table)
     (place,) = of(decide(observe(with_status(builder, restarting), nodes=lost, now=NOW + timedelta(hours=1))), Place)
     assert place.alternatives == () and place.retry_within is None
+
+
+# -- under Kueue -----------------------------------------------------------------------------------------------
+def queued_pod(index, attempt, total):
+    """A pod of a queued attempt, admitted (Kueue's gates gone, the gang gate kept), in a group of `total`, as the
+    operator's pod store keeps it (its projection)."""
+    labels, annotations = kueue.pod_metadata("elastic", attempt, total, "team")
+    pod = (PodBuilder("elastic", index, namespace="ns").attempt(attempt).created(NOW).uid(f"uid-{attempt}-{index}")
+           .labels({**labels, kueue.MANAGED_LABEL: "true"}).annotations(annotations).gated(names.GANG_GATE).build())
+    return project_pod(pod)
+
+
+def test_a_queued_job_that_shrinks_at_its_placement_queues_the_smaller_gang_as_a_pod_group_of_its_own():
+    builder = spec_job(timeout=0, scheduling={"queue": "team"})
+    full = parse(with_status(builder, {}))
+    lost = {**{n: node(n) for n in NODES}, "node-3": node("node-3", ready=False, since=NOW - timedelta(seconds=40))}
+    ledger = [{"cause": "NodeNotReady", "rungs": ["ReplacePod", "RestartGang"], "attempt": 1, "counted": False,
+               "outcome": recovery.RECOVERING,
+               "detected": "2026-12-02T11:59:50Z", "decided": "2026-12-02T11:59:50Z"}]
+    restarted = {"attempt": 2, "phase": "Pending", "restarts": 0, "recoveries": ledger, "avoidedNodes": ["node-3"]}
+    admitted_pods = [queued_pod(i, 2, 4) for i in range(4)]
+
+    # Kueue admitted the whole gang's group; it no longer fits: the placement may take the smaller gangs, on the
+    # admitted flavor's nodes as well
+    placing = decide(observe(with_status(builder, restarted), pods=admitted_pods, nodes=lost))
+    (place,) = of(placing, Place)
+    assert place.request.pod_count == 4
+    assert [(job.data, request.pod_count) for request, job in place.alternatives] == [(2, 2), (1, 1)]
+    assert all(request.excluded_nodes == {"node-3"} for request, _ in place.alternatives)
+
+    # the shell placed DP 2: the group made for 4 pods goes and DP 2 queues as attempt 3, not a restart
+    shrunk = record_placement(placing.status, place.alternatives[0][1], Placement(ok=True, nodes=NODES[:2]), NOW, 1,
+                              {n: "rack-0" for n in NODES}, asked=full).status
+    resized = decide(observe(with_status(builder, shrunk), pods=admitted_pods, nodes=lost, children_data=2))
+    (delete,) = of(resized, DeletePods)
+    assert sorted(delete.names) == [names.pod_name("elastic", 2, i) for i in range(4)]
+    assert resized.status["attempt"] == 3 and resized.status["restarts"] == 0
+    admitted = next(c for c in resized.status["conditions"] if c["type"] == "Admitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", "Resized")
+    assert "elastic-a2 was made for 4 pods; the job runs 2 now (data 2): queued again as pod group elastic-a3" in \
+        admitted["message"]
+    assert ("Normal", "Resized") in events(resized)
+
+    # attempt 3: a group of 2 pods for Kueue, whose env describes the shrunk world
+    queued = decide(observe(with_status(builder, resized.status), nodes=lost, children_data=2))
+    (create,) = of(queued, CreatePods)
+    assert len(create.pods) == 2
+    meta = create.pods[0].manifest["metadata"]
+    assert meta["labels"][kueue.POD_GROUP_LABEL] == "elastic-a3"
+    assert meta["annotations"][kueue.GROUP_TOTAL_COUNT_ANNOTATION] == "2"
+    env = {item["name"]: item.get("value") for item in create.pods[0].manifest["spec"]["containers"][0]["env"]}
+    assert env["MS_WORKER_NUM"] == "2" and json.loads(env["AHJ_PARALLEL"])["microBatches"] == 2
+
+    # once Kueue admits it, the group of 2 is placed as it is: no second resize
+    placed = decide(observe(with_status(builder, queued.status), pods=[queued_pod(i, 3, 2) for i in range(2)],
+                            nodes=lost, children_data=2))
+    assert not of(placed, DeletePods) and placed.status["attempt"] == 3
+    (place,) = of(placed, Place)
+    assert place.request.pod_count == 2

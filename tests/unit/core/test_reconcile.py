@@ -945,6 +945,20 @@ def test_a_replacement_no_node_fits_restarts_the_gang():
     assert decision.status["attempt"] == 2 and "replacing" not in decision.status["recovery"]
 
 
+def test_a_queued_job_that_loses_a_node_restarts_its_gang_as_a_new_pod_group_not_by_replacing_the_pod():
+    """Kueue's pod groups are not retriable (kueue.py): a replacement would join a group whose Workload a lost pod
+    ended, so a queued job goes to RestartGang even with every launcher heard."""
+    _, table = running_job()
+    queued = job({"scheduling": {"queue": "team"}}, status=placed_status(phase="Running"))
+    lost = {"node-a": node_object("node-a"), "node-b": node_object("node-b", ready=False, since=NOW - timedelta(seconds=40))}
+    decision = ladder_pass(queued, table, [said(0, "Started"), said(1, "Started")], nodes=lost)
+    assert "place_replacement" not in kinds(decision)
+    assert sorted(action(decision, "delete_pods").names) == ["demo-a1-0", "demo-a1-1"]
+    record = decision.status["recoveries"][0]
+    assert record["rungs"] == ["RestartGang"] and "ReplacePod is not taken under Kueue" in record["why"]
+    assert decision.status["attempt"] == 2
+
+
 def test_a_deleted_pod_of_a_job_without_launchers_still_restarts_the_gang():
     body, table = running_job()
     decision = ladder_pass(body, table, [], pods=[live(0)])
