@@ -9,11 +9,12 @@ import pytest
 import yaml
 
 from ascend_hybrid.gang import render
+from ascend_hybrid.reconcile import elastic_steps
 from ascend_hybrid.spec import crd, models, rules
 from ascend_hybrid_trainer import cli as trainer_cli
 from ascend_hybrid_trainer import defaults
 from ascend_hybrid_trainer.config import MODEL_PRESETS, parse_job
-from ascend_hybrid_trainer.strategy import plan_parallel
+from ascend_hybrid_trainer.strategy import SEMI_AUTO_PARALLEL, plan_parallel
 from support.paths import EXAMPLES
 
 SPEC = crd.build()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
@@ -91,6 +92,25 @@ def test_the_job_json_the_operator_renders_is_read_as_the_job_says(example):
     plan_parallel(config.parallelism, config.model, config.training)  # the trainer accepts what the operator did
 
 
+
+
+@pytest.mark.parametrize("parallelism", [{"data": 4}, {"data": 2, "tensor": 2}, {"data": 2, "pipeline": 2},
+                                         {"data": 2, "tensor": 2, "expert": 2}, {"data": 2, "context": 2}])
+@pytest.mark.parametrize("optimizer_shard", [False, True])
+def test_the_operator_knows_which_checkpoints_the_trainer_slices_per_rank(parallelism, optimizer_shard):
+    """An elastic shrink restarts from the checkpoint at another data degree: the operator takes it only when the
+    trainer writes whole checkpoints (train.py: per rank in semi-auto parallel or with the parallel optimizer)."""
+    body = {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "metadata": {"name": "ckpt"},
+            "spec": {"parallelism": parallelism, "npu": {"perPod": 4},
+                     "model": {"preset": "tiny", "experts": 4 if parallelism.get("expert") else 0},
+                     "training": {"globalBatchSize": 8, "optimizerShard": optimizer_shard,
+                                  "flashAttention": bool(parallelism.get("context")),
+                                  "checkpoint": {"claimName": "ckpt", "everySteps": 2}}}}
+    resolved = rules.parse(body)
+    config = parse_job(render.job_config(resolved))
+    plan = plan_parallel(config.parallelism, config.model, config.training)
+    per_rank = plan.mode == SEMI_AUTO_PARALLEL or bool(plan.context.get("enable_parallel_optimizer"))
+    assert (elastic_steps.sliced_checkpoints(resolved) is not None) == per_rank
 
 
 def crd_property(*path: str) -> dict | None:

@@ -75,12 +75,33 @@ def predicted_out_of_memory(job: ResolvedJob, hw: Hardware) -> str | None:
             f"{evaluation.usable / GIB:.1f} GiB")
 
 
+def sliced_checkpoints(job: ResolvedJob) -> str | None:
+    """Why the job's checkpoints cannot be loaded at another data degree, None when they can. The trainer writes
+    one whole checkpoint (rank 0's) when it runs data parallel without the parallel optimizer, else one slice per
+    rank laid out for its world size (its strategy.plan_parallel and train.save; tests/contract checks that both
+    sides agree). Slices are not resharded on load, so a job that restarts from them keeps its degrees."""
+    if job.spec.training.checkpoint is None:
+        return None
+    if job.spec.training.optimizer_shard:
+        return ("training.optimizerShard: each rank checkpoints its slice of the optimizer state for this data "
+                "degree, and slices are not resharded on load")
+    split = [f"{name}={degree}" for name, degree in (("tensor", job.tensor), ("pipeline", job.pipeline),
+                                                     ("expert", job.expert), ("context", job.context)) if degree > 1]
+    if split:
+        return (f"parallelism {', '.join(split)}: each rank checkpoints its slice (semi-auto parallel) for this "
+                "world size, and slices are not resharded on load")
+    return None
+
+
 def choose(full: ResolvedJob, below: int, hw: Hardware) -> Choice:
     """Every data degree under `below` down to spec.elastic.minData that splits the global batch, keeps every
-    rule and is not predicted out of memory, largest first."""
+    rule and is not predicted out of memory, largest first; none when the checkpoint would not load at another
+    degree."""
     elastic = full.spec.elastic
     if elastic is None:
         return Choice((), ())
+    if (sliced := sliced_checkpoints(full)) is not None:
+        return Choice((), (f"its checkpoint loads at data {full.data} only: {sliced}",))
     jobs, rejected = [], []
     for data in range(min(below, full.data + 1) - 1, elastic.min_data - 1, -1):
         micro = accumulation(full, data)

@@ -92,6 +92,24 @@ def test_a_shrink_the_planner_predicts_out_of_memory_is_not_taken():
 
 
 # -- the passes ------------------------------------------------------------------------------------------------
+def test_a_checkpoint_sliced_per_rank_keeps_the_degrees_and_says_why():
+    """The trainer slices checkpoints per rank in semi-auto parallel and with the parallel optimizer; slices do
+    not load at another data degree, so such a job does not shrink (without a checkpoint it may: it restarts
+    from the start)."""
+    checkpoint = {"checkpoint": {"claimName": "ckpt", "everySteps": 2}}
+    tensor = parse(spec_job(data=4, tensor=2, per_pod=2, training=checkpoint).build())
+    choice = elastic_steps.choose(tensor, 4, HW)
+    assert choice.jobs == () and choice.rejected == (
+        "its checkpoint loads at data 4 only: parallelism tensor=2: each rank checkpoints its slice (semi-auto "
+        "parallel) for this world size, and slices are not resharded on load",)
+    sharded = parse(spec_job(training={**checkpoint, "optimizerShard": True}).build())
+    assert "training.optimizerShard" in elastic_steps.choose(sharded, 4, HW).rejected[0]
+    assert [job.data for job in elastic_steps.choose(parse(spec_job(data=4, tensor=2, per_pod=2).build()), 4,
+                                                     HW).jobs] == [2, 1]
+    assert [job.data for job in elastic_steps.choose(parse(spec_job(training=checkpoint).build()), 4, HW).jobs] \
+        == [2, 1]
+
+
 def node(name, ready=True, since=NOW):
     return NodeBuilder(name).ready(ready, since=since).build()
 
