@@ -101,7 +101,7 @@ def resized(p: Pass, current: dict) -> Decision | None:
     p.reset_rank_table()
     made = int(p.status["attempt"])
     p.new_attempt()
-    message = (f"pod group {kueue.group_name(p.meta['name'], made)} was made for {', '.join(sorted(map(str, sizes)))} "
+    message = (f"pod group {kueue.group_name(p.meta['name'], made)} was made for {', '.join(sorted(sizes))} "
                f"pods; the job runs {p.resolved.pod_count} now (data {p.resolved.data}): queued again as pod group "
                f"{group_name(p)}")
     p.cond("Admitted", False, "Resized", message)
@@ -131,12 +131,12 @@ def admitted(p: Pass, admission: kueue.Admission, stale: list) -> Decision:
         p.phase("Pending", f"{admission.message}; waiting for the previous attempt's pods to go")
         p.requeue(RECHECK_SECONDS)
         return p.d
-    p.d.act(Place(admitted_request(p, GangRequest.for_job(p.resolved, p.status.get("avoidedNodes") or ()), admission),
+    p.d.act(Place(admitted_request(GangRequest.for_job(p.resolved, p.status.get("avoidedNodes") or ()), admission),
                   p.resolved, *admitted_alternatives(p, admission)))
     return p.d
 
 
-def admitted_request(p: Pass, request: GangRequest, admission: kueue.Admission) -> GangRequest:
+def admitted_request(request: GangRequest, admission: kueue.Admission) -> GangRequest:
     """The gang's request on the nodes the admitted flavor allows (Kueue's nodeSelector and tolerations)."""
     tolerations = (*request.tolerations, *(t for t in admission.tolerations if t not in request.tolerations))
     return replace(request, node_selector={**request.node_selector, **admission.node_selector},
@@ -147,7 +147,7 @@ def admitted_alternatives(p: Pass, admission: kueue.Admission) -> tuple[tuple, f
     """spec.elastic: the smaller gangs the placement may take instead, on the admitted flavor's nodes too (a
     smaller gang placed ends this group: `resized`)."""
     options, retry_within = elastic_steps.shrink_options(p)
-    return tuple((admitted_request(p, request, admission), job) for request, job in options), retry_within
+    return tuple((admitted_request(request, admission), job) for request, job in options), retry_within
 
 
 # -- after placement ---------------------------------------------------------------------------------------
