@@ -126,9 +126,11 @@ class GangSampler(threading.Thread):
                 self.errors.append(repr(error))
 
     def sample(self) -> None:
-        workloads = self.queues.workloads()
+        # Pods before Workloads: Kueue admits a Workload and then ungates its pods, so a Workload read first can be
+        # older than the pods' release. Read after them, a Workload still not admitted held pods Kueue released.
         pods = [client.ApiClient().sanitize_for_serialization(p) for p in self.core.list_namespaced_pod(
             self.namespace, label_selector=kueue.POD_GROUP_LABEL).items]
+        workloads = self.queues.workloads()
         groups: dict[str, list[dict]] = {}
         for pod in pods:
             groups.setdefault(kueue.group_of(pod), []).append(pod)
@@ -154,7 +156,8 @@ class GangSampler(threading.Thread):
             if workload is not None and len(gated) < len(live) and not (
                     is_true(workload, "Admitted") or is_true(workload, "Evicted") or is_true(workload, "Finished")
                     or workload["metadata"].get("deletionTimestamp")):
-                self.violations.append(f"{name}: pods released by Kueue, Workload not admitted")
+                conditions = {c["type"]: c["status"] for c in (workload.get("status") or {}).get("conditions") or []}
+                self.violations.append(f"{name}: pods released by Kueue, Workload not admitted ({conditions})")
         self.samples += 1
 
     def finish(self) -> None:
@@ -269,8 +272,10 @@ def test_a_higher_priority_job_preempts_a_lower_one_that_runs_again_as_a_new_att
     wait_for(lambda: not jobs.pods("low", attempt=1), 60, "the preempted pods to go", lambda: jobs.describe("low"))
     assert not {p["metadata"]["name"] for p in jobs.pods("low")} & first_pods
     assert ("Warning", "Preempted") in {(e[0], e[1]) for e in jobs.events("low")}
-    waiting = jobs.pods("low", attempt=2)
-    assert len(waiting) == 2 and not [p for p in waiting if p["spec"].get("nodeName")]
+    # the pass that ends attempt 1 writes its status; the next one creates attempt 2's pods
+    waiting = wait_for(lambda: len(jobs.pods("low", attempt=2)) == 2 and jobs.pods("low", attempt=2), 30,
+                       "attempt 2's pods, queued", lambda: jobs.describe("low"))
+    assert not [p for p in waiting if p["spec"].get("nodeName")]
     assert {kueue.group_of(p) for p in waiting} == {"low-a2"}
 
     jobs.delete("high")

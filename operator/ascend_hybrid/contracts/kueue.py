@@ -133,9 +133,11 @@ def admitted_message(workload: Mapping | None, group: str) -> str:
     return f"pod group {group} admitted by {where}" + (f" (flavor {', '.join(flavors)})" if flavors else "")
 
 
-def assess(pods: Sequence[Mapping], pod_count: int, workload: Mapping | None, group: str) -> Admission:
-    """Kueue's verdict on one attempt from its pods (as observed) and its Workload (None: none yet, or gone)."""
-    evicted = eviction(pods, workload)
+def assess(pods: Sequence[Mapping], pod_count: int, workload: Mapping | None, group: str,
+           evicted_gone: Sequence[Mapping] = ()) -> Admission:
+    """Kueue's verdict on one attempt from its pods (as observed), its Workload (None: none yet, or gone) and
+    its pods Kueue evicted that are gone (the Workload goes with the last of them)."""
+    evicted = eviction([*pods, *evicted_gone], workload)
     if evicted is not None:
         return Admission(EVICTED, reason=evicted[0], message=evicted[1])
     if len(pods) < pod_count:

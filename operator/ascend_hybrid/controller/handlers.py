@@ -73,7 +73,7 @@ def bind_indexes(memo, ahj_jobs, **_) -> None:
     (podwatch.PodStore), memo.nodes and memo.device_infos (clusterwatch.NamedStore)."""
     controller_of(memo).indexes = Indexes(
         nodes=memo.nodes.values, npu_pods=memo.pods.npu_pods, job_pods=memo.pods.job_pods,
-        device_infos=memo.device_infos.values, jobs=lambda: _copy(ahj_jobs))
+        device_infos=memo.device_infos.values, jobs=lambda: _copy(ahj_jobs), evicted_pods=memo.pods.evicted_pods)
 
 
 @kopf.on.login()

@@ -288,6 +288,7 @@ class Controller:
         pods = tuple(self.indexes.job_pods(key))
         return Observed(
             job=job, resolved=resolved, spec_problems=problems, pods=pods, workload=self.workload(key, job, resolved, pods),
+            evicted_pods=tuple(self.indexes.evicted_pods(key)),
             rank_table=record.rank_table, children_ready=record.children_generation == job["metadata"].get("generation"),
             children_data=record.children_data,
             sched_ip=record.sched_ip, nodes=nodes, now=datetime.now(UTC),

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts.podview import holds_npus, is_finished, labels_of, project_pod
 from ascend_hybrid.controller.listwatch import SYNC_TIMEOUT_SECONDS
 
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
 PodKey = tuple[str, str]
 Change = Callable[[dict | None, dict | None], None]
+# How long a pod Kueue evicted is remembered after it is gone: the Workload that also says so is garbage-collected
+# with the last pod, so a pass that comes after both are gone learns of the eviction only from this memory.
+EVICTED_MEMORY_SECONDS = 600.0
 
 
 def _key(pod: dict) -> PodKey:
@@ -53,6 +57,7 @@ class PodStore:
         self._pods: dict[PodKey, dict] = {}
         self._by_job: dict[JobKey, dict[str, dict]] = {}
         self._npu: dict[PodKey, dict] = {}
+        self._evicted: dict[JobKey, dict[str, tuple[float, dict]]] = {}
         self._sources, self._listed = sources, set()
         self._synced = threading.Event()
 
@@ -70,6 +75,11 @@ class PodStore:
         self.wait_synced()
         with self._lock:
             return list(self._npu.values())
+
+    def evicted_pods(self, key: JobKey) -> list[dict]:
+        """The job's pods Kueue evicted (TerminationTarget) that are gone now, as last seen."""
+        with self._lock:
+            return [pod for _, pod in self._evicted.get(key, {}).values()]
 
     def size(self) -> int:
         return len(self._pods)
@@ -111,6 +121,8 @@ class PodStore:
                 if not members:
                     self._by_job.pop(job, None)
             self._npu.pop(key, None)
+            if pod is None:
+                self._remember_evicted(old)
         if pod is not None:
             self._pods[key] = pod
             job = job_of(pod)
@@ -119,6 +131,20 @@ class PodStore:
             if holds_npus(pod.get("spec") or {}):
                 self._npu[key] = pod
         return old
+
+    def _remember_evicted(self, gone: dict) -> None:
+        job = job_of(gone)
+        if job is None or kueue.eviction([gone], None) is None:
+            return
+        now = time.monotonic()
+        for remembered in list(self._evicted):  # evictions are rare: a full sweep on each one costs nothing
+            fresh = {name: entry for name, entry in self._evicted[remembered].items()
+                     if now - entry[0] < EVICTED_MEMORY_SECONDS}
+            if fresh:
+                self._evicted[remembered] = fresh
+            else:
+                del self._evicted[remembered]
+        self._evicted.setdefault(job, {})[gone["metadata"]["name"]] = (now, gone)
 
     def _notify(self, changes: list[tuple[dict | None, dict | None]]) -> None:
         if self.on_change is None:

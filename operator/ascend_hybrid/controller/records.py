@@ -72,3 +72,4 @@ class Indexes:
     job_pods: Callable[[JobKey], list[dict]]
     device_infos: Callable[[], list[dict]]
     jobs: Callable[[], list[backlog.Entry]] = list  # every job's placement as its status says (handlers.ahj_jobs)
+    evicted_pods: Callable[[JobKey], list[dict]] = lambda key: []  # gone pods Kueue evicted (podwatch.PodStore)

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts.conditions import condition
-from ascend_hybrid.contracts.podview import pod_counts
+from ascend_hybrid.contracts.podview import attempt_of, pod_counts
 from ascend_hybrid.gang import render
 from ascend_hybrid.gang.inventory import pinned_node
 from ascend_hybrid.gang.placement import GangRequest
@@ -45,7 +45,9 @@ def group_name(p: Pass) -> str:
 
 
 def kueue_admission(p: Pass, current: dict) -> kueue.Admission:
-    return kueue.assess(list(current.values()), p.resolved.pod_count, p.o.workload, group_name(p))
+    attempt = int(p.status["attempt"])
+    evicted = [pod for pod in p.o.evicted_pods if attempt_of(pod) == attempt]
+    return kueue.assess(list(current.values()), p.resolved.pod_count, p.o.workload, group_name(p), evicted)
 
 
 # -- before placement --------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ class Observed:
     hardware_profiles: Mapping[str, Hardware] = field(default_factory=dict)  # the planner's, by name (--hardware-profiles)
     observed_efficiency: Mapping[str, ObservedFactor] = field(default_factory=dict)  # profile → the cluster's factor
     workload: Mapping | None = None           # the Kueue Workload of the current attempt (queued jobs; queue_steps.py)
+    evicted_pods: tuple[dict, ...] = ()       # this job's pods Kueue evicted that are gone (all attempts)
     refusal: Refusal | None = None            # the apiserver's last refusal of this job's writes (refusals.py)
     rank_table_revision: int = 0              # the rank-table ConfigMap's `version` counter
     expander_image: str = names.DEFAULT_EXPANDER_IMAGE  # of the rank-table expander (--ranktable-expander-image)

@@ -143,6 +143,22 @@ def test_a_pod_that_loses_its_job_label_and_holds_no_npus_leaves_the_store():
     assert store.job_pods(("ns", "job")) == [] and store.size() == 0
 
 
+def test_a_pod_kueue_evicted_is_remembered_once_gone_and_other_deleted_pods_are_not():
+    store = PodStore()
+    target = {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted",
+              "message": "Preempted to accommodate a workload"}
+    evicted, deleted = pod("job-a1-0").status(conditions=[target]).build(), pod("job-a1-1").build()
+    store.replace(None, [PodStore.project(evicted), PodStore.project(deleted)], "all")
+    assert store.evicted_pods(("ns", "job")) == []
+    store.apply("DELETED", evicted)
+    store.apply("DELETED", deleted)
+    assert store.job_pods(("ns", "job")) == []
+    (remembered,) = store.evicted_pods(("ns", "job"))
+    assert remembered["metadata"]["name"] == "job-a1-0"
+    assert remembered["status"]["conditions"][0]["reason"] == "WorkloadEvictedDueToPreempted"
+    assert store.evicted_pods(("ns", "other")) == []
+
+
 def test_readers_wait_for_every_scope_to_be_listed():
     store = PodStore(sources=2)
     store.replace("a", [], "watch-a")

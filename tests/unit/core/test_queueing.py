@@ -216,6 +216,17 @@ def test_kueue_preempting_the_gang_is_a_new_attempt_not_a_restart():
               "message": message}
     doomed = [released_pod(0).node(PLACED[0]).phase("Failed").status(conditions=[target]).build()]
     assert decide(observe(demo().status(status).build(), doomed, None)).status["restarts"] == 0
+    # and once every pod and the Workload are gone, the pods the watch saw evicted still say it
+    gone = dataclasses.replace(observe(demo().status(status).build(), (), None), evicted_pods=tuple(doomed))
+    after = decide(gone)
+    assert (after.status["attempt"], after.status["restarts"]) == (2, 0)
+    assert condition(after.status, "Admitted")["reason"] == "Preempted"
+    # an eviction of an earlier attempt says nothing of this one: a pod gone now is a lost pod
+    earlier = [released_pod(0).node(PLACED[0]).status(conditions=[target]).build()]
+    earlier[0]["metadata"]["labels"][names.ATTEMPT_LABEL] = "0"
+    lost = decide(dataclasses.replace(observe(demo().status(status).build(), running[1:], None),
+                                      evicted_pods=tuple(earlier)))
+    assert lost.status["restarts"] == 1
 
     # attempt 2 queues again as a new group while attempt 1's pods go, and keeps saying why it waits
     again = decide(observe(demo().status(decision.status).build(), running, None))
