@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 from ascend_hybrid.contracts import names
 from benchkit import (
@@ -98,6 +99,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1200, help="seconds the jobs of a round may take to run")
     parser.add_argument("--name", default="ahj-bench-many")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    parser.add_argument("--profile", type=Path, help="run the operator under py-spy, its raw stacks here, and "
+                        "print where its CPU went")
     args = parser.parse_args()
     run_id = int(time.time())
     rounds = []
@@ -107,7 +110,7 @@ def main() -> int:
             started = time.monotonic()
             watched_pods(dev, args.watched_pods, args.watched_labelled)
             say(f"  {args.watched_pods} watched pods Running in {time.monotonic() - started:.1f} s")
-        operator = Operator(dev).start()
+        operator = Operator(dev, profile=args.profile).start()
         try:
             say(f"  operator settled {operator.wait_settled():.1f} s after it started")
             idle_mb = operator.rss() / 1e6
@@ -120,11 +123,11 @@ def main() -> int:
             peak_mb = operator.peak_rss / 1e6
         finally:
             operator.stop_process()
-    report(args, rounds, idle_mb, peak_mb)
+    report(args, rounds, idle_mb, peak_mb, operator.profile_summary())
     return 0
 
 
-def report(args, rounds: list[tuple[float, dict]], idle_mb: float, peak_mb: float) -> None:
+def report(args, rounds: list[tuple[float, dict]], idle_mb: float, peak_mb: float, profile: str) -> None:
     rates = [(args.jobs / bare, jobs["running"] / jobs["seconds"]) for bare, jobs in rounds]
     ratios = [jobs_rate / bare_rate for bare_rate, jobs_rate in rates]
     short = [f"{jobs['running']}/{args.jobs}" for _, jobs in rounds if jobs["running"] < args.jobs]
@@ -160,6 +163,8 @@ def report(args, rounds: list[tuple[float, dict]], idle_mb: float, peak_mb: floa
         print("  reconcile latency: this operator exports no ascend_hybrid_reconcile_seconds; see apply → Running")
     print(f"  operator RSS: settled {idle_mb:.0f} MB, with {args.jobs} jobs applied "
           f"{median_range([j['rss_mb'] for _, j in rounds], 0, ' MB')}, peak {peak_mb:.0f} MB (goal < 400 MB)")
+    if profile:
+        print(profile)
     print(f"jobs rate ratio median: {statistics.median(ratios):.4f} (rounds: {', '.join(f'{r:.4f}' for r in ratios)})"
           if min(ratios) < 0.01 else ratio_line("jobs rate ratio", ratios))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 from benchkit import (
     CREATE_WORKERS,
@@ -92,6 +93,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="warm bare/job pairs; the ratio printed is their median")
     parser.add_argument("--name", default="ahj-bench", help="the dev cluster's name")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    parser.add_argument("--profile", type=Path, help="run the operator under py-spy, its raw stacks here, and "
+                        "print where its CPU went")
     parser.add_argument("--bare-workers", type=int, default=CREATE_WORKERS,
                         help="bare pods created this many at a time (default: as many as the operator creates at once; "
                         "1 is the serial baseline of the issue's before figures)")
@@ -106,7 +109,7 @@ def main() -> int:
         say(f"dev-cluster up, {args.nodes} nodes: {dev.up_seconds:.1f} s; "
             + ", ".join(f"{name} {mb:.0f} MB" for name, mb in sorted(dev.component_rss_mb().items())))
         cold_bare = bare_round(dev, args.pods, args.chips, f"{run_id}-cold", args.bare_workers)
-        operator = Operator(dev).start()
+        operator = Operator(dev, profile=args.profile).start()
         try:
             cold_job, cold = job_round(dev, operator, args.pods, args.chips, f"{run_id}-cold")
             say(f"  cold: bare {cold_bare:.2f} s, first job after the operator started {cold_job:.2f} s, "
@@ -145,6 +148,8 @@ def main() -> int:
     print(f"  operator peak RSS                             : {peak_mb:.0f} MB")
     print(f"  ratio job / bare                              : {median_range(ratios)} "
           f"(goal ≤ {1.25 if args.pods * args.chips >= 16384 else 1.2}; median {statistics.median(ratios):.2f})")
+    if args.profile is not None:
+        print(operator.profile_summary())
     print(ratio_line("gang ratio", ratios))
     return 0
 

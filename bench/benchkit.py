@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import re
+import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -28,6 +30,7 @@ from ascend_hybrid.devcluster.kube.client import api_client
 from ascend_hybrid.devcluster.kube.informer import run_informer
 from ascend_hybrid.devcluster.kube.waiting import wait_until
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
+from ascend_hybrid.devtools import profiles
 from ascend_hybrid.spec import crd
 from ascend_hybrid.spec.api import PLURAL, VERSION
 from support.operator_harness import OperatorProcess
@@ -263,13 +266,18 @@ class Operator:
 
     SAMPLE_SECONDS = 0.05
 
-    def __init__(self, dev: DevCluster, log_name: str = "bench-operator.log"):
-        self.harness = OperatorProcess(str(dev.paths.kubeconfig), dev.paths.root / log_name)
+    def __init__(self, dev: DevCluster, log_name: str = "bench-operator.log", profile: Path | None = None):
+        """`profile`: run it under py-spy, its raw stacks written there (devtools/profiles.py)."""
+        self.profile = profile
+        prefix = tuple(profiles.record_prefix(profile)) if profile is not None else ()
+        self.harness = OperatorProcess(str(dev.paths.kubeconfig), dev.paths.root / log_name, prefix=prefix)
         self.peak_rss, self.stop = 0, threading.Event()
 
     def start(self) -> Operator:
         self.harness.start()
         self.process = psutil.Process(self.harness.process.pid)
+        if self.profile is not None:  # py-spy runs the operator as its child: measure the operator
+            self.process = next(child for child in self.process.children() if "ascend_hybrid.cli" in child.cmdline())
         wait_until(self._answers, 60, "the operator's metrics endpoint", interval=0.05)
         self.sampler = threading.Thread(target=self._sample, daemon=True)
         self.sampler.start()
@@ -288,7 +296,21 @@ class Operator:
 
     def stop_process(self) -> None:
         self.stop.set()
+        if self.profile is not None:
+            # SIGINT to py-spy alone: it writes the stacks and ends the operator (SIGTERM to the group loses them)
+            spy = self.harness.process
+            spy.send_signal(signal.SIGINT)
+            try:
+                spy.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                say("  py-spy did not stop within 60 s: its profile may be missing")
         self.harness.stop()
+
+    def profile_summary(self, top: int = 15) -> str:
+        """Where the operator's CPU went while it ran, once stopped (empty without a profile)."""
+        if self.profile is None:
+            return ""
+        return f"operator CPU profile (py-spy, {self.profile}):\n{profiles.summarize_file(self.profile).table(top)}"
 
     def _sample(self) -> None:
         while not self.stop.wait(self.SAMPLE_SECONDS):

@@ -56,15 +56,17 @@ class OperatorProcess:
 
     START_ATTEMPTS = 3
 
-    def __init__(self, kubeconfig: str, log_path: Path, node_grace_seconds: float = 3.0, extra_args: tuple = ()):
+    def __init__(self, kubeconfig: str, log_path: Path, node_grace_seconds: float = 3.0, extra_args: tuple = (),
+                 prefix: tuple = ()):
         self.kubeconfig, self.log_path, self.grace = kubeconfig, log_path, node_grace_seconds
         self.extra_args = [str(arg) for arg in extra_args]  # more `ascend-hybrid run` flags, e.g. --prometheus-url
+        self.prefix = [str(word) for word in prefix]  # what runs the operator, e.g. a profiler (bench --profile)
         self.process: subprocess.Popen | None = None
         self.metrics_port, self.health_port = free_port(), free_port()
         self.starts = 0
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", self.kubeconfig,
+        return [*self.prefix, sys.executable, "-m", "ascend_hybrid.cli", "run", "--kubeconfig", self.kubeconfig,
                 "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
                 "--bind-address", "127.0.0.1", "--node-grace-seconds", str(self.grace), *self.extra_args]
 

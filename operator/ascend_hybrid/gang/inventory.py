@@ -148,37 +148,83 @@ def build_inventory(
     return Inventory(tuple(_node_inventory(n, requested, used, unknown, reserved, health) for n in nodes))
 
 
-def _node_inventory(node, requested, used, unknown, reserved, health) -> NodeInventory:
-    meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
-    name = meta["name"]
-    labels = MappingProxyType(dict(meta.get("labels") or {}))
-    info: DeviceInfo = health.get(name) or DeviceInfo(name)
+@dataclass(frozen=True)
+class _NodeFacts:
+    """What a node and its deviceinfo say of it, whatever runs there: the part of its inventory that a placement
+    need not work out again while neither changed."""
+
+    labels: Mapping[str, str]
+    chip: str | None
+    allocatable: int
+    capacity: int
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Mapping, ...]
+    unhealthy: frozenset[int]
+    universe: frozenset[int]
+    tiers: Mapping[str, str]
+
+
+# Every placement builds the inventory of every node (a 1 000-node cluster placing 1 000 one-pod jobs: a million
+# node reads): a node's facts are kept while its resourceVersion and its deviceinfo stay the same.
+_FACTS: dict[tuple[str, str, DeviceInfo], _NodeFacts] = {}
+_FACTS_LIMIT = 65536
+
+
+def _node_facts(node: Mapping, info: DeviceInfo) -> _NodeFacts:
+    meta = node["metadata"]
+    version = meta.get("resourceVersion")
+    key = (meta["name"], str(version), info)
+    if version is not None and (known := _FACTS.get(key)) is not None:
+        return known
+    spec, status = node.get("spec") or {}, node.get("status") or {}
     allocatable = quantity((status.get("allocatable") or {}).get(RESOURCE, 0))
     capacity = quantity((status.get("capacity") or {}).get(RESOURCE, allocatable))
-    node_used = frozenset(used.get(name, ()))
-    unhealthy = info.unusable
-    universe = set(range(max(capacity, allocatable))) | info.listed
-    # kubelet already leaves unhealthy devices out of allocatable on a real cluster (capacity - allocatable);
-    # only what it did not withhold comes off again, so a chip is never subtracted twice
-    withheld = max(0, capacity - allocatable)
-    lost_to_health = max(0, len(unhealthy - node_used) - withheld)
-    node_reserved = max(0, int(reserved.get(name, 0)))
-    candidates = frozenset(universe - node_used - unhealthy)
-    free = allocatable - requested.get(name, 0) - node_reserved - lost_to_health
-    free = max(0, min(free, len(candidates)))
     tiers = {label: domain for label, domain in ((RACK_LABEL, rack_id(node, info)),
                                                   (SUPERPOD_LABEL, super_pod_id(node, info))) if domain is not None}
-    return NodeInventory(
-        name=name,
-        labels=labels,
+    facts = _NodeFacts(
+        labels=MappingProxyType(dict(meta.get("labels") or {})),
         chip=chip_type_of(node),
         allocatable=allocatable,
         capacity=capacity,
         ready=is_node_ready(node),
         unschedulable=bool(spec.get("unschedulable")),
         taints=tuple(MappingProxyType(dict(t)) for t in spec.get("taints") or ()),
-        rack=tiers.get(RACK_LABEL),
-        super_pod=tiers.get(SUPERPOD_LABEL),
+        unhealthy=info.unusable,
+        universe=frozenset(range(max(capacity, allocatable))) | info.listed,
+        tiers=MappingProxyType(tiers),
+    )
+    if version is not None:
+        if len(_FACTS) >= _FACTS_LIMIT:  # old versions of every node: start again rather than track their age
+            _FACTS.clear()
+        _FACTS[key] = facts
+    return facts
+
+
+def _node_inventory(node, requested, used, unknown, reserved, health) -> NodeInventory:
+    name = node["metadata"]["name"]
+    facts = _node_facts(node, health.get(name) or DeviceInfo(name))
+    node_used = frozenset(used.get(name, ()))
+    unhealthy = facts.unhealthy
+    # kubelet already leaves unhealthy devices out of allocatable on a real cluster (capacity - allocatable);
+    # only what it did not withhold comes off again, so a chip is never subtracted twice
+    withheld = max(0, facts.capacity - facts.allocatable)
+    lost_to_health = max(0, len(unhealthy - node_used) - withheld) if unhealthy else 0
+    node_reserved = max(0, int(reserved.get(name, 0)))
+    candidates = facts.universe - node_used - unhealthy if node_used or unhealthy else facts.universe
+    free = facts.allocatable - requested.get(name, 0) - node_reserved - lost_to_health
+    free = max(0, min(free, len(candidates)))
+    return NodeInventory(
+        name=name,
+        labels=facts.labels,
+        chip=facts.chip,
+        allocatable=facts.allocatable,
+        capacity=facts.capacity,
+        ready=facts.ready,
+        unschedulable=facts.unschedulable,
+        taints=facts.taints,
+        rack=facts.tiers.get(RACK_LABEL),
+        super_pod=facts.tiers.get(SUPERPOD_LABEL),
         unhealthy=unhealthy,
         used=node_used,
         unknown_used=unknown.get(name, 0),
@@ -187,7 +233,7 @@ def _node_inventory(node, requested, used, unknown, reserved, health) -> NodeInv
         free=free,
         candidate_ids=candidates,
         free_ids=candidates if len(candidates) == free else None,
-        tiers=MappingProxyType(tiers),
+        tiers=facts.tiers,
     )
 
 
