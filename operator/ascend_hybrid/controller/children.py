@@ -86,6 +86,7 @@ def child_changed(controller: Controller, key: JobKey, kind: str, name: str, eve
     if event_type == "DELETED":
         record.children_generation = None
         record.children_epoch += 1
+        controller.read_job_again(key)
         if kind == "ConfigMap" and name == names.rank_table_config_map(job):
             record.rank_table = None
         if kind == "ConfigMap" and name == names.recovery_config_map(job):

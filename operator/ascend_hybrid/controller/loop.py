@@ -148,6 +148,14 @@ class Controller:
             self.remember_job(key, job)
         return job
 
+    def read_job_again(self, key: JobKey) -> None:
+        """A child or pod of the job went: the garbage collector deletes a deleted job's, maybe before the job's own
+        event reaches this process, so the next pass reads the job rather than repair what belonged to a job no
+        longer there."""
+        record = self.jobs.get(key)
+        if record is not None:
+            record.job = None
+
     def remember_job(self, key: JobKey, job: dict) -> None:
         record = self.record_of(key)
         record.job, record.job_since = job, time.monotonic()

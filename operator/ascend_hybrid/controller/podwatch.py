@@ -160,6 +160,8 @@ def reaction(controller: Controller) -> Change:
     def changed(old: dict | None, new: dict | None) -> None:
         for key in {job_of(pod) for pod in (old, new) if pod is not None}:
             if key is not None:
+                if new is None:
+                    controller.read_job_again(key)
                 controller.enqueue(key)
         held = any(holds_npus(pod.get("spec") or {}) for pod in (old, new) if pod is not None)
         if held and (new is None or (is_finished(new) and not (old is not None and is_finished(old)))):

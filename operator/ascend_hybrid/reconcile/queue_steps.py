@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ascend_hybrid.contracts import kueue, names
-from ascend_hybrid.contracts.conditions import condition
+from ascend_hybrid.contracts.conditions import condition, parse_time
 from ascend_hybrid.contracts.podview import attempt_of, pod_counts
 from ascend_hybrid.gang import render
 from ascend_hybrid.gang.inventory import pinned_node
@@ -46,8 +46,14 @@ def group_name(p: Pass) -> str:
 
 def kueue_admission(p: Pass, current: dict) -> kueue.Admission:
     attempt = int(p.status["attempt"])
-    evicted = [pod for pod in p.o.evicted_pods if attempt_of(pod) == attempt]
+    evicted = [pod for pod in p.o.evicted_pods if attempt_of(pod) == attempt and of_this_job(p, pod)]
     return kueue.assess(list(current.values()), p.resolved.pod_count, p.o.workload, group_name(p), evicted)
+
+
+def of_this_job(p: Pass, pod: dict) -> bool:
+    """Not a pod of an earlier job of the same name (deleted and made again): pods are created after their job."""
+    created, job_created = (parse_time((obj.get("metadata") or {}).get("creationTimestamp")) for obj in (pod, p.job))
+    return created is None or job_created is None or created >= job_created
 
 
 # -- before placement --------------------------------------------------------------------------------------

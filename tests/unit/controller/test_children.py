@@ -101,6 +101,17 @@ def test_a_rewritten_rank_table_becomes_the_observed_one_and_a_deleted_one_is_ap
     assert record.rank_table is None and record.children_generation is None and record.children_epoch == 1
 
 
+def test_a_deleted_child_makes_the_next_pass_read_its_job_again_not_repair_a_deleted_job():
+    """Deleting a job makes the garbage collector delete its children; their events can come before the job's."""
+    ctl = controller(FakeKube())
+    record = ctl.record_of(KEY)
+    ctl.remember_job(KEY, {"metadata": {"name": "job", "namespace": "default"}})
+    ctl.child_changed(KEY, "ConfigMap", "job-config", "MODIFIED", {"metadata": {"name": "job-config"}})
+    assert record.job is not None, "a change of a child says nothing of the job"
+    ctl.child_changed(KEY, "Service", "job", "DELETED", {"metadata": {"name": "job"}})
+    assert record.job is None
+
+
 def test_changes_of_jobs_this_process_has_not_seen_are_left_to_their_first_pass():
     ctl = controller(FakeKube())
     ctl.child_changed(("default", "other"), "Service", "other", "DELETED", {})

@@ -199,3 +199,15 @@ def test_a_job_pods_change_queues_its_job_and_a_finished_npu_pod_wakes_the_waiti
     assert drain(controller) == set()  # still finished: nothing new is free
     changed(finished, None)
     assert drain(controller) == {("other", "waiting")}
+
+
+def test_a_job_pod_gone_makes_the_next_pass_read_the_job_again(controller):
+    """The garbage collector deletes a deleted job's pods, maybe before the job's own event arrives: a pass that
+    trusted its cached job would make them again."""
+    changed = reaction(controller)
+    controller.remember_job(("ns", "job"), {"metadata": {"name": "job", "namespace": "ns"}})
+    running = pod("job-a1-0").phase("Running").build()
+    changed(None, running)
+    assert controller.jobs[("ns", "job")].job is not None, "a pod that came or changed says nothing of the job"
+    changed(running, None)
+    assert controller.jobs[("ns", "job")].job is None and drain(controller) == {("ns", "job")}

@@ -227,6 +227,14 @@ def test_kueue_preempting_the_gang_is_a_new_attempt_not_a_restart():
     lost = decide(dataclasses.replace(observe(demo().status(status).build(), running[1:], None),
                                       evicted_pods=tuple(earlier)))
     assert lost.status["restarts"] == 1
+    # nor does one of an earlier job of the same name, deleted and made again
+    job = demo().status(status).build()
+    job["metadata"]["creationTimestamp"] = stamp(NOW)
+    doomed[0]["metadata"]["creationTimestamp"] = stamp(NOW - timedelta(minutes=3))
+    again_lost = decide(dataclasses.replace(observe(job, running[1:], None), evicted_pods=tuple(doomed)))
+    assert again_lost.status["restarts"] == 1
+    doomed[0]["metadata"]["creationTimestamp"] = stamp(NOW + timedelta(seconds=5))
+    assert decide(dataclasses.replace(observe(job, (), None), evicted_pods=tuple(doomed))).status["restarts"] == 0
 
     # attempt 2 queues again as a new group while attempt 1's pods go, and keeps saying why it waits
     again = decide(observe(demo().status(decision.status).build(), running, None))
