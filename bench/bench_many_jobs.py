@@ -101,6 +101,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     parser.add_argument("--profile", type=Path, help="run the operator under py-spy, its raw stacks here, and "
                         "print where its CPU went")
+    parser.add_argument("--operator-arg", action="append", default=[], metavar="FLAG",
+                        help="one more `ascend-hybrid run` argument, repeatable (e.g. --operator-arg=--workers=8)")
     args = parser.parse_args()
     run_id = int(time.time())
     rounds = []
@@ -110,7 +112,7 @@ def main() -> int:
             started = time.monotonic()
             watched_pods(dev, args.watched_pods, args.watched_labelled)
             say(f"  {args.watched_pods} watched pods Running in {time.monotonic() - started:.1f} s")
-        operator = Operator(dev, profile=args.profile).start()
+        operator = Operator(dev, profile=args.profile, extra_args=tuple(args.operator_arg)).start()
         try:
             say(f"  operator settled {operator.wait_settled():.1f} s after it started")
             idle_mb = operator.rss() / 1e6
@@ -134,7 +136,8 @@ def report(args, rounds: list[tuple[float, dict]], idle_mb: float, peak_mb: floa
     latencies = [latency for _, jobs in rounds for latency in jobs["latencies"]]
     watched = f", {args.watched_pods} more pods watched ({'labelled' if args.watched_labelled else 'unlabelled'})" \
         if args.watched_pods else ""
-    print(f"{args.jobs} one-pod jobs × {args.chips} NPUs on {args.nodes} nodes{watched}, {args.rounds} rounds")
+    flags = f", operator {' '.join(args.operator_arg)}" if args.operator_arg else ""
+    print(f"{args.jobs} one-pod jobs × {args.chips} NPUs on {args.nodes} nodes{watched}, {args.rounds} rounds{flags}")
     print(f"  bare pods/s (created → Running with devices)  : {median_range([bare for bare, _ in rates], 1)}")
     print(f"  jobs/s (applied → Running, rank table)        : {median_range([jobs for _, jobs in rates], 3)}"
           + (f"  (timed out after {args.timeout:.0f} s with {', '.join(short)} Running: the rate of those)"

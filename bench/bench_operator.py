@@ -95,6 +95,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     parser.add_argument("--profile", type=Path, help="run the operator under py-spy, its raw stacks here, and "
                         "print where its CPU went")
+    parser.add_argument("--operator-arg", action="append", default=[], metavar="FLAG",
+                        help="one more `ascend-hybrid run` argument, repeatable (e.g. --operator-arg=--workers=8)")
     parser.add_argument("--bare-workers", type=int, default=CREATE_WORKERS,
                         help="bare pods created this many at a time (default: as many as the operator creates at once; "
                         "1 is the serial baseline of the issue's before figures)")
@@ -109,7 +111,7 @@ def main() -> int:
         say(f"dev-cluster up, {args.nodes} nodes: {dev.up_seconds:.1f} s; "
             + ", ".join(f"{name} {mb:.0f} MB" for name, mb in sorted(dev.component_rss_mb().items())))
         cold_bare = bare_round(dev, args.pods, args.chips, f"{run_id}-cold", args.bare_workers)
-        operator = Operator(dev, profile=args.profile).start()
+        operator = Operator(dev, profile=args.profile, extra_args=tuple(args.operator_arg)).start()
         try:
             cold_job, cold = job_round(dev, operator, args.pods, args.chips, f"{run_id}-cold")
             say(f"  cold: bare {cold_bare:.2f} s, first job after the operator started {cold_job:.2f} s, "
@@ -131,7 +133,8 @@ def main() -> int:
     ratios = [job / bare for bare, job, _ in rounds]
     print(f"{args.pods} pods × {args.chips} NPUs ({args.pods * args.chips} NPUs) on {args.nodes} nodes: "
           f"dev-cluster up {dev.up_seconds:.1f} s, {args.rounds} warm rounds after one cold, "
-          f"bare pods created {args.bare_workers} at a time")
+          f"bare pods created {args.bare_workers} at a time"
+          + (f", operator {' '.join(args.operator_arg)}" if args.operator_arg else ""))
     print("  control plane RSS at the end: "
           + ", ".join(f"{name} {mb:.0f} MB" for name, mb in sorted(control_plane.items())))
     print(f"  cold: bare {cold_bare:.2f} s, first job after operator start {cold_job:.2f} s, "

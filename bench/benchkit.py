@@ -266,11 +266,14 @@ class Operator:
 
     SAMPLE_SECONDS = 0.05
 
-    def __init__(self, dev: DevCluster, log_name: str = "bench-operator.log", profile: Path | None = None):
-        """`profile`: run it under py-spy, its raw stacks written there (devtools/profiles.py)."""
+    def __init__(self, dev: DevCluster, log_name: str = "bench-operator.log", profile: Path | None = None,
+                 extra_args: tuple[str, ...] = ()):
+        """`profile`: run it under py-spy, its raw stacks written there (devtools/profiles.py); `extra_args`: more
+        `ascend-hybrid run` flags (e.g. `--workers 8`)."""
         self.profile = profile
         prefix = tuple(profiles.record_prefix(profile)) if profile is not None else ()
-        self.harness = OperatorProcess(str(dev.paths.kubeconfig), dev.paths.root / log_name, prefix=prefix)
+        self.harness = OperatorProcess(str(dev.paths.kubeconfig), dev.paths.root / log_name, prefix=prefix,
+                                       extra_args=extra_args)
         self.peak_rss, self.stop = 0, threading.Event()
 
     def start(self) -> Operator:

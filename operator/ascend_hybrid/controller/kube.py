@@ -63,7 +63,8 @@ class Kube:
         self.rbac = client.RbacAuthorizationV1Api(self.client)
 
     @classmethod
-    def from_environment(cls, kubeconfig: str | None = None, *, parallel_calls: int = 16, **options) -> Kube:
+    def from_environment(cls, kubeconfig: str | None = None, *, parallel_calls: int = 16, workers: int = 0,
+                         **options) -> Kube:
         if kubeconfig:
             config.load_kube_config(config_file=kubeconfig)
         else:
@@ -72,8 +73,9 @@ class Kube:
             except config.ConfigException:
                 config.load_kube_config()
         configuration = client.Configuration.get_default_copy()
-        # one connection per concurrent pod call, plus the watches' long-lived ones (listwatch.py)
-        configuration.connection_pool_maxsize = parallel_calls + WATCH_CONNECTIONS
+        # one connection per concurrent pod call and per reconcile worker, plus the watches' long-lived ones
+        # (listwatch.py): a pool smaller than that drops connections and pays a TLS handshake for each new one
+        configuration.connection_pool_maxsize = parallel_calls + workers + WATCH_CONNECTIONS
         return cls(client.ApiClient(configuration), **options)
 
     def _call(self, verb: str, resource: str, fn: Callable[..., T], *args, ok: tuple[int, ...] = (), **kwargs) -> T | None:

@@ -120,7 +120,7 @@ def run(args) -> int:
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's own login reads it too
     try:
-        kube = Kube.from_environment(settings.kubeconfig, parallel_calls=settings.parallel_calls,
+        kube = Kube.from_environment(settings.kubeconfig, parallel_calls=settings.parallel_calls, workers=settings.workers,
                                      attempts=settings.api_attempts,
                                      first_backoff_seconds=settings.first_backoff_seconds)
         elector = hardening.leader_elector(settings, kube.client)
