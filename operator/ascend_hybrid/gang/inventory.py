@@ -166,16 +166,18 @@ class _NodeFacts:
 
 
 # Every placement builds the inventory of every node (a 1 000-node cluster placing 1 000 one-pod jobs: a million
-# node reads): a node's facts are kept while its resourceVersion and its deviceinfo stay the same.
+# node reads): a node's facts are kept while its uid, resourceVersion and deviceinfo stay the same. An object the
+# apiserver served has both ids; one without them (a file, a test's) is read each time.
 _FACTS: dict[tuple[str, str, DeviceInfo], _NodeFacts] = {}
 _FACTS_LIMIT = 65536
 
 
 def _node_facts(node: Mapping, info: DeviceInfo) -> _NodeFacts:
     meta = node["metadata"]
-    version = meta.get("resourceVersion")
-    key = (meta["name"], str(version), info)
-    if version is not None and (known := _FACTS.get(key)) is not None:
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    cached = uid is not None and version is not None
+    key = (str(uid), str(version), info)
+    if cached and (known := _FACTS.get(key)) is not None:
         return known
     spec, status = node.get("spec") or {}, node.get("status") or {}
     allocatable = quantity((status.get("allocatable") or {}).get(RESOURCE, 0))
@@ -194,7 +196,7 @@ def _node_facts(node: Mapping, info: DeviceInfo) -> _NodeFacts:
         universe=frozenset(range(max(capacity, allocatable))) | info.listed,
         tiers=MappingProxyType(tiers),
     )
-    if version is not None:
+    if cached:
         if len(_FACTS) >= _FACTS_LIMIT:  # old versions of every node: start again rather than track their age
             _FACTS.clear()
         _FACTS[key] = facts

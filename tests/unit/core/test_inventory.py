@@ -264,18 +264,19 @@ def test_blocking_taints_ignore_prefer_no_schedule():
 
 
 def test_a_nodes_facts_are_read_again_when_its_version_or_deviceinfo_changes_and_only_then():
-    first = node("cached").rack("r1").metadata(resourceVersion="10").build()
+    first = node("cached").rack("r1").metadata(uid="u-1", resourceVersion="10").build()
     assert one([first]).rack == "r1"
-    same_version = node("cached").rack("r2").metadata(resourceVersion="10").build()
+    same_version = node("cached").rack("r2").metadata(uid="u-1", resourceVersion="10").build()
     assert one([same_version]).rack == "r1", "one resourceVersion is one node: its facts are kept"
-    newer = node("cached").rack("r2").not_ready().metadata(resourceVersion="11").build()
+    newer = node("cached").rack("r2").not_ready().metadata(uid="u-1", resourceVersion="11").build()
     moved = one([newer])
     assert (moved.rack, moved.ready) == ("r2", False)
     sick = one([newer], [], [deviceinfo("cached", unhealthy=[3])])
     assert sick.unhealthy == {3} and sick.free == 7, "a deviceinfo change is read at the same node version"
     held = one([newer], [pod("p", 2).node("cached").devices([0, 1]).build()])
     assert held.used == {0, 1} and held.free == 6, "what runs on the node is never cached"
-    unversioned = node("unversioned").rack("r1").build()
-    assert one([unversioned]).rack == "r1"
-    unversioned["metadata"]["labels"][RACK_LABEL] = "r9"
-    assert one([unversioned]).rack == "r9", "a node without a resourceVersion is read each time"
+    for ids in ({}, {"resourceVersion": "10"}, {"uid": "u-2"}):
+        unserved = node("unserved").rack("r1").metadata(**ids).build()
+        assert one([unserved]).rack == "r1"
+        unserved["metadata"]["labels"][RACK_LABEL] = "r9"
+        assert one([unserved]).rack == "r9", f"a node without both ids ({ids}) is read each time"
