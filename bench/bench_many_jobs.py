@@ -71,7 +71,9 @@ def jobs_round(dev: DevCluster, operator: Operator, count: int, chips: int, tag:
         latencies = [watch.seen[name] - sent[name] for name in sent if name in watch.seen]
     finally:
         watch.close()
+    dev.remove_jobs(namespace)
     dev.remove_namespace(namespace)
+    operator.wait_settled()  # the jobs' removal is not the next round's work
     return {"seconds": finished - started, "running": running, "calls": spent.calls, "writes": spent.writes,
             "by_call": spent.by_call, "cpu": spent.cpu,
             "buckets": spent.buckets, "latencies": latencies, "rss_mb": rss_mb}

@@ -63,6 +63,7 @@ def job_round(dev: DevCluster, operator: Operator, pods: int, chips: int, tag: s
         spent = operator.snapshot().since(before)
     finally:
         watch.close()
+    dev.remove_jobs(namespace)
     dev.remove_namespace(namespace)
     return finished - started, spent
 

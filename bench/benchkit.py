@@ -125,6 +125,17 @@ class DevCluster:
                    f"the default ServiceAccount of {name}")
         return name
 
+    def remove_jobs(self, namespace: str, timeout: float = 600) -> None:
+        """The namespace's jobs deleted and gone with their pods, as a user cleans up. Deleting the namespace at
+        once would delete pods of jobs still there: the operator would take each for a lost pod and try to
+        replace it in a terminating namespace, writes that a next round would count."""
+        self.custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        wait_until(lambda: not self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                                          limit=1)["items"],
+                   timeout, f"the jobs of {namespace} to go", interval=0.5)
+        wait_until(lambda: not self.core.list_namespaced_pod(namespace, limit=1).items, timeout,
+                   f"the pods of {namespace}'s jobs to go", interval=0.5)
+
     def remove_namespace(self, name: str, timeout: float = 600) -> None:
         """Deleted and its pods gone, so that the next measurement finds every chip free."""
         self.core.delete_namespace(name)
