@@ -215,10 +215,45 @@ def test_the_trainer_reads_the_rank_table_as_the_operator_writes_it_plain_or_gzi
 def test_the_recovery_channel_is_spelled_alike_on_both_sides():
     """The operator and the launchers speak through <job>-recovery (docs/reliability.md): the generation key and
     the report states are the wire, spelled once on each side (the trainer imports nothing of the operator)."""
-    from ascend_hybrid.contracts.names import RECOVERY_GENERATION_KEY
+    from ascend_hybrid.contracts.names import RECOVERY_GENERATION_KEY, RECOVERY_WORLD_KEY
     from ascend_hybrid.diagnosis import recovery
     from ascend_hybrid_trainer import control
 
     assert control.GENERATION_KEY == RECOVERY_GENERATION_KEY
     assert (control.STARTED, control.STEPPING, control.FAILED) == (recovery.STARTED, recovery.STEPPING,
                                                                    recovery.FAILED)
+    assert control.WORLD_KEY == RECOVERY_WORLD_KEY
+
+
+def test_the_world_the_operator_writes_for_kept_pods_is_the_world_the_launcher_runs():
+    """An elastic shrink kept pods elastic-a1-0 and elastic-a1-2 as pods 0 and 1 of a DP 2 world (2 micro-batches):
+    the operator's `world` (elastic_steps.launcher_world) read by the trainer's launcher (generations.moved) and
+    its job.json and AHJ_PARALLEL resolved by the trainer's own config."""
+    import json
+    from datetime import UTC, datetime
+
+    from ascend_hybrid.reconcile import elastic_steps
+    from ascend_hybrid.reconcile.state import Observed, Pass
+    from ascend_hybrid.spec.rules import parse
+    from ascend_hybrid_trainer import config
+    from ascend_hybrid_trainer.generations import moved
+    from ascend_hybrid_trainer.launcher import PodLaunch
+    from support.builders import JobBuilder
+
+    body = (JobBuilder("elastic", namespace="ns").uid("uid-1").parallelism(data=4).per_pod(1)
+            .section("model", preset="tiny").section("training", globalBatchSize=8, steps=10)
+            .section("elastic", minData=2)
+            .status({"attempt": 2, "elastic": {"data": 2, "microBatches": 2, "fromData": 4,
+                                               "kept": ["elastic-a1-0", "elastic-a1-2"], "keptAttempt": 2}}).build())
+    p = Pass(Observed(job=body, resolved=parse(body), spec_problems=(), pods=(), rank_table=None, children_ready=True,
+                      sched_ip="127.32.0.10", nodes={}, now=datetime.now(UTC)))
+    elastic_steps.run_shrunk(p)
+    world = json.loads(elastic_steps.launcher_world(p, ()) or "null")
+    launch = PodLaunch(pod_index=2, local_workers=1, rank_start=2, world_size=4, sched_host="127.0.0.9",
+                       sched_port="2222", pod_ip=None, rank_table_file="hccl.json", launch_mode="dynamic",
+                       ranktable_timeout=1, stop_grace=1)
+    moved_launch, env = moved(launch, {"RANK_SIZE": "4"}, world, world["pods"]["elastic-a1-2"], "job.json")
+    assert (moved_launch.pod_index, moved_launch.rank_start, moved_launch.world_size) == (1, 1, 2)
+    run = config.parse_job(world["jobConfig"], json.loads(env["AHJ_PARALLEL"]))
+    assert (run.parallelism.data, run.parallelism.world_size) == (2, int(env["RANK_SIZE"]))
+    assert run.training.global_batch_size == 8 and run.parallelism.micro_batches == 2

@@ -156,3 +156,49 @@ def test_pod_zero_and_the_step_resumed_from(tmp_path):
     assert resumed_from({}) == 0
     (tmp_path / "latest.json").write_text(json.dumps({"step": 16, "loss": 1.0}))
     assert resumed_from({"AHJ_CHECKPOINT_DIR": str(tmp_path)}) == 16
+
+
+class StubChannel:
+    """What Generations reads of the channel: the world, this pod's name (no apiserver)."""
+
+    def __init__(self, pod_name: str, world: dict | None):
+        self.pod_name, self.data = pod_name, {} if world is None else {"world": json.dumps(world)}
+
+    def world(self):
+        return control.Channel.world(self)  # type: ignore[arg-type]
+
+
+def test_a_kept_pod_takes_its_new_index_ranks_world_and_job_json_from_the_channel(tmp_path):
+    """An elastic shrink kept pod job-a1-2 (2 ranks) as pod 1 of a 2-pod world: its env said pod 2 of 4."""
+    from ascend_hybrid_trainer.generations import Generations
+    from ascend_hybrid_trainer.launcher import Launcher, PodLaunch
+
+    launch = PodLaunch(pod_index=2, local_workers=2, rank_start=4, world_size=8, sched_host="127.0.0.9",
+                       sched_port="2222", pod_ip="127.0.0.3", rank_table_file=str(tmp_path / "hccl.json"),
+                       launch_mode="dynamic", ranktable_timeout=1, stop_grace=1)
+    env = {"RANK_SIZE": "8", "MS_WORKER_NUM": "8", "MS_NODE_RANK": "2", "RANK_START": "4", "OTHER": "kept",
+           "AHJ_PARALLEL": json.dumps({"data": 8, "microBatches": 1}), "AHJ_JOB_CONFIG": "/etc/ascend-hybrid/job.json"}
+    world = {"attempt": 2, "worldSize": 4, "pods": {"job-a1-0": 0, "job-a1-2": 1}, "scheduler": "job-a1-0",
+             "parallel": {"data": 4, "microBatches": 2}, "jobConfig": {"worldSize": 4, "parallelism": {"data": 4}}}
+    launcher = Launcher(launch, lambda message: None)
+    life = Generations(launcher, StubChannel("job-a1-2", world), env, [0, 1], ["0", "1"])  # type: ignore[arg-type]
+    assert life.follow_world()
+    assert (life.launch.pod_index, life.launch.rank_start, life.launch.world_size) == (1, 2, 4)
+    assert list(life.launch.ranks) == [2, 3] and not life.launch.runs_scheduler and launcher.launch is life.launch
+    assert {key: life.env[key] for key in ("RANK_SIZE", "MS_WORKER_NUM", "MS_NODE_RANK", "RANK_START", "OTHER")} == {
+        "RANK_SIZE": "4", "MS_WORKER_NUM": "4", "MS_NODE_RANK": "1", "RANK_START": "2", "OTHER": "kept"}
+    assert json.loads(life.env["AHJ_PARALLEL"]) == {"data": 4, "microBatches": 2}
+    with open(life.env["AHJ_JOB_CONFIG"], encoding="utf-8") as handle:
+        assert json.load(handle)["parallelism"] == {"data": 4}
+    assert life.pod_zero == "job-a1-0"
+    assert life.follow_world() and life.launch.rank_start == 2  # the same world again changes nothing
+    # pod 0 of the new world runs the scheduler; a pod left out of the world is not in it
+    zero = Generations(Launcher(launch, lambda message: None), StubChannel("job-a1-0", world), env, [0, 1],
+                       ["0", "1"])  # type: ignore[arg-type]
+    assert zero.follow_world() and zero.launch.runs_scheduler
+    assert not Generations(Launcher(launch, lambda message: None), StubChannel("job-a1-3", world), env, [0, 1],
+                           ["0", "1"]).follow_world()  # type: ignore[arg-type]
+    # no world: the env's
+    plain = Generations(Launcher(launch, lambda message: None), StubChannel("job-a1-2", None), env, [0, 1],
+                        ["0", "1"])  # type: ignore[arg-type]
+    assert plain.follow_world() and plain.launch == launch and plain.env == env

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 GENERATION_KEY = "generation"
+WORLD_KEY = "world"  # only while pods an elastic shrink kept run: the world they run in now (generations.py)
 STARTED, STEPPING, FAILED = "Started", "Stepping", "Failed"
 FIELD_MANAGER = "ascend-hybrid-trainer"
 REQUEST_TIMEOUT_SECONDS = 10.0
@@ -167,6 +168,14 @@ class Channel:
             return int(self.data.get(GENERATION_KEY) or 0)
         except ValueError:
             return 0
+
+    def world(self) -> dict | None:
+        """The world the operator wrote beside the generation (None when there is none, or it is unreadable)."""
+        try:
+            world = json.loads(self.data.get(WORLD_KEY) or "null")
+        except ValueError:
+            return None
+        return world if isinstance(world, dict) and isinstance(world.get("pods"), dict) else None
 
     def report_of(self, pod_name: str) -> dict:
         try:

@@ -4,7 +4,9 @@ newest committed checkpoint; when one fails, report the pod's cause and wait for
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import os
 import signal
 import time
@@ -13,16 +15,31 @@ from typing import cast
 
 from . import checkpoint, control
 from .failures import Verdict
-from .launcher import DYNAMIC, POLL_SECONDS, Launcher, describe_exit, stop
+from .launcher import DYNAMIC, POLL_SECONDS, RANKTABLE, Launcher, PodLaunch, describe_exit, stop
+from .rank_table import read_rank_table
 
 RESTART_GRACE_SECONDS = 3.0    # healthy ranks stopped for a new generation: their work is redone from the checkpoint
 SCHEDULER_WAIT_SECONDS = 60.0  # a restarting pod waits this long at most for pod 0's new scheduler
+RANK_TABLE_WAIT_SECONDS = 300.0  # a kept pod waits this long at most for the mounted table of its new world
 
 
 def pod_zero_name(pod_name: str, pod_index: int) -> str:
     """Pod 0's name from this pod's: the operator names pods `<job>-a<attempt>-<index>`."""
     suffix = f"-{pod_index}"
     return (pod_name[:-len(suffix)] if pod_name.endswith(suffix) else pod_name) + "-0"
+
+
+def moved(launch: PodLaunch, env: Mapping[str, str], world: Mapping, index: int,
+          job_config: str) -> tuple[PodLaunch, dict[str, str]]:
+    """This pod's launch and env in the world an elastic shrink kept it in: its new pod index and ranks, the world
+    size, the degrees and job.json (its env still says the world it was made for; the chips are its own still)."""
+    size = int(world["worldSize"])
+    start = index * launch.local_workers
+    moved_launch = dataclasses.replace(launch, pod_index=index, rank_start=start, world_size=size)
+    moved_env = {**env, "RANK_SIZE": str(size), "MS_WORKER_NUM": str(size), "MS_NODE_RANK": str(index),
+                 "RANK_START": str(start), "AHJ_PARALLEL": json.dumps(world["parallel"], sort_keys=True),
+                 "AHJ_JOB_CONFIG": job_config}
+    return moved_launch, moved_env
 
 
 def resumed_from(env: Mapping[str, str]) -> int:
@@ -45,6 +62,7 @@ class Generations:
         self.launch = launcher.launch
         self.pod_zero = pod_zero_name(channel.pod_name, self.launch.pod_index)
         self.recovery_wait = self.launch.recovery_wait
+        self.world_attempt: int | None = None  # the kept pods' world this launcher runs in (None: its env's)
 
     def log(self, message: str) -> None:
         self.launcher.log(message)
@@ -52,6 +70,8 @@ class Generations:
     def run(self, generation: int) -> int:
         restarted = False
         while True:
+            if not self.follow_world():
+                return self.leave_world()
             if restarted:
                 self.wait_for_scheduler(generation)
                 if self.launcher.stop_signal is not None:
@@ -84,6 +104,52 @@ class Generations:
             if self.channel.generation() <= generation:
                 return self.launcher.end_with(verdict)
             generation = self.channel.generation()
+
+    def follow_world(self) -> bool:
+        """Take the world the operator wrote beside the generation (pods an elastic shrink kept): False when this
+        pod is not in it (the operator deletes it)."""
+        world = self.channel.world()
+        if world is None:
+            return True
+        index = world["pods"].get(self.channel.pod_name)
+        if not isinstance(index, int):
+            return False
+        if world.get("attempt") == self.world_attempt and index == self.launch.pod_index:
+            return True
+        job_config = os.path.join(self.launcher.records, f"job-{world.get('attempt')}.json")
+        with open(job_config, "w", encoding="utf-8") as handle:
+            json.dump(world.get("jobConfig") or {}, handle)
+        launch, env = moved(self.launch, self.env, world, index, job_config)
+        self.log(f"world of attempt {world.get('attempt')}: this pod runs as pod {index} of "
+                 f"{len(world['pods'])}, ranks {launch.rank_start}..{launch.rank_start + launch.local_workers - 1} "
+                 f"of {launch.world_size}")
+        self.launcher.launch = self.launch = launch
+        self.env = env
+        self.pod_zero = str(world.get("scheduler") or self.pod_zero)
+        self.world_attempt = world.get("attempt")
+        if launch.launch_mode == RANKTABLE:
+            self.wait_for_rank_table(launch.world_size)
+        return True
+
+    def wait_for_rank_table(self, size: int) -> None:
+        """Rank-table launch (HCCL reads the file): wait until the mounted table lists the new world's ranks."""
+        path = self.env["RANK_TABLE_FILE"]
+        deadline = time.monotonic() + RANK_TABLE_WAIT_SECONDS
+        while time.monotonic() < deadline and self.launcher.stop_signal is None:
+            table = read_rank_table(path)
+            if table and table.get("status") == "completed" and int(table.get("server_count") or 0) and sum(
+                    len(server.get("device") or ()) for server in table.get("server_list") or ()) == size:
+                return
+            time.sleep(1.0)
+        self.log(f"the rank table at {path} did not list {size} ranks within {RANK_TABLE_WAIT_SECONDS:.0f}s")
+
+    def leave_world(self) -> int:
+        """Not in the world a shrink kept: stop the ranks and wait for the operator to delete the pod."""
+        stop(self.launcher.children, self.launch.stop_grace)
+        self.log("this pod is not in the world the shrink kept; waiting to be deleted")
+        while self.launcher.stop_signal is None:
+            time.sleep(POLL_SECONDS)
+        return 128 + self.launcher.stop_signal
 
     def moved_on(self, generation: int) -> bool:
         return self.channel.generation() > generation or self.launcher.stop_signal is not None

@@ -78,3 +78,5 @@ def launcher_role(job: str) -> str:
 # The recovery channel, <job>-recovery (docs/reliability.md): the operator writes the rank generation under this key,
 # each launcher its report under its pod's name (the trainer's control.py spells it again: its contract is the wire).
 RECOVERY_GENERATION_KEY = "generation"
+# Beside it, only while pods a shrink kept run (spec.elastic): the world they run in now, JSON (elastic_steps).
+RECOVERY_WORLD_KEY = "world"

@@ -115,7 +115,7 @@ def signal_launchers(controller, key, job: dict, action) -> None:
     namespace, name = key
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
-    live = controller.kube.apply(render.recovery_config_map(name, namespace, uid, action.generation))
+    live = controller.kube.apply(render.recovery_config_map(name, namespace, uid, action.generation, action.world))
     record.recovery_data = dict(live.get("data") or {})
     if record.launchers_granted == action.service_account:
         return

@@ -34,6 +34,7 @@ from ascend_hybrid.gang import ranktable, render
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner.observed import Reading, reading_of
 from ascend_hybrid.reconcile.actions import (
+    AdoptPods,
     CreatePods,
     DeleteJob,
     DeletePods,
@@ -363,7 +364,7 @@ class Controller:
                 case Place():
                     if self.place(key, job, observed, decision, action):
                         after = Next.DECIDE_AGAIN
-                case CreatePods() | RemoveGates() | PinAndRelease() | DeleteWorkloads() | DeletePods():
+                case CreatePods() | RemoveGates() | PinAndRelease() | AdoptPods() | DeleteWorkloads() | DeletePods():
                     self._pod_calls(key, record, action)
                 case PlaceReplacement():
                     if placing.place_replacement(self, key, job, observed, decision, action):
@@ -382,7 +383,7 @@ class Controller:
         return after
 
     def _pod_calls(self, key: JobKey, record: JobRecord,
-                   action: CreatePods | RemoveGates | PinAndRelease | DeleteWorkloads | DeletePods) -> None:
+                   action: CreatePods | RemoveGates | PinAndRelease | AdoptPods | DeleteWorkloads | DeletePods) -> None:
         """The actions that are one API call per pod (or Workload), made `parallel_calls` at a time."""
         namespace = key[0]
         match action:
@@ -394,7 +395,7 @@ class Controller:
             case RemoveGates():
                 self.each(lambda pod: self.kube.remove_gate(namespace, *pod), action.pods)
                 record.touched(pod_name for pod_name, _ in action.pods)
-            case PinAndRelease():
+            case PinAndRelease() | AdoptPods():
                 self.each(lambda pod: self.kube.patch_pod(namespace, pod[0], list(pod[1])), action.pods)
                 record.touched(pod_name for pod_name, _ in action.pods)
             case DeleteWorkloads():

@@ -26,6 +26,22 @@ from ascend_hybrid.monitoring.progress import (
 )
 
 
+def literal(name: str) -> str:
+    """A pod name as a PromQL regex (RE2 inside a string literal, where a backslash would need escaping too)."""
+    return name.replace(".", "[.]")
+
+
+def pod_selection(job: str, attempt: int, pods: list[dict]) -> tuple[str, str]:
+    """(the PromQL regex of the attempt's pod names, pod 0's name). The attempt's pods are named by it, but for
+    those an elastic shrink kept (made in an earlier attempt): their names are listed then."""
+    prefix = names.pod_name(job, attempt, 0)[:-1]
+    named = {pod_index(pod): pod["metadata"]["name"] for pod in pods}
+    first = named.get(0) or f"{prefix}0"
+    others = sorted(literal(name) for name in named.values() if not name.startswith(prefix))
+    regex = f"{literal(prefix)}[0-9]+"
+    return (f"{regex}|{'|'.join(others)}" if others else regex), first
+
+
 class TelemetrySource:
     def __init__(self, prometheus_url: str | None = None, trainer_port: int = names.METRICS_PORT,
                  timeout_seconds: float = 3.0):
@@ -41,16 +57,15 @@ class TelemetrySource:
     def sample(self, namespace: str, job: str, attempt: int, pods: list[dict]) -> Sample:
         now = datetime.now(UTC)
         if self.prometheus_url:
-            return self._from_prometheus(namespace, job, attempt, now)
+            return self._from_prometheus(namespace, *pod_selection(job, attempt, pods), now)
         return self._from_trainers(pods, now)
 
-    def _from_prometheus(self, namespace: str, job: str, attempt: int, now: datetime) -> Sample:
-        pod_prefix = names.pod_name(job, attempt, 0)[:-1]
-        queries = prometheus_queries(namespace, f"{pod_prefix}[0-9]+", f"{pod_prefix}0")
+    def _from_prometheus(self, namespace: str, pod_regex: str, first_pod: str, now: datetime) -> Sample:
+        queries = prometheus_queries(namespace, pod_regex, first_pod)
         values: dict[str, float | None] = {}
         vectors: dict[str, list[tuple[dict, float]]] = {}
         try:
-            for key, query in {**queries, **prometheus_vector_queries(namespace, f"{pod_prefix}[0-9]+")}.items():
+            for key, query in {**queries, **prometheus_vector_queries(namespace, pod_regex)}.items():
                 url = f"{self.prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
                 answer = json.loads(self._get(url))
                 if answer.get("status") != "success":

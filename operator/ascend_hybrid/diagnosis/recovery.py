@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from ascend_hybrid.contracts.conditions import parse_time, timestamp
 from ascend_hybrid.contracts.names import RECOVERY_GENERATION_KEY as GENERATION_KEY
+from ascend_hybrid.contracts.names import RECOVERY_WORLD_KEY as WORLD_KEY
 from ascend_hybrid.spec.api import Recovery as RecoverySpec
 from ascend_hybrid.spec.causes import (
     FAIL_JOB,
@@ -273,6 +274,6 @@ def read_channel(data: Mapping[str, str] | None) -> tuple[int | None, dict[str, 
         generation = int(data[GENERATION_KEY]) if GENERATION_KEY in data else None
     except ValueError:
         generation = None
-    reports = {key: report for key, value in data.items() if key != GENERATION_KEY
+    reports = {key: report for key, value in data.items() if key not in (GENERATION_KEY, WORLD_KEY)
                and (report := parse_report(value)) is not None}
     return generation, reports

@@ -123,12 +123,15 @@ def job_config_map(resolved: ResolvedJob, namespace: str, uid: str) -> dict:
                    data=data)
 
 
-def recovery_config_map(job: str, namespace: str, uid: str, generation: int) -> dict:
-    """The launchers' channel (recovery.py): the operator applies only the `generation` key; each launcher
-    merge-patches the key of its own pod (so the operator's apply never removes a report)."""
+def recovery_config_map(job: str, namespace: str, uid: str, generation: int, world: str | None = None) -> dict:
+    """The launchers' channel (recovery.py): the operator applies only the `generation` key (and `world` while
+    pods a shrink kept run); each launcher merge-patches the key of its own pod (so the operator's apply never
+    removes a report)."""
+    data = {names.RECOVERY_GENERATION_KEY: str(generation)}
+    if world is not None:
+        data[names.RECOVERY_WORLD_KEY] = world
     return _render("configmap.yaml.j2", name=names.recovery_config_map(job), namespace=namespace,
-                   labels=names.job_labels(job), owner_references=owner_references(job, uid),
-                   data={names.RECOVERY_GENERATION_KEY: str(generation)})
+                   labels=names.job_labels(job), owner_references=owner_references(job, uid), data=data)
 
 
 LAUNCHER_VERBS = ["get", "list", "watch", "patch"]  # read and watch the generation, write its own report

@@ -68,6 +68,14 @@ class PinAndRelease:
 
 
 @dataclass(frozen=True)
+class AdoptPods:
+    """Pods an elastic shrink kept: their attempt and index labels and rank-index annotation set to the attempt and
+    index they run as now, one JSON patch per pod (elastic_steps.adopt)."""
+
+    pods: tuple[tuple[str, tuple[dict, ...]], ...]  # (pod name, the patch's operations)
+
+
+@dataclass(frozen=True)
 class DeleteWorkloads:
     """Delete the Kueue Workloads of attempts being torn down (Kueue then releases their quota and finalizers)."""
 
@@ -103,6 +111,7 @@ class SignalLaunchers:
 
     generation: int
     service_account: str
+    world: str | None = None  # spec.elastic, pods kept at a shrink: their ranks and world, JSON (elastic_steps)
 
 
 @dataclass(frozen=True)
@@ -117,5 +126,6 @@ class PostEvent:
     message: str
 
 
-Action = (EnsureChildren | Place | PlaceReplacement | CreatePods | RemoveGates | PinAndRelease | DeleteWorkloads | DeletePods | WriteRankTable
+Action = (EnsureChildren | Place | PlaceReplacement | CreatePods | RemoveGates | PinAndRelease | AdoptPods
+          | DeleteWorkloads | DeletePods | WriteRankTable
           | SignalLaunchers | DeleteJob | PostEvent | ProbeGrow)

@@ -28,6 +28,7 @@ from ascend_hybrid.diagnosis.recovery import (
     REPLACE_POD,
     RESTART_GANG,
     RESTART_RANKS,
+    SHRINK,
     STARTED,
     STEPPING,
     WHOLE_GANG_RUNGS,
@@ -36,6 +37,7 @@ from ascend_hybrid.diagnosis.recovery import (
 )
 from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang.placement import GangRequest
+from ascend_hybrid.reconcile import elastic_steps
 from ascend_hybrid.reconcile.actions import DeletePods, PlaceReplacement, SignalLaunchers
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
 
@@ -46,9 +48,13 @@ NOT_REPLACING_QUEUED = ("ReplacePod is not taken under Kueue: a queued attempt's
                         "lost pod ends its Workload; the whole gang restarts as a new pod group")
 
 
+# The rungs followed through the launchers' reports: the pods stay (a shrink that kept the running pods too).
+FOLLOWED_IN_PLACE = IN_PLACE_RUNGS | {SHRINK}
+
+
 def in_place_running(p: Pass) -> bool:
     """An in-place rung runs: the pods of the attempt are all meant to be there."""
-    return (p.status.get("recovery") or {}).get("rung") in IN_PLACE_RUNGS
+    return (p.status.get("recovery") or {}).get("rung") in FOLLOWED_IN_PLACE
 
 
 def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
@@ -148,8 +154,7 @@ def in_place_ready(p: Pass, current: dict, excluding: int | None = None) -> tupl
     running, its launcher heard on the channel."""
     e = p.resolved
     reports = launcher_reports(p, current)
-    prefix = names.pod_name(p.meta["name"], int(p.status["attempt"]), 0)[:-1]
-    if not any(name.startswith(prefix) for name in p.o.launchers):
+    if not reports:
         return False, (f"no launcher of this attempt ever reported on ConfigMap "
                        f"{names.recovery_config_map(p.meta['name'])} (an image without the bundled launcher, "
                        f"or no ServiceAccount token in the pods)")
@@ -157,7 +162,7 @@ def in_place_ready(p: Pass, current: dict, excluding: int | None = None) -> tupl
         if index == excluding:
             continue
         pod = current.get(index)
-        name = names.pod_name(p.meta["name"], int(p.status["attempt"]), index)
+        name = elastic_steps.member_name(p, index)
         if pod is None or phase_of(pod) != "Running":
             return False, f"pod {name} is not running"
         if index not in reports:
@@ -270,21 +275,26 @@ def restart_ranks(p: Pass, record: dict, failure: Failure, text: str, fix: str) 
 def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, current: dict) -> Decision:
     """ReplacePod: the failed pod deleted (at once, without grace, when its node is lost) and placed again at
     its index; the next rank generation to every launcher, the new pod's included."""
-    e, index = p.resolved, failure.index
+    index = failure.index
     if index is None:
         raise ValueError("ReplacePod needs the failed pod's index (start_rung never picks it without one)")
     generation = rank_generation(p) + 1
     p.status["recovery"] = {**(p.status.get("recovery") or {}), "generation": generation,
                                "rung": REPLACE_POD, "replacing": index}
     p.status["recovery"].pop("unplaced", None)
+    elastic_steps.replaced(p, index)
     old = current.get(index)
     if old is not None and not is_deleting(old):
         p.d.act(DeletePods((old["metadata"]["name"],), force=failure.cause == "NodeNotReady"))
-    avoided = set(p.status.get("avoidedNodes") or ()) | set(record.get("avoid") or ())
-    request = replace(GangRequest.for_job(e, avoided), pod_count=1, groups=(),
-                      near_nodes=frozenset(peer_nodes(p, index)))
-    p.d.act(PlaceReplacement(index, request))
+    p.d.act(PlaceReplacement(index, replacement_request(p, index, record)))
     return _relaunch(p, generation, failure, text, fix)
+
+
+def replacement_request(p: Pass, index: int, record: dict) -> GangRequest:
+    """The one-pod request ReplacePod places: the job's chips, near the pod's peers, the suspects avoided."""
+    avoided = set(p.status.get("avoidedNodes") or ()) | set(record.get("avoid") or ())
+    return replace(GangRequest.for_job(p.resolved, avoided), pod_count=1, groups=(),
+                   near_nodes=frozenset(peer_nodes(p, index)))
 
 
 def peer_nodes(p: Pass, index: int) -> list[str]:
@@ -301,7 +311,7 @@ def peer_nodes(p: Pass, index: int) -> list[str]:
 
 def _relaunch(p: Pass, generation: int, failure: Failure, text: str, fix: str) -> Decision:
     """The next rank generation to every launcher, and the job Restarting until they report it stepping."""
-    p.d.act(SignalLaunchers(generation, service_account(p)))
+    p.d.act(signal(p, generation))
     p.cond("Restarting", True, failure.cause, text)
     p.cond("Running", False, failure.cause, text)
     p.phase("Restarting", text)
@@ -331,6 +341,9 @@ def replacement_step(p: Pass, current: dict) -> bool:
     if index is None or record is None:
         return False
     state = p.status["recovery"]
+    if state.get("unplaced") and elastic_steps.unplaced_step(p, current, record, index,
+                                                              replacement_request(p, index, record)):
+        return True
     if state.get("unplaced"):
         why = f"no node fits the replacement of pod index {index}: {state['unplaced']}"
         recovery.climb(record, RESTART_GANG, why, p.o.now)
@@ -360,7 +373,12 @@ def signal_launchers(p: Pass) -> None:
     """Level-based: the ConfigMap holds the generation status names (after a failover, a lost write, a
     deleted ConfigMap too)."""
     if p.o.launcher_generation != rank_generation(p):
-        p.d.act(SignalLaunchers(rank_generation(p), service_account(p)))
+        p.d.act(signal(p, rank_generation(p)))
+
+
+def signal(p: Pass, generation: int) -> SignalLaunchers:
+    """The generation for every launcher; with pods a shrink kept, the world they run in now beside it."""
+    return SignalLaunchers(generation, service_account(p), elastic_steps.launcher_world(p, p.o.pods))
 
 
 def follow_in_place(p: Pass, current: dict) -> bool:
@@ -368,7 +386,7 @@ def follow_in_place(p: Pass, current: dict) -> bool:
     after; the next rung when it passes its timeout. True while it still runs (the pass ends here)."""
     state = p.status.get("recovery") or {}
     rung, record = state.get("rung"), recovery.current_incident(p.status.get("recoveries") or [])
-    if rung not in IN_PLACE_RUNGS or record is None:
+    if rung not in FOLLOWED_IN_PLACE or record is None:
         if rung is not None:
             state.pop("rung", None)
         return False
@@ -384,10 +402,11 @@ def follow_in_place(p: Pass, current: dict) -> bool:
         recovered(p, record, min(stepping, key=lambda r: (r.time or p.o.now)))
         state.pop("replacing", None)
         return False
-    over = recovery.timed_out(rung, parse_time(record.get("decided")), bounds(p), p.o.now)
+    timer = REPLACE_POD if rung == SHRINK else rung  # a shrink that kept the pods is bounded as ReplacePod is
+    over = recovery.timed_out(timer, parse_time(record.get("decided")), bounds(p), p.o.now)
     if over is not None:
         # every pod runs: no lost pod for ReplacePod to make again, so a timed-out rung restarts the gang
-        limit = bounds(p).timeout(rung)
+        limit = bounds(p).timeout(timer)
         why = f"{rung} passed its timeout of {limit:.0f}s (spec.runPolicy.recovery)"
         recovery.climb(record, RESTART_GANG, why, p.o.now)
         p.d.emit("Warning", "RecoveryTimeout", f"{why}: escalating to RestartGang")
@@ -396,7 +415,7 @@ def follow_in_place(p: Pass, current: dict) -> bool:
                f"ranks; waiting for the first step")
     p.phase("Restarting", message)
     p.cond("Running", False, record["cause"], message)
-    left = recovery.seconds_left(rung, parse_time(record.get("decided")), bounds(p), p.o.now)
+    left = recovery.seconds_left(timer, parse_time(record.get("decided")), bounds(p), p.o.now)
     p.requeue(min(2.0, left) if left is not None else 2.0)
     return True
 

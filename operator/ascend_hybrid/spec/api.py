@@ -703,6 +703,10 @@ class RecoveryRecord(ApiModel):
     """Steps trained again: the step the fault hit minus the step resumed from."""
     seconds: float | None = Field(None)
     """Detected to first step after, in seconds."""
+    replacement_timed_out: bool | None = Field(None)
+    """spec.elastic: no node took the lost pod within replacementTimeoutSeconds, so a smaller gang may run at once."""
+    pods_kept: int | None = Field(None)
+    """Shrink and Grow: how many running pods went on into the new world (their ranks restarted in place)."""
 
 
 class RecoveryState(ApiModel):
@@ -716,7 +720,8 @@ class RecoveryState(ApiModel):
     replacing: int | None = Field(None)
     """ReplacePod: the index of the pod being made again."""
     unplaced: str | None = Field(None)
-    """ReplacePod: why no node fits the replacement (RestartGang follows)."""
+    """ReplacePod: why no node fits the replacement (RestartGang follows; spec.elastic: Shrink keeping the other
+    pods)."""
 
 
 class ElasticStatus(ApiModel):
@@ -734,6 +739,12 @@ class ElasticStatus(ApiModel):
     """Why it does not fit."""
     grow_fits_at_step: int | None = Field(None)
     """The training step when it first fitted: the job grows once training passed the next checkpoint after it."""
+    kept: list[str] | None = Field(None)
+    """The pods a shrink kept, by the pod index each runs as now (their names carry the attempt they were made in;
+    empty where a pod was made again since); the launchers take their new ranks and world from the <job>-recovery
+    ConfigMap."""
+    kept_attempt: int | None = Field(None)
+    """The attempt the kept pods joined."""
 
 
 class MonitoringStatus(ApiModel):

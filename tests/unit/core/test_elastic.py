@@ -19,10 +19,21 @@ from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner import search
 from ascend_hybrid.planner.hardware import builtin
 from ascend_hybrid.reconcile import elastic_steps, strategy
-from ascend_hybrid.reconcile.actions import CreatePods, DeletePods, EnsureChildren, Place, PostEvent, ProbeGrow
+from ascend_hybrid.reconcile.actions import (
+    AdoptPods,
+    CreatePods,
+    DeletePods,
+    EnsureChildren,
+    Place,
+    PlaceReplacement,
+    PostEvent,
+    ProbeGrow,
+    SignalLaunchers,
+    WriteRankTable,
+)
 from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.placement_record import record_placement, record_replacement
-from ascend_hybrid.reconcile.state import Observed
+from ascend_hybrid.reconcile.state import Observed, Pass
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.rules import parse
 from support.builders import JobBuilder, NodeBuilder, PodBuilder
@@ -120,11 +131,12 @@ def live(index, attempt=1, node_name=None):
 
 
 def observe(body, pods=(), nodes=None, now=NOW, rank_table=None, launchers=(), children_data=None, profiles=None,
-            **extra):
+            channel=None, **extra):
     return Observed(job=body, resolved=parse(body), spec_problems=(), pods=tuple(pods),
                     rank_table=rank_table or {"status": "initializing"}, children_ready=True, sched_ip="127.32.0.10",
                     nodes=nodes if nodes is not None else {n: node(n) for n in NODES}, now=now,
-                    launcher_generation=int((body["status"].get("recovery") or {}).get("generation") or 0),
+                    launcher_generation=channel if channel is not None else int(
+                        (body["status"].get("recovery") or {}).get("generation") or 0),
                     launchers=dict(launchers), children_data=children_data,
                     hardware_profiles=profiles or {}, **extra)
 
@@ -161,16 +173,12 @@ def running(builder):
 
 
 def lose_node_three(builder, status, table):
-    """node-3 NotReady past its grace: ReplacePod, whose placement finds no room, then RestartGang: attempt 2."""
+    """node-3 NotReady past its grace, no launcher ever heard on the recovery channel (no pod can restart in place,
+    so none is kept): RestartGang at once, attempt 2, whose placement may shrink the gang."""
     lost = {**{n: node(n) for n in NODES}, "node-3": node("node-3", ready=False, since=NOW - timedelta(seconds=40))}
-    heard = [said(i, "Started") for i in range(4)]
-    replacing = decide(observe(with_status(builder, status), pods=[live(i) for i in range(4)], nodes=lost,
-                               rank_table=table, launchers=heard)).status
-    assert replacing["recoveries"][-1]["rungs"] == ["ReplacePod"]
-    unplaced = record_replacement(replacing, 3, Placement(ok=False, reason="0/3 nodes fit"), NOW).status
-    gang = decide(observe(with_status(builder, unplaced), pods=[live(i) for i in range(3)], nodes=lost,
-                          rank_table=table, launchers=heard, now=NOW + timedelta(seconds=1)))
-    assert gang.status["attempt"] == 2 and gang.status["recoveries"][-1]["rungs"] == ["ReplacePod", "RestartGang"]
+    gang = decide(observe(with_status(builder, status), pods=[live(i) for i in range(4)], nodes=lost,
+                          rank_table=table))
+    assert gang.status["attempt"] == 2 and gang.status["recoveries"][-1]["rungs"] == ["RestartGang"]
     return gang.status, lost
 
 
@@ -180,7 +188,7 @@ def test_a_job_that_lost_a_node_with_no_spare_shrinks_only_after_the_replacement
     restarting, lost = lose_node_three(builder, status, table)
     body = with_status(builder, restarting)
 
-    soon = decide(observe(body, nodes=lost, now=NOW + timedelta(seconds=31)))
+    soon = decide(observe(body, nodes=lost, now=NOW + timedelta(seconds=30)))
     (place,) = of(soon, Place)
     assert place.request.pod_count == 4 and place.alternatives == ()  # the whole gang only, within the timeout
     assert place.retry_within == 90.0  # and the pass comes back when the timeout ends
@@ -198,7 +206,7 @@ def test_a_job_that_lost_a_node_with_no_spare_shrinks_only_after_the_replacement
                                NOW + timedelta(seconds=122), 1, {n: "rack-0" for n in NODES}, asked=place.job)
     status = outcome.status
     assert status["elastic"] == {"data": 2, "microBatches": 2, "fromData": 4, "since": "2026-12-02T12:02:02Z"}
-    assert status["recoveries"][-1]["rungs"] == ["ReplacePod", "RestartGang", "Shrink"]
+    assert status["recoveries"][-1]["rungs"] == ["RestartGang", "Shrink"]
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "Shrunk")
     assert degraded["message"].startswith("data 4→2: ")
@@ -407,3 +415,121 @@ def test_a_queued_job_that_shrinks_at_its_placement_queues_the_smaller_gang_as_a
     assert not of(placed, DeletePods) and placed.status["attempt"] == 3
     (place,) = of(placed, Place)
     assert place.request.pod_count == 2
+
+
+# -- a shrink that keeps the running pods ------------------------------------------------------------------------
+def test_a_lost_node_with_no_spare_shrinks_keeping_the_running_pods_renumbered_in_a_new_attempt():
+    """ReplacePod finds no node for pod 1: it tries again until replacementTimeoutSeconds, then DP 4 → 2 keeps
+    pods 0 and 2 where they run (their chips, processes and UIDs) as pods 0 and 1 of attempt 2, deletes pod 3,
+    and tells the launchers their new world beside the next rank generation."""
+    builder = spec_job(timeout=60, training={"checkpoint": {"claimName": "ckpt", "everySteps": 4}})
+    status, table = running(builder)
+    lost = {**{n: node(n) for n in NODES}, "node-1": node("node-1", ready=False, since=NOW - timedelta(seconds=40))}
+    heard = [said(i, "Stepping") for i in range(4)]
+    replacing = decide(observe(with_status(builder, status), pods=[live(i) for i in range(4)], nodes=lost,
+                               rank_table=table, launchers=heard))
+    assert replacing.status["recoveries"][-1]["rungs"] == ["ReplacePod"]
+    unplaced = record_replacement(replacing.status, 1, Placement(ok=False, reason="0/3 nodes fit"), NOW).status
+    survivors = [live(i) for i in (0, 2, 3)]
+
+    # within the timeout: the replacement is placed again, nothing else moves
+    waiting = decide(observe(with_status(builder, unplaced), pods=survivors, nodes=lost, rank_table=table,
+                             launchers=heard, now=NOW + timedelta(seconds=20)))
+    (again,) = of(waiting, PlaceReplacement)
+    assert again.index == 1 and again.request.pod_count == 1
+    assert waiting.status["attempt"] == 1 and not of(waiting, DeletePods) and waiting.requeue_after <= 5
+    assert "shrinking in 40s" in waiting.status["message"]
+
+    # past it: DP 2 (3 does not split the batch of 8) on two of the three running pods
+    shrink = decide(observe(with_status(builder, unplaced), pods=survivors, nodes=lost, rank_table=table,
+                            launchers=heard, now=NOW + timedelta(seconds=61)))
+    status = shrink.status
+    (deleted,) = of(shrink, DeletePods)
+    assert deleted.names == ("elastic-a1-3",) and not of(shrink, CreatePods) and not of(shrink, Place)
+    assert status["attempt"] == 2 and status["elastic"]["kept"] == ["elastic-a1-0", "elastic-a1-2"]
+    assert (status["elastic"]["data"], status["elastic"]["microBatches"], status["elastic"]["keptAttempt"]) == (2, 2, 2)
+    assert status["placement"]["attempt"] == 2 and status["placement"]["nodes"] == ["node-0", "node-2"]
+    incident = status["recoveries"][-1]
+    assert incident["rungs"] == ["ReplacePod", "Shrink"] and incident["podsKept"] == 2
+    assert incident["replacementTimedOut"] and incident["outcome"] == "Recovering"
+    assert status["recovery"]["rung"] == "Shrink" and status["recovery"]["generation"] == 2
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "Shrunk")
+    assert status["worldSize"] == 2 and status["phase"] == "Restarting"
+
+    # the next pass: the kept pods are this attempt's pods 0 and 1 (their labels patched to say so), job.json at DP 2
+    kept = [live(0), live(2)]
+    body = with_status(builder, status)
+    children = decide(observe(body, pods=kept, nodes=lost, rank_table=table, launchers=heard, children_data=4,
+                              now=NOW + timedelta(seconds=62)))
+    assert not of(children, DeletePods) and (of(children, EnsureChildren)[0].job.data == 2)
+    (adopt,) = of(children, AdoptPods)
+    patches = dict(adopt.pods)
+    assert {op["path"]: op["value"] for op in patches["elastic-a1-2"]} == {
+        "/metadata/labels/hybrid.ascend.dev~1attempt": "2", "/metadata/labels/hybrid.ascend.dev~1pod-index": "1",
+        "/metadata/annotations/hccl~1rankIndex": "1"}
+    relabelled = [elastic_steps.as_member(pod, 2, index) for index, pod in enumerate(kept)]
+    assert not of(decide(observe(body, pods=relabelled, nodes=lost, rank_table=table, launchers=heard,
+                                 children_data=4, now=NOW + timedelta(seconds=62))), AdoptPods)
+
+    # the table of the smaller world from the kept pods, no pod made; then the generation and the world
+    tabled = decide(observe(body, pods=kept, nodes=lost, rank_table=table, launchers=heard, children_data=2,
+                            now=NOW + timedelta(seconds=63), channel=1))
+    assert not of(tabled, CreatePods)
+    (write,) = of(tabled, WriteRankTable)
+    ranks = {device["rank_id"]: server["container_ip"] for server in write.table["server_list"]
+             for device in server["device"]}
+    assert sorted(ranks) == ["0", "1"] and ranks["1"] == kept[1]["status"]["podIP"]
+    (signal,) = of(tabled, SignalLaunchers)
+    world = json.loads(signal.world)
+    assert signal.generation == 2 and world["pods"] == {"elastic-a1-0": 0, "elastic-a1-2": 1}
+    assert (world["worldSize"], world["scheduler"], world["attempt"]) == (2, "elastic-a1-0", 2)
+    assert world["parallel"]["data"] == 2 and world["parallel"]["microBatches"] == 2
+    assert world["jobConfig"]["parallelism"]["data"] == 2 and world["jobConfig"]["worldSize"] == 2
+    assert tabled.status["phase"] == "Restarting"
+
+    # old-generation reports do not count; the kept launchers stepping in generation 2 recover the incident
+    stepped = NOW + timedelta(seconds=70)
+    moved = [said(0, "Stepping", generation=2, at=stepped, resumed_from=4, step=5),
+             said(2, "Stepping", generation=2, at=stepped, resumed_from=4, step=5)]
+    done = decide(observe(with_status(builder, tabled.status), pods=kept, nodes=lost, rank_table=write.table,
+                          launchers=moved, children_data=2, now=stepped))
+    record = done.status["recoveries"][-1]
+    assert (record["outcome"], record["recoveredBy"], record["resumedFromStep"]) == ("Recovered", "Shrink", 4)
+    assert done.status["phase"] == "Running" and "rung" not in done.status["recovery"]
+
+    # a later fault on a kept pod's node: ReplacePod makes pod 0 again under attempt 2's own name, the world says so
+    worse = {**lost, "node-0": node("node-0", ready=False, since=stepped)}
+    replace = decide(observe(with_status(builder, done.status), pods=kept, nodes=worse, rank_table=write.table,
+                             launchers=moved, children_data=2, now=stepped + timedelta(seconds=60)))
+    assert replace.status["recoveries"][-1]["rungs"] == ["ReplacePod"]
+    assert replace.status["elastic"]["kept"] == ["", "elastic-a1-2"]
+    (signal,) = of(replace, SignalLaunchers)
+    assert json.loads(signal.world)["pods"] == {"elastic-a2-0": 0, "elastic-a1-2": 1}
+
+
+def test_a_shrink_keeps_pods_only_when_enough_run_else_the_gang_restarts_and_may_shrink_at_once():
+    builder = spec_job(timeout=0, min_data=4 - 1)
+    status, table = running(builder)
+    lost = {**{n: node(n) for n in NODES}, "node-1": node("node-1", ready=False, since=NOW - timedelta(seconds=40))}
+    heard = [said(i, "Stepping") for i in range(4)]
+    replacing = decide(observe(with_status(builder, status), pods=[live(i) for i in range(4)], nodes=lost,
+                               rank_table=table, launchers=heard)).status
+    unplaced = record_replacement(replacing, 1, Placement(ok=False, reason="0/3 nodes fit"), NOW).status
+    # minData 3 and a batch of 8: no smaller degree may run, the gang restarts whole (and waits whole)
+    gang = decide(observe(with_status(builder, unplaced), pods=[live(i) for i in (0, 2, 3)], nodes=lost,
+                          rank_table=table, launchers=heard, now=NOW + timedelta(seconds=1)))
+    assert gang.status["attempt"] == 2 and gang.status["recoveries"][-1]["rungs"] == ["ReplacePod", "RestartGang"]
+    assert "elastic" not in gang.status
+
+
+def test_the_world_of_kept_pods_names_a_replacement_made_in_the_shrunk_attempt():
+    builder = spec_job(timeout=0)
+    status = {"attempt": 2, "elastic": {"data": 2, "microBatches": 2, "fromData": 4, "kept": ["", "elastic-a1-2"],
+                                        "keptAttempt": 2}}
+    body = with_status(builder, status)
+    p = Pass(observe(body, pods=[live(2)]))
+    elastic_steps.run_shrunk(p)
+    world = json.loads(elastic_steps.launcher_world(p, p.o.pods))
+    assert world["pods"] == {"elastic-a2-0": 0, "elastic-a1-2": 1} and world["scheduler"] == "elastic-a2-0"
+    assert elastic_steps.member_name(p, 1) == "elastic-a1-2" and elastic_steps.member_name(p, 0) == "elastic-a2-0"
