@@ -523,10 +523,12 @@ def test_a_killed_rank_of_a_two_rank_pod_restarts_in_place_with_its_pod_mate(clu
 
 def test_an_elastic_job_shrinks_when_its_node_is_lost_and_grows_back_with_the_losses_of_an_uninterrupted_run(
         cluster, namespace, checkpoint_claim, jobs, fillers):
-    """spec.elastic: a DP 4 job, one pod per 910B node and no spare chip; pod 3's node goes NotReady, so ReplacePod
-    finds no room and the job shrinks at once (replacementTimeoutSeconds 0) to DP 2 (3 ways do not split a batch of
-    8), the lost ways accumulated; the node Ready again, it grows back to DP 4 at the next checkpoint boundary.
-    Every step's loss equals an uninterrupted DP 4 run's within 1e-4 relative."""
+    """spec.elastic: a DP 4 job, one pod per 910B node and no spare chip; pod 0's node (pod 0 runs the MindSpore
+    scheduler) goes NotReady, so ReplacePod finds no room and the job shrinks at once (replacementTimeoutSeconds 0)
+    to DP 2 (3 ways do not split a batch of 8), the lost ways accumulated, keeping running pods 1 and 2 as pods 0
+    and 1 (same UIDs: their launchers restart the ranks in the smaller world, pod 1 now runs the scheduler) and
+    deleting pod 3; the node Ready again, it grows back to DP 4 at the next checkpoint boundary. Every step's loss
+    equals an uninterrupted DP 4 run's within 1e-4 relative."""
     # ~0.2 s a step: the shrink and the growth back came by step 25 in a measured run, 120 leave room under load
     name, steps, every = "real-elastic", 120, 4
     latest = checkpoint_claim / "latest.json"
@@ -544,8 +546,10 @@ def test_an_elastic_job_shrinks_when_its_node_is_lost_and_grows_back_with_the_lo
     def harvest() -> None:
         attempt = int(jobs.status(name).get("attempt") or 1)
         for seen in {attempt - 1, attempt} - {0}:
+            zero = [pod["metadata"]["name"] for pod in jobs.pods(name, attempt=seen)
+                    if pod["metadata"]["labels"].get(names.POD_INDEX_LABEL) == "0"]  # a kept pod has an older name
             try:
-                text = cluster.core.read_namespaced_pod_log(names.pod_name(name, seen, 0), namespace)
+                text = cluster.core.read_namespaced_pod_log(zero[0], namespace)
             except Exception:  # noqa: BLE001 - a pod not there (yet or any more) has no log to read
                 continue
             for record in step_records(text):
@@ -565,8 +569,9 @@ def test_an_elastic_job_shrinks_when_its_node_is_lost_and_grows_back_with_the_lo
     wait_for(polled(lambda: checkpointed(latest) >= 4), 300, "attempt 1 to checkpoint step 4", story)
     status = jobs.status(name)
     assert (status["parallelism"]["data"], status["worldSize"]) == (4, 4), status
-    victim = status["placement"]["nodes"][3]
+    victim = status["placement"]["nodes"][0]
     assert len(set(status["placement"]["nodes"])) == 4, status["placement"]
+    uids = {pod["metadata"]["name"]: pod["metadata"]["uid"] for pod in jobs.pods(name, attempt=1)}
     try:
         lost_at = time.monotonic()
         fleet.set_node_ready(cluster.core, victim, False)
@@ -584,10 +589,16 @@ def test_an_elastic_job_shrinks_when_its_node_is_lost_and_grows_back_with_the_lo
         assert (degraded["status"], degraded["reason"]) == ("True", "Shrunk") and "data 4→2" in degraded["message"]
         assert (status["plan"]["running"]["data"], status["plan"]["running"]["microBatches"]) == (2, 2)
         shrunk_attempt = status["attempt"]
-        pods = jobs.pods(name, attempt=shrunk_attempt)
-        assert len(pods) == 2 and victim not in {p["spec"].get("nodeName") for p in pods}
-        environ = worker_environ(trainer_worker(pods[0]))
-        assert json.loads(environ["AHJ_PARALLEL"])["data"] == 2 and environ["MS_WORKER_NUM"] == "2"
+        assert status["elastic"]["kept"] == [names.pod_name(name, 1, 1), names.pod_name(name, 1, 2)], status["elastic"]
+        assert status["recoveries"][-1]["rungs"] == ["ReplacePod", "Shrink"], status["recoveries"][-1]
+        pods = {int(p["metadata"]["labels"][names.POD_INDEX_LABEL]): p for p in jobs.pods(name, attempt=shrunk_attempt)}
+        assert {index: (pod["metadata"]["name"], pod["metadata"]["uid"]) for index, pod in pods.items()} == {
+            0: (names.pod_name(name, 1, 1), uids[names.pod_name(name, 1, 1)]),
+            1: (names.pod_name(name, 1, 2), uids[names.pod_name(name, 1, 2)])}  # kept, relabelled, not made again
+        for index, pod in pods.items():
+            environ = worker_environ(trainer_worker(pod))
+            assert json.loads(environ["AHJ_PARALLEL"])["data"] == 2 and environ["MS_WORKER_NUM"] == "2"
+            assert (environ["RANK_ID"], environ["RANK_SIZE"]) == (str(index), "2")
         shrunk_from = checkpointed(latest)
         wait_for(polled(lambda: checkpointed(latest) >= shrunk_from + every), 120, "DP 2 to checkpoint", story)
     finally:

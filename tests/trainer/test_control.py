@@ -182,7 +182,7 @@ def test_a_kept_pod_takes_its_new_index_ranks_world_and_job_json_from_the_channe
              "parallel": {"data": 4, "microBatches": 2}, "jobConfig": {"worldSize": 4, "parallelism": {"data": 4}}}
     launcher = Launcher(launch, lambda message: None)
     life = Generations(launcher, StubChannel("job-a1-2", world), env, [0, 1], ["0", "1"])  # type: ignore[arg-type]
-    assert life.follow_world()
+    assert life.follow_world()  # it moved
     assert (life.launch.pod_index, life.launch.rank_start, life.launch.world_size) == (1, 2, 4)
     assert list(life.launch.ranks) == [2, 3] and not life.launch.runs_scheduler and launcher.launch is life.launch
     assert {key: life.env[key] for key in ("RANK_SIZE", "MS_WORKER_NUM", "MS_NODE_RANK", "RANK_START", "OTHER")} == {
@@ -191,14 +191,15 @@ def test_a_kept_pod_takes_its_new_index_ranks_world_and_job_json_from_the_channe
     with open(life.env["AHJ_JOB_CONFIG"], encoding="utf-8") as handle:
         assert json.load(handle)["parallelism"] == {"data": 4}
     assert life.pod_zero == "job-a1-0"
-    assert life.follow_world() and life.launch.rank_start == 2  # the same world again changes nothing
-    # pod 0 of the new world runs the scheduler; a pod left out of the world is not in it
+    assert not life.follow_world() and life.launch.rank_start == 2  # the same world again changes nothing
+    # pod 0 of the new world runs the scheduler; a pod the world does not name runs by its env
     zero = Generations(Launcher(launch, lambda message: None), StubChannel("job-a1-0", world), env, [0, 1],
                        ["0", "1"])  # type: ignore[arg-type]
     assert zero.follow_world() and zero.launch.runs_scheduler
-    assert not Generations(Launcher(launch, lambda message: None), StubChannel("job-a1-3", world), env, [0, 1],
-                           ["0", "1"]).follow_world()  # type: ignore[arg-type]
+    other = Generations(Launcher(launch, lambda message: None), StubChannel("job-a3-1", world), env, [0, 1],
+                        ["0", "1"])  # type: ignore[arg-type]
+    assert not other.follow_world() and other.launch == launch and other.env == env
     # no world: the env's
     plain = Generations(Launcher(launch, lambda message: None), StubChannel("job-a1-2", None), env, [0, 1],
                         ["0", "1"])  # type: ignore[arg-type]
-    assert plain.follow_world() and plain.launch == launch and plain.env == env
+    assert not plain.follow_world() and plain.launch == launch and plain.env == env

@@ -70,8 +70,7 @@ class Generations:
     def run(self, generation: int) -> int:
         restarted = False
         while True:
-            if not self.follow_world():
-                return self.leave_world()
+            self.follow_world()
             if restarted:
                 self.wait_for_scheduler(generation)
                 if self.launcher.stop_signal is not None:
@@ -106,16 +105,15 @@ class Generations:
             generation = self.channel.generation()
 
     def follow_world(self) -> bool:
-        """Take the world the operator wrote beside the generation (pods an elastic shrink kept): False when this
-        pod is not in it (the operator deletes it)."""
+        """Take the world the operator wrote beside the generation for the pods an elastic shrink kept (their env
+        says the world they were made for). A pod the world does not name runs by its env: it was made for the
+        world it runs in (or is one the shrink did not keep, which the operator deletes). True when it moved."""
         world = self.channel.world()
-        if world is None:
-            return True
-        index = world["pods"].get(self.channel.pod_name)
-        if not isinstance(index, int):
+        index = None if world is None else world["pods"].get(self.channel.pod_name)
+        if world is None or not isinstance(index, int):
             return False
         if world.get("attempt") == self.world_attempt and index == self.launch.pod_index:
-            return True
+            return False
         job_config = os.path.join(self.launcher.records, f"job-{world.get('attempt')}.json")
         with open(job_config, "w", encoding="utf-8") as handle:
             json.dump(world.get("jobConfig") or {}, handle)
@@ -142,14 +140,6 @@ class Generations:
                 return
             time.sleep(1.0)
         self.log(f"the rank table at {path} did not list {size} ranks within {RANK_TABLE_WAIT_SECONDS:.0f}s")
-
-    def leave_world(self) -> int:
-        """Not in the world a shrink kept: stop the ranks and wait for the operator to delete the pod."""
-        stop(self.launcher.children, self.launch.stop_grace)
-        self.log("this pod is not in the world the shrink kept; waiting to be deleted")
-        while self.launcher.stop_signal is None:
-            time.sleep(POLL_SECONDS)
-        return 128 + self.launcher.stop_signal
 
     def moved_on(self, generation: int) -> bool:
         return self.channel.generation() > generation or self.launcher.stop_signal is not None

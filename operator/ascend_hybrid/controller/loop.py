@@ -292,7 +292,8 @@ class Controller:
                 record.rank_table = rank_table_of(config_map)
                 record.rank_table_revision = ranktable.config_map_revision(config_map)
             record.rank_table_read = True
-        launcher_generation, launchers = recovery.read_channel(children.recovery_data(self, key, job))
+        channel = children.recovery_data(self, key, job)
+        launcher_generation, launchers = recovery.read_channel(channel)
         nodes = {node["metadata"]["name"]: node for node in self.indexes.nodes()}
         pods = tuple(self.indexes.job_pods(key))
         return Observed(
@@ -308,6 +309,7 @@ class Controller:
             refusal=record.refusal, rank_table_revision=record.rank_table_revision,
             expander_image=self.settings.ranktable_expander_image,
             launcher_generation=launcher_generation, launchers=launchers,
+            launcher_world=(channel or {}).get(names.RECOVERY_WORLD_KEY),
         )
 
     def workload(self, key: JobKey, job: dict, resolved, pods: tuple[dict, ...]) -> dict | None:

@@ -353,9 +353,8 @@ def adopt(p: Pass, observed: Iterable[dict]) -> None:
         if pod is None or is_deleting(pod):
             continue
         wanted = as_member(pod, int(state["keptAttempt"]), index)
-        if wanted["metadata"]["labels"] != labels_of(pod) or wanted["metadata"]["annotations"] != (
-                pod["metadata"].get("annotations") or {}):
-            patches.append((name, adoption_patch(wanted)))
+        if wanted["metadata"]["labels"] != labels_of(pod):  # the annotation goes in the same patch (and the pod
+            patches.append((name, adoption_patch(wanted)))  # store does not keep it)
     if patches:
         p.d.act(AdoptPods(tuple(patches)))
 

@@ -372,12 +372,14 @@ def service_account(p: Pass) -> str:
 def signal_launchers(p: Pass) -> None:
     """Level-based: the ConfigMap holds the generation status names (after a failover, a lost write, a
     deleted ConfigMap too)."""
-    if p.o.launcher_generation != rank_generation(p):
-        p.d.act(signal(p, rank_generation(p)))
+    wanted = signal(p, rank_generation(p))
+    if p.o.launcher_generation != wanted.generation or p.o.launcher_world != wanted.world:
+        p.d.act(wanted)
 
 
 def signal(p: Pass, generation: int) -> SignalLaunchers:
-    """The generation for every launcher; with pods a shrink kept, the world they run in now beside it."""
+    """The generation for every launcher; with pods a shrink kept, the world they run in now beside it (gone
+    again once no kept pod runs)."""
     return SignalLaunchers(generation, service_account(p), elastic_steps.launcher_world(p, p.o.pods))
 
 

@@ -54,6 +54,7 @@ class Observed:
     rank_table_revision: int = 0              # the rank-table ConfigMap's `version` counter
     expander_image: str = names.DEFAULT_EXPANDER_IMAGE  # of the rank-table expander (--ranktable-expander-image)
     launcher_generation: int | None = None    # the rank generation <job>-recovery holds (None: not written yet)
+    launcher_world: str | None = None         # the world it holds beside it (pods an elastic shrink kept)
     launchers: Mapping[str, LauncherReport] = field(default_factory=dict)  # pod name → its launcher's report
     children_data: int | None = None          # the data degree job.json was applied for (None: not known)
 

@@ -493,7 +493,8 @@ def test_a_lost_node_with_no_spare_shrinks_keeping_the_running_pods_renumbered_i
     moved = [said(0, "Stepping", generation=2, at=stepped, resumed_from=4, step=5),
              said(2, "Stepping", generation=2, at=stepped, resumed_from=4, step=5)]
     done = decide(observe(with_status(builder, tabled.status), pods=kept, nodes=lost, rank_table=write.table,
-                          launchers=moved, children_data=2, now=stepped))
+                          launchers=moved, children_data=2, now=stepped, launcher_world=signal.world))
+    assert not of(done, SignalLaunchers)  # the channel holds this generation and world: nothing to write
     record = done.status["recoveries"][-1]
     assert (record["outcome"], record["recoveredBy"], record["resumedFromStep"]) == ("Recovered", "Shrink", 4)
     assert done.status["phase"] == "Running" and "rung" not in done.status["recovery"]
@@ -533,3 +534,13 @@ def test_the_world_of_kept_pods_names_a_replacement_made_in_the_shrunk_attempt()
     world = json.loads(elastic_steps.launcher_world(p, p.o.pods))
     assert world["pods"] == {"elastic-a2-0": 0, "elastic-a1-2": 1} and world["scheduler"] == "elastic-a2-0"
     assert elastic_steps.member_name(p, 1) == "elastic-a1-2" and elastic_steps.member_name(p, 0) == "elastic-a2-0"
+
+
+def test_a_world_left_in_the_channel_goes_once_no_kept_pod_runs():
+    builder = spec_job(timeout=0)
+    status, table = running(builder)
+    stale = json.dumps({"attempt": 2, "pods": {"elastic-a1-2": 1}})
+    decision = decide(observe(with_status(builder, status), pods=[live(i) for i in range(4)], rank_table=table,
+                              launcher_world=stale))
+    (signal,) = of(decision, SignalLaunchers)
+    assert signal.world is None and signal.generation == 0
