@@ -7,9 +7,10 @@ finer rungs of the recovery ladder (docs/reliability.md) on the same gang size:
 - ReplacePod: a pod deleted without grace (as a lost node's pod is) → the replacement Running with the rank
   table completed again → the first step after;
 - Shrink and Grow (spec.elastic, docs/reliability.md "Elastic data parallelism"): an elastic gang with every
-  other chip of the cluster held by bare filler pods; one of its nodes NotReady → the gang Running again at half
-  its data degree (the largest that splits its global batch of 2 × pods) with the rank table completed → the
-  first step after; the node Ready again → the gang back at its whole degree → the first step after.
+  other chip of the cluster held by bare filler pods; one of its nodes NotReady → ReplacePod finds no node, so
+  the gang shrinks to half its data degree (the largest that splits its global batch of 2 × pods) keeping half of
+  its running pods, the rank table completed and the launchers told → the first step after; the node Ready again
+  → the gang back at its whole degree → the first step after.
 
 The simulated pods run no trainer, so the bench plays every launcher (one writer, all the reports of the gang
 in one merge patch each time, as fast as launchers that restart at once): what is measured is the control
@@ -216,10 +217,13 @@ def elastic_job(pods: int, chips: int) -> dict:
 
 
 def at_world(data: int, attempt_after: int) -> Callable[[dict], bool]:
-    """The job Running at `data` data ways, rank table completed, in an attempt after `attempt_after`."""
+    """Every pod of an attempt after `attempt_after` running at `data` data ways, the rank table completed (and the
+    launchers told their generation): a shrink that kept its pods stays Restarting until they step in it."""
     def reached(job: dict) -> bool:
         status = job.get("status") or {}
-        return (job_running(job) and int(status.get("attempt") or 0) > attempt_after
+        return ((status.get("rankTable") or {}).get("status") == "completed"
+                and status.get("phase") in ("Running", "Restarting")
+                and int(status.get("attempt") or 0) > attempt_after
                 and (status.get("parallelism") or {}).get("data") == data)
     return reached
 
@@ -354,10 +358,10 @@ def main() -> int:
     if elastic:
         shrink_running, shrink_stepping, grow_running, grow_stepping = (list(column) for column in zip(*elastic))
         half = args.pods // 2
-        print(f"  {f'Shrink: node NotReady → data {half} Running':<46}: {median_range(shrink_running, unit=' s')} "
+        print(f"  {f'Shrink: node NotReady → data {half} running':<46}: {median_range(shrink_running, unit=' s')} "
               f"(the 3 s node grace included; every other chip held by filler pods)")
         print(f"  {f'Shrink: node NotReady → first step at {half}':<46}: {median_range(shrink_stepping, unit=' s')}")
-        print(f"  {f'Grow: node Ready → data {args.pods} Running':<46}: {median_range(grow_running, unit=' s')} "
+        print(f"  {f'Grow: node Ready → data {args.pods} running':<46}: {median_range(grow_running, unit=' s')} "
               f"(from the label's removal: the node Ready, its taints lifted, then the operator's probe for room "
               f"every 5 s)")
         print(f"  {f'Grow: node Ready → first step at {args.pods}':<46}: {median_range(grow_stepping, unit=' s')}")

@@ -227,12 +227,12 @@ def test_the_recovery_channel_is_spelled_alike_on_both_sides():
 
 def test_the_world_the_operator_writes_for_kept_pods_is_the_world_the_launcher_runs():
     """An elastic shrink kept pods elastic-a1-0 and elastic-a1-2 as pods 0 and 1 of a DP 2 world (2 micro-batches):
-    the operator's `world` (elastic_steps.launcher_world) read by the trainer's launcher (generations.moved) and
+    the operator's `world` (membership.launcher_world) read by the trainer's launcher (generations.moved) and
     its job.json and AHJ_PARALLEL resolved by the trainer's own config."""
     import json
     from datetime import UTC, datetime
 
-    from ascend_hybrid.reconcile import elastic_steps
+    from ascend_hybrid.reconcile import elastic_steps, membership
     from ascend_hybrid.reconcile.state import Observed, Pass
     from ascend_hybrid.spec.rules import parse
     from ascend_hybrid_trainer import config
@@ -243,12 +243,12 @@ def test_the_world_the_operator_writes_for_kept_pods_is_the_world_the_launcher_r
     body = (JobBuilder("elastic", namespace="ns").uid("uid-1").parallelism(data=4).per_pod(1)
             .section("model", preset="tiny").section("training", globalBatchSize=8, steps=10)
             .section("elastic", minData=2)
-            .status({"attempt": 2, "elastic": {"data": 2, "microBatches": 2, "fromData": 4,
-                                               "kept": ["elastic-a1-0", "elastic-a1-2"], "keptAttempt": 2}}).build())
+            .status({"attempt": 2, "elastic": {"data": 2, "microBatches": 2, "fromData": 4},
+                     "recovery": {"kept": ["elastic-a1-0", "elastic-a1-2"], "keptAttempt": 2}}).build())
     p = Pass(Observed(job=body, resolved=parse(body), spec_problems=(), pods=(), rank_table=None, children_ready=True,
                       sched_ip="127.32.0.10", nodes={}, now=datetime.now(UTC)))
     elastic_steps.run_shrunk(p)
-    world = json.loads(elastic_steps.launcher_world(p, ()) or "null")
+    world = json.loads(membership.launcher_world(p, ()) or "null")
     launch = PodLaunch(pod_index=2, local_workers=1, rank_start=2, world_size=4, sched_host="127.0.0.9",
                        sched_port="2222", pod_ip=None, rank_table_file="hccl.json", launch_mode="dynamic",
                        ranktable_timeout=1, stop_grace=1)

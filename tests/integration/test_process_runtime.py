@@ -589,7 +589,7 @@ def test_an_elastic_job_shrinks_when_its_node_is_lost_and_grows_back_with_the_lo
         assert (degraded["status"], degraded["reason"]) == ("True", "Shrunk") and "data 4→2" in degraded["message"]
         assert (status["plan"]["running"]["data"], status["plan"]["running"]["microBatches"]) == (2, 2)
         shrunk_attempt = status["attempt"]
-        assert status["elastic"]["kept"] == [names.pod_name(name, 1, 1), names.pod_name(name, 1, 2)], status["elastic"]
+        assert status["recovery"]["kept"] == [names.pod_name(name, 1, 1), names.pod_name(name, 1, 2)], status["recovery"]
         assert status["recoveries"][-1]["rungs"] == ["ReplacePod", "Shrink"], status["recoveries"][-1]
         pods = {int(p["metadata"]["labels"][names.POD_INDEX_LABEL]): p for p in jobs.pods(name, attempt=shrunk_attempt)}
         assert {index: (pod["metadata"]["name"], pod["metadata"]["uid"]) for index, pod in pods.items()} == {

@@ -37,6 +37,7 @@ from ascend_hybrid.gang.placement import GangRequest
 from ascend_hybrid.reconcile import (
     elastic_steps,
     failure_steps,
+    membership,
     queue_steps,
     recovery_steps,
     strategy,
@@ -90,11 +91,11 @@ def run(p: Pass) -> Decision:
     if (done := suspension(p)) is not None:
         return done
     attempt = int(p.status["attempt"])
-    pods = elastic_steps.kept_views(p, p.o.pods)  # pods a shrink kept count as members of this attempt
+    pods = membership.kept_views(p, p.o.pods)  # pods a shrink kept count as members of this attempt
     stale = [pod for pod in pods if attempt_of(pod) != attempt]
     p.delete(stale)
     current = {pod_index(pod): pod for pod in pods if attempt_of(pod) == attempt}
-    elastic_steps.adopt(p, p.o.pods)
+    membership.adopt(p, p.o.pods)
     template_hash = pod_template_hash(p.resolved)
     # parallelism, npu or template changed under running pods: restart as a new attempt
     if current and p.status.get("podTemplateHash") not in (None, template_hash):

@@ -12,7 +12,6 @@ every pass runs with it (`run_shrunk`), as an auto job runs its chosen strategy.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -21,23 +20,19 @@ from typing import Any
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.conditions import condition, parse_time, set_condition, timestamp
 from ascend_hybrid.contracts.podview import (
-    attempt_of,
     is_deleting,
     is_node_ready,
-    labels_of,
     node_of,
     phase_of,
-    pod_index,
 )
 from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.diagnosis.recovery import GROW, SHRINK
 from ascend_hybrid.gang import layout as layouts
-from ascend_hybrid.gang import render
 from ascend_hybrid.gang.placement import GangRequest, Placement
 from ascend_hybrid.planner import search
 from ascend_hybrid.planner.hardware import GIB, Hardware
-from ascend_hybrid.reconcile import strategy
-from ascend_hybrid.reconcile.actions import AdoptPods, PlaceReplacement, ProbeGrow
+from ascend_hybrid.reconcile import membership, strategy
+from ascend_hybrid.reconcile.actions import PlaceReplacement, ProbeGrow
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
@@ -306,7 +301,7 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: in
                              "racks": len({node for node in nodes})}
     for kind, reason, message in shrunk(p.status, asked, job, p.o.now, p.generation):
         p.d.emit(kind, reason, message)
-    p.status["elastic"].update(kept=[pod["metadata"]["name"] for pod in kept], keptAttempt=attempt)
+    membership.keep(p, kept)
     record["podsKept"] = len(kept)
     generation = int((p.status.get("recovery") or {}).get("generation") or 0) + 1
     p.status.setdefault("recovery", {}).update(generation=generation, rung=SHRINK)
@@ -319,90 +314,6 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: in
     p.phase("Restarting", message)
     p.requeue(FAST_REQUEUE_SECONDS)
     return True
-
-
-def kept_views(p: Pass, pods: Iterable[dict]) -> list[dict]:
-    """The job's pods as the core reads them: a pod a shrink kept counts as the attempt and index it joined
-    (status.elastic.kept) while its labels still say the old ones (AdoptPods relabels it)."""
-    state = p.status.get("elastic") or {}
-    kept = {name: index for index, name in enumerate(state.get("kept") or ()) if name}
-    attempt = state.get("keptAttempt")
-    if not kept or attempt is None or attempt != p.status.get("attempt"):
-        return list(pods)
-    return [as_member(pod, int(attempt), kept[name]) if (name := pod["metadata"]["name"]) in kept else pod
-            for pod in pods]
-
-
-def as_member(pod: dict, attempt: int, index: int) -> dict:
-    labels = {**labels_of(pod), names.ATTEMPT_LABEL: str(attempt), names.POD_INDEX_LABEL: str(index)}
-    annotations = {**(pod["metadata"].get("annotations") or {}), names.RANK_INDEX_ANNOTATION: str(index)}
-    return {**pod, "metadata": {**pod["metadata"], "labels": labels, "annotations": annotations}}
-
-
-def adopt(p: Pass, observed: Iterable[dict]) -> None:
-    """Level-based: the kept pods' labels (attempt, index) and rank-index annotation patched to what they are now,
-    so Services, the watch and a restarted operator find them by their labels."""
-    state = p.status.get("elastic") or {}
-    if state.get("keptAttempt") != p.status.get("attempt"):
-        return
-    patches = []
-    for index, name in enumerate(state.get("kept") or ()):
-        if not name:
-            continue
-        pod = next((pod for pod in observed if pod["metadata"]["name"] == name), None)
-        if pod is None or is_deleting(pod):
-            continue
-        wanted = as_member(pod, int(state["keptAttempt"]), index)
-        if wanted["metadata"]["labels"] != labels_of(pod):  # the annotation goes in the same patch (and the pod
-            patches.append((name, adoption_patch(wanted)))  # store does not keep it)
-    if patches:
-        p.d.act(AdoptPods(tuple(patches)))
-
-
-def adoption_patch(wanted: dict) -> tuple[dict, ...]:
-    """A JSON patch of the three keys (the rest of the labels untouched)."""
-    def path(key: str) -> str:
-        return key.replace("~", "~0").replace("/", "~1")
-    labels, annotations = wanted["metadata"]["labels"], wanted["metadata"]["annotations"]
-    return tuple({"op": "add", "path": f"/metadata/{where}/{path(key)}", "value": values[key]}
-                 for where, values, keys in (("labels", labels, (names.ATTEMPT_LABEL, names.POD_INDEX_LABEL)),
-                                             ("annotations", annotations, (names.RANK_INDEX_ANNOTATION,)))
-                 for key in keys)
-
-
-def member_name(p: Pass, index: int) -> str:
-    """The name of the pod that runs as `index` in the current attempt: a kept pod's own, else the one the
-    operator makes."""
-    state = p.status.get("elastic") or {}
-    kept = state.get("kept") or ()
-    if state.get("keptAttempt") == p.status.get("attempt") and index < len(kept) and kept[index]:
-        return str(kept[index])
-    return names.pod_name(p.meta["name"], int(p.status["attempt"]), index)
-
-
-def replaced(p: Pass, index: int) -> None:
-    """ReplacePod makes pod `index` again under the attempt's own name: a kept pod there is kept no more."""
-    kept = (p.status.get("elastic") or {}).get("kept")
-    if kept and index < len(kept):
-        kept[index] = ""
-
-
-def launcher_world(p: Pass, pods: Iterable[dict]) -> str | None:
-    """What the launchers of kept pods run now, written beside the rank generation (their env still describes the
-    world they were made for): each pod's index, the world size, the degrees and job.json; None while no pod of
-    the attempt was kept."""
-    state = p.status.get("elastic") or {}
-    attempt = int(p.status.get("attempt") or 0)
-    if not state.get("kept") or state.get("keptAttempt") != attempt:
-        return None
-    job = p.resolved
-    members = {pod_index(pod): pod["metadata"]["name"] for pod in kept_views(p, pods)
-               if attempt_of(pod) == attempt and not is_deleting(pod)}
-    slots = {index: members.get(index) or member_name(p, index) for index in range(job.pod_count)}
-    world = {"attempt": attempt, "worldSize": job.world_size, "parallel": job.degrees,
-             "pods": {name: index for index, name in slots.items()}, "scheduler": slots[0],
-             "jobConfig": render.job_config(job)}
-    return json.dumps(world, sort_keys=True)
 
 
 # -- growing back --------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.diagnosis.failures import Failure, Wait, find_failure
 from ascend_hybrid.diagnosis.refusals import Refusal
 from ascend_hybrid.gang import render
-from ascend_hybrid.reconcile import elastic_steps, recovery_steps
+from ascend_hybrid.reconcile import membership, recovery_steps
 from ascend_hybrid.reconcile.state import Pass
 
 
@@ -22,7 +22,7 @@ def failure(p: Pass, current: dict, placement: dict) -> Failure | Wait | None:
     e = p.resolved
     lost = []
     if p.status.get("phase") in ("Starting", "Running") or recovery_steps.in_place_running(p) or p.queue:
-        lost = [(index, elastic_steps.member_name(p, index)) for index in range(e.pod_count) if index not in current]
+        lost = [(index, membership.member_name(p, index)) for index in range(e.pod_count) if index not in current]
         lost = [(index, name) for index, name in lost if name not in p.o.in_flight
                 and index != recovery_steps.replacing(p)]  # ReplacePod's pod is meant to be away a while
     found = find_failure(current, placement["nodes"], p.o.nodes, p.o.device_infos, p.o.now,

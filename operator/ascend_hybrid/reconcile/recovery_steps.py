@@ -37,8 +37,8 @@ from ascend_hybrid.diagnosis.recovery import (
 )
 from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang.placement import GangRequest
-from ascend_hybrid.reconcile import elastic_steps
-from ascend_hybrid.reconcile.actions import DeletePods, PlaceReplacement, SignalLaunchers
+from ascend_hybrid.reconcile import elastic_steps, membership
+from ascend_hybrid.reconcile.actions import DeletePods, PlaceReplacement
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
 
 # Whether the ladder carries ReplacePod out (else it skips that rung and says so).
@@ -162,7 +162,7 @@ def in_place_ready(p: Pass, current: dict, excluding: int | None = None) -> tupl
         if index == excluding:
             continue
         pod = current.get(index)
-        name = elastic_steps.member_name(p, index)
+        name = membership.member_name(p, index)
         if pod is None or phase_of(pod) != "Running":
             return False, f"pod {name} is not running"
         if index not in reports:
@@ -282,7 +282,7 @@ def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, cu
     p.status["recovery"] = {**(p.status.get("recovery") or {}), "generation": generation,
                                "rung": REPLACE_POD, "replacing": index}
     p.status["recovery"].pop("unplaced", None)
-    elastic_steps.replaced(p, index)
+    membership.replaced(p, index)
     old = current.get(index)
     if old is not None and not is_deleting(old):
         p.d.act(DeletePods((old["metadata"]["name"],), force=failure.cause == "NodeNotReady"))
@@ -311,7 +311,7 @@ def peer_nodes(p: Pass, index: int) -> list[str]:
 
 def _relaunch(p: Pass, generation: int, failure: Failure, text: str, fix: str) -> Decision:
     """The next rank generation to every launcher, and the job Restarting until they report it stepping."""
-    p.d.act(signal(p, generation))
+    p.d.act(membership.signal(p, generation))
     p.cond("Restarting", True, failure.cause, text)
     p.cond("Running", False, failure.cause, text)
     p.phase("Restarting", text)
@@ -364,23 +364,14 @@ def replacement_step(p: Pass, current: dict) -> bool:
     return False
 
 
-def service_account(p: Pass) -> str:
-    return p.resolved.spec.template.service_account_name or "default"
-
 
 # -- following a rung ----------------------------------------------------------------------------------------
 def signal_launchers(p: Pass) -> None:
     """Level-based: the ConfigMap holds the generation status names (after a failover, a lost write, a
     deleted ConfigMap too)."""
-    wanted = signal(p, rank_generation(p))
+    wanted = membership.signal(p, rank_generation(p))
     if p.o.launcher_generation != wanted.generation or p.o.launcher_world != wanted.world:
         p.d.act(wanted)
-
-
-def signal(p: Pass, generation: int) -> SignalLaunchers:
-    """The generation for every launcher; with pods a shrink kept, the world they run in now beside it (gone
-    again once no kept pod runs)."""
-    return SignalLaunchers(generation, service_account(p), elastic_steps.launcher_world(p, p.o.pods))
 
 
 def follow_in_place(p: Pass, current: dict) -> bool:

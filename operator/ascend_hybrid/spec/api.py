@@ -722,6 +722,12 @@ class RecoveryState(ApiModel):
     unplaced: str | None = Field(None)
     """ReplacePod: why no node fits the replacement (RestartGang follows; spec.elastic: Shrink keeping the other
     pods)."""
+    kept: list[str] | None = Field(None)
+    """spec.elastic: the pods a shrink or growth kept, by the pod index each runs as now (their names carry the attempt they were made in;
+    empty where a pod was made again since); the launchers take their new ranks and world from the <job>-recovery
+    ConfigMap."""
+    kept_attempt: int | None = Field(None)
+    """The attempt the kept pods joined."""
 
 
 class ElasticStatus(ApiModel):
@@ -739,12 +745,6 @@ class ElasticStatus(ApiModel):
     """Why it does not fit."""
     grow_fits_at_step: int | None = Field(None)
     """The training step when it first fitted: the job grows once training passed the next checkpoint after it."""
-    kept: list[str] | None = Field(None)
-    """The pods a shrink kept, by the pod index each runs as now (their names carry the attempt they were made in;
-    empty where a pod was made again since); the launchers take their new ranks and world from the <job>-recovery
-    ConfigMap."""
-    kept_attempt: int | None = Field(None)
-    """The attempt the kept pods joined."""
 
 
 class MonitoringStatus(ApiModel):

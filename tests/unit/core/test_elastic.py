@@ -18,7 +18,7 @@ from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner import search
 from ascend_hybrid.planner.hardware import builtin
-from ascend_hybrid.reconcile import elastic_steps, strategy
+from ascend_hybrid.reconcile import elastic_steps, membership, strategy
 from ascend_hybrid.reconcile.actions import (
     AdoptPods,
     CreatePods,
@@ -446,8 +446,9 @@ def test_a_lost_node_with_no_spare_shrinks_keeping_the_running_pods_renumbered_i
     status = shrink.status
     (deleted,) = of(shrink, DeletePods)
     assert deleted.names == ("elastic-a1-3",) and not of(shrink, CreatePods) and not of(shrink, Place)
-    assert status["attempt"] == 2 and status["elastic"]["kept"] == ["elastic-a1-0", "elastic-a1-2"]
-    assert (status["elastic"]["data"], status["elastic"]["microBatches"], status["elastic"]["keptAttempt"]) == (2, 2, 2)
+    assert status["attempt"] == 2 and status["recovery"]["kept"] == ["elastic-a1-0", "elastic-a1-2"]
+    assert (status["elastic"]["data"], status["elastic"]["microBatches"], status["recovery"]["keptAttempt"]) == (
+        2, 2, 2)
     assert status["placement"]["attempt"] == 2 and status["placement"]["nodes"] == ["node-0", "node-2"]
     incident = status["recoveries"][-1]
     assert incident["rungs"] == ["ReplacePod", "Shrink"] and incident["podsKept"] == 2
@@ -468,7 +469,7 @@ def test_a_lost_node_with_no_spare_shrinks_keeping_the_running_pods_renumbered_i
     assert {op["path"]: op["value"] for op in patches["elastic-a1-2"]} == {
         "/metadata/labels/hybrid.ascend.dev~1attempt": "2", "/metadata/labels/hybrid.ascend.dev~1pod-index": "1",
         "/metadata/annotations/hccl~1rankIndex": "1"}
-    relabelled = [elastic_steps.as_member(pod, 2, index) for index, pod in enumerate(kept)]
+    relabelled = [membership.as_member(pod, 2, index) for index, pod in enumerate(kept)]
     assert not of(decide(observe(body, pods=relabelled, nodes=lost, rank_table=table, launchers=heard,
                                  children_data=4, now=NOW + timedelta(seconds=62))), AdoptPods)
 
@@ -504,7 +505,7 @@ def test_a_lost_node_with_no_spare_shrinks_keeping_the_running_pods_renumbered_i
     replace = decide(observe(with_status(builder, done.status), pods=kept, nodes=worse, rank_table=write.table,
                              launchers=moved, children_data=2, now=stepped + timedelta(seconds=60)))
     assert replace.status["recoveries"][-1]["rungs"] == ["ReplacePod"]
-    assert replace.status["elastic"]["kept"] == ["", "elastic-a1-2"]
+    assert replace.status["recovery"]["kept"] == ["", "elastic-a1-2"]
     (signal,) = of(replace, SignalLaunchers)
     assert json.loads(signal.world)["pods"] == {"elastic-a2-0": 0, "elastic-a1-2": 1}
 
@@ -526,14 +527,14 @@ def test_a_shrink_keeps_pods_only_when_enough_run_else_the_gang_restarts_and_may
 
 def test_the_world_of_kept_pods_names_a_replacement_made_in_the_shrunk_attempt():
     builder = spec_job(timeout=0)
-    status = {"attempt": 2, "elastic": {"data": 2, "microBatches": 2, "fromData": 4, "kept": ["", "elastic-a1-2"],
-                                        "keptAttempt": 2}}
+    status = {"attempt": 2, "elastic": {"data": 2, "microBatches": 2, "fromData": 4},
+              "recovery": {"kept": ["", "elastic-a1-2"], "keptAttempt": 2}}
     body = with_status(builder, status)
     p = Pass(observe(body, pods=[live(2)]))
     elastic_steps.run_shrunk(p)
-    world = json.loads(elastic_steps.launcher_world(p, p.o.pods))
+    world = json.loads(membership.launcher_world(p, p.o.pods))
     assert world["pods"] == {"elastic-a2-0": 0, "elastic-a1-2": 1} and world["scheduler"] == "elastic-a2-0"
-    assert elastic_steps.member_name(p, 1) == "elastic-a1-2" and elastic_steps.member_name(p, 0) == "elastic-a2-0"
+    assert membership.member_name(p, 1) == "elastic-a1-2" and membership.member_name(p, 0) == "elastic-a2-0"
 
 
 def test_a_world_left_in_the_channel_goes_once_no_kept_pod_runs():
