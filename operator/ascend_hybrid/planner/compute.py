@@ -68,8 +68,13 @@ FLASH_BACKWARD = 2.5
 NORM_RESIDUAL_ELEMENTS = 2 * 2 + 2 * 3
 SOFTMAX_PASSES = 3
 BACKWARD_VECTOR = 2.0
-# The loss: fp32 logits of V/t per token, softmax, loss and its gradient: about four passes of 4 bytes.
-CROSS_ENTROPY_BYTES = 16
+# The loss, bytes per logit (V/t per token), counted from the vocab-parallel cross-entropy on fp32 logits that
+# MindSpeed-LLM runs (Megatron-core's tensor_parallel cross-entropy after logits.float()): forward the cast (read 2,
+# write 4), the max (read 4), the shifted copy (read 4, write 4), exp in place (read 4, write 4), the sum (read 4)
+# and the normalisation in place (read 4, write 4); backward the softmax scaled by the loss gradient in place (read
+# 4, write 4) and the cast back to 16 bits (read 4, write 2).
+CROSS_ENTROPY_FORWARD_BYTES = 6 + 4 + 8 + 8 + 4 + 8
+CROSS_ENTROPY_BACKWARD_BYTES = 8 + 6
 # MoE token permutation and un-permutation (gather/scatter of topK·capacity copies of h, read + write each way).
 PERMUTE_PASSES = 4
 
@@ -83,7 +88,10 @@ def _vector_forward_bytes(w: Workload, s: Strategy) -> float:
     ffn = w.ffn_hidden / t * (3 if w.ffn_type == "swiglu" else 2)
     if w.is_moe:
         ffn *= w.top_k * w.capacity_factor
-        elements += PERMUTE_PASSES * w.top_k * w.capacity_factor * w.hidden / sp
+        # The permutation runs where the experts are: on every routed copy of the micro-batch's tokens, which each
+        # device of the TP group gathers whole before its share of every local expert's FFN (sequence parallelism
+        # does not split it).
+        elements += PERMUTE_PASSES * w.top_k * w.capacity_factor * w.hidden
     elements += ffn
     if not w.flash_attention:
         elements += SOFTMAX_PASSES * w.heads * w.seq_length / t
@@ -164,9 +172,9 @@ def _micro_batch_work(w: Workload, s: Strategy, hw: Hardware, layers: int, head:
     forward, backward = layers * layer_forward, layers * (layer_backward + recompute)
     if head:
         logits = model.matmul_seconds(peak, tokens, w.vocab / s.tensor, w.hidden, pad)
-        loss = model.vector_seconds(tokens * CROSS_ENTROPY_BYTES * w.vocab / s.tensor)
-        forward += logits + loss / 2
-        backward += 2 * logits + loss / 2
+        logits_per_device = tokens * w.vocab / s.tensor
+        forward += logits + model.vector_seconds(logits_per_device * CROSS_ENTROPY_FORWARD_BYTES)
+        backward += 2 * logits + model.vector_seconds(logits_per_device * CROSS_ENTROPY_BACKWARD_BYTES)
     return MicroBatchWork(forward, backward, layers * 3 * matmul,
                           layers * (attention_forward + attention_backward))
 
