@@ -131,7 +131,7 @@ class Hardware:
 # the half-size dimension and the vector share are fitted (least squares of log error over the runs not held out).
 # A3 has no published training figure in the calibration set: it takes 910B's per-die figures.
 COMPUTE_910B = ComputeModel(matmul_efficiency=0.66, half_dim=160, attention_efficiency=0.54, hbm_gbps=1600,
-                            vector_efficiency=0.45, expert_efficiency=0.44)
+                            vector_efficiency=0.45, expert_efficiency=0.51)
 # The same Da Vinci cube (16×16×16) as 910B: the half-size dimension, the attention and expert shares are 910B's
 # (no published 910A run uses FlashAttention or experts); the calibration fits the matmul share and finds the
 # vector work at the HBM roof.

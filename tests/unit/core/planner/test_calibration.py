@@ -47,8 +47,8 @@ def test_dense_runs_meet_the_median_goal_fitted_and_held_out(scored):
 def test_all_runs_hold_their_median_fitted_and_held_out(scored):
     fitted = calibration.summary([s for s in scored if not s.run.held_out])
     held_out = calibration.summary([s for s in scored if s.run.held_out])
-    assert fitted.median_abs_error <= 0.07 and held_out.median_abs_error <= 0.08
-    assert calibration.summary(scored).median_abs_error <= 0.075
+    assert fitted.median_abs_error <= 0.07 and held_out.median_abs_error <= 0.072
+    assert calibration.summary(scored).median_abs_error <= 0.071
 
 
 def test_the_runs_beyond_20_percent_are_the_documented_misses(scored):
@@ -61,8 +61,8 @@ def test_moe_runs_stay_within_their_documented_bounds(scored):
     """One expert share for MindSpeed's sequential (Mixtral, Grok-1) and grouped (MiniCPM) expert GEMMs."""
     moe = {s.run.name: s.error for s in scored if s.error is not None and s.run.job["spec"]["model"].get("experts")}
     assert set(moe) == {"mixtral-8x7b-32k", "grok1-40b-8k", "minicpm-8x2b-4k"}
-    assert all(abs(error) < 0.27 for error in moe.values())
-    assert abs(moe["grok1-40b-8k"]) < 0.2 and abs(moe["minicpm-8x2b-4k"]) < 0.12
+    assert all(abs(error) < 0.24 for error in moe.values())
+    assert abs(moe["grok1-40b-8k"]) < 0.16 and abs(moe["minicpm-8x2b-4k"]) < 0.07
 
 
 def test_every_expressible_published_strategy_fits_but_one(scored):
