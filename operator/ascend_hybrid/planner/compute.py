@@ -68,10 +68,23 @@ FLASH_BACKWARD = 2.5
 NORM_RESIDUAL_ELEMENTS = 2 * 2 + 2 * 3
 SOFTMAX_PASSES = 3
 BACKWARD_VECTOR = 2.0
-# The loss: fp32 logits of V/t per token, softmax, loss and its gradient: about four passes of 4 bytes.
-CROSS_ENTROPY_BYTES = 16
-# MoE token permutation and un-permutation (gather/scatter of topK·capacity copies of h, read + write each way).
-PERMUTE_PASSES = 4
+# The loss, bytes per logit (V/t per token), counted from the vocab-parallel cross-entropy on fp32 logits that
+# MindSpeed-LLM runs (Megatron-core's tensor_parallel cross-entropy after logits.float()): forward the cast (read 2,
+# write 4), the max (read 4), the shifted copy (read 4, write 4), exp in place (read 4, write 4), the sum (read 4)
+# and the normalisation in place (read 4, write 4); backward the softmax scaled by the loss gradient in place (read
+# 4, write 4) and the cast back to 16 bits (read 4, write 2).
+CROSS_ENTROPY_FORWARD_BYTES = 6 + 4 + 8 + 8 + 4 + 8
+CROSS_ENTROPY_BACKWARD_BYTES = 8 + 6
+# MoE token permutation, in passes over the device's routed rows of h (16-bit), counted from Megatron-core 0.6's
+# all-gather dispatcher and sequential experts, which MindSpeed-LLM's MoE runs use (docs/planner.md): forward the
+# gather of the local rows out of the gathered tokens and the gather into expert order (read + write each), the
+# experts' output buffer (zero-filled, each expert's output copied in), the local un-permutation (zero-fill, scatter),
+# the routing-probability scale (read + write) and the scatter-add into the gathered tokens (read the rows, read and
+# write the destination): 15; backward the gathers and scatters swapped, the scale's two products and the output
+# buffer's copy: 17. The gathered tokens' buffer is zero-filled once each way.
+PERMUTE_FORWARD_PASSES = 2 + 2 + 3 + 3 + 2 + 3
+PERMUTE_BACKWARD_PASSES = 2 + 4 + 2 + 2 + 4 + 3
+GATHERED_BUFFER_PASSES = 1
 
 
 def _vector_forward_bytes(w: Workload, s: Strategy) -> float:
@@ -83,11 +96,23 @@ def _vector_forward_bytes(w: Workload, s: Strategy) -> float:
     ffn = w.ffn_hidden / t * (3 if w.ffn_type == "swiglu" else 2)
     if w.is_moe:
         ffn *= w.top_k * w.capacity_factor
-        elements += PERMUTE_PASSES * w.top_k * w.capacity_factor * w.hidden / sp
     elements += ffn
     if not w.flash_attention:
         elements += SOFTMAX_PASSES * w.heads * w.seq_length / t
     return BYTES_16BIT * elements
+
+
+def _permutation_rows(w: Workload, s: Strategy) -> tuple[float, float]:
+    """(routed rows, gathered rows) per token of the micro-batch that one device permutes. The permutation runs
+    where the experts are, on the tokens every rank of the TP group gathers whole (sequence parallelism does not
+    split it): dataParallel EP gathers e DP ranks' tokens and keeps the routed copies for its E/e experts (topK ·
+    capacity per token); intraNode EP keeps 1/e of the TP group's routed copies."""
+    if not w.is_moe:
+        return 0.0, 0.0
+    routed = w.top_k * w.capacity_factor
+    if s.expert_placement == "dataParallel":
+        return routed, float(s.expert)
+    return routed / s.expert, 1.0
 
 
 def _layer_matmuls(w: Workload, s: Strategy, tokens: float) -> list[tuple[float, float, float]]:
@@ -153,8 +178,15 @@ def _micro_batch_work(w: Workload, s: Strategy, hw: Hardware, layers: int, head:
         attention_forward = 2 * heads * per_head * s.micro_batch_size / s.context
         attention_backward = 2 * attention_forward
     vector = model.vector_seconds(tokens * _vector_forward_bytes(w, s))
+    routed, gathered = _permutation_rows(w, s)
+    row_bytes = tokens * w.hidden * BYTES_16BIT
+    permute_forward = model.vector_seconds(row_bytes * (PERMUTE_FORWARD_PASSES * routed
+                                                        + GATHERED_BUFFER_PASSES * gathered))
+    permute_backward = model.vector_seconds(row_bytes * (PERMUTE_BACKWARD_PASSES * routed
+                                                         + GATHERED_BUFFER_PASSES * gathered))
+    vector += permute_forward
     layer_forward = matmul + attention_forward + vector
-    layer_backward = 2 * matmul + attention_backward + BACKWARD_VECTOR * vector
+    layer_backward = 2 * matmul + attention_backward + BACKWARD_VECTOR * (vector - permute_forward) + permute_backward
     recompute = 0.0
     if s.recompute == "full":
         recompute = layer_forward
@@ -164,9 +196,9 @@ def _micro_batch_work(w: Workload, s: Strategy, hw: Hardware, layers: int, head:
     forward, backward = layers * layer_forward, layers * (layer_backward + recompute)
     if head:
         logits = model.matmul_seconds(peak, tokens, w.vocab / s.tensor, w.hidden, pad)
-        loss = model.vector_seconds(tokens * CROSS_ENTROPY_BYTES * w.vocab / s.tensor)
-        forward += logits + loss / 2
-        backward += 2 * logits + loss / 2
+        logits_per_device = tokens * w.vocab / s.tensor
+        forward += logits + model.vector_seconds(logits_per_device * CROSS_ENTROPY_FORWARD_BYTES)
+        backward += 2 * logits + model.vector_seconds(logits_per_device * CROSS_ENTROPY_BACKWARD_BYTES)
     return MicroBatchWork(forward, backward, layers * 3 * matmul,
                           layers * (attention_forward + attention_backward))
 

@@ -173,12 +173,14 @@ def _cached_slot(w: Workload, device: tuple, hw: Hardware, tiers: tuple[Group, G
     tensor -= hidden
 
     # EP: dispatch + combine all-to-all of b·s·topK·capacity·h·(e-1)/e elements per MoE layer and pass (the
-    # buffers are padded to capacity).
+    # buffers are padded to capacity). Each device sends the tokens it holds: with sequence parallelism the TP
+    # group's ranks hold s/t each and dispatch only those (MindSpeed/Megatron dispatch the SP shard and gather
+    # over TP after the exchange; a hierarchical all-gather dispatcher moves the same bytes across the EP links).
     e, expert = s.expert, 0.0
     if w.is_moe and e > 1:
         passes = 2 + (1 if s.recompute == "full" else 0)
-        ep_bytes = (layers * passes * 2 * tokens * w.top_k * w.capacity_factor * w.hidden * (e - 1) / e
-                    * BYTES_16BIT)
+        ep_bytes = (layers * passes * 2 * tokens / s.sequence_split * w.top_k * w.capacity_factor * w.hidden
+                    * (e - 1) / e * BYTES_16BIT)
         expert = _collective(layout["expert"], hw, ep_bytes, layers * passes * 2 * (e - 1))
 
     # CP: ring attention passes each rank's K and V (2·tokens·kv_width/t) around the ring, cp - 1 hops forward

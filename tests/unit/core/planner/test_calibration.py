@@ -40,14 +40,29 @@ def test_dense_runs_meet_the_median_goal_fitted_and_held_out(scored):
     fitted = calibration.summary([s for s in _dense(scored) if not s.run.held_out])
     held_out = calibration.summary([s for s in _dense(scored) if s.run.held_out])
     assert fitted.count >= 20 and held_out.count >= 8
-    assert fitted.median_abs_error <= 0.07
-    assert held_out.median_abs_error <= 0.08
+    assert fitted.median_abs_error <= 0.063
+    assert held_out.median_abs_error <= 0.073
+
+
+def test_all_runs_hold_their_median_fitted_and_held_out(scored):
+    fitted = calibration.summary([s for s in scored if not s.run.held_out])
+    held_out = calibration.summary([s for s in scored if s.run.held_out])
+    assert fitted.median_abs_error <= 0.07 and held_out.median_abs_error <= 0.072
+    assert calibration.summary(scored).median_abs_error <= 0.071
 
 
 def test_the_runs_beyond_20_percent_are_the_documented_misses(scored):
     misses = {s.run.name for s in scored if s.error is not None and abs(s.error) > 0.2}
-    assert misses == {"llama3-8b-8k", "llama3.1-8b-8k", "qwen2-7b-32k", "mixtral-8x7b-32k", "grok1-40b-8k"}
-    assert max(abs(s.error) for s in scored if s.error is not None) < 0.4
+    assert misses == {"llama3-8b-8k", "llama3.1-8b-8k", "mixtral-8x7b-32k"}
+    assert max(abs(s.error) for s in scored if s.error is not None) < 0.3
+
+
+def test_moe_runs_stay_within_their_documented_bounds(scored):
+    """One expert share for MindSpeed's sequential (Mixtral, Grok-1) and grouped (MiniCPM) expert GEMMs."""
+    moe = {s.run.name: s.error for s in scored if s.error is not None and s.run.job["spec"]["model"].get("experts")}
+    assert set(moe) == {"mixtral-8x7b-32k", "grok1-40b-8k", "minicpm-8x2b-4k"}
+    assert all(abs(error) < 0.24 for error in moe.values())
+    assert abs(moe["grok1-40b-8k"]) < 0.16 and abs(moe["minicpm-8x2b-4k"]) < 0.07
 
 
 def test_every_expressible_published_strategy_fits_but_one(scored):
@@ -57,6 +72,6 @@ def test_every_expressible_published_strategy_fits_but_one(scored):
     assert unscored == {"mistral-7b-32k", "mixtral-8x22b-32k"}
 
 
-def test_910a_runs_use_their_own_profile_within_20_percent(scored):
+def test_910a_runs_use_their_own_profile_within_17_percent(scored):
     on_910a = [s for s in scored if s.run.chip == "910A"]
-    assert len(on_910a) == 4 and all(abs(s.error) <= 0.2 for s in on_910a)
+    assert len(on_910a) == 4 and all(abs(s.error) <= 0.17 for s in on_910a)

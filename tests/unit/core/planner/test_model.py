@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from ascend_hybrid.planner import hardware, memory, search, timing
+from ascend_hybrid.planner import compute, hardware, memory, search, timing
 from ascend_hybrid.planner.workload import Strategy, Workload
 from ascend_hybrid.spec import rules
 from support.paths import PLANNER_FIXTURES
@@ -245,3 +245,70 @@ def test_cube_alignment_names_the_misaligned_splits():
     odd = timing.misaligned_dimensions(w, Strategy(1, 5, 1, per_pod=5))
     assert "hidden/tensor=1024" not in odd and "ffnHidden/tensor=2764.8" in odd and "vocab/tensor=6400" not in odd
     assert timing.misalignment_seconds(w, Strategy(1, 5, 1, per_pod=5), hardware.builtin("910B")) > 0
+
+
+# --- costs counted from MindSpeed-LLM's stack (docs/planner.md, "Calibration") ----------------------------------
+
+MOE = Workload(4, 4096, 32, 8, 14336, "swiglu", 32000, 8, 2, 8192, 64, True, capacity_factor=1.0)
+
+
+def test_the_loss_moves_52_bytes_per_logit_of_the_local_vocabulary_slice():
+    """fp32 cross-entropy: 38 bytes per logit forward, 14 backward (compute.CROSS_ENTROPY_*_BYTES)."""
+    hw = hardware.builtin("910B")
+    small, large = (Workload(1, 4096, 32, 8, 14336, "swiglu", vocab, 0, 0, 4096, 8, True) for vocab in (32000, 128000))
+    s = Strategy(1, 8, 1, micro_batches=1)
+
+    def head(w: Workload) -> tuple[float, float]:
+        with_head = timing.micro_batch_work(w, s, hw, 1, True, pad=False)
+        without = timing.micro_batch_work(w, s, hw, 1, False, pad=False)
+        return with_head.forward - without.forward, with_head.backward - without.backward
+
+    model, peak, tokens = hw.compute, hw.peak_tflops * 1e12, 4096
+    assert model is not None
+    for w in (small, large):
+        logits = model.matmul_seconds(peak, tokens, w.vocab / 8, w.hidden, pad=False)
+        forward, backward = head(w)
+        assert forward == pytest.approx(logits + model.vector_seconds(tokens * w.vocab / 8 * 38))
+        assert backward == pytest.approx(2 * logits + model.vector_seconds(tokens * w.vocab / 8 * 14))
+
+
+def test_the_expert_all_to_all_sends_the_sequence_parallel_shard():
+    """Each TP rank dispatches the s/t tokens it holds under sequence parallelism (Megatron-core needs SP for MoE
+    under TP): the EP traffic is t times smaller with SP than without."""
+    hw = hardware.builtin("910B")
+    s = Strategy(2, 4, 1, expert=2, expert_placement="dataParallel", micro_batches=1)
+    whole = timing.step_time(MOE, s, hw, 0).expert
+    shard = timing.step_time(MOE, s.with_flags("none", True, False), hw, 0).expert
+    assert shard == pytest.approx(whole / 4, rel=1e-6)
+
+
+def test_the_moe_permutation_is_not_split_by_sequence_parallelism_and_follows_the_placement():
+    """The permutation runs on the routed copies each TP rank gathers: SP splits the norms' work, not this; intraNode
+    EP leaves a rank 1/e of the TP group's routed copies, dataParallel EP all of its own."""
+    hw = hardware.builtin("910B")
+    model = hw.compute
+    assert model is not None
+    s = Strategy(1, 8, 1, expert=2, expert_placement="dataParallel", micro_batches=1)
+    dense = replace(MOE, experts=0, top_k=0)
+    norms_saved = model.vector_seconds(8192 * 2 * 10 * 4096 * (1 - 1 / 8))  # forward: what SP splits
+
+    def forward(w: Workload, strategy: Strategy) -> float:
+        return timing.micro_batch_work(w, strategy, hw, 1, False, pad=False).forward
+
+    sp = s.with_flags("none", True, False)
+    assert forward(MOE, s) - forward(MOE, sp) == pytest.approx(norms_saved)
+    assert forward(dense, s) - forward(dense, sp) == pytest.approx(norms_saved)
+    rows = 8192 * 4096 * 2  # bytes of one pass over the micro-batch's tokens
+    permutation = model.vector_seconds(rows * (15 * 2 + 1 * 2))  # topK 2 routed copies, e 2 gathered
+    intra = replace(s, expert_placement="intraNode")
+    permutation_intra = model.vector_seconds(rows * (15 * 2 / 2 + 1))
+    assert forward(MOE, s) - forward(MOE, intra) == pytest.approx(
+        permutation - permutation_intra + _expert_matmuls(MOE, s, hw) - _expert_matmuls(MOE, intra, hw))
+
+
+def _expert_matmuls(w: Workload, s: Strategy, hw: hardware.Hardware) -> float:
+    """The router's and the local experts' matmuls of one layer (the shapes after attention's two)."""
+    model = hw.compute
+    assert model is not None
+    shapes = compute._layer_matmuls(w, s, w.seq_length)[2:]
+    return sum(model.matmul_seconds(hw.peak_tflops * 1e12, *shape, pad=False) for shape in shapes) / model.expert_efficiency
