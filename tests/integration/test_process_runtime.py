@@ -527,8 +527,8 @@ def test_an_elastic_job_shrinks_when_its_node_is_lost_and_grows_back_with_the_lo
     scheduler) goes NotReady, so ReplacePod finds no room and the job shrinks at once (replacementTimeoutSeconds 0)
     to DP 2 (3 ways do not split a batch of 8), the lost ways accumulated, keeping running pods 1 and 2 as pods 0
     and 1 (same UIDs: their launchers restart the ranks in the smaller world, pod 1 now runs the scheduler) and
-    deleting pod 3; the node Ready again, it grows back to DP 4 at the next checkpoint boundary. Every step's loss
-    equals an uninterrupted DP 4 run's within 1e-4 relative."""
+    deleting pod 3; the node Ready again, it grows back to DP 4 at the next checkpoint boundary keeping those two
+    and adding two pods. Every step's loss equals an uninterrupted DP 4 run's within 1e-4 relative."""
     # ~0.2 s a step: the shrink and the growth back came by step 25 in a measured run, 120 leave room under load
     name, steps, every = "real-elastic", 120, 4
     latest = checkpoint_claim / "latest.json"
@@ -614,6 +614,12 @@ def test_an_elastic_job_shrinks_when_its_node_is_lost_and_grows_back_with_the_lo
     status = jobs.status(name)
     assert (status["parallelism"]["data"], status["worldSize"], status["attempt"]) == (4, 4, shrunk_attempt + 1)
     assert "elastic" not in status and "running" not in status["plan"]
+    assert status["recoveries"][-1]["podsKept"] == 2, status["recoveries"][-1]  # the two running pods went on
+    grown_pods = {int(p["metadata"]["labels"][names.POD_INDEX_LABEL]): p["metadata"]
+                  for p in jobs.pods(name, attempt=shrunk_attempt + 1)}
+    assert [(grown_pods[i]["name"], grown_pods[i]["uid"]) for i in (0, 1)] == [
+        (names.pod_name(name, 1, i), uids[names.pod_name(name, 1, i)]) for i in (1, 2)]
+    assert [grown_pods[i]["name"] for i in (2, 3)] == [names.pod_name(name, shrunk_attempt + 1, i) for i in (2, 3)]
     assert next(c for c in status["conditions"] if c["type"] == "Degraded")["status"] == "False"
     wait_for(polled(lambda: jobs.status(name).get("phase") == "Succeeded"), 240, "the job to succeed", story)
     harvest()

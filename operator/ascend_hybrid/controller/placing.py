@@ -87,11 +87,11 @@ def probe_grow(controller: Controller, key: JobKey, job: dict, observed: Observe
     pods counted free (a growth deletes them first); the core records the answer. Nothing is promised."""
     with controller.placement_lock:
         npu_pods, device_infos = cluster_holdings(controller)
-        others = elastic_steps.excluded(npu_pods, *key)
+        others = npu_pods if action.keep else elastic_steps.excluded(npu_pods, *key)
         inventory = build_inventory(controller.indexes.nodes(), others, device_infos,
                                     reserved=reserved(controller, npu_pods, exclude=key))
         placement = place_on(action.request, inventory)
-    outcome = elastic_steps.probed(decision.status, placement, action.data, observed.now)
+    outcome = elastic_steps.probed(decision.status, placement, action.data, observed.now, action.keep)
     decision.status = outcome.status
     for event in outcome.actions:
         if isinstance(event, PostEvent):

@@ -39,6 +39,7 @@ class ProbeGrow:
 
     request: GangRequest
     data: int
+    keep: bool = False  # the request is the pods a growth adds beside the running ones (their chips stay held)
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,12 @@ from ascend_hybrid.contracts.podview import (
 from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.diagnosis.recovery import GROW, SHRINK
 from ascend_hybrid.gang import layout as layouts
+from ascend_hybrid.gang import render
 from ascend_hybrid.gang.placement import GangRequest, Placement
 from ascend_hybrid.planner import search
 from ascend_hybrid.planner.hardware import GIB, Hardware
 from ascend_hybrid.reconcile import membership, strategy
-from ascend_hybrid.reconcile.actions import PlaceReplacement, ProbeGrow
+from ascend_hybrid.reconcile.actions import CreatePods, EnsureChildren, PlaceReplacement, PodToCreate, ProbeGrow
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
@@ -318,20 +319,46 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: in
 
 # -- growing back --------------------------------------------------------------------------------------------
 def grow_step(p: Pass, current: Mapping[int, dict]) -> bool:
-    """While shrunk with growBack: ask the shell whether the spec's gang fits (ProbeGrow); once it did and
-    training passed the next checkpoint after that, restart at the spec's degree. True when the pass ends here."""
+    """While shrunk with growBack: ask the shell whether the spec's gang fits (ProbeGrow: the pods it adds beside the
+    running ones, or the whole gang when those cannot be kept); once it did and training passed the next checkpoint
+    after that, grow to the spec's degree. True when the pass ends here."""
     state = p.status.get("elastic")
     elastic = p.resolved.spec.elastic
     if not state or elastic is None or not elastic.grow_back:
         return False
     full = spec_job(p)
+    keep = keeps_pods(p, current)
     settled = recovery.current_incident(p.status.get("recoveries") or []) is None  # the shrink's first step is in
     if settled and state.get("growFits") and at_boundary(full, state, (p.status.get("training") or {}).get("step")):
-        grow(p, full, current)
+        added = state.get("growNodes") or ()
+        if keep and len(added) == full.pod_count - len(current):
+            grow_in_place(p, full, current, added)
+        else:
+            grow(p, full, current)
         return True
-    p.d.act(ProbeGrow(GangRequest.for_job(full, healthy_avoided(p)), full.data))
+    request = growth_request(p, full, current) if keep else GangRequest.for_job(full, healthy_avoided(p))
+    p.d.act(ProbeGrow(request, full.data, keep=keep))
     p.requeue(GROW_PROBE_SECONDS)
     return False
+
+
+def keeps_pods(p: Pass, current: Mapping[int, dict]) -> bool:
+    """Whether a growth can keep the running pods: not a queued job (its pod group is Kueue's), every pod of the
+    attempt running with its launcher heard on the channel (it restarts its ranks in the larger world)."""
+    if p.queue or len(current) != p.resolved.pod_count:
+        return False
+    for pod in current.values():
+        report = p.o.launchers.get(pod["metadata"]["name"])
+        if phase_of(pod) != "Running" or is_deleting(pod) or report is None or report.uid != pod["metadata"].get("uid"):
+            return False
+    return True
+
+
+def growth_request(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> GangRequest:
+    """The pods a growth adds beside the running ones (pod indices from the running count on), near them."""
+    nodes = frozenset(node for pod in current.values() if (node := node_of(pod)))
+    return replace(GangRequest.for_job(full, healthy_avoided(p)), pod_count=full.pod_count - len(current), groups=(),
+                   near_nodes=nodes)
 
 
 def at_boundary(full: ResolvedJob, state: Mapping, step: int | None) -> bool:
@@ -345,9 +372,10 @@ def at_boundary(full: ResolvedJob, state: Mapping, step: int | None) -> bool:
     return int(step) // checkpoint.every_steps > int(since) // checkpoint.every_steps
 
 
-def probed(status: dict, placement: Placement, data: int, now: datetime) -> Decision:
-    """What the shell's ProbeGrow found: whether the spec's gang fits the free chips now (the job's own
-    counted free), and the training step when it first did."""
+def probed(status: dict, placement: Placement, data: int, now: datetime, keep: bool = False) -> Decision:
+    """What the shell's ProbeGrow found: whether the spec's gang fits the free chips now (`keep`: the pods it adds,
+    beside the running ones, and where; else the whole gang, the job's own chips counted free), and the training
+    step when it first did."""
     outcome = Decision(status=copy.deepcopy(status))
     state = outcome.status.get("elastic")
     if not state:
@@ -359,15 +387,20 @@ def probed(status: dict, placement: Placement, data: int, now: datetime) -> Deci
                                                "checkpoint boundary")
         state["growFits"] = True
         state.pop("growReason", None)
+        if keep:
+            state["growNodes"] = list(placement.nodes)
+        else:
+            state.pop("growNodes", None)
     else:
         state.update(growFits=False, growReason=placement.reason)
-        state.pop("growFitsAtStep", None)
+        for key in ("growFitsAtStep", "growNodes"):
+            state.pop(key, None)
     return outcome
 
 
-def grow(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> None:
-    """Back to the spec's data degree: a new attempt (every pod made again), an incident of its own in the
-    ledger (rung Grow, not counted), Degraded False."""
+def grown(p: Pass, full: ResolvedJob) -> tuple[dict, str]:
+    """Out of shrunk: status.elastic gone, the ledger's incident of the growth (rung Grow, not counted); the
+    previous elastic state and the incident's reason."""
     state = p.status.pop("elastic")
     (p.status.get("plan") or {}).pop("running", None)
     p.status["avoidedNodes"] = healthy_avoided(p)
@@ -377,9 +410,10 @@ def grow(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> None:
     recovery.open_incident(p.status.setdefault("recoveries", []), cause="CapacityReturned", rung=GROW, why=why,
                            detected=p.o.now, decided=p.o.now, attempt=int(p.status["attempt"]), counted=False,
                            step=training_step)
-    p.delete(list(current.values()))
-    p.reset_rank_table()
-    p.new_attempt()
+    return state, why
+
+
+def at_spec_degrees(p: Pass, full: ResolvedJob, state: Mapping, why: str) -> None:
     p.status["parallelism"] = {**(p.status.get("parallelism") or {}), **full.degrees}
     p.status["worldSize"] = full.world_size
     p.status.pop("podTemplateHash", None)  # as at a shrink: the next pods are made from the spec's job
@@ -390,6 +424,46 @@ def grow(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> None:
     p.phase("Restarting", message)
     p.d.emit("Normal", "Grown", message)
     p.requeue(FAST_REQUEUE_SECONDS)
+
+
+def grow(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> None:
+    """Back to the spec's data degree as a new attempt, every pod made again (the running ones could not be kept,
+    or the pods to add were not placed)."""
+    state, why = grown(p, full)
+    p.delete(list(current.values()))
+    p.reset_rank_table()
+    p.new_attempt()
+    at_spec_degrees(p, full, state, why)
+
+
+def grow_in_place(p: Pass, full: ResolvedJob, current: Mapping[int, dict], added: Iterable[str]) -> None:
+    """Back to the spec's data degree keeping the running pods: a new attempt in which they keep their indices
+    (their launchers restart the ranks in the larger world, told beside the next rank generation) and the pods
+    the probe placed join them. job.json and the channel are written before the new pods are made, so they start
+    in the larger world and never meet the smaller one's scheduler."""
+    kept = [pod for _, pod in sorted(current.items())]
+    state, why = grown(p, full)
+    p.status["recoveries"][-1]["podsKept"] = len(kept)
+    p.new_attempt()
+    attempt = int(p.status["attempt"])
+    membership.keep(p, kept)
+    generation = int(p.status["recovery"].get("generation") or 0) + 1
+    p.status["recovery"].update(generation=generation, rung=GROW)
+    nodes = [node_of(pod) or "" for pod in kept] + list(added)
+    p.status["placement"] = {"attempt": attempt, "nodes": nodes,
+                             "summary": f"kept {len(kept)} running pods, {len(nodes) - len(kept)} added",
+                             "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layouts.from_resolved(full),
+                                                                                       tuple(nodes)),
+                             "racks": len(set(nodes))}
+    p.o = replace(p.o, resolved=full)
+    p.reset_rank_table()
+    p.d.act(EnsureChildren(full))
+    p.d.act(membership.signal(p, generation))
+    new = [(index, nodes[index]) for index in range(len(kept), full.pod_count)]
+    manifests = render.gang_pods(full, p.meta["namespace"], p.meta["uid"], attempt, new, p.o.sched_ip or "",
+                                 expander_image=p.o.expander_image)
+    p.d.act(CreatePods(tuple(PodToCreate(manifest, node, full.per_pod) for (_, node), manifest in zip(new, manifests))))
+    at_spec_degrees(p, full, state, why)
 
 
 def excluded(pods: Iterable[dict], namespace: str, job: str) -> list[dict]:

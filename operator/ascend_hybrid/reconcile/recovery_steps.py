@@ -24,6 +24,7 @@ from ascend_hybrid.diagnosis.hints import hint, prediction
 from ascend_hybrid.diagnosis.policy import counted_text, counters_after, judge, restart_text
 from ascend_hybrid.diagnosis.recovery import (
     FAILED,
+    GROW,
     IN_PLACE_RUNGS,
     REPLACE_POD,
     RESTART_GANG,
@@ -49,7 +50,7 @@ NOT_REPLACING_QUEUED = ("ReplacePod is not taken under Kueue: a queued attempt's
 
 
 # The rungs followed through the launchers' reports: the pods stay (a shrink that kept the running pods too).
-FOLLOWED_IN_PLACE = IN_PLACE_RUNGS | {SHRINK}
+FOLLOWED_IN_PLACE = IN_PLACE_RUNGS | {SHRINK, GROW}
 
 
 def in_place_running(p: Pass) -> bool:
@@ -395,7 +396,7 @@ def follow_in_place(p: Pass, current: dict) -> bool:
         recovered(p, record, min(stepping, key=lambda r: (r.time or p.o.now)))
         state.pop("replacing", None)
         return False
-    timer = REPLACE_POD if rung == SHRINK else rung  # a shrink that kept the pods is bounded as ReplacePod is
+    timer = REPLACE_POD if rung in (SHRINK, GROW) else rung  # an elastic rung that kept pods: bounded as ReplacePod
     over = recovery.timed_out(timer, parse_time(record.get("decided")), bounds(p), p.o.now)
     if over is not None:
         # every pod runs: no lost pod for ReplacePod to make again, so a timed-out rung restarts the gang

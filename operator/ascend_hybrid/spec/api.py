@@ -743,6 +743,8 @@ class ElasticStatus(ApiModel):
     """Whether a placement at the spec's data degree fits the free chips now (growBack)."""
     grow_reason: str | None = Field(None)
     """Why it does not fit."""
+    grow_nodes: list[str] | None = Field(None)
+    """Where the pods a growth adds go beside the running ones (the last probe's placement)."""
     grow_fits_at_step: int | None = Field(None)
     """The training step when it first fitted: the job grows once training passed the next checkpoint after it."""
 

@@ -545,3 +545,79 @@ def test_a_world_left_in_the_channel_goes_once_no_kept_pod_runs():
                               launcher_world=stale))
     (signal,) = of(decision, SignalLaunchers)
     assert signal.world is None and signal.generation == 0
+
+
+def shrunk_keeping(builder):
+    """The DP 4 job shrunk to DP 2 keeping pods 0 and 2 (node-1 lost), stepping in generation 2 at step 5:
+    (status, kept pods, their reports, rank table, nodes, time)."""
+    status, table = running(builder)
+    lost = {**{n: node(n) for n in NODES}, "node-1": node("node-1", ready=False, since=NOW - timedelta(seconds=40))}
+    heard = [said(i, "Stepping") for i in range(4)]
+    replacing = decide(observe(with_status(builder, status), pods=[live(i) for i in range(4)], nodes=lost,
+                               rank_table=table, launchers=heard)).status
+    unplaced = record_replacement(replacing, 1, Placement(ok=False, reason="0/3 nodes fit"), NOW).status
+    status = decide(observe(with_status(builder, unplaced), pods=[live(i) for i in (0, 2, 3)], nodes=lost,
+                            rank_table=table, launchers=heard, now=NOW + timedelta(seconds=1))).status
+    kept = [membership.as_member(live(0), 2, 0), membership.as_member(live(2), 2, 1)]
+    tabled = decide(observe(with_status(builder, status), pods=kept, nodes=lost, launchers=heard, children_data=2,
+                            now=NOW + timedelta(seconds=2), channel=1))
+    table = next(a.table for a in tabled.actions if isinstance(a, WriteRankTable))
+    world = next(a.world for a in tabled.actions if isinstance(a, SignalLaunchers))
+    stepped = NOW + timedelta(seconds=10)
+    reports = [said(0, "Stepping", generation=2, at=stepped, resumed_from=4, step=5),
+               said(2, "Stepping", generation=2, at=stepped, resumed_from=4, step=5)]
+    status = decide(observe(with_status(builder, tabled.status), pods=kept, nodes=lost, rank_table=table,
+                            launchers=reports, children_data=2, now=stepped, launcher_world=world)).status
+    assert status["recoveries"][-1]["recoveredBy"] == "Shrink" and status["phase"] == "Running"
+    status.setdefault("training", {})["step"] = 5
+    return status, kept, reports, table, world, stepped
+
+
+def test_a_job_that_shrank_keeping_its_pods_grows_back_keeping_them_and_adding_the_others():
+    builder = spec_job(timeout=0, training={"checkpoint": {"claimName": "ckpt", "everySteps": 4}})
+    status, kept, reports, table, world, stepped = shrunk_keeping(builder)
+    healed = {n: node(n) for n in NODES}
+
+    def look(status, at):
+        return decide(observe(with_status(builder, status), pods=kept, nodes=healed, rank_table=table,
+                              launchers=reports, children_data=2, now=at, launcher_world=world))
+
+    probing = look(status, stepped + timedelta(seconds=5))
+    (probe,) = of(probing, ProbeGrow)
+    assert probe.keep and probe.data == 4 and probe.request.pod_count == 2  # the two pods it adds, nothing else
+    assert probe.request.near_nodes == {"node-0", "node-2"}
+    fits = elastic_steps.probed(probing.status, Placement(ok=True, nodes=("node-1", "node-3")), 4, stepped,
+                                keep=True).status
+    assert fits["elastic"]["growNodes"] == ["node-1", "node-3"] and fits["elastic"]["growFitsAtStep"] == 5
+    fits["training"]["step"] = 8  # the checkpoint boundary
+    grown = look(fits, stepped + timedelta(seconds=20))
+    status = grown.status
+    assert not of(grown, DeletePods) and status["attempt"] == 3 and "elastic" not in status
+    assert status["recovery"]["kept"] == ["elastic-a1-0", "elastic-a1-2"] and status["recovery"]["keptAttempt"] == 3
+    assert status["recovery"]["rung"] == "Grow" and status["recovery"]["generation"] == 3
+    assert status["placement"]["nodes"] == ["node-0", "node-2", "node-1", "node-3"]
+    record = status["recoveries"][-1]
+    assert (record["rungs"], record["podsKept"], record["cause"]) == (["Grow"], 2, "CapacityReturned")
+    # job.json and the channel first, then the two new pods, made for the whole world
+    kinds = [type(action).__name__ for action in grown.actions if not isinstance(action, PostEvent)]
+    assert kinds.index("EnsureChildren") < kinds.index("SignalLaunchers") < kinds.index("CreatePods")
+    (ensure,) = of(grown, EnsureChildren)
+    assert ensure.job.data == 4
+    (signal,) = of(grown, SignalLaunchers)
+    assert json.loads(signal.world)["pods"] == {"elastic-a1-0": 0, "elastic-a1-2": 1, "elastic-a3-2": 2,
+                                                "elastic-a3-3": 3}
+    (create,) = of(grown, CreatePods)
+    assert [(pod.manifest["metadata"]["name"], pod.node) for pod in create.pods] == [
+        ("elastic-a3-2", "node-1"), ("elastic-a3-3", "node-3")]
+    env = {item["name"]: item.get("value") for item in create.pods[0].manifest["spec"]["containers"][0]["env"]}
+    assert (env["MS_WORKER_NUM"], env["RANK_START"], json.loads(env["AHJ_PARALLEL"])["data"]) == ("4", "2", 4)
+
+    # the next pass: kept pods relabelled to attempt 3 at their indices, the new ones in flight: nothing is lost
+    added = [live(i, attempt=3, node_name=n) for i, n in ((2, "node-1"), (3, "node-3"))]
+    later = decide(observe(with_status(builder, status), pods=[*kept, *added], nodes=healed, rank_table=table,
+                           launchers=reports, children_data=4, now=stepped + timedelta(seconds=21),
+                           launcher_world=signal.world, channel=3))
+    assert "lastFailure" not in later.status or later.status["lastFailure"]["attempt"] < 3
+    (adopt,) = of(later, AdoptPods)
+    assert sorted(name for name, _ in adopt.pods) == ["elastic-a1-0", "elastic-a1-2"]
+    assert not of(later, CreatePods) and not of(later, DeletePods)
