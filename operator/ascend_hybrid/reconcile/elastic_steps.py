@@ -459,7 +459,7 @@ def grow_in_place(p: Pass, full: ResolvedJob, current: Mapping[int, dict], added
     p.reset_rank_table()
     p.d.act(EnsureChildren(full))
     p.d.act(membership.signal(p, generation))
-    new = [(index, nodes[index]) for index in range(len(kept), full.pod_count)]
+    new: list[tuple[int, str | None]] = [(index, nodes[index]) for index in range(len(kept), full.pod_count)]
     manifests = render.gang_pods(full, p.meta["namespace"], p.meta["uid"], attempt, new, p.o.sched_ip or "",
                                  expander_image=p.o.expander_image)
     p.d.act(CreatePods(tuple(PodToCreate(manifest, node, full.per_pod) for (_, node), manifest in zip(new, manifests))))

@@ -90,7 +90,7 @@ def member_name(p: Pass, index: int) -> str:
 
 def replaced(p: Pass, index: int) -> None:
     """ReplacePod makes pod `index` again under the attempt's own name: a kept pod there is kept no more."""
-    kept = (p.status.get("recovery") or {}).get("kept")
+    kept = (p.status.get("recovery") or {}).get("kept") or []
     if kept_names(p) and index < len(kept):
         kept[index] = ""
 
