@@ -36,6 +36,15 @@ from ascend_hybrid.gang.placement import GangRequest, place
 from ascend_hybrid.spec import api, rules
 from ascend_hybrid.spec.k8s_validation import dns1123_label_errors
 
+# What str.splitlines breaks a line at, and the other control characters: a user's value (a taint key with a
+# carriage return) must not split one error into lines that no longer say "error: ".
+_UNPRINTABLE = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7f, 0x85)} | {0x2028: "\\u2028",
+                                                                                 0x2029: "\\u2029"}
+
+
+def error_line(text: str) -> None:
+    print(f"error: {text.translate(_UNPRINTABLE)}", file=sys.stderr)
+
 
 def cmd_validate(args) -> int:
     """Every AscendHybridJob of the file, each reported by name: `name: valid (…)` on stdout, its problems as
@@ -65,12 +74,12 @@ def cmd_validate(args) -> int:
             resolved = check_job(args.file, document)
         except rules.SpecError as error:
             for problem in error.problems:
-                print(f"error: {prefix}{problem}", file=sys.stderr)
+                error_line(f"{prefix}{problem}")
             bad += 1
             continue
         except InputError as error:
             for line in error.lines:
-                print(f"error: {prefix}{line}", file=sys.stderr)
+                error_line(f"{prefix}{line}")
             bad += 1
             continue
         cp = f" × CP {resolved.context}" if resolved.context > 1 else ""
@@ -140,7 +149,7 @@ def cmd_render(args) -> int:
     inventory = build_inventory(nodes, of_kind(others, "Pod"), of_kind(others, "ConfigMap"))
     placement = place(GangRequest.for_job(resolved), inventory)
     if not placement.ok:
-        print(f"error: cannot place {resolved.name}: {placement.reason}", file=sys.stderr)
+        error_line(f"cannot place {resolved.name}: {placement.reason}")
         return EXIT_BAD_INPUT
     metadata = body.get("metadata") or {}
     namespace = metadata.get("namespace") or args.namespace
@@ -256,14 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except NotACheckout as error:
-        print(f"error: {error}", file=sys.stderr)
+        error_line(str(error))
         return EXIT_BAD_INPUT
     except rules.SpecError as error:
         for problem in error.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            error_line(str(problem))
         return EXIT_BAD_INPUT
     except InputError as error:
         for line in error.lines:
-            print(f"error: {line}", file=sys.stderr)
+            error_line(str(line))
         return EXIT_BAD_INPUT
 

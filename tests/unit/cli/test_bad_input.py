@@ -258,3 +258,12 @@ def test_a_node_or_pod_garbled_anywhere_is_refused_or_used_never_a_crash(tmp_pat
         assert code in (0, 2), (code, err)
         if code == 2:
             assert err and all(line.startswith("error: ") for line in err), err
+
+
+def test_a_control_character_in_a_value_stays_on_its_error_line(tmp_path, capsys):
+    """Found by the property above: a taint key of a carriage return split the refusal into two lines."""
+    node = replaced(GOOD_NODE, ("spec", "taints", 0, "key"), "\r")
+    node["spec"]["taints"][0]["effect"] = "NoSchedule"
+    (tmp_path / "nodes.yaml").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [node]}))
+    code, _, err = run_main(capsys, "render", "-f", JOB, "--nodes", str(tmp_path / "nodes.yaml"))
+    assert code == 2 and err and all(line.startswith("error: ") for line in err), err
