@@ -22,6 +22,7 @@ from ascend_hybrid.contracts.conditions import condition, parse_time, set_condit
 from ascend_hybrid.contracts.podview import (
     is_deleting,
     is_node_ready,
+    labels_of,
     node_of,
     phase_of,
 )
@@ -295,11 +296,7 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: in
     p.delete(extra)
     p.new_attempt()
     attempt = int(p.status["attempt"])
-    nodes = [node_of(pod) or "" for pod in kept]
-    p.status["placement"] = {"attempt": attempt, "nodes": nodes, "summary": f"kept {len(kept)} running pods",
-                             "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layouts.from_resolved(job),
-                                                                                       tuple(nodes)),
-                             "racks": len({node for node in nodes})}
+    place_kept(p, job, [node_of(pod) or "" for pod in kept], f"kept {len(kept)} running pods")
     for kind, reason, message in shrunk(p.status, asked, job, p.o.now, p.generation):
         p.d.emit(kind, reason, message)
     membership.keep(p, kept)
@@ -315,6 +312,17 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: in
     p.phase("Restarting", message)
     p.requeue(FAST_REQUEUE_SECONDS)
     return True
+
+
+def place_kept(p: Pass, job: ResolvedJob, nodes: list[str], how: str) -> None:
+    """status.placement of an attempt that kept running pods (nodes by pod index), as a placement writes it."""
+    tiers = job.spec.scheduling.topology_tiers
+    racks = {labels_of(p.o.nodes.get(node) or {}).get(tiers[0]) if tiers else None for node in nodes}
+    p.status["placement"] = {
+        "attempt": int(p.status["attempt"]), "nodes": list(nodes),
+        "summary": f"{how}: {len(set(nodes))} nodes in {len(racks)} racks",
+        "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layouts.from_resolved(job), tuple(nodes)),
+        "racks": len(racks)}
 
 
 # -- growing back --------------------------------------------------------------------------------------------
@@ -450,11 +458,7 @@ def grow_in_place(p: Pass, full: ResolvedJob, current: Mapping[int, dict], added
     generation = int(p.status["recovery"].get("generation") or 0) + 1
     p.status["recovery"].update(generation=generation, rung=GROW)
     nodes = [node_of(pod) or "" for pod in kept] + list(added)
-    p.status["placement"] = {"attempt": attempt, "nodes": nodes,
-                             "summary": f"kept {len(kept)} running pods, {len(nodes) - len(kept)} added",
-                             "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layouts.from_resolved(full),
-                                                                                       tuple(nodes)),
-                             "racks": len(set(nodes))}
+    place_kept(p, full, nodes, f"kept {len(kept)} running pods, {len(nodes) - len(kept)} added")
     p.o = replace(p.o, resolved=full)
     p.reset_rank_table()
     p.d.act(EnsureChildren(full))
