@@ -423,13 +423,7 @@ def test_a_lost_node_with_no_spare_shrinks_keeping_the_running_pods_renumbered_i
     pods 0 and 2 where they run (their chips, processes and UIDs) as pods 0 and 1 of attempt 2, deletes pod 3,
     and tells the launchers their new world beside the next rank generation."""
     builder = spec_job(timeout=60, training={"checkpoint": {"claimName": "ckpt", "everySteps": 4}})
-    status, table = running(builder)
-    lost = {**{n: node(n) for n in NODES}, "node-1": node("node-1", ready=False, since=NOW - timedelta(seconds=40))}
-    heard = [said(i, "Stepping") for i in range(4)]
-    replacing = decide(observe(with_status(builder, status), pods=[live(i) for i in range(4)], nodes=lost,
-                               rank_table=table, launchers=heard))
-    assert replacing.status["recoveries"][-1]["rungs"] == ["ReplacePod"]
-    unplaced = record_replacement(replacing.status, 1, Placement(ok=False, reason="0/3 nodes fit"), NOW).status
+    unplaced, table, lost, heard = lose_node_one(builder)
     survivors = [live(i) for i in (0, 2, 3)]
 
     # within the timeout: the replacement is placed again, nothing else moves
@@ -510,14 +504,22 @@ def test_a_lost_node_with_no_spare_shrinks_keeping_the_running_pods_renumbered_i
     assert json.loads(signal.world)["pods"] == {"elastic-a2-0": 0, "elastic-a1-2": 1}
 
 
-def test_a_shrink_keeps_pods_only_when_enough_run_else_the_gang_restarts_and_may_shrink_at_once():
-    builder = spec_job(timeout=0, min_data=4 - 1)
+def lose_node_one(builder):
+    """The DP 4 job running, every launcher heard; node-1 NotReady past its grace → ReplacePod, whose placement
+    finds no node: (status, rank table, nodes, the launchers' reports)."""
     status, table = running(builder)
     lost = {**{n: node(n) for n in NODES}, "node-1": node("node-1", ready=False, since=NOW - timedelta(seconds=40))}
     heard = [said(i, "Stepping") for i in range(4)]
     replacing = decide(observe(with_status(builder, status), pods=[live(i) for i in range(4)], nodes=lost,
-                               rank_table=table, launchers=heard)).status
-    unplaced = record_replacement(replacing, 1, Placement(ok=False, reason="0/3 nodes fit"), NOW).status
+                               rank_table=table, launchers=heard))
+    assert replacing.status["recoveries"][-1]["rungs"] == ["ReplacePod"]
+    unplaced = record_replacement(replacing.status, 1, Placement(ok=False, reason="0/3 nodes fit"), NOW).status
+    return unplaced, table, lost, heard
+
+
+def test_a_shrink_keeps_pods_only_when_enough_run_else_the_gang_restarts_and_may_shrink_at_once():
+    builder = spec_job(timeout=0, min_data=4 - 1)
+    unplaced, table, lost, heard = lose_node_one(builder)
     # minData 3 and a batch of 8: no smaller degree may run, the gang restarts whole (and waits whole)
     gang = decide(observe(with_status(builder, unplaced), pods=[live(i) for i in (0, 2, 3)], nodes=lost,
                           rank_table=table, launchers=heard, now=NOW + timedelta(seconds=1)))
@@ -550,12 +552,7 @@ def test_a_world_left_in_the_channel_goes_once_no_kept_pod_runs():
 def shrunk_keeping(builder):
     """The DP 4 job shrunk to DP 2 keeping pods 0 and 2 (node-1 lost), stepping in generation 2 at step 5:
     (status, kept pods, their reports, rank table, nodes, time)."""
-    status, table = running(builder)
-    lost = {**{n: node(n) for n in NODES}, "node-1": node("node-1", ready=False, since=NOW - timedelta(seconds=40))}
-    heard = [said(i, "Stepping") for i in range(4)]
-    replacing = decide(observe(with_status(builder, status), pods=[live(i) for i in range(4)], nodes=lost,
-                               rank_table=table, launchers=heard)).status
-    unplaced = record_replacement(replacing, 1, Placement(ok=False, reason="0/3 nodes fit"), NOW).status
+    unplaced, table, lost, heard = lose_node_one(builder)
     status = decide(observe(with_status(builder, unplaced), pods=[live(i) for i in (0, 2, 3)], nodes=lost,
                             rank_table=table, launchers=heard, now=NOW + timedelta(seconds=1))).status
     kept = [membership.as_member(live(0), 2, 0), membership.as_member(live(2), 2, 1)]
