@@ -4,7 +4,9 @@ ServiceAccount token (docs/reliability.md, "The launchers' channel").
 The operator writes the key `generation`: the rank generation every pod must run. Each launcher watches the
 ConfigMap (a watch on that one object: a new generation arrives within a second) and writes the key of its own
 pod, a JSON report: its ranks of a generation `Started` (with the checkpoint step they resume from), `Stepping`
-(they trained a step) or `Failed` (the pod's cause, rank and step). The apiserver authenticates the token and
+(they trained a step) or `Failed` (the pod's cause, rank and step). Beside the generation, while pods an elastic
+shrink or growth kept run, the operator writes `world`: the index each pod runs as now, the world size, degrees and
+job.json (generations.py moves a kept pod into it). The apiserver authenticates the token and
 its RBAC lets the pod's ServiceAccount get, watch and patch only that ConfigMap (the operator's `<job>-launcher`
 Role). Standard library only: the trainer image needs no Kubernetes client.
 """
