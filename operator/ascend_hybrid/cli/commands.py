@@ -159,7 +159,8 @@ def cmd_render(args) -> int:
     uid = metadata.get("uid")
     if uid is not None and not isinstance(uid, str):
         raise InputError(f"{args.file}: metadata.uid={uid!r}: must be a string")
-    sched_ip = args.sched_ip or f"{resolved.name}-sched.{namespace}.svc"
+    services = render.needs_services(resolved)
+    sched_ip = (args.sched_ip or f"{resolved.name}-sched.{namespace}.svc") if services else None
     manifests = render.children(resolved, namespace, uid or "", args.attempt, placement.nodes, sched_ip)
     if not uid:
         for manifest in manifests:
@@ -174,7 +175,9 @@ def cmd_render(args) -> int:
                             summary.node_domains(inventory, tiers[0]) if tiers else {})
     if not uid:
         print("note: the job has no metadata.uid, so no owner references were rendered", file=sys.stderr)
-    if not args.sched_ip:
+    if not services:
+        print("note: a job of one pod has no Services: its pod's own IP is MS_SCHED_HOST", file=sys.stderr)
+    elif not args.sched_ip:
         print("note: MindSpore needs an IP in MS_SCHED_HOST: pass --sched-ip with the ClusterIP of "
               f"{resolved.name}-sched", file=sys.stderr)
     return 0

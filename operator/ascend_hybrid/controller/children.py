@@ -37,10 +37,10 @@ def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: Re
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
     epoch = record.children_epoch  # a deletion seen while this runs means: apply again next pass
-    services = render.services(name, namespace, uid)
-    if record.lost_sched_ip:
+    services = render.services(name, namespace, uid) if render.needs_services(resolved) else []
+    if record.lost_sched_ip and services:
         _recreate_with_ip(controller, services[0], record.lost_sched_ip)
-        record.lost_sched_ip = None
+    record.lost_sched_ip = None
     manifests = list(services)
     manifests.append(render.job_config_map(resolved, namespace, uid))
     first_table = ranktable.initializing(ranktable.format_of(CHIPS[resolved.chip].super_pods))
@@ -55,7 +55,7 @@ def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: Re
                     manifests)
     if record.rank_table is None:
         record.rank_table, record.rank_table_revision = first_table, revision
-    record.sched_ip = service_ip(live[names.sched_service(name)])
+    record.sched_ip = service_ip(live[names.sched_service(name)]) if services else None
     if record.children_epoch == epoch:
         record.children_generation = job["metadata"].get("generation")
         record.children_data = resolved.data

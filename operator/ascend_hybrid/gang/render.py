@@ -64,6 +64,13 @@ def owner_references(job: str, uid: str) -> list[dict]:
              "controller": True, "blockOwnerDeletion": True}]
 
 
+def needs_services(resolved: ResolvedJob) -> bool:
+    """A job of one pod has no Service (issue 27: two writes of its few): its MindSpore scheduler runs in that pod
+    and is reached at the pod's own IP (MS_SCHED_HOST from status.podIP), and no other pod looks up its name. An
+    elastic job keeps them at any size: it may run again with more pods than it has now."""
+    return resolved.pod_count > 1 or resolved.spec.elastic is not None
+
+
 def services(job: str, namespace: str, uid: str) -> list[dict]:
     """`<job>-sched` (ClusterIP to pod 0: MS_SCHED_HOST must be an IP) and the headless `<job>` for pod DNS."""
     owners, labels = owner_references(job, uid), names.job_labels(job)
@@ -155,8 +162,9 @@ def _field_env(name: str, path: str) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def pod_env(resolved: ResolvedJob, index: int, sched_ip: str) -> list[dict]:
-    """Design §8. User env wins over defaults, except the rank variables, which only the operator may set."""
+def pod_env(resolved: ResolvedJob, index: int, sched_ip: str | None) -> list[dict]:
+    """Design §8. User env wins over defaults, except the rank variables, which only the operator may set.
+    `sched_ip` None: the job has no `<job>-sched` (needs_services), its one pod's own IP is the scheduler's."""
     spec, k = resolved.spec, resolved.per_pod
     hccl = spec.hccl
     defaults: list[dict] = [
@@ -165,8 +173,11 @@ def pod_env(resolved: ResolvedJob, index: int, sched_ip: str) -> list[dict]:
         _field_env("POD_IP", "status.podIP"),
         _field_env("POD_UID", "metadata.uid"),  # the launcher's reports name it: a pod made again is another
     ]
+    if sched_ip is None:
+        defaults.append(_field_env(SCHED_HOST_ENV, "status.podIP"))
     values = {
-        "MS_ROLE": "MS_WORKER", "MS_SCHED_HOST": sched_ip, "MS_SCHED_PORT": str(names.SCHED_PORT),
+        "MS_ROLE": "MS_WORKER", **({} if sched_ip is None else {SCHED_HOST_ENV: sched_ip}),
+        "MS_SCHED_PORT": str(names.SCHED_PORT),
         "MS_WORKER_NUM": str(resolved.world_size), "MS_LOCAL_WORKER": str(k), "MS_NODE_RANK": str(index),
         "RANK_TABLE_FILE": names.RANK_TABLE_FILE, "RANK_SIZE": str(resolved.world_size), "RANK_START": str(index * k),
         "HCCL_CONNECT_TIMEOUT": str(hccl.connect_timeout_seconds), "HCCL_EXEC_TIMEOUT": str(hccl.exec_timeout_seconds),
@@ -251,7 +262,8 @@ def _volumes(resolved: ResolvedJob) -> tuple[list[dict], list[dict]]:
     return volumes + list(spec.template.volumes), mounts + list(spec.template.volume_mounts)
 
 
-def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: int, node: str | None, sched_ip: str,
+def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: int, node: str | None,
+        sched_ip: str | None,
         node_requirements: list[dict] | tuple = (), expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> dict:
     """One pod of the gang, owned by the job, pinned to its placed node by a required node affinity. On the direct
     path it is created schedulable: its chips are promised under the placement lock before it exists, so a gate
@@ -271,7 +283,8 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
     volumes, mounts = _volumes(resolved)
     manifest = _render(
         "pod.yaml.j2", name=names.pod_name(job, attempt, index), namespace=namespace, labels=labels,
-        annotations=annotations, owner_references=owner_references(job, uid), subdomain=names.headless_service(job),
+        annotations=annotations, owner_references=owner_references(job, uid),
+        subdomain=names.headless_service(job) if needs_services(resolved) else None,
         gate=names.GANG_GATE if spec.scheduling.queue else None, node_requirements=requirements, scheduler_name=spec.scheduling.scheduler_name,
         service_account_name=template.service_account_name, priority_class_name=template.priority_class_name,
         node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
@@ -285,7 +298,7 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
 
 
 def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, placed: list[tuple[int, str | None]],
-              sched_ip: str, node_requirements: list[dict] | tuple = (),
+              sched_ip: str | None, node_requirements: list[dict] | tuple = (),
               expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
     """`pod` for each (index, node) of one attempt. The template is rendered and parsed once: the pods differ only
     in their name, hostname, index label and annotation, rank env and pinned node, set on a copy of the first
@@ -315,17 +328,18 @@ def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, pla
     return made
 
 
-def pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,
+def pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str | None,
          expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
     return gang_pods(resolved, namespace, uid, attempt, list(enumerate(nodes)), sched_ip,
                      expander_image=expander_image)
 
 
-def children(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str,
-             table: dict | None = None, expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
-    """Every child in creation order: Services, ConfigMaps, then the Pods."""
+def children(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...],
+             sched_ip: str | None, table: dict | None = None,
+             expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
+    """Every child in creation order: Services (needs_services), ConfigMaps, then the Pods."""
     first_table = initializing(format_of(CHIPS[resolved.chip].super_pods))
-    return [*services(resolved.name, namespace, uid),
+    return [*(services(resolved.name, namespace, uid) if needs_services(resolved) else ()),
             rank_table_config_map(resolved.name, namespace, uid, table or first_table),
             job_config_map(resolved, namespace, uid),
             *pods(resolved, namespace, uid, attempt, nodes, sched_ip, expander_image)]

@@ -234,8 +234,9 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     table_news = (condition(status, "RankTableReady") or {}).get("status") != "True"
     p.cond("RankTableReady", True, "Completed", f"hccl.json v{table['version']} lists {e.world_size} ranks")
     if status.get("phase") != "Running":  # the two milestones come together: one event tells both
+        where = (status.get("placement") or {}).get("summary")
         p.d.emit("Normal", "Running", f"attempt {attempt}: {e.pod_count} pods running"
-                 + (f", {completed}" if table_news else ""))
+                 + (f" on {where}" if where else "") + (f", {completed}" if table_news else ""))
     elif table_news:
         p.d.emit("Normal", "RankTableReady", completed)
     p.cond("Running", True, "AllPodsRunning", f"attempt {attempt}")
@@ -257,7 +258,7 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
     status["podTemplateHash"] = template_hash
     status.setdefault("startTime", timestamp(o.now))
     # job.json describes the degrees the pods run with: an elastic job's shrink or growth applies it again
-    if not o.children_ready or not o.sched_ip or o.children_data not in (None, e.data):
+    if not o.children_ready or not o.sched_known(e) or o.children_data not in (None, e.data):
         p.d.act(EnsureChildren(e))
         return p.d
     if recovery_steps.replacement_step(p, current):

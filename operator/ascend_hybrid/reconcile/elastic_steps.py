@@ -464,7 +464,7 @@ def grow_in_place(p: Pass, full: ResolvedJob, current: Mapping[int, dict], added
     p.d.act(EnsureChildren(full))
     p.d.act(membership.signal(p, generation))
     new: list[tuple[int, str | None]] = [(index, nodes[index]) for index in range(len(kept), full.pod_count)]
-    manifests = render.gang_pods(full, p.meta["namespace"], p.meta["uid"], attempt, new, p.o.sched_ip or "",
+    manifests = render.gang_pods(full, p.meta["namespace"], p.meta["uid"], attempt, new, p.o.sched_ip,
                                  expander_image=p.o.expander_image)
     p.d.act(CreatePods(tuple(PodToCreate(manifest, node, full.per_pod) for (_, node), manifest in zip(new, manifests))))
     at_spec_degrees(p, full, state, why)

@@ -61,7 +61,7 @@ def enqueued(p: Pass, current: dict, stale: list, admission: kueue.Admission, te
     o, e, status = p.o, p.resolved, p.status
     attempt, job, group = int(status["attempt"]), p.meta["name"], group_name(p)
     status["podTemplateHash"] = template_hash  # a spec change while queued restarts the attempt too
-    if not o.children_ready or not o.sched_ip:
+    if not o.children_ready or not o.sched_known(e):
         p.d.act(EnsureChildren(e))
         return p.d
     status["pods"] = pod_counts(list(current.values()), e.pod_count)

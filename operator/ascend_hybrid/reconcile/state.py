@@ -18,7 +18,7 @@ from ascend_hybrid.contracts.podview import TERMINAL_POD_PHASES, is_deleting, li
 from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.diagnosis.recovery import LauncherReport
 from ascend_hybrid.diagnosis.refusals import Refusal
-from ascend_hybrid.gang import ranktable
+from ascend_hybrid.gang import ranktable, render
 from ascend_hybrid.monitoring import anomalies
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner.hardware import Hardware
@@ -57,6 +57,10 @@ class Observed:
     launcher_world: str | None = None         # the world it holds beside it (pods an elastic shrink kept)
     launchers: Mapping[str, LauncherReport] = field(default_factory=dict)  # pod name → its launcher's report
     children_data: int | None = None          # the data degree job.json was applied for (None: not known)
+
+    def sched_known(self, job: ResolvedJob) -> bool:
+        """The pods' MS_SCHED_HOST can be rendered: `<job>-sched`'s ClusterIP read, or a job without Services."""
+        return self.sched_ip is not None or not render.needs_services(job)
 
 
 @dataclass

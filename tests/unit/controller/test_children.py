@@ -13,7 +13,7 @@ from ascend_hybrid.controller import children
 from ascend_hybrid.controller.loop import Controller
 from ascend_hybrid.controller.refused import Refused
 from ascend_hybrid.spec.rules import parse
-from support.builders import job_body
+from support.builders import JobBuilder, job_body
 
 KEY = ("default", "job")
 
@@ -44,8 +44,14 @@ def controller(kube) -> Controller:
     return Controller(kube=kube)
 
 
+def two_pod_body(generation: int) -> dict:
+    """A job of two pods: the Services are applied (a job of one pod has none)."""
+    body = JobBuilder("job").parallelism(data=4, tensor=4).per_pod(8).build()
+    return {**body, "metadata": {"name": "job", "namespace": "default", "uid": "u", "generation": generation}}
+
+
 def test_children_are_applied_and_the_sched_ip_recorded():
-    body = {**job_body(name="job"), "metadata": {"name": "job", "namespace": "default", "uid": "u", "generation": 3}}
+    body = two_pod_body(3)
     kube = FakeKube()
     ctl = controller(kube)
     children.ensure_children(ctl, KEY, body, resolved(body))
@@ -55,6 +61,16 @@ def test_children_are_applied_and_the_sched_ip_recorded():
     assert (record.sched_ip, record.children_generation, record.rank_table, record.rank_table_revision) == (
         "127.32.0.7", 3, {"status": "initializing", "version": "1.0"}, 0)
     assert kube.created == []  # nothing was deleted: no create with a kept IP
+
+
+def test_a_job_of_one_pod_gets_its_config_maps_only():
+    body = {**job_body(name="job"), "metadata": {"name": "job", "namespace": "default", "uid": "u", "generation": 3}}
+    kube = FakeKube()
+    ctl = controller(kube)
+    children.ensure_children(ctl, KEY, body, resolved(body))
+    record = ctl.record_of(KEY)
+    assert sorted(m["metadata"]["name"] for m in kube.applied) == ["job-config", "rings-config-job"]
+    assert record.sched_ip is None and record.children_generation == 3
 
 
 def test_a_deleted_rank_table_comes_back_counting_on():
@@ -76,7 +92,7 @@ def test_a_deleted_rank_table_comes_back_counting_on():
 
 def test_a_deleted_sched_service_comes_back_on_its_ip_once_the_apiserver_frees_it(monkeypatch):
     monkeypatch.setattr(children.time, "sleep", lambda _: None)
-    body = {**job_body(name="job"), "metadata": {"name": "job", "namespace": "default", "uid": "u", "generation": 1}}
+    body = two_pod_body(1)
     kube = FakeKube(allocated_for=2)
     ctl = controller(kube)
     children.ensure_children(ctl, KEY, body, resolved(body))

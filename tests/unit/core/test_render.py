@@ -260,7 +260,7 @@ def test_template_is_applied(full_pods):
 
 
 def test_defaults_leave_optional_fields_out(examples):
-    pod = children_of(rules.parse(load(examples / "job.yaml")))[4]
+    pod = children_of(rules.parse(load(examples / "job.yaml")))[-1]
     spec, container = pod["spec"], pod["spec"]["containers"][0]
     for key in ("schedulerName", "serviceAccountName", "priorityClassName"):
         assert key not in spec
@@ -273,8 +273,8 @@ def test_defaults_leave_optional_fields_out(examples):
 
 @pytest.mark.parametrize("name, namespace", [("yes", "null"), ("on", "true"), ("n0", "0123")])
 def test_yaml_ambiguous_names_stay_strings(name, namespace):
-    resolved = resolved_of({"parallelism": {"data": 8}}, name=name)
-    objects = render.children(resolved, namespace, UID, 1, ("off",), SCHED_IP)
+    resolved = resolved_of({"parallelism": {"data": 16}}, name=name)  # two pods: the Services too
+    objects = render.children(resolved, namespace, UID, 1, ("off", "off"), SCHED_IP)
     for obj in objects:
         assert obj["metadata"]["namespace"] == namespace
         assert isinstance(obj["metadata"]["name"], str) and obj["metadata"]["name"].startswith(
@@ -311,12 +311,14 @@ def test_every_pod_of_random_valid_jobs_validates():
     def check(data):
         resolved = resolved_of(data.draw(valid_specs()))
         objects = children_of(resolved)
-        assert len(objects) == 4 + resolved.pod_count
-        for index, pod in enumerate(objects[4:]):
+        others = 4 if render.needs_services(resolved) else 2  # the Services, the ConfigMaps
+        assert len(objects) == others + resolved.pod_count
+        for index, pod in enumerate(objects[others:]):
             assert values_of(pod)["RANK_START"] == str(index * resolved.per_pod)
             assert pod["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend910"] == str(
                 resolved.per_pod)
-        for obj in objects[:5] + objects[-1:]:
+            assert ("subdomain" in pod["spec"]) == render.needs_services(resolved)
+        for obj in objects[:others + 1] + objects[-1:]:
             kubernetes_validate.validate(copy.deepcopy(obj), K8S, strict=True)
 
     check()
@@ -396,3 +398,18 @@ def test_a_gangs_pods_made_from_one_render_are_each_the_pod_render_would_make():
 
     check()
     assert render.gang_pods(resolved_of(full_spec()), "team-a", UID, 1, [], SCHED_IP) == []
+
+
+def test_a_job_of_one_pod_has_no_services_and_its_scheduler_is_the_pods_own_ip():
+    """Issue 27: two writes less per small job. Its MindSpore scheduler runs in its one pod (launcher.scheduler_host
+    uses POD_IP there anyway), so MS_SCHED_HOST is the pod's IP and no Service or DNS name is made."""
+    alone = resolved_of({"parallelism": {"data": 8}})
+    objects = render.children(alone, "ns", UID, 1, ("node-0",), None)
+    assert [obj["kind"] for obj in objects] == ["ConfigMap", "ConfigMap", "Pod"]
+    pod = objects[-1]
+    assert "subdomain" not in pod["spec"] and env_of(pod)["MS_SCHED_HOST"] == {
+        "name": "MS_SCHED_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    kubernetes_validate.validate(copy.deepcopy(pod), K8S, strict=True)
+    elastic = resolved_of({"parallelism": {"data": 8}, "elastic": {"minData": 4}})
+    assert render.needs_services(elastic), "an elastic job may grow beyond its one pod"
+    assert render.needs_services(resolved_of({"parallelism": {"data": 16}}))
