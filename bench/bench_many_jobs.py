@@ -40,17 +40,25 @@ def timeout_for(count: int) -> float:
     return max(300.0, count * 0.6)
 
 
-def bare_round(dev: DevCluster, count: int, chips: int, tag: str) -> float:
+def cpu_since(dev: DevCluster, before: dict[str, float]) -> dict[str, float]:
+    """CPU seconds each cluster process spent since `before` (component_cpu_seconds)."""
+    return {name: seconds - before.get(name, 0.0) for name, seconds in dev.component_cpu_seconds().items()}
+
+
+def bare_round(dev: DevCluster, count: int, chips: int, tag: str) -> tuple[float, dict[str, float]]:
+    """Seconds from the first POST to every pod Running, and the CPU the cluster's processes spent meanwhile."""
     namespace = dev.namespace(f"bench-manybare-{tag}")
     watch = dev.pod_watch(namespace)
     try:
+        cpu_before = dev.component_cpu_seconds()
         started = time.monotonic()
         dev.create_all(dev.pods_url(namespace), bare_pods(count, chips))
         finished = watch.wait_count(count, timeout_for(count), "bare pods Running with devices")
+        cluster_cpu = cpu_since(dev, cpu_before)
     finally:
         watch.close()
     dev.remove_namespace(namespace)
-    return finished - started
+    return finished - started, cluster_cpu
 
 
 def jobs_round(dev: DevCluster, operator: Operator, count: int, chips: int, tag: str, timeout: float) -> dict:
@@ -58,7 +66,7 @@ def jobs_round(dev: DevCluster, operator: Operator, count: int, chips: int, tag:
     namespace = dev.namespace(f"bench-manyjobs-{tag}")
     watch = dev.job_watch(namespace)
     try:
-        before = operator.snapshot()
+        before, cpu_before = operator.snapshot(), dev.component_cpu_seconds()
         started = time.monotonic()
         sent = dev.create_all(dev.jobs_url(namespace), [gang_job(f"job-{i:05d}", 1, chips) for i in range(count)])
         try:
@@ -66,7 +74,7 @@ def jobs_round(dev: DevCluster, operator: Operator, count: int, chips: int, tag:
         except WaitTimedOut as timed_out:
             say(f"  {timed_out}")
             finished, running = time.monotonic(), timed_out.reached
-        spent = operator.snapshot().since(before)
+        spent, cluster_cpu = operator.snapshot().since(before), cpu_since(dev, cpu_before)
         rss_mb = operator.rss() / 1e6
         latencies = [watch.seen[name] - sent[name] for name in sent if name in watch.seen]
     finally:
@@ -75,7 +83,7 @@ def jobs_round(dev: DevCluster, operator: Operator, count: int, chips: int, tag:
     dev.remove_namespace(namespace)
     operator.wait_settled()  # the jobs' removal is not the next round's work
     return {"seconds": finished - started, "running": running, "calls": spent.calls, "writes": spent.writes,
-            "by_call": spent.by_call, "cpu": spent.cpu,
+            "by_call": spent.by_call, "cpu": spent.cpu, "cluster_cpu": cluster_cpu,
             "buckets": spent.buckets, "latencies": latencies, "rss_mb": rss_mb}
 
 
@@ -119,8 +127,9 @@ def main() -> int:
             say(f"  operator settled {operator.wait_settled():.1f} s after it started")
             idle_mb = operator.rss() / 1e6
             for number in range(1, args.rounds + 1):
-                bare = bare_round(dev, args.jobs, args.chips, f"{run_id}-{number}")
+                bare, bare_cpu = bare_round(dev, args.jobs, args.chips, f"{run_id}-{number}")
                 jobs = jobs_round(dev, operator, args.jobs, args.chips, f"{run_id}-{number}", args.timeout)
+                jobs["bare_cluster_cpu"] = bare_cpu
                 rounds.append((bare, jobs))
                 say(f"  round {number}: bare {args.jobs / bare:.1f} pods/s, jobs {jobs['running'] / jobs['seconds']:.1f} "
                     f"jobs/s ({jobs['running']} Running), operator RSS {jobs['rss_mb']:.0f} MB")
@@ -129,6 +138,23 @@ def main() -> int:
             operator.stop_process()
     report(args, rounds, idle_mb, peak_mb, operator.profile_summary())
     return 0
+
+
+def print_cpu_bound(count: int, rounds: list[dict]) -> None:
+    """The machine's CPU per bare pod and per job, by process (each side's window: first POST → all Running).
+    Both sides share the same cores, so while each is CPU-bound the rate ratio cannot pass bare CPU ÷ job CPU."""
+    def per_item(spent: dict[str, float]) -> dict[str, float]:
+        return {name: 1000 * seconds / count for name, seconds in spent.items()}
+    bare = [per_item(j["bare_cluster_cpu"]) for j in rounds]
+    jobs = [{**per_item(j["cluster_cpu"]), "operator": 1000 * j["cpu"] / count} for j in rounds]
+    for label, sides in (("bare pod", bare), ("job", jobs)):
+        names_ = sorted({name for side in sides for name in side}, key=lambda n: -statistics.median(
+            side.get(n, 0.0) for side in sides))
+        parts = ", ".join(f"{name} {statistics.median(side.get(name, 0.0) for side in sides):.1f}" for name in names_)
+        print(f"  CPU per {label + ' (ms, median)':<38}: total {median_range([sum(s.values()) for s in sides], 1)}"
+              f" — {parts}")
+    bounds = [sum(b.values()) / sum(j.values()) for b, j in zip(bare, jobs)]
+    print(f"  CPU bound on the rate ratio (bare ÷ job CPU)  : {median_range(bounds)}")
 
 
 def report(args, rounds: list[tuple[float, dict]], idle_mb: float, peak_mb: float, profile: str) -> None:
@@ -150,6 +176,7 @@ def report(args, rounds: list[tuple[float, dict]], idle_mb: float, peak_mb: floa
           f"{calls_breakdown([j['by_call'] for _, j in rounds], args.jobs)}")
     print(f"  operator CPU per job applied                  : "
           f"{median_range([1000 * j['cpu'] / args.jobs for _, j in rounds], unit=' ms')}")
+    print_cpu_bound(args.jobs, [jobs for _, jobs in rounds])
     points = percentiles(latencies)
     print("  apply → Running per job (outside), all rounds : "
           + ", ".join(f"p{p} {value:.2f} s" for p, value in points.items())
