@@ -23,6 +23,7 @@ else
     "operator-64 bench/bench_operator.py --nodes 128 --pods 64 --rounds 5"
     "restart-128 bench/bench_restart.py --nodes 256 --pods 128 --rounds 3"
     "many-jobs bench/bench_many_jobs.py --nodes 1000 --jobs 1000 --rounds 1 --timeout 600"
+    "api-cost bench/bench_api_cost.py --count 300 --rounds 3"
     "devcluster bench/bench_devcluster.py"
   )
 fi

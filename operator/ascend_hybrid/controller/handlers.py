@@ -99,9 +99,9 @@ def ahj_jobs(namespace, name, body, **_):
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def job_changed(namespace, name, type, meta, memo, **_) -> None:
+def job_changed(namespace, name, type, meta, body, memo, **_) -> None:
     key: JobKey = (namespace, name)
-    controller_of(memo).job_changed(key, meta.get("resourceVersion"), deleted=type == "DELETED")
+    controller_of(memo).job_changed(key, meta.get("resourceVersion"), deleted=type == "DELETED", body=body)
 
 
 @kopf.on.event("configmaps", labels={names.JOB_LABEL: kopf.PRESENT})

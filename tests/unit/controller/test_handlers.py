@@ -30,11 +30,25 @@ def memo():
     memo.controller.queue.close()
 
 
-def job_event(memo, event_type: str, resource_version: str) -> bool:
+def job_event(memo, event_type: str, resource_version: str, body: dict | None = None) -> bool:
     """Whether the event queued a pass of the job."""
+    body = body or {"metadata": {"name": "job", "namespace": "ns", "resourceVersion": resource_version}}
     handlers.job_changed(namespace="ns", name="job", type=event_type, meta={"resourceVersion": resource_version},
-                         memo=memo)
+                         body=body, memo=memo)
     return memo.controller.queue.get(timeout=0.5) == ("ns", "job")
+
+
+def test_a_jobs_first_event_is_its_first_pass_job_later_ones_mean_read_it_again(memo):
+    """Issue 27: the first pass of a job this process has not seen decides on the event's body (no GET); a later
+    event may be older than what our own last write returned, so it only drops the kept job."""
+    controller = memo.controller
+    first = {"metadata": {"name": "job", "namespace": "ns", "resourceVersion": "7"}, "spec": {"a": {"b": 1}}}
+    assert job_event(memo, "ADDED", "7", first)
+    controller.queue.done(("ns", "job"))
+    kept = controller.current_job(("ns", "job"))  # Kube is None here: a read would fail
+    assert kept == first and kept["spec"] is not first["spec"], "a copy: the watch's object is not the pass's"
+    assert job_event(memo, "MODIFIED", "8", {**first, "metadata": {**first["metadata"], "resourceVersion": "8"}})
+    assert controller.record_of(("ns", "job")).job is None
 
 
 def test_the_echo_of_our_own_status_write_queues_no_pass_but_anything_newer_does(memo):
@@ -125,11 +139,14 @@ def test_a_pass_reuses_the_job_its_last_write_returned_until_anyone_else_changes
         controller.record_of(key).last_written = "41"
         controller.remember_job(key, written)
         assert controller.current_job(key) is written and kube.reads == 1  # a pod changed: no read
-        handlers.job_changed(namespace="ns", name="job", type="MODIFIED", meta={"resourceVersion": "41"}, memo=memo)
+        handlers.job_changed(namespace="ns", name="job", type="MODIFIED", meta={"resourceVersion": "41"},
+                             body=written, memo=memo)
         assert controller.current_job(key) is written and kube.reads == 1  # our own echo
-        handlers.job_changed(namespace="ns", name="job", type="MODIFIED", meta={"resourceVersion": "42"}, memo=memo)
+        handlers.job_changed(namespace="ns", name="job", type="MODIFIED", meta={"resourceVersion": "42"},
+                             body=written, memo=memo)
         assert controller.current_job(key)["metadata"]["resourceVersion"] == "r2"  # someone else wrote it
-        handlers.job_changed(namespace="ns", name="job", type="DELETED", meta={"resourceVersion": "r2"}, memo=memo)
+        handlers.job_changed(namespace="ns", name="job", type="DELETED", meta={"resourceVersion": "r2"},
+                             body=written, memo=memo)
         controller.current_job(key)
         assert kube.reads == 3
     finally:
