@@ -76,6 +76,7 @@ def jobs_round(dev: DevCluster, operator: Operator, count: int, chips: int, tag:
             finished, running = time.monotonic(), timed_out.reached
         spent, cluster_cpu = operator.snapshot().since(before), cpu_since(dev, cpu_before)
         rss_mb = operator.rss() / 1e6
+        say(f"  {running} jobs Running: operator RSS {rss_mb:.0f} MB, peak so far {operator.peak_rss / 1e6:.0f} MB")
         latencies = [watch.seen[name] - sent[name] for name in sent if name in watch.seen]
     finally:
         watch.close()

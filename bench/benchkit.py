@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster import cluster
@@ -129,7 +130,11 @@ class DevCluster:
         """The namespace's jobs deleted and gone with their pods, as a user cleans up. Deleting the namespace at
         once would delete pods of jobs still there: the operator would take each for a lost pod and try to
         replace it in a terminating namespace, writes that a next round would count."""
-        self.custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        try:
+            self.custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        except ApiException as error:
+            if error.status != 504:  # the apiserver's request timeout: it goes on deleting, the wait below sees it
+                raise
         wait_until(lambda: not self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                                           limit=1)["items"],
                    timeout, f"the jobs of {namespace} to go", interval=0.5)

@@ -16,8 +16,10 @@ import os
 import kopf
 
 from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.ascend import device_infos_by_node
 from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.controller.loop import Controller, Indexes, JobKey
+from ascend_hybrid.controller.records import nodes_by_name
 from ascend_hybrid.gang import backlog
 from ascend_hybrid.spec.api import PLURAL, VERSION
 
@@ -73,7 +75,9 @@ def bind_indexes(memo, ahj_jobs, **_) -> None:
     (podwatch.PodStore), memo.nodes and memo.device_infos (clusterwatch.NamedStore)."""
     controller_of(memo).indexes = Indexes(
         nodes=memo.nodes.values, npu_pods=memo.pods.npu_pods, job_pods=memo.pods.job_pods,
-        device_infos=memo.device_infos.values, jobs=lambda: _copy(ahj_jobs), evicted_pods=memo.pods.evicted_pods)
+        device_infos=memo.device_infos.values, jobs=lambda: _copy(ahj_jobs), evicted_pods=memo.pods.evicted_pods,
+        node_map=lambda: memo.nodes.derived("by name", nodes_by_name),
+        device_info_map=lambda: memo.device_infos.derived("by node", device_infos_by_node))
 
 
 @kopf.on.login()

@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from typing import cast
 
 from ascend_hybrid.contracts import conditions, kueue, names
-from ascend_hybrid.contracts.ascend import device_infos_by_node
 from ascend_hybrid.contracts.podview import attempt_of
 from ascend_hybrid.controller import children, metrics, placing
 from ascend_hybrid.controller.kube import Kube, rank_table_of
@@ -301,7 +300,7 @@ class Controller:
             record.rank_table_read = True
         channel = children.recovery_data(self, key, job)
         launcher_generation, launchers = recovery.read_channel(channel)
-        nodes = {node["metadata"]["name"]: node for node in self.indexes.nodes()}
+        nodes = self.indexes.nodes_by_name()
         pods = tuple(self.indexes.job_pods(key))
         return Observed(
             job=job, resolved=resolved, spec_problems=problems, pods=pods, workload=self.workload(key, job, resolved, pods),
@@ -311,7 +310,7 @@ class Controller:
             sched_ip=record.sched_ip, nodes=nodes, now=datetime.now(UTC),
             node_grace_seconds=self.settings.node_grace_seconds,
             in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample,
-            device_infos=device_infos_by_node(self.indexes.device_infos()), hardware_profiles=self.hardware_profiles,
+            device_infos=self.indexes.device_infos_by_node(), hardware_profiles=self.hardware_profiles,
             observed_efficiency=self.observed_efficiency,
             refusal=record.refusal, rank_table_revision=record.rank_table_revision,
             expander_image=self.settings.ranktable_expander_image,

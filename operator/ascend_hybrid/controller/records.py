@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ascend_hybrid.contracts.ascend import DeviceInfo, device_infos_by_node
 from ascend_hybrid.diagnosis.refusals import Refusal
 from ascend_hybrid.gang import backlog
 from ascend_hybrid.monitoring.progress import Sample
@@ -73,3 +74,18 @@ class Indexes:
     device_infos: Callable[[], list[dict]]
     jobs: Callable[[], list[backlog.Entry]] = list  # every job's placement as its status says (handlers.ahj_jobs)
     evicted_pods: Callable[[JobKey], list[dict]] = lambda key: []  # gone pods Kueue evicted (podwatch.PodStore)
+    # node name → Node and → DeviceInfo, read by every pass: the stores keep them until they change
+    # (handlers.bind_indexes); built anew each call where no store is bound (tests)
+    node_map: Callable[[], Mapping[str, dict]] | None = None
+    device_info_map: Callable[[], Mapping[str, DeviceInfo]] | None = None
+
+    def nodes_by_name(self) -> Mapping[str, dict]:
+        return self.node_map() if self.node_map is not None else nodes_by_name(self.nodes())
+
+    def device_infos_by_node(self) -> Mapping[str, DeviceInfo]:
+        return self.device_info_map() if self.device_info_map is not None else \
+            device_infos_by_node(self.device_infos())
+
+
+def nodes_by_name(nodes: Iterable[dict]) -> dict[str, dict]:
+    return {node["metadata"]["name"]: node for node in nodes}

@@ -175,3 +175,21 @@ def test_a_status_of_pod_counts_alone_waits_for_the_coalescing_window_but_a_real
     controller.record_of(key).written_at = time.monotonic() - 60
     assert controller.defer_progress(key, Next.WAIT, old, counts) is None
     controller.queue.close()
+
+
+def test_the_node_and_deviceinfo_maps_are_built_once_until_their_store_changes():
+    """Issue 27: every pass reads every node; the maps are kept by the stores until an object changes."""
+    from ascend_hybrid.controller.clusterwatch import NamedStore
+
+    store, builds = NamedStore(), []
+
+    def build(values):
+        builds.append(len(values))
+        return {node["metadata"]["name"]: node for node in values}
+    store.replace(None, [{"metadata": {"name": "n1"}}], "watch")
+    first = store.derived("by name", build)
+    assert store.derived("by name", build) is first and builds == [1]
+    store.apply("ADDED", {"metadata": {"name": "n2"}})
+    assert set(store.derived("by name", build)) == {"n1", "n2"} and builds == [1, 2]
+    store.apply("DELETED", {"metadata": {"name": "n1"}})
+    assert set(store.derived("by name", build)) == {"n2"}
