@@ -104,12 +104,14 @@ def duplicates_of(pods: list[dict]) -> int:
 
 
 def double_booked(pods: list[dict]) -> list[str]:
-    """Nodes where live pods name one device twice, or hold more chips than the node has."""
+    """Nodes where live pods name one device twice, or hold more chips than the node has. A pod holds chips once
+    its node admitted it (the device plugin's annotation): two pods bound to one node's last chips by two schedulers
+    that raced are not a double booking until both are admitted (the node refuses the second)."""
     by_node: dict[str, list[int]] = {}
     requested: Counter = Counter()
     for pod in pods:
         node = pod["spec"].get("nodeName")
-        if not node or not live(pod):
+        if not node or not live(pod) or not device_ids(pod):
             continue
         by_node.setdefault(node, []).extend(device_ids(pod))
         for container in pod["spec"].get("containers") or ():

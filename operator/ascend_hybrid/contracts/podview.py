@@ -85,6 +85,29 @@ def unschedulable_message(pod: Mapping) -> str | None:
     return None
 
 
+# The kubelet's admission refusals (pkg/kubelet kubelet.go rejectPod): the pod is set Failed before any container
+# starts, its reason the admit handler's ("OutOf<resource>" from the resource fit, "UnexpectedAdmissionError" when
+# the device manager cannot allocate, "NodeAffinity", "Taint", ...) and its message prefixed so.
+ADMISSION_REJECTED_PREFIX = "Pod was rejected"
+ADMISSION_REASONS_PREFIXED = ("OutOf",)
+ADMISSION_REASONS = frozenset({"UnexpectedAdmissionError", "NodeAffinity", "NodeName", "NodePorts", "Taint",
+                               "InvalidNodeInfo"})
+
+
+def admission_refusal(pod: Mapping) -> str | None:
+    """The kubelet's word on a bound pod it refused to admit (phase Failed, no container started): "reason:
+    message". None for any other pod, a training failure included."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Failed" or any(
+            {"running", "terminated"} & set(entry.get("state") or ()) for entry in status.get("containerStatuses") or ()):
+        return None
+    reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
+    if message.startswith(ADMISSION_REJECTED_PREFIX) or reason in ADMISSION_REASONS \
+            or reason.startswith(ADMISSION_REASONS_PREFIXED):
+        return f"{reason or 'Rejected'}: {message}" if message else reason
+    return None
+
+
 def live_names(pods: Iterable[Mapping]) -> tuple[str, ...]:
     return tuple(pod["metadata"]["name"] for pod in pods if not is_deleting(pod))
 

@@ -266,10 +266,13 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
         sched_ip: str | None,
         node_requirements: list[dict] | tuple = (), expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> dict:
     """One pod of the gang, owned by the job, pinned to its placed node by a required node affinity. On the direct
-    path it is created schedulable: its chips are promised under the placement lock before it exists, so a gate
-    would hold nothing and cost one patch per pod (design §5). A queued job's pods carry the gang gate, their Kueue
-    pod-group labels and annotations, and (node None, before admission) only `node_requirements` (the chip type):
-    Kueue admits the group, then they are placed, pinned and released in one patch each (queue_steps.py)."""
+    path it is also bound there at creation (`spec.nodeName`): its chips are promised under the placement lock
+    before it exists, so a gate would hold nothing and cost one patch per pod, and the scheduler would only repeat
+    the placement's work (design §5); the kubelet's admission is the node's check, and a pod it refuses is placed
+    anew (decision.refused_at_admission). A queued job's pods carry the gang gate, their Kueue pod-group labels and
+    annotations, and (node None, before admission) only `node_requirements` (the chip type): Kueue admits the
+    group, then they are placed, pinned and released in one patch each (queue_steps.py); a gated pod cannot carry
+    a nodeName, so the scheduler binds those."""
     job, spec = resolved.name, resolved.spec
     template = spec.template
     labels = {**template.metadata.labels, **names.job_labels(job), names.ATTEMPT_LABEL: str(attempt),
@@ -285,7 +288,8 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
         "pod.yaml.j2", name=names.pod_name(job, attempt, index), namespace=namespace, labels=labels,
         annotations=annotations, owner_references=owner_references(job, uid),
         subdomain=names.headless_service(job) if needs_services(resolved) else None,
-        gate=names.GANG_GATE if spec.scheduling.queue else None, node_requirements=requirements, scheduler_name=spec.scheduling.scheduler_name,
+        gate=names.GANG_GATE if spec.scheduling.queue else None, node_name=bound_node(resolved, node),
+        node_requirements=requirements, scheduler_name=spec.scheduling.scheduler_name,
         service_account_name=template.service_account_name, priority_class_name=template.priority_class_name,
         node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
         image_pull_policy=template.image_pull_policy, command=template.command, args=template.args,
@@ -295,6 +299,12 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
     if needs_expander(resolved):
         manifest["spec"]["initContainers"] = [expander_container(expander_image)]
     return manifest
+
+
+def bound_node(resolved: ResolvedJob, node: str | None) -> str | None:
+    """The node a pod is bound to at creation: its placed node on the direct path; None for a queued job's pods,
+    which carry Kueue's gate (the apiserver refuses a nodeName beside a scheduling gate)."""
+    return node if node and not resolved.spec.scheduling.queue else None
 
 
 def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, placed: list[tuple[int, str | None]],
@@ -322,6 +332,8 @@ def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, pla
             terms = manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             terms["nodeSelectorTerms"][0]["matchExpressions"] = [
                 {"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}]
+            if (bound := bound_node(resolved, node)) is not None:
+                manifest["spec"]["nodeName"] = bound
         elif first_node:
             raise ValueError("gang_pods: every pod of one call is pinned, or none is")
         made.append(manifest)

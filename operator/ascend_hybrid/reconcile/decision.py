@@ -21,6 +21,7 @@ from ascend_hybrid.contracts.conditions import (
 )
 from ascend_hybrid.contracts.kueue import EVICTED, Admission
 from ascend_hybrid.contracts.podview import (
+    admission_refusal,
     attempt_of,
     is_deleting,
     is_gated,
@@ -108,6 +109,9 @@ def run(p: Pass) -> Decision:
     if admission is not None and admission.state == EVICTED:
         return queue_steps.preempted(p, admission, current)
     placement = placement_of_attempt(p, attempt)
+    # a node's kubelet refused a pod bound to it (a rival took the chips first): placed anew, not a failure
+    if (done := refused_at_admission(p, current)) is not None:
+        return done
     # a placed attempt that broke (the failure policy decides) or whose every pod succeeded
     if (done := attempt_outcome(p, current, placement)) is not None:
         return done
@@ -346,6 +350,27 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
         return p.d
     p.phase("Starting", f"{len(unbound)} of {len(pods)} pods waiting for the scheduler{refusal}")
     p.requeue(min(FAST_REQUEUE_SECONDS, limit - waited))
+    return p.d
+
+
+def refused_at_admission(p: Pass, current: dict) -> Decision | None:
+    """A pod bound to its placed node at creation and refused by that node's kubelet (a pod the default scheduler
+    bound there meanwhile holds the chips): no container ran, so it is not a training failure and no restart is
+    counted. The attempt ends and the gang is placed anew, as after a scheduling timeout: the new placement sees
+    the rival's chips taken. Every pod of the attempt goes first, so none is doubled."""
+    refused = [(pod, why) for pod in current.values() if (why := admission_refusal(pod))]
+    if not refused:
+        return None
+    pod, why = refused[0]
+    message = (f"{pod['metadata']['name']} refused by node {node_of(pod)}: {why}"
+               + (f" (and {len(refused) - 1} more pods)" if len(refused) > 1 else "") + "; placing anew")
+    p.delete(list(current.values()))
+    p.reset_rank_table()
+    p.new_attempt()
+    p.cond("Placed", False, "RefusedByNode", message)
+    p.phase("Pending", message)
+    p.d.emit("Warning", "RefusedByNode", message)
+    p.requeue(FAST_REQUEUE_SECONDS)
     return p.d
 
 

@@ -77,16 +77,25 @@ def refused_pod(index: int) -> dict:
     return pod
 
 
+def rejected_pod(index: int) -> dict:
+    """Bound at creation, and its node's kubelet refused to admit it (a rival holds the chips): Failed, no container."""
+    pod = full_pod(index, phase="Pending")
+    pod["status"].update(phase="Failed", reason="OutOfhuawei.com/Ascend910",
+                         message="Pod was rejected: Node didn't have enough resource: huawei.com/Ascend910, "
+                                 "requested: 8, used: 8, capacity: 8")
+    return pod
+
+
 PODS = [full_pod(0), full_pod(1, gated=True), full_pod(2, phase="Failed", failed=True), full_pod(3, phase="Pending"),
-        full_pod(4, queued=True, gated=True), refused_pod(5)]
-NODES = [NodeBuilder(f"node-{index}").chip("910B").build() for index in range(5)]
+        full_pod(4, queued=True, gated=True), refused_pod(5), rejected_pod(6)]
+NODES = [NodeBuilder(f"node-{index}").chip("910B").build() for index in range(7)]
 
 READERS = {
     "labels_of": podview.labels_of, "attempt_of": podview.attempt_of, "pod_index": podview.pod_index,
     "phase_of": podview.phase_of, "is_finished": podview.is_finished, "exit_code": podview.exit_code,
     "sched_host": lambda pod: podview.container_env(pod, render.SCHED_HOST_ENV),
     "is_gated": podview.is_gated, "is_deleting": podview.is_deleting, "node_of": podview.node_of,
-    "unschedulable_message": podview.unschedulable_message,
+    "unschedulable_message": podview.unschedulable_message, "admission_refusal": podview.admission_refusal,
     "npu_request": podview.npu_request, "holds_npus": lambda pod: podview.holds_npus(pod.get("spec") or {}),
     "pod_devices": ascend.pod_devices, "pod_chip_ids": ascend.pod_chip_ids,
     "pinned_node": lambda pod: inventory.pinned_node(pod, {}),
@@ -154,3 +163,15 @@ def test_every_reconcile_scenario_decides_the_same_on_projected_pods(module_name
         if name.startswith("test_") and not inspect.signature(test).parameters:
             test()
     assert sum(compared) > 20  # the scenarios did decide on pods
+
+
+def test_only_a_pod_the_kubelet_refused_before_it_ran_is_an_admission_refusal():
+    assert [podview.admission_refusal(pod) for pod in PODS] == [None] * 6 + [
+        "OutOfhuawei.com/Ascend910: Pod was rejected: Node didn't have enough resource: huawei.com/Ascend910, "
+        "requested: 8, used: 8, capacity: 8"]
+    started = rejected_pod(7)
+    started["status"]["containerStatuses"] = full_pod(7, phase="Failed", failed=True)["status"]["containerStatuses"]
+    assert podview.admission_refusal(started) is None  # a container ran: a training failure, diagnosed as such
+    affinity = rejected_pod(8)
+    affinity["status"].update(reason="NodeAffinity", message="")
+    assert podview.admission_refusal(affinity) == "NodeAffinity"

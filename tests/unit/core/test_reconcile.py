@@ -452,6 +452,28 @@ def test_scheduling_timeout_deletes_the_attempt_and_replans():
     assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
 
 
+def test_a_pod_the_kubelet_refused_at_admission_ends_the_attempt_without_a_restart():
+    """Bound to its placed node at creation, a pod the node's kubelet refuses (a pod the default scheduler bound
+    there first holds the chips) never ran: not a training failure. Every pod of the attempt goes and the gang is
+    placed anew at once, the refusal named; nothing is counted against backoffLimit."""
+    why = ("Pod was rejected: Node didn't have enough resource: huawei.com/Ascend910, requested: 4, used: 8, "
+           "capacity: 8")
+    rejected = (PodBuilder("demo", 1, namespace="ns").attempt(1).created(NOW).node(NODES[1]).phase("Failed")
+                .status(reason="OutOfhuawei.com/Ascend910", message=why).build())
+    for phase in ("Starting", "Running"):
+        decision = decide(observe(demo().status(placed_status(phase=phase)).build(), pods=[pod(0).build(), rejected]))
+        assert decision.status["attempt"] == 2 and decision.status["restarts"] == 0
+        assert "placement" not in decision.status and "lastFailure" not in decision.status
+        assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
+        message = f"demo-a1-1 refused by node {NODES[1]}: OutOfhuawei.com/Ascend910: {why}; placing anew"
+        assert decision.status["message"] == message and decision.status["phase"] == "Pending"
+        assert ("Warning", "RefusedByNode") in events(decision)
+        placed = next(c for c in decision.status["conditions"] if c["type"] == "Placed")
+        assert (placed["status"], placed["reason"], placed["message"]) == ("False", "RefusedByNode", message)
+        replaced = decide(observe(demo().status(decision.status).build()))
+        assert "place" in kinds(replaced) and replaced.status["restarts"] == 0
+
+
 def test_a_pod_its_placed_node_refused_is_named_then_placed_anew_without_a_restart():
     """The placement race: a pod the default scheduler bound took the chips before our pinned pod reached the
     scheduler. The pod waits unschedulable (never bound elsewhere, never doubled); the phase says why, and past

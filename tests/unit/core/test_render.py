@@ -128,6 +128,7 @@ def test_pod_shape(seed, seed_children):
                                   "app.kubernetes.io/managed-by": "ascend-hybrid-operator"}
         assert meta["annotations"] == {"hccl/rankIndex": str(index)}
         assert "schedulingGates" not in spec  # the direct path: created schedulable, pinned (design §5)
+        assert spec["nodeName"] == f"node-{index:02d}"  # and bound there at creation: the scheduler not involved
         terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
                                                 "values": [f"node-{index:02d}"]}]}]
@@ -347,6 +348,7 @@ def test_a_queued_pod_is_created_unpinned_with_its_chip_requirement_only():
         assert pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
             "nodeSelectorTerms": [{"matchExpressions": chip}]}
         assert pod["spec"]["schedulingGates"] == [{"name": "hybrid.ascend.dev/gang"}]
+        assert "nodeName" not in pod["spec"]
         assert pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "job-a3"
         assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "12"
     shapes = {json.dumps({key: pod["spec"].get(key) for key in ("affinity", "nodeSelector", "tolerations")}
@@ -413,3 +415,17 @@ def test_a_job_of_one_pod_has_no_services_and_its_scheduler_is_the_pods_own_ip()
     elastic = resolved_of({"parallelism": {"data": 8}, "elastic": {"minData": 4}})
     assert render.needs_services(elastic), "an elastic job may grow beyond its one pod"
     assert render.needs_services(resolved_of({"parallelism": {"data": 16}}))
+
+
+def test_a_queued_pod_placed_after_admission_is_pinned_but_left_to_the_scheduler():
+    """A queued gang's pods carry Kueue's gate, and the apiserver refuses a nodeName beside a gate: pinned by the
+    affinity only, the scheduler binds them once released. The direct path binds at creation."""
+    queued = resolved_of({"parallelism": {"data": 2, "tensor": 8}, "scheduling": {"queue": "team-a"}})
+    direct = resolved_of({"parallelism": {"data": 2, "tensor": 8}})
+    for resolved, bound in ((queued, [None, None]), (direct, ["node-a", "node-b"])):
+        pods = render.gang_pods(resolved, "team-a", UID, 1, [(0, "node-a"), (1, "node-b")], SCHED_IP)
+        assert [pod["spec"].get("nodeName") for pod in pods] == bound
+        assert pods == [render.pod(resolved, "team-a", UID, 1, index, node, SCHED_IP)
+                        for index, node in ((0, "node-a"), (1, "node-b"))]
+        for pod in pods:
+            kubernetes_validate.validate(copy.deepcopy(pod), K8S, strict=True)

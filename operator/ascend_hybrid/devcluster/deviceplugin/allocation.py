@@ -115,6 +115,14 @@ def device_annotations(pod_name: str, pod_uid: str, node: SimNode, chips: tuple[
     }
 
 
+def kubelet_rejection(requested: int, used: int, capacity: int) -> dict:
+    """The status a kubelet gives a pod its admission refuses for want of chips (pkg/kubelet rejectPod with the
+    resource fit's reason and message): Failed before any container, never retried on that node."""
+    message = (f"Node didn't have enough resource: {RESOURCE}, requested: {requested}, used: {used}, "
+               f"capacity: {capacity}")
+    return {"phase": "Failed", "reason": f"OutOf{RESOURCE}", "message": f"Pod was rejected: {message}"}
+
+
 @dataclass
 class ChipLedger:
     """Who holds which chips on which node, and which chips are out of service."""
@@ -126,12 +134,15 @@ class ChipLedger:
     def taken(self, node_name: str) -> set[int]:
         return {i for name, chips in self.holders.values() if name == node_name for i in chips}
 
-    def free(self, node_name: str) -> set[int]:
+    def usable(self, node_name: str) -> set[int]:
+        """The node's chips in service: what a real device plugin reports healthy, the node's allocatable."""
         node = self.nodes.get(node_name)
         if node is None:
             return set()
-        everything = set(range(profile(node.chip).chips_per_node))
-        return everything - self.taken(node_name) - set(self.unusable.get(node_name, frozenset()))
+        return set(range(profile(node.chip).chips_per_node)) - set(self.unusable.get(node_name, frozenset()))
+
+    def free(self, node_name: str) -> set[int]:
+        return self.usable(node_name) - self.taken(node_name)
 
     def hold(self, uid: str, node_name: str, chips: tuple[int, ...]) -> None:
         self.holders[uid] = (node_name, tuple(chips))

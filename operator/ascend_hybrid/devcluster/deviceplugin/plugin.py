@@ -3,6 +3,9 @@
 For every pod bound to a simulated node that requests huawei.com/Ascend910 it picks distinct free chips on that
 node and writes the device annotations; kwok turns such a pod Running only after that (devcluster/controlplane/stages.yaml).
 Chips come back when the pod ends. Chips that the node's deviceinfo ConfigMap marks unusable are never handed out.
+A pod bound to a known node without enough free chips is refused as the kubelet's admission refuses it (phase
+Failed, reason `OutOf<resource>`, "Pod was rejected: …"): two pods bound to one node's last chips, e.g. by two
+schedulers that raced, end as on a real node — the first admitted, the second failed before it ever ran.
 The pods' annotations are the ledger's source of truth, so the process can be killed and restarted at any time.
 
     python -m ascend_hybrid.devcluster.deviceplugin.plugin --kubeconfig FILE [--ready-file FILE]
@@ -24,6 +27,7 @@ from ascend_hybrid.devcluster.deviceplugin.allocation import (
     device_annotations,
     held_chips,
     is_finished,
+    kubelet_rejection,
     requested_chips,
 )
 from ascend_hybrid.devcluster.kube.client import api_client, with_retries
@@ -49,6 +53,7 @@ class SimulatedDevicePlugin:
         self.waiting: dict[str, dict] = {}  # uid → bound pod still without chips (node unknown or full)
         self.reported_waiting: set[str] = set()
         self.in_flight: set[str] = set()  # uids whose annotation patch has not landed yet
+        self.refused: set[str] = set()  # uids refused as a kubelet's admission refuses them, the patch sent
         self.pool = ThreadPoolExecutor(patch_workers, thread_name_prefix="annotate")
 
     # Nodes and their health -------------------------------------------------------------------------------
@@ -94,7 +99,9 @@ class SimulatedDevicePlugin:
                 if uid not in live and uid not in self.in_flight:
                     self.ledger.release(uid)
             self.waiting.clear()
-            for pod in live.values():
+            # the chips pods already hold first: a pod that still needs some is judged against them, oldest first
+            # (the kubelet admits the pods it finds by creation time, HandlePodAdditions)
+            for pod in sorted(live.values(), key=admission_order):
                 self._observe(pod)
 
     def pod_event(self, kind: str, pod: dict) -> None:
@@ -102,6 +109,8 @@ class SimulatedDevicePlugin:
         with self.lock:
             if kind == "DELETED" or is_finished(pod):
                 self.waiting.pop(uid, None)
+                if kind == "DELETED":
+                    self.refused.discard(uid)
                 self.reported_waiting.discard(uid)
                 if uid not in self.in_flight and self.ledger.release(uid) is not None:
                     self.retry_waiting()
@@ -128,7 +137,10 @@ class SimulatedDevicePlugin:
         if uid in self.ledger.holders:
             return  # our patch is on its way
         chips = self.ledger.allocate(uid, node_name, count)
-        if chips is None:
+        if chips is None and node_name in self.ledger.nodes:
+            self._refuse(pod, node_name, count)
+            return
+        if chips is None:  # its node is not known yet: allocated once it is
             self.waiting[uid] = pod
             if uid not in self.reported_waiting and node_name in self.ledger.nodes:
                 self.reported_waiting.add(uid)
@@ -139,6 +151,32 @@ class SimulatedDevicePlugin:
         self.reported_waiting.discard(uid)
         self.in_flight.add(uid)
         self.pool.submit(self._annotate, pod, self.ledger.nodes[node_name], chips)
+
+    def _refuse(self, pod: dict, node_name: str, count: int) -> None:
+        uid = pod["metadata"]["uid"]
+        self.waiting.pop(uid, None)
+        if uid in self.refused:
+            return
+        self.refused.add(uid)
+        usable = self.ledger.usable(node_name)
+        used = len(self.ledger.taken(node_name) & usable)
+        self.pool.submit(self._reject, pod, kubelet_rejection(count, used, len(usable)))
+
+    def _reject(self, pod: dict, status: dict) -> None:
+        metadata = pod["metadata"]
+        name, namespace = metadata["name"], metadata["namespace"]
+        try:
+            with_retries(lambda: self.core.patch_namespaced_pod_status(
+                name, namespace, {"metadata": {"uid": metadata["uid"]}, "status": status},
+                _content_type="application/merge-patch+json", _preload_content=False),
+                f"reject pod {namespace}/{name}", timeout=30)
+            self.log(f"rejected {namespace}/{name} on {pod['spec']['nodeName']}: {status['message']}")
+        except Exception as error:  # noqa: BLE001 - a worker must never die silently; a pod gone is no loss
+            cause = error.__cause__
+            if not (isinstance(cause, ApiException) and cause.status in (404, 409, 422)):
+                self.log(f"error: reject pod {namespace}/{name}: {error!r}")
+            with self.lock:
+                self.refused.discard(metadata["uid"])
 
     def _annotate(self, pod: dict, node, chips: tuple[int, ...]) -> None:
         metadata = pod["metadata"]
@@ -174,6 +212,11 @@ class SimulatedDevicePlugin:
                 self.in_flight.discard(uid)
                 if not keep:
                     self.retry_waiting()
+
+
+def admission_order(pod: dict) -> tuple[bool, str, str]:
+    metadata = pod["metadata"]
+    return held_chips(pod) is None, str(metadata.get("creationTimestamp") or ""), metadata["name"]
 
 
 def run(kubeconfig: str, ready_file: Path | None, stop: threading.Event) -> None:
