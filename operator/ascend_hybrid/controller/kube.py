@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RETRIED_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
-MUTATING_VERBS = frozenset({"create", "apply", "patch", "update", "delete"})
+MUTATING_VERBS = frozenset({"create", "apply", "patch", "update", "delete", "deletecollection"})
 WATCH_CONNECTIONS = 4
 APPLY = {"field_manager": names.FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
 
@@ -183,6 +183,18 @@ class Kube:
         query = [("gracePeriodSeconds", "0")] if force else None
         self._call("delete", "pods", self._send, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", ok=(404,),
                    query=query)
+
+    def delete_attempt_pods(self, namespace: str, job: str, attempt: int, force: bool = False) -> None:
+        """Every pod of one attempt of a job, in one call (the job and attempt labels select them)."""
+        selector = f"{names.JOB_LABEL}={job},{names.ATTEMPT_LABEL}={attempt}"
+        grace = {"grace_period_seconds": 0} if force else {}
+
+        def delete() -> None:
+            # the answer lists every deleted pod whole: read to its end (the connection goes back to the pool),
+            # never turned into models nobody reads
+            self.core.delete_collection_namespaced_pod(namespace, label_selector=selector, _preload_content=False,
+                                                       **grace).read()
+        self._call("deletecollection", "pods", delete)
 
     def _send(self, method: str, path: str, body=None, *, content_type: str = "application/json",
               query: list[tuple[str, str]] | None = None) -> None:

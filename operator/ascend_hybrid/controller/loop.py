@@ -408,6 +408,8 @@ class Controller:
                 record.touched(pod_name for pod_name, _ in action.pods)
             case DeleteWorkloads():
                 self.each(lambda workload: self.kube.delete_workload(namespace, workload), action.names)
+            case DeletePods(attempt=int(attempt)):
+                self.kube.delete_attempt_pods(namespace, key[1], attempt, force=action.force)
             case DeletePods():
                 self.each(functools.partial(self.kube.delete_pod, namespace, force=action.force), action.names)
 

@@ -85,8 +85,12 @@ class DeleteWorkloads:
 
 @dataclass(frozen=True)
 class DeletePods:
+    """Delete these pods. With `attempt`, they are every live pod of that attempt of the job: one delete of the
+    collection the job and attempt labels select (a whole-gang restart of 128 pods is one call, not 128)."""
+
     names: tuple[str, ...]
     force: bool = False  # grace period 0: a pod on a lost node whose kubelet will never confirm its end
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)

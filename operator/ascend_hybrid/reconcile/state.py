@@ -14,7 +14,7 @@ from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts.ascend import DeviceInfo
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.conditions import condition, parse_time, set_condition, timestamp
-from ascend_hybrid.contracts.podview import TERMINAL_POD_PHASES, is_deleting, live_names, phase_of
+from ascend_hybrid.contracts.podview import TERMINAL_POD_PHASES, attempt_of, is_deleting, live_names, phase_of
 from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.diagnosis.recovery import LauncherReport
 from ascend_hybrid.diagnosis.refusals import Refusal
@@ -132,7 +132,7 @@ class Pass:
             workloads = workloads_of(pods)
             if workloads:
                 self.d.act(workloads)
-            self.d.act(DeletePods(doomed))
+            self.d.act(*doomed_pods(pods, self.o.pods))
 
     def new_attempt(self) -> None:
         self.status["attempt"] = int(self.status.get("attempt") or 0) + 1
@@ -174,6 +174,26 @@ class Pass:
             else:
                 self.requeue(max(left, 0.5))
         return self.d
+
+
+def doomed_pods(pods: list[dict] | tuple[dict, ...], observed: list[dict] | tuple[dict, ...]) -> list[DeletePods]:
+    """The deletes of `pods`: one collection delete per attempt whose every live observed pod goes (more than one),
+    one delete per pod for the rest (a lone pod, or some pods of an attempt whose others stay)."""
+    live_by_attempt: dict[int, set[str]] = {}
+    for pod in observed:
+        if not is_deleting(pod):
+            live_by_attempt.setdefault(attempt_of(pod), set()).add(pod["metadata"]["name"])
+    doomed_by_attempt: dict[int, list[str]] = {}
+    for pod in pods:
+        if not is_deleting(pod):
+            doomed_by_attempt.setdefault(attempt_of(pod), []).append(pod["metadata"]["name"])
+    deletes, single = [], []
+    for attempt, doomed in doomed_by_attempt.items():
+        if attempt and len(doomed) > 1 and set(doomed) == live_by_attempt.get(attempt):
+            deletes.append(DeletePods(tuple(doomed), attempt=attempt))
+        else:
+            single += doomed
+    return ([DeletePods(tuple(single))] if single else []) + deletes
 
 
 def workloads_of(pods: list[dict] | tuple[dict, ...]) -> DeleteWorkloads | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -81,3 +82,14 @@ def test_deleting_a_pod_that_is_gone_is_fine(kube):
     Apiserver.answers[("DELETE", "/api/v1/namespaces/team/pods/job-a1-0")] = [404]
     kube.delete_pod("team", "job-a1-0")
     assert Apiserver.seen[0][:2] == ("DELETE", "/api/v1/namespaces/team/pods/job-a1-0")
+
+
+def test_a_whole_attempt_is_deleted_in_one_call_selected_by_its_labels_and_retried_on_500(kube):
+    Apiserver.answers[("DELETE", "/api/v1/namespaces/team/pods")] = [500, 200]
+    kube.delete_attempt_pods("team", "job", 3)
+    assert len(Apiserver.seen) == 2
+    method, path, _, _ = Apiserver.seen[-1]
+    assert method == "DELETE" and urllib.parse.unquote(path) == (
+        "/api/v1/namespaces/team/pods?labelSelector=hybrid.ascend.dev/job=job,hybrid.ascend.dev/attempt=3")
+    kube.delete_attempt_pods("team", "job", 3, force=True)
+    assert "gracePeriodSeconds=0" in Apiserver.seen[-1][1]

@@ -464,7 +464,8 @@ def test_a_pod_the_kubelet_refused_at_admission_ends_the_attempt_without_a_resta
         decision = decide(observe(demo().status(placed_status(phase=phase)).build(), pods=[pod(0).build(), rejected]))
         assert decision.status["attempt"] == 2 and decision.status["restarts"] == 0
         assert "placement" not in decision.status and "lastFailure" not in decision.status
-        assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
+        deleted = action(decision, "delete_pods")
+        assert (deleted.names, deleted.attempt) == (("demo-a1-0", "demo-a1-1"), 1), "the attempt in one call"
         message = f"demo-a1-1 refused by node {NODES[1]}: OutOfhuawei.com/Ascend910: {why}; placing anew"
         assert decision.status["message"] == message and decision.status["phase"] == "Pending"
         assert ("Warning", "RefusedByNode") in events(decision)
@@ -998,3 +999,17 @@ def test_an_escalating_failure_adds_its_own_suspect_to_the_nodes_the_replacement
     placing = action(decision, "place_replacement")
     assert placing.request.excluded_nodes == {"node-b"}  # an HCCL timeout suspects the failed rank's node
     assert decision.status["recoveries"][0]["avoid"] == ["node-b"]
+
+
+def test_every_live_pod_of_an_attempt_goes_in_one_collection_delete_and_the_rest_one_by_one():
+    """One call for a whole attempt (a 128-pod restart was 128 deletes); a pod alone, some pods of an attempt whose
+    others stay, or a pod already going are deleted by name, or not at all."""
+    first = [pod(0).build(), pod(1).build()]
+    second = [pod(0, attempt=2).build(), pod(1, attempt=2).build()]
+    going = pod(1, attempt=2).deleting(NOW).build()
+    assert state.doomed_pods(first, first + second) == [state.DeletePods(("demo-a1-0", "demo-a1-1"), attempt=1)]
+    assert state.doomed_pods(first + second[:1], first + second) == [
+        state.DeletePods(("demo-a2-0",)), state.DeletePods(("demo-a1-0", "demo-a1-1"), attempt=1)]
+    assert state.doomed_pods([second[0], going], [second[0], going]) == [state.DeletePods(("demo-a2-0",))]
+    assert state.doomed_pods(first[:1], first[:1]) == [state.DeletePods(("demo-a1-0",))], "one pod: by name"
+    assert state.doomed_pods([], first) == []

@@ -58,6 +58,7 @@ KUBE_PY_CALLS = {
     "create_namespaced_pod": {("", "pods", "create")},
     "patch_namespaced_pod": {("", "pods", "patch")},
     "delete_namespaced_pod": {("", "pods", "delete")},
+    "delete_collection_namespaced_pod": {("", "pods", "deletecollection")},
     "create_namespaced_event": {("", "events", "create")},
     # The pod watch (listwatch.py: list + watch, in every namespace or in each watched one); placement's
     # cluster-wide reads when only some namespaces are watched.
