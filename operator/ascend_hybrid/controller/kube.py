@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import urllib3
 from kubernetes import client, config
@@ -187,13 +187,13 @@ class Kube:
     def delete_attempt_pods(self, namespace: str, job: str, attempt: int, force: bool = False) -> None:
         """Every pod of one attempt of a job, in one call (the job and attempt labels select them)."""
         selector = f"{names.JOB_LABEL}={job},{names.ATTEMPT_LABEL}={attempt}"
-        grace = {"grace_period_seconds": 0} if force else {}
 
         def delete() -> None:
             # the answer lists every deleted pod whole: read to its end (the connection goes back to the pool),
             # never turned into models nobody reads
-            self.core.delete_collection_namespaced_pod(namespace, label_selector=selector, _preload_content=False,
-                                                       **grace).read()
+            answer = self.core.delete_collection_namespaced_pod(
+                namespace, label_selector=selector, grace_period_seconds=0 if force else None, _preload_content=False)
+            cast(urllib3.HTTPResponse, answer).read()
         self._call("deletecollection", "pods", delete)
 
     def _send(self, method: str, path: str, body=None, *, content_type: str = "application/json",

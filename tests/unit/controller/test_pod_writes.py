@@ -91,5 +91,6 @@ def test_a_whole_attempt_is_deleted_in_one_call_selected_by_its_labels_and_retri
     method, path, _, _ = Apiserver.seen[-1]
     assert method == "DELETE" and urllib.parse.unquote(path) == (
         "/api/v1/namespaces/team/pods?labelSelector=hybrid.ascend.dev/job=job,hybrid.ascend.dev/attempt=3")
+    # the pods' own grace: the kubelet's SIGTERM lets the ranks exit before their chips are handed out again
     kube.delete_attempt_pods("team", "job", 3, force=True)
     assert "gracePeriodSeconds=0" in Apiserver.seen[-1][1]
