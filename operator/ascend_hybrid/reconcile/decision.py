@@ -340,36 +340,35 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
         names_ = ", ".join(p["metadata"]["name"] for p in unbound[:5])
         message = (f"{len(unbound)} pods not bound within schedulingTimeoutSeconds={limit} ({names_}){refusal}; "
                    "re-planning")
-        p.delete(pods)
-        p.reset_rank_table()
-        p.new_attempt()
-        p.cond("Placed", False, "SchedulingTimeout", message)
-        p.phase("Pending", message)
-        p.d.emit("Warning", "SchedulingTimeout", message)
-        p.requeue(FAST_REQUEUE_SECONDS)
-        return p.d
+        return place_anew(p, pods, "SchedulingTimeout", message)
     p.phase("Starting", f"{len(unbound)} of {len(pods)} pods waiting for the scheduler{refusal}")
     p.requeue(min(FAST_REQUEUE_SECONDS, limit - waited))
     return p.d
 
 
 def refused_at_admission(p: Pass, current: dict) -> Decision | None:
-    """A pod bound to its placed node at creation and refused by that node's kubelet (a pod the default scheduler
-    bound there meanwhile holds the chips): no container ran, so it is not a training failure and no restart is
-    counted. The attempt ends and the gang is placed anew, as after a scheduling timeout: the new placement sees
-    the rival's chips taken. Every pod of the attempt goes first, so none is doubled."""
+    """A pod bound to its placed node at creation and refused by that node's kubelet (a pod another scheduler bound
+    there meanwhile holds the chips): no container ran, so it is not a training failure and no restart is counted.
+    The attempt ends and the gang is placed anew, as after a scheduling timeout: the new placement sees the rival's
+    chips taken. Every pod of the attempt goes first, so none is doubled."""
     refused = [(pod, why) for pod in current.values() if (why := admission_refusal(pod))]
     if not refused:
         return None
     pod, why = refused[0]
     message = (f"{pod['metadata']['name']} refused by node {node_of(pod)}: {why}"
                + (f" (and {len(refused) - 1} more pods)" if len(refused) > 1 else "") + "; placing anew")
-    p.delete(list(current.values()))
+    return place_anew(p, list(current.values()), "RefusedByNode", message)
+
+
+def place_anew(p: Pass, pods: list[dict], reason: str, message: str) -> Decision:
+    """The attempt's pods never all ran where they were placed: they go, and the next attempt is placed afresh,
+    not counted as a restart (Placed=False and a warning say why)."""
+    p.delete(pods)
     p.reset_rank_table()
     p.new_attempt()
-    p.cond("Placed", False, "RefusedByNode", message)
+    p.cond("Placed", False, reason, message)
     p.phase("Pending", message)
-    p.d.emit("Warning", "RefusedByNode", message)
+    p.d.emit("Warning", reason, message)
     p.requeue(FAST_REQUEUE_SECONDS)
     return p.d
 
