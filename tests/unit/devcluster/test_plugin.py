@@ -103,8 +103,10 @@ def test_a_pod_bound_to_a_full_node_is_refused_as_a_kubelet_refuses_it(plugin):
         "phase": "Failed", "reason": "OutOfhuawei.com/Ascend910",
         "message": "Pod was rejected: Node didn't have enough resource: huawei.com/Ascend910, requested: 4, "
                    "used: 6, capacity: 8"}
-    plugin.pod_event("MODIFIED", npu_pod("next", 4, node="node-002").phase("Failed").build())
+    # the chips come free before the refusal shows in the watch: the refused pod gets none of them
     plugin.pod_event("MODIFIED", npu_pod("big", 6, node="node-002").phase("Succeeded").build())
+    plugin.pod_event("MODIFIED", npu_pod("next", 4, node="node-002").build())
+    plugin.pod_event("MODIFIED", npu_pod("next", 4, node="node-002").phase("Failed").build())
     settle(plugin)
     assert patched_chips(plugin, "next") is None and plugin.ledger.free("node-002") == set(range(8))
 

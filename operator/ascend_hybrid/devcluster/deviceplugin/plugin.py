@@ -50,7 +50,7 @@ class SimulatedDevicePlugin:
         self.log = log
         self.ledger = ChipLedger()
         self.lock = threading.RLock()
-        self.waiting: dict[str, dict] = {}  # uid → bound pod still without chips (node unknown or full)
+        self.waiting: dict[str, dict] = {}  # uid → pod bound to a node not known (yet)
         self.reported_waiting: set[str] = set()
         self.in_flight: set[str] = set()  # uids whose annotation patch has not landed yet
         self.refused: set[str] = set()  # uids refused as a kubelet's admission refuses them, the patch sent
@@ -134,18 +134,18 @@ class SimulatedDevicePlugin:
                 self.ledger.hold(uid, node_name, chips)  # restart or someone else's allocation: trust it
             self.waiting.pop(uid, None)
             return
-        if uid in self.ledger.holders:
-            return  # our patch is on its way
+        if uid in self.ledger.holders or uid in self.refused:
+            return  # our patch (its chips, or its refusal) is on its way
         chips = self.ledger.allocate(uid, node_name, count)
         if chips is None and node_name in self.ledger.nodes:
             self._refuse(pod, node_name, count)
             return
         if chips is None:  # its node is not known yet: allocated once it is
             self.waiting[uid] = pod
-            if uid not in self.reported_waiting and node_name in self.ledger.nodes:
+            if uid not in self.reported_waiting:
                 self.reported_waiting.add(uid)
-                self.log(f"waiting: {metadata.get('namespace')}/{metadata['name']} needs {count} chips, "
-                         f"{node_name} has {len(self.ledger.free(node_name))} free")
+                self.log(f"waiting: {metadata.get('namespace')}/{metadata['name']} needs {count} chips on "
+                         f"{node_name}, not a simulated node (yet)")
             return
         self.waiting.pop(uid, None)
         self.reported_waiting.discard(uid)
