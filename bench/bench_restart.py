@@ -35,6 +35,7 @@ import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from kubernetes import client
 
@@ -310,11 +311,13 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     parser.add_argument("--no-rungs", action="store_true", help="only the whole-gang restart against bare pods")
     parser.add_argument("--no-elastic", action="store_true", help="without the shrink and grow rungs")
+    parser.add_argument("--profile", type=Path, help="run the operator under py-spy, its raw stacks here, and "
+                        "print where its CPU went")
     args = parser.parse_args()
     run_id = int(time.time())
     rounds, rungs, elastic = [], [], []
     with DevCluster(args.name, args.nodes, keep=args.keep) as dev:
-        operator = Operator(dev).start()
+        operator = Operator(dev, profile=args.profile).start()
         try:
             say(f"  operator settled {operator.wait_settled():.1f} s after it started")
             for number in range(1, args.rounds + 1):
@@ -334,6 +337,7 @@ def main() -> int:
             peak_mb = operator.peak_rss / 1e6
         finally:
             operator.stop_process()
+    profile = operator.profile_summary()
     bare_s, job_s, calls, cpu = (list(column) for column in zip(*rounds))
     ratios = [job / bare for bare, job, _, _ in rounds]
     print(f"whole-gang restart, {args.pods} pods × {args.chips} NPUs on {args.nodes} nodes, {args.rounds} rounds")
@@ -365,6 +369,8 @@ def main() -> int:
               f"(from the label's removal: the node Ready, its taints lifted, then the operator's probe for room "
               f"every 5 s)")
         print(f"  {f'Grow: node Ready → first step at {args.pods}':<46}: {median_range(grow_stepping, unit=' s')}")
+    if profile:
+        print(profile)
     print(ratio_line("restart ratio", ratios))
     return 0
 

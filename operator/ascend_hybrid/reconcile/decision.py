@@ -53,6 +53,9 @@ from ascend_hybrid.reconcile.actions import (
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision, Observed, Pass
 from ascend_hybrid.spec.rules import ResolvedJob
 
+# a node refusing this job's pods in this many attempts is avoided (count_refusals): once is a race with a rival
+REFUSALS_BEFORE_AVOIDING = 2
+
 
 def pod_template_hash(resolved: ResolvedJob) -> str:
     """What the pods are made from: the degrees they run with (an auto job's chosen ones), npu and template. The
@@ -355,9 +358,27 @@ def refused_at_admission(p: Pass, current: dict) -> Decision | None:
     if not refused:
         return None
     pod, why = refused[0]
+    avoided = count_refusals(p.status, {node for pod, _ in refused if (node := node_of(pod))})
+    avoiding = (f"; node {', '.join(avoided)} refused this job in {REFUSALS_BEFORE_AVOIDING} attempts and is avoided"
+                if avoided else "")
     message = (f"{pod['metadata']['name']} refused by node {node_of(pod)}: {why}"
-               + (f" (and {len(refused) - 1} more pods)" if len(refused) > 1 else "") + "; placing anew")
+               + (f" (and {len(refused) - 1} more pods)" if len(refused) > 1 else "") + avoiding + "; placing anew")
     return place_anew(p, list(current.values()), "RefusedByNode", message)
+
+
+def count_refusals(status: dict, nodes: set[str]) -> list[str]:
+    """One more attempt refused by each node in `nodes` (status.admissionRefusals); the nodes that reach
+    REFUSALS_BEFORE_AVOIDING join status.avoidedNodes, so a node that refuses every time (its kubelet counts fewer
+    chips than its deviceinfo, its hostname label is not its name) does not take the gang's placements forever.
+    Returns those nodes, sorted."""
+    counts = status.setdefault("admissionRefusals", {})
+    for node in nodes:
+        counts[node] = int(counts.get(node) or 0) + 1
+    newly = sorted(node for node in nodes if counts[node] >= REFUSALS_BEFORE_AVOIDING
+                   and node not in (status.get("avoidedNodes") or ()))
+    if newly:
+        status["avoidedNodes"] = sorted(set(status.get("avoidedNodes") or ()) | set(newly))
+    return newly
 
 
 def place_anew(p: Pass, pods: list[dict], reason: str, message: str) -> Decision:

@@ -795,7 +795,10 @@ class AscendHybridJobStatus(ApiModel):
     """Pods of the current attempt by phase."""
     avoided_nodes: list[str] = Field(default_factory=list)
     """Nodes this job no longer uses: the node of the first failed rank of a RestartJobAvoidingNode failure (HCCL
-    timeouts, NotReady, unhealthy chips)."""
+    timeouts, NotReady, unhealthy chips), and a node whose kubelet refused this job's pods in two attempts."""
+    admission_refusals: dict[str, int] = Field(default_factory=dict)
+    """Per node, the attempts in which its kubelet refused a pod of this job at admission (RefusedByNode). One
+    refusal is a race with a rival pod; a second means the node disagrees with what it reports, so it is avoided."""
     pod_template_hash: str | None = Field(None)
     """Hash of parallelism, npu and template the running pods were made from; a change restarts the job."""
     placement: PlacementStatus | None = Field(None)

@@ -475,6 +475,25 @@ def test_a_pod_the_kubelet_refused_at_admission_ends_the_attempt_without_a_resta
         assert "place" in kinds(replaced) and replaced.status["restarts"] == 0
 
 
+def test_a_node_that_refuses_the_job_in_two_attempts_is_avoided():
+    """Once is a race with a rival; a node whose kubelet refuses again (it counts fewer chips than it reports) would
+    take every placement of the gang: from its second refusal the job avoids it, and the next placement says so."""
+    def refusing(attempt):
+        return (PodBuilder("demo", 1, namespace="ns").attempt(attempt).created(NOW).node(NODES[1]).phase("Failed")
+                .status(reason="UnexpectedAdmissionError", message="Pod was rejected: Allocate failed").build())
+    first = decide(observe(demo().status(placed_status(phase="Starting")).build(),
+                           pods=[pod(0).build(), refusing(1)]))
+    assert first.status["admissionRefusals"] == {NODES[1]: 1} and first.status.get("avoidedNodes", []) == []
+    assert "avoided" not in first.status["message"]
+    again = placed_status(attempt=2, phase="Starting", admissionRefusals=first.status["admissionRefusals"])
+    second = decide(observe(demo().status(again).build(), pods=[pod(0, attempt=2).build(), refusing(2)]))
+    assert second.status["attempt"] == 3 and second.status["restarts"] == 0
+    assert second.status["admissionRefusals"] == {NODES[1]: 2} and second.status["avoidedNodes"] == [NODES[1]]
+    assert f"node {NODES[1]} refused this job in 2 attempts and is avoided" in second.status["message"]
+    replaced = decide(observe(demo().status(second.status).build()))
+    assert NODES[1] in action(replaced, "place").request.excluded_nodes
+
+
 def test_a_pod_its_placed_node_refused_is_named_then_placed_anew_without_a_restart():
     """The placement race: a pod the default scheduler bound took the chips before our pinned pod reached the
     scheduler. The pod waits unschedulable (never bound elsewhere, never doubled); the phase says why, and past
