@@ -12,6 +12,8 @@ import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
 RESOURCE = "huawei.com/Ascend910"
 
@@ -67,22 +69,24 @@ def chip_ids(names: str) -> frozenset[int]:
 
 
 @functools.lru_cache(maxsize=8192)  # ~4 KB each for 8 chips: a bounded ~32 MB at most
-def _parsed_devices(raw: str) -> tuple[dict, ...] | None:
-    """Every reconcile pass of a starting gang reads every pod's annotation; each distinct one is parsed once."""
+def _parsed_devices(raw: str) -> tuple[Mapping[str, Any], ...] | None:
+    """Every reconcile pass of a starting gang reads every pod's annotation; each distinct one is parsed once, and
+    shared read-only (copying them was a tenth of the operator's CPU in a 2 048-pod gang's start)."""
     try:
         devices = json.loads(raw).get("devices") or []
-        return tuple(sorted(devices, key=lambda device: int(device["device_id"])))
+        ordered = sorted(devices, key=lambda device: int(device["device_id"]))
+        return tuple(MappingProxyType(dict(device)) for device in ordered)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def pod_devices(pod: Mapping) -> list[dict] | None:
-    """The devices the device plugin gave a pod, lowest chip first (local rank i gets the i-th), or None."""
+def pod_devices(pod: Mapping) -> tuple[Mapping[str, Any], ...] | None:
+    """The devices the device plugin gave a pod, lowest chip first (local rank i gets the i-th), read-only, or
+    None."""
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DEVICE_ANNOTATION)
     if not raw:
         return None
-    devices = _parsed_devices(raw)
-    return None if devices is None else [dict(device) for device in devices]
+    return _parsed_devices(raw)
 
 
 @functools.lru_cache(maxsize=8192)

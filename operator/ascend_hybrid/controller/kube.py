@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar, cast
 
@@ -48,6 +48,21 @@ def merge_patch(old: dict, new: dict) -> dict:
         else:
             patch[key] = after
     return patch
+
+
+# the fewest pods one collection delete of an attempt selects: below it, single calls cost more than they overlap
+COLLECTION_CHUNK_MIN = 8
+
+
+def collection_chunks(indexes: Sequence[int], parallel: int) -> list[tuple[int, ...]]:
+    """An attempt's collection delete split into at most `parallel` calls of at least COLLECTION_CHUNK_MIN pods by
+    index. The apiserver deletes the pods of one collection one after another (its --delete-collection-workers
+    is 1 by default): one call for a 128-pod gang held the restart's pass 2 s, one for 2 048 pods half a minute.
+    No indexes (a pod without an index label): the whole attempt in one call."""
+    if not indexes:
+        return [()]
+    size = max(COLLECTION_CHUNK_MIN, -(-len(indexes) // max(parallel, 1)))
+    return [tuple(indexes[start:start + size]) for start in range(0, len(indexes), size)]
 
 
 class Kube:
@@ -184,9 +199,13 @@ class Kube:
         self._call("delete", "pods", self._send, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", ok=(404,),
                    query=query)
 
-    def delete_attempt_pods(self, namespace: str, job: str, attempt: int, force: bool = False) -> None:
-        """Every pod of one attempt of a job, in one call (the job and attempt labels select them)."""
+    def delete_attempt_pods(self, namespace: str, job: str, attempt: int, indexes: Sequence[int] = (),
+                            force: bool = False) -> None:
+        """The pods of one attempt of a job in one call (the job and attempt labels select them), only those of
+        `indexes` when given (their index label)."""
         selector = f"{names.JOB_LABEL}={job},{names.ATTEMPT_LABEL}={attempt}"
+        if indexes:
+            selector += f",{names.POD_INDEX_LABEL} in ({','.join(str(index) for index in indexes)})"
 
         def delete() -> None:
             # the answer lists every deleted pod whole: read to its end (the connection goes back to the pool),

@@ -23,7 +23,7 @@ from typing import cast
 from ascend_hybrid.contracts import conditions, kueue, names
 from ascend_hybrid.contracts.podview import attempt_of
 from ascend_hybrid.controller import children, metrics, placing
-from ascend_hybrid.controller.kube import Kube, rank_table_of
+from ascend_hybrid.controller.kube import Kube, collection_chunks, rank_table_of
 from ascend_hybrid.controller.logs import job_fields
 from ascend_hybrid.controller.records import Indexes, JobKey, JobRecord
 from ascend_hybrid.controller.refused import Refused
@@ -56,6 +56,9 @@ from ascend_hybrid.spec.rules import ResolvedJob, SpecError, parse
 
 log = logging.getLogger(__name__)
 __all__ = ["Controller", "Indexes", "JobKey", "JobRecord", "Next"]
+
+# a pod's change reaches its job's pass this late at least: the changes of a burst share one pass
+POD_EVENT_DELAY = 0.2
 
 
 class Next(enum.Enum):
@@ -121,6 +124,14 @@ class Controller:
 
     def enqueue(self, key: JobKey, delay: float = 0.2) -> None:
         self.queue.add(key, delay)
+
+    def pod_changed(self, key: JobKey) -> None:
+        """A pod of the job changed: its next pass after POD_EVENT_DELAY, or after as much CPU as its last pass
+        took. A pass reads every pod of the gang, and a starting 2 048-pod gang changes all the time: back to back,
+        its passes took a core from the 2 the control plane shares; spaced so, they take at most half of one, and
+        the pass after the last pod's change still comes within one pass's time."""
+        record = self.jobs.get(key)
+        self.queue.add(key, max(POD_EVENT_DELAY, record.pass_cpu if record is not None else 0.0))
 
     def wrote_last(self, key: JobKey, resource_version: str | None) -> bool:
         """Whether this version of the job is the one this process's last status patch produced."""
@@ -198,9 +209,11 @@ class Controller:
             if queued is None:
                 return
             key = cast(JobKey, queued)  # the queue holds what enqueue() puts in it: job keys
-            started, outcome = time.perf_counter(), "error"
+            started, cpu, outcome = time.perf_counter(), time.thread_time(), "error"
             try:
                 delay = self.reconcile(key)
+                if key in self.jobs:
+                    self.jobs[key].pass_cpu = time.thread_time() - cpu
                 outcome = "requeued" if delay is not None else "forgotten"
                 if key in self.jobs:
                     self.jobs[key].failures = 0
@@ -409,7 +422,9 @@ class Controller:
             case DeleteWorkloads():
                 self.each(lambda workload: self.kube.delete_workload(namespace, workload), action.names)
             case DeletePods(attempt=int(attempt)):
-                self.kube.delete_attempt_pods(namespace, key[1], attempt, force=action.force)
+                self.each(lambda indexes: self.kube.delete_attempt_pods(namespace, key[1], attempt, indexes,
+                                                                        force=action.force),
+                          collection_chunks(action.indexes, self.settings.parallel_calls))
             case DeletePods():
                 self.each(functools.partial(self.kube.delete_pod, namespace, force=action.force), action.names)
 

@@ -49,6 +49,7 @@ class JobRecord:
     lost_sched_ip: str | None = None            # <job>-sched was deleted: create it again with this IP
     children_epoch: int = 0                     # counts children deleted; a pass that saw one applies again
     waiting: bool = False                       # Pending for chips that others hold: younger jobs wait behind it
+    pass_cpu: float = 0.0                       # CPU seconds its last pass took in its worker (thread time)
     chip: str = ""
     queue_key: backlog.QueueKey = ("", "", "")
 

@@ -30,6 +30,9 @@ class Place:
     alternatives: tuple[tuple[GangRequest, ResolvedJob], ...] = ()
     # seconds until alternatives may be offered (the requeue must not wait longer)
     retry_within: float | None = None
+    # this job's pods of a previous attempt, going: their chips count free for this placement only (a pod of the
+    # new attempt is created on such a node once its predecessor there is gone, decision.start)
+    free_pods: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class DeletePods:
     names: tuple[str, ...]
     force: bool = False  # grace period 0: a pod on a lost node whose kubelet will never confirm its end
     attempt: int | None = None
+    # with `attempt`: the pods' indexes (their index label), so the shell can split the collection into a few
+    # concurrent calls (the apiserver deletes a collection one pod at a time); () when one has no index label
+    indexes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

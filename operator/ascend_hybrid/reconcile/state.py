@@ -14,7 +14,14 @@ from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts.ascend import DeviceInfo
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.conditions import condition, parse_time, set_condition, timestamp
-from ascend_hybrid.contracts.podview import TERMINAL_POD_PHASES, attempt_of, is_deleting, live_names, phase_of
+from ascend_hybrid.contracts.podview import (
+    TERMINAL_POD_PHASES,
+    attempt_of,
+    is_deleting,
+    live_names,
+    phase_of,
+    pod_index,
+)
 from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.diagnosis.recovery import LauncherReport
 from ascend_hybrid.diagnosis.refusals import Refusal
@@ -183,16 +190,19 @@ def doomed_pods(pods: list[dict] | tuple[dict, ...], observed: list[dict] | tupl
     for pod in observed:
         if not is_deleting(pod):
             live_by_attempt.setdefault(attempt_of(pod), set()).add(pod["metadata"]["name"])
-    doomed_by_attempt: dict[int, list[str]] = {}
+    doomed_by_attempt: dict[int, list[dict]] = {}
     for pod in pods:
         if not is_deleting(pod):
-            doomed_by_attempt.setdefault(attempt_of(pod), []).append(pod["metadata"]["name"])
+            doomed_by_attempt.setdefault(attempt_of(pod), []).append(pod)
     deletes, single = [], []
     for attempt, doomed in doomed_by_attempt.items():
-        if attempt and len(doomed) > 1 and set(doomed) == live_by_attempt.get(attempt):
-            deletes.append(DeletePods(tuple(doomed), attempt=attempt))
+        doomed_names = [pod["metadata"]["name"] for pod in doomed]
+        if attempt and len(doomed) > 1 and set(doomed_names) == live_by_attempt.get(attempt):
+            indexes = sorted(index for pod in doomed if (index := pod_index(pod)) is not None)
+            deletes.append(DeletePods(tuple(doomed_names), attempt=attempt,
+                                      indexes=tuple(indexes) if len(indexes) == len(doomed) else ()))
         else:
-            single += doomed
+            single += doomed_names
     return ([DeletePods(tuple(single))] if single else []) + deletes
 
 

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from ascend_hybrid.contracts import names
-from ascend_hybrid.controller.kube import Kube
+from ascend_hybrid.controller.kube import COLLECTION_CHUNK_MIN, Kube, collection_chunks
 from ascend_hybrid.controller.refused import Refused
 
 
@@ -94,3 +94,16 @@ def test_a_whole_attempt_is_deleted_in_one_call_selected_by_its_labels_and_retri
     # the pods' own grace: the kubelet's SIGTERM lets the ranks exit before their chips are handed out again
     kube.delete_attempt_pods("team", "job", 3, force=True)
     assert "gracePeriodSeconds=0" in Apiserver.seen[-1][1]
+    kube.delete_attempt_pods("team", "job", 3, (0, 1, 2))
+    assert urllib.parse.unquote(Apiserver.seen[-1][1]).endswith(",hybrid.ascend.dev/pod-index in (0,1,2)")
+
+
+@pytest.mark.parametrize(("pods", "parallel", "calls"), [(2, 16, 1), (8, 16, 1), (9, 16, 2), (128, 16, 16),
+                                                         (2048, 16, 16), (100, 1, 1), (17, 4, 3)])
+def test_an_attempts_collection_delete_is_split_in_a_few_concurrent_calls(pods, parallel, calls):
+    """The apiserver deletes one collection a pod at a time: a gang's restart splits it by index, at least
+    COLLECTION_CHUNK_MIN pods a call and at most `parallel` calls, every index once, in order."""
+    chunks = collection_chunks(tuple(range(pods)), parallel)
+    assert len(chunks) == calls and [index for chunk in chunks for index in chunk] == list(range(pods))
+    assert all(len(chunk) >= COLLECTION_CHUNK_MIN for chunk in chunks[:-1])
+    assert collection_chunks((), parallel) == [()], "no index labels: the whole attempt in one call"

@@ -185,6 +185,18 @@ def test_initializing_until_every_pod_is_ready(change, reason):
     problems = missing_for_completion([first, not_ready], 4, 2)
     assert len(problems) == 1 and reason in problems[0] and "job-a1-1" in problems[0]
     assert build_rank_table([first, ready(1, 4).build()], 4, pod_count=2)["status"] == "completed"
+    # the reconcile pass asks both in one reading
+    assert ranktable.assess([first, not_ready], 4, pod_count=2) == (INITIALIZING, problems)
+    both = [first, ready(1, 4).build()]
+    assert ranktable.assess(both, 4, pod_count=2) == (build_rank_table(both, 4, pod_count=2), [])
+
+
+def test_the_devices_read_are_shared_read_only():
+    pod = ready(0, 4).build()
+    devices = pod_devices(pod)
+    assert devices is pod_devices(pod), "parsed once per annotation"
+    with pytest.raises(TypeError):
+        devices[0]["device_id"] = "7"  # type: ignore[index]
 
 
 def test_initializing_with_a_missing_pod():

@@ -340,14 +340,28 @@ def test_user_rules_come_first_and_the_first_match_wins():
     assert "rules[1] (causes HCCLExecTimeout)" in failed.status["message"]
 
 
-def test_next_attempt_waits_for_old_pods_then_places_avoiding_nodes():
+def test_next_attempt_is_placed_while_old_pods_go_and_each_pod_waits_for_its_nodes_old_one():
+    """A restart overlaps the old gang's teardown with the new one's start: the next attempt is placed at once, the
+    old pods' chips counted free for it alone (Place.free_pods), avoiding the avoided nodes; a new pod bound to a
+    node that still runs an old pod would be refused by the kubelet, so it is created once that pod is gone."""
     status = placed_status(phase="Restarting")
     status.update(attempt=2, restarts=1, avoidedNodes=["node-b"])
     status.pop("placement")
-    waiting = decide(observe(demo().status(status).build(), pods=[pod(0).phase("Running").build()]))
-    assert kinds(waiting) == ["delete_pods"]
-    decision = decide(observe(demo().status(status).build()))
-    assert action(decision, "place").request.excluded_nodes == frozenset({"node-b"})
+    old = pod(0).phase("Running").build()
+    placing = decide(observe(demo().status(status).build(), pods=[old]))
+    assert kinds(placing) == ["delete_pods", "place"]
+    place = action(placing, "place")
+    assert place.request.excluded_nodes == frozenset({"node-b"}) and place.free_pods == frozenset({"demo-a1-0"})
+    placed = placed_status(attempt=2, phase="Placing", restarts=1)
+    going = {**old, "metadata": {**old["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    starting = decide(observe(demo().status(placed).build(), pods=[going]))
+    created = action(starting, "create_pods").pods
+    assert [pod.manifest["metadata"]["name"] for pod in created] == ["demo-a2-1"], "node 0 still holds the old pod"
+    assert starting.status["message"] == ("1 pods created on their placed nodes, 1 waiting for the previous "
+                                          "attempt's pods on their nodes to go")
+    assert starting.status["phase"] == "Placing", "a pod not made yet is not lost"
+    gone = decide(observe(demo().status(starting.status).build(), pods=[pod(1, attempt=2).build()]))
+    assert [pod.manifest["metadata"]["name"] for pod in action(gone, "create_pods").pods] == ["demo-a2-0"]
 
 
 def test_backoff_exhausted_fails_naming_pod_and_exit_code():
@@ -1026,9 +1040,10 @@ def test_every_live_pod_of_an_attempt_goes_in_one_collection_delete_and_the_rest
     first = [pod(0).build(), pod(1).build()]
     second = [pod(0, attempt=2).build(), pod(1, attempt=2).build()]
     going = pod(1, attempt=2).deleting(NOW).build()
-    assert state.doomed_pods(first, first + second) == [state.DeletePods(("demo-a1-0", "demo-a1-1"), attempt=1)]
+    assert state.doomed_pods(first, first + second) == [state.DeletePods(("demo-a1-0", "demo-a1-1"), attempt=1,
+                                                                          indexes=(0, 1))]
     assert state.doomed_pods(first + second[:1], first + second) == [
-        state.DeletePods(("demo-a2-0",)), state.DeletePods(("demo-a1-0", "demo-a1-1"), attempt=1)]
+        state.DeletePods(("demo-a2-0",)), state.DeletePods(("demo-a1-0", "demo-a1-1"), attempt=1, indexes=(0, 1))]
     assert state.doomed_pods([second[0], going], [second[0], going]) == [state.DeletePods(("demo-a2-0",))]
     assert state.doomed_pods(first[:1], first[:1]) == [state.DeletePods(("demo-a1-0",))], "one pod: by name"
     assert state.doomed_pods([], first) == []
