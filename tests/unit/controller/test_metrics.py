@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ascend_hybrid.controller import metrics
-from ascend_hybrid.controller.loop import Controller
+from ascend_hybrid.controller.loop import POD_EVENT_DELAY, Controller
 from ascend_hybrid.controller.settings import OperatorSettings
 
 
@@ -88,3 +88,46 @@ def test_every_reconcile_pass_is_timed_by_its_outcome(broken, outcome):
     controller.queue.close()
     worker.join(timeout=10)
     assert observed_passes(outcome) == before + 1
+
+
+class RecordingQueue:
+    def __init__(self):
+        self.added: list[tuple[tuple[str, str], float]] = []
+
+    def add(self, key, delay=0.0, *, first=False):
+        self.added.append((key, delay))
+
+
+def test_a_pods_change_waits_for_as_much_cpu_as_its_jobs_last_pass_took():
+    """A 2 048-pod gang's pass reads every pod: its pod changes are not answered back to back."""
+    controller = Controller(kube=JobGoneKube(), settings=OperatorSettings(workers=1))
+    controller.queue = RecordingQueue()
+    controller.pod_changed(("ns", "new"))
+    controller.record_of(("ns", "small")).pass_cpu = 0.01
+    controller.pod_changed(("ns", "small"))
+    controller.record_of(("ns", "big")).pass_cpu = 0.6
+    controller.pod_changed(("ns", "big"))
+    assert controller.queue.added == [(("ns", "new"), POD_EVENT_DELAY), (("ns", "small"), POD_EVENT_DELAY),
+                                      (("ns", "big"), 0.6)]
+
+
+def test_a_pass_records_the_cpu_it_took():
+    controller = Controller(kube=JobGoneKube(), settings=OperatorSettings(workers=1))
+    key = ("ns", "job")
+    controller.record_of(key)
+
+    def busy(_key):
+        deadline = time.thread_time() + 0.05
+        while time.thread_time() < deadline:
+            pass
+        return None
+    controller.reconcile = busy  # type: ignore[method-assign]
+    controller.enqueue(key, delay=0.0)
+    worker = threading.Thread(target=controller._work, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while controller.jobs[key].pass_cpu == 0.0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    controller.queue.close()
+    worker.join(timeout=10)
+    assert controller.jobs[key].pass_cpu >= 0.05
