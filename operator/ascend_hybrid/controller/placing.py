@@ -5,7 +5,6 @@ records the outcome (placement_record.py)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from ascend_hybrid.contracts import names
@@ -46,8 +45,7 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
         started = time.perf_counter()
         npu_pods, device_infos = cluster_holdings(controller)
         inventory = build_inventory(controller.indexes.nodes(), npu_pods, device_infos,
-                                    reserved=reserved(controller, npu_pods, exclude=key),
-                                    ignore_pods=own_going(key, action.free_pods))
+                                    reserved=reserved(controller, npu_pods, exclude=key))
         placement = place_on(request, inventory)
         placed = resolved
         # spec.elastic: when the whole gang does not fit, the largest smaller one that does (the core chose them)
@@ -81,13 +79,6 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
         if isinstance(event, PostEvent):  # a placement outcome's only actions are its events
             controller.post_event(job, event.type, event.reason, event.message)
     return placement.ok
-
-
-def own_going(key: JobKey, free_pods: frozenset[str]) -> Callable[[Mapping], bool] | None:
-    """The job's own pods of a previous attempt (Place.free_pods): the inventory counts their chips free."""
-    if not free_pods:
-        return None
-    return lambda pod: (pod["metadata"].get("namespace") == key[0] and pod["metadata"]["name"] in free_pods)
 
 
 def probe_grow(controller: Controller, key: JobKey, job: dict, observed: Observed, decision: Decision,

@@ -30,9 +30,6 @@ class Place:
     alternatives: tuple[tuple[GangRequest, ResolvedJob], ...] = ()
     # seconds until alternatives may be offered (the requeue must not wait longer)
     retry_within: float | None = None
-    # this job's pods of a previous attempt, going: their chips count free for this placement only (a pod of the
-    # new attempt is created on such a node once its predecessor there is gone, decision.start)
-    free_pods: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

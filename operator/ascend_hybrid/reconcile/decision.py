@@ -212,16 +212,17 @@ def attempt_outcome(p: Pass, current: dict, placement: dict) -> Decision | None:
 
 
 def enqueued(p: Pass, current: dict, stale: list, admission: Admission | None, template_hash: str) -> Decision:
-    """An attempt not placed yet: a queued job goes through Kueue (queue_steps); an unqueued one asks the shell to
-    place the gang at once, the chips of its previous attempt's pods (deleted this pass or before) counted free:
-    the new attempt is placed while the old one terminates, and start() creates each new pod once its node no
-    longer holds an old one (a restart overlaps the old gang's teardown with the new one's start)."""
+    """An attempt not placed yet: a queued job goes through Kueue (queue_steps); an unqueued one waits for the
+    previous attempt's pods to go, then asks the shell to place the gang."""
     if admission is not None:
         return queue_steps.enqueued(p, current, stale, admission, template_hash)
+    if stale:
+        p.phase(p.status.get("phase") or "Pending", "waiting for the previous attempt's pods to go")
+        p.requeue(FAST_REQUEUE_SECONDS)
+        return p.d
     e = p.resolved
     alternatives, retry_within = elastic_steps.shrink_options(p)
-    p.d.act(Place(GangRequest.for_job(e, p.status.get("avoidedNodes") or ()), e, alternatives, retry_within,
-                  free_pods=frozenset(pod["metadata"]["name"] for pod in stale)))
+    p.d.act(Place(GangRequest.for_job(e, p.status.get("avoidedNodes") or ()), e, alternatives, retry_within))
     return p.d
 
 
@@ -273,9 +274,6 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
     job = p.meta["name"]
     missing = [index for index in range(e.pod_count)
                if index not in current and names.pod_name(job, attempt, index) not in o.in_flight]
-    held = membership.awaiting_predecessor(p, nodes)
-    waiting_for_old = [index for index in missing if index in held]
-    missing = [index for index in missing if index not in held]
     pods = list(current.values())
     status["pods"] = pod_counts(pods, e.pod_count)
     releasable = [(pod["metadata"]["name"], tuple(gate["name"] for gate in pod["spec"]["schedulingGates"]))
@@ -294,12 +292,7 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
         p.d.emit("Normal", "GangReleased", f"all {e.pod_count} pods created; scheduling gates removed")
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
-    if waiting_for_old:  # still Placing: a pod not made yet is not lost (Starting counts missing pods as lost)
-        p.phase("Placing", f"{len(missing)} pods created on their placed nodes, {len(waiting_for_old)} waiting for "
-                "the previous attempt's pods on their nodes to go")
-        p.requeue(FAST_REQUEUE_SECONDS)
-        return p.d
-    if missing:  # the direct path: created bound, the chips promised under the placement lock
+    if missing:  # the direct path: created schedulable and pinned, the chips promised under the placement lock
         p.phase("Starting", f"{len(missing)} pods created on their placed nodes")
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d

@@ -11,10 +11,10 @@ says the old world, take the new one from the `world` key written beside the ran
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from ascend_hybrid.contracts import names
-from ascend_hybrid.contracts.podview import attempt_of, is_deleting, labels_of, node_of, pod_index
+from ascend_hybrid.contracts.podview import attempt_of, is_deleting, labels_of, pod_index
 from ascend_hybrid.gang import render
 from ascend_hybrid.reconcile.actions import AdoptPods, SignalLaunchers
 from ascend_hybrid.reconcile.state import Pass
@@ -49,18 +49,6 @@ def as_member(pod: dict, attempt: int, index: int) -> dict:
     labels = {**labels_of(pod), names.ATTEMPT_LABEL: str(attempt), names.POD_INDEX_LABEL: str(index)}
     annotations = {**(pod["metadata"].get("annotations") or {}), names.RANK_INDEX_ANNOTATION: str(index)}
     return {**pod, "metadata": {**pod["metadata"], "labels": labels, "annotations": annotations}}
-
-
-def awaiting_predecessor(p: Pass, nodes: Sequence[str]) -> set[int]:
-    """Indexes of the current attempt whose placed node still runs a pod of a previous attempt. Created bound to
-    that node, such a pod would be refused by its kubelet (the old pod's chips are held until it is gone), so it is
-    made once that pod is gone (decision.start) and is not lost meanwhile. A queued gang's pods are bound by the
-    scheduler, which waits by itself."""
-    if p.queue:
-        return set()
-    attempt = int(p.status["attempt"])
-    held = {node for pod in kept_views(p, p.o.pods) if attempt_of(pod) != attempt and (node := node_of(pod))}
-    return {index for index, node in enumerate(nodes) if node in held}
 
 
 def adopt(p: Pass, observed: Iterable[dict]) -> None:

@@ -96,21 +96,3 @@ def test_a_growth_probe_counts_the_jobs_own_chips_free_but_not_other_jobs():
     placing.probe_grow(made, ("ns", "elastic"), job, observed(job), decision, probe)
     assert decision.status["elastic"]["growFits"] is False and decision.status["elastic"]["growReason"]
     made.queue.close()
-
-
-def test_a_restarts_placement_counts_the_jobs_going_pods_free_and_no_other_pods():
-    """Place.free_pods: the previous attempt's pods, being deleted, leave their chips to the new attempt (it lands
-    where they ran); another job's pods, and this job's pods not named, still hold theirs."""
-    job = body({"attempt": 3})
-    resolved = parse(job)
-    going = [own(i, attempt=2) for i in range(4)]
-    fillers = [filler(i) for i in range(4)]
-    made, _ = controller(going + fillers)
-    names = frozenset(pod["metadata"]["name"] for pod in going)
-    decision = Decision(status=dict(job["status"]))
-    assert placing.place(made, ("ns", "elastic"), job, observed(job), decision,
-                         Place(GangRequest.for_job(resolved), resolved, free_pods=names))
-    assert decision.status["placement"]["nodes"] == ["node-0", "node-1", "node-2", "node-3"]
-    blocked = Decision(status=dict(job["status"]))
-    assert not placing.place(made, ("ns", "elastic"), job, observed(job), blocked,
-                             Place(GangRequest.for_job(resolved), resolved, free_pods=names - {"elastic-a2-0"}))
