@@ -122,14 +122,14 @@ class Controller:
             record = self.jobs.setdefault(key, JobRecord())
         return record
 
-    def enqueue(self, key: JobKey, delay: float = 0.2) -> None:
+    def enqueue(self, key: JobKey, delay: float = POD_EVENT_DELAY) -> None:
         self.queue.add(key, delay)
 
     def pod_changed(self, key: JobKey) -> None:
         """A pod of the job changed: its next pass after POD_EVENT_DELAY, or after as much CPU as its last pass
-        took. A pass reads every pod of the gang, and a starting 2 048-pod gang changes all the time: back to back,
-        its passes took a core from the 2 the control plane shares; spaced so, they take at most half of one, and
-        the pass after the last pod's change still comes within one pass's time."""
+        took. A pass reads every pod of the gang, and a 2 048-pod gang's pods change all the time while it starts:
+        spaced so, one job's passes take at most about half a core, and the pass after the last pod's change still
+        comes within one pass's time."""
         record = self.jobs.get(key)
         self.queue.add(key, max(POD_EVENT_DELAY, record.pass_cpu if record is not None else 0.0))
 
@@ -212,11 +212,10 @@ class Controller:
             started, cpu, outcome = time.perf_counter(), time.thread_time(), "error"
             try:
                 delay = self.reconcile(key)
-                if key in self.jobs:
-                    self.jobs[key].pass_cpu = time.thread_time() - cpu
                 outcome = "requeued" if delay is not None else "forgotten"
                 if key in self.jobs:
                     self.jobs[key].failures = 0
+                    self.jobs[key].pass_cpu = time.thread_time() - cpu
             except Exception:
                 record = self.record_of(key)
                 delay = backoff[min(record.failures, len(backoff) - 1)]

@@ -187,9 +187,11 @@ def doomed_pods(pods: list[dict] | tuple[dict, ...], observed: list[dict] | tupl
     """The deletes of `pods`: one collection delete per attempt whose every live observed pod goes (more than one),
     one delete per pod for the rest (a lone pod, or some pods of an attempt whose others stay)."""
     live_by_attempt: dict[int, set[str]] = {}
+    index_by_name: dict[str, int | None] = {}  # as labelled: the shell selects the pods by their labels
     for pod in observed:
         if not is_deleting(pod):
             live_by_attempt.setdefault(attempt_of(pod), set()).add(pod["metadata"]["name"])
+            index_by_name[pod["metadata"]["name"]] = pod_index(pod)
     doomed_by_attempt: dict[int, list[dict]] = {}
     for pod in pods:
         if not is_deleting(pod):
@@ -198,7 +200,7 @@ def doomed_pods(pods: list[dict] | tuple[dict, ...], observed: list[dict] | tupl
     for attempt, doomed in doomed_by_attempt.items():
         doomed_names = [pod["metadata"]["name"] for pod in doomed]
         if attempt and len(doomed) > 1 and set(doomed_names) == live_by_attempt.get(attempt):
-            indexes = sorted(index for pod in doomed if (index := pod_index(pod)) is not None)
+            indexes = sorted(index for name in doomed_names if (index := index_by_name.get(name)) is not None)
             deletes.append(DeletePods(tuple(doomed_names), attempt=attempt,
                                       indexes=tuple(indexes) if len(indexes) == len(doomed) else ()))
         else:
