@@ -57,7 +57,8 @@ COLLECTION_CHUNK_MIN = 8
 def collection_chunks(indexes: Sequence[int], parallel: int) -> list[tuple[int, ...]]:
     """An attempt's collection delete split into at most `parallel` calls of at least COLLECTION_CHUNK_MIN pods by
     index. The apiserver deletes the pods of one collection one after another (its --delete-collection-workers
-    is 1 by default): one call for a 128-pod gang held the restart's pass 2 s, one for 2 048 pods half a minute.
+    is 1 by default): one call for a 128-pod gang held the restart's pass 2 s, one for 2 048 pods would
+    take about 30 s at that pace.
     No indexes (a pod without an index label): the whole attempt in one call."""
     if not indexes:
         return [()]
