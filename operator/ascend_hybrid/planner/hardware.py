@@ -130,12 +130,12 @@ class Hardware:
 # product figures (910A 1.2 TB/s HBM2, 910B and an A3 die 1.6 TB/s HBM2e); the matmul and attention shares of peak,
 # the half-size dimension and the vector share are fitted (least squares of log error over the runs not held out).
 # A3 has no published training figure in the calibration set: it takes 910B's per-die figures.
-COMPUTE_910B = ComputeModel(matmul_efficiency=0.66, half_dim=160, attention_efficiency=0.54, hbm_gbps=1600,
-                            vector_efficiency=0.45, expert_efficiency=0.51)
+COMPUTE_910B = ComputeModel(matmul_efficiency=0.67, half_dim=150, attention_efficiency=0.51, hbm_gbps=1600,
+                            vector_efficiency=0.40, expert_efficiency=0.52)
 # The same Da Vinci cube (16×16×16) as 910B: the half-size dimension, the attention and expert shares are 910B's
 # (no published 910A run uses FlashAttention or experts); the calibration fits the matmul share and finds the
 # vector work at the HBM roof.
-COMPUTE_910A = ComputeModel(matmul_efficiency=0.52, half_dim=COMPUTE_910B.half_dim,
+COMPUTE_910A = ComputeModel(matmul_efficiency=0.51, half_dim=COMPUTE_910B.half_dim,
                             attention_efficiency=COMPUTE_910B.attention_efficiency, hbm_gbps=1200, vector_efficiency=1.0,
                             expert_efficiency=COMPUTE_910B.expert_efficiency)
 # No built-in profile assumes TP overlap: the published MindSpeed-LLM runs pass --use-mc2, but its argument check

@@ -94,7 +94,11 @@ def test_kwokctl_config_pins_distinct_free_ports_and_carries_the_stages():
     documents = list(yaml.safe_load_all(kwokctl.config_text(ports, kwokctl.stages_file().read_text())))
     assert documents[0]["kind"] == "KwokctlConfiguration"
     assert documents[0]["options"] == {**ports, "bindAddress": "127.0.0.1"}
-    assert [d["kind"] for d in documents[1:]] == ["Stage"] * len(load_stages())
+    assert documents[1] == {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+                            "options": {**kwokctl.KWOK_DEFAULTS,
+                                        "podPlayStageParallelism": kwokctl.KWOK_POD_WORKERS}}
+    assert all(documents[1]["options"][key] for key in ("nodeLeaseParallelism", "enableDebuggingHandlers"))
+    assert [d["kind"] for d in documents[2:]] == ["Stage"] * len(load_stages())
 
 
 def load_stages():

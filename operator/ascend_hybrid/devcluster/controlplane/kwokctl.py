@@ -42,6 +42,15 @@ KWOK_BINARIES = {"etcd": "etcd", "kube-apiserver": "kube-apiserver",
 PORT_OPTIONS = ("etcdPort", "etcdPeerPort", "kubeApiserverPort", "kubeControllerManagerPort", "kubeSchedulerPort",
                 "kwokControllerPort")
 PORT_RANGE = ports.CONTROL_PLANE_RANGE
+# kwok plays every pod's stages (Running, the deletion of a pod marked for it) with 4 workers by default, one
+# apiserver call each at a time. A real cluster has one kubelet per node. At 2 048 pods those 4 workers bounded a
+# restart to about 11 pods a second (docs/performance.md); 32 lets the apiserver's own CPU be the limit.
+KWOK_POD_WORKERS = 32
+# kwokctl hands a KwokConfiguration it was given to kwok without kwok's defaults: every switch left out reads false
+# and every worker count 0 (which kwok refuses). So every option kwok defaults is given, at kwok 0.8's default.
+KWOK_DEFAULTS = {"nodePlayStageParallelism": 4, "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 1,
+                 "enableDebuggingHandlers": True, "enableProfilingHandler": True, "enableContentionProfiling": False,
+                 "enablePodsOnNodeSyncListPager": True, "enablePodsOnNodeSyncStreamWatch": False}
 
 
 def stages_file() -> Path:
@@ -62,10 +71,14 @@ def recorded_ports(paths: ClusterPaths) -> dict[str, int]:
 
 
 def config_text(ports: dict[str, int], stages: str) -> str:
-    """kwokctl --config: a KwokctlConfiguration with the ports and the bind address, then the Stage documents."""
+    """kwokctl --config: a KwokctlConfiguration with the ports and the bind address, the KwokConfiguration kwokctl
+    hands to kwok (its pod workers), then the Stage documents."""
     options = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
                "options": {**ports, "bindAddress": BIND_ADDRESS}}
-    return yaml.safe_dump(options, sort_keys=False) + "---\n" + stages
+    kwok = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+            "options": {**KWOK_DEFAULTS, "podPlayStageParallelism": KWOK_POD_WORKERS}}
+    return (yaml.safe_dump(options, sort_keys=False) + "---\n" + yaml.safe_dump(kwok, sort_keys=False) + "---\n"
+            + stages)
 
 
 def create_args(paths: ClusterPaths, bin_dir: Path, pod_cidr: str, kwok_port: int,

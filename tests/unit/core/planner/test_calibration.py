@@ -40,15 +40,15 @@ def test_dense_runs_meet_the_median_goal_fitted_and_held_out(scored):
     fitted = calibration.summary([s for s in _dense(scored) if not s.run.held_out])
     held_out = calibration.summary([s for s in _dense(scored) if s.run.held_out])
     assert fitted.count >= 20 and held_out.count >= 8
-    assert fitted.median_abs_error <= 0.063
-    assert held_out.median_abs_error <= 0.073
+    assert fitted.median_abs_error <= 0.067
+    assert held_out.median_abs_error <= 0.075
 
 
 def test_all_runs_hold_their_median_fitted_and_held_out(scored):
     fitted = calibration.summary([s for s in scored if not s.run.held_out])
     held_out = calibration.summary([s for s in scored if s.run.held_out])
-    assert fitted.median_abs_error <= 0.07 and held_out.median_abs_error <= 0.072
-    assert calibration.summary(scored).median_abs_error <= 0.071
+    assert fitted.median_abs_error <= 0.073 and held_out.median_abs_error <= 0.069
+    assert calibration.summary(scored).median_abs_error <= 0.073
 
 
 def test_the_runs_beyond_20_percent_are_the_documented_misses(scored):
@@ -65,9 +65,9 @@ def test_moe_runs_stay_within_their_documented_bounds(scored):
     assert abs(moe["grok1-40b-8k"]) < 0.16 and abs(moe["minicpm-8x2b-4k"]) < 0.07
 
 
-def test_every_expressible_published_strategy_fits_but_one(scored):
+def test_every_expressible_published_strategy_fits(scored):
     unfit = {s.run.name for s in scored if s.predicted is not None and not s.fits}
-    assert unfit == {"qwen2.5-3b-32k"}
+    assert unfit == set()
     unscored = {s.run.name for s in scored if s.predicted is None}
     assert unscored == {"mistral-7b-32k", "mixtral-8x22b-32k"}
 
