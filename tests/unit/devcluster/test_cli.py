@@ -96,7 +96,8 @@ def test_kwokctl_config_pins_distinct_free_ports_and_carries_the_stages():
     assert documents[0]["options"] == {**ports, "bindAddress": "127.0.0.1"}
     assert documents[1] == {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
                             "options": {**kwokctl.KWOK_DEFAULTS,
-                                        "podPlayStageParallelism": kwokctl.KWOK_POD_WORKERS}}
+                                        "podPlayStageParallelism": kwokctl.KWOK_POD_WORKERS,
+                                        "nodeLeaseParallelism": kwokctl.KWOK_LEASE_WORKERS}}
     assert all(documents[1]["options"][key] for key in ("nodeLeaseParallelism", "enableDebuggingHandlers"))
     assert [d["kind"] for d in documents[2:]] == ["Stage"] * len(load_stages())
 

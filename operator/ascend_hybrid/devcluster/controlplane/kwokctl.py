@@ -43,12 +43,15 @@ PORT_OPTIONS = ("etcdPort", "etcdPeerPort", "kubeApiserverPort", "kubeController
                 "kwokControllerPort")
 PORT_RANGE = ports.CONTROL_PLANE_RANGE
 # kwok plays every pod's stages (Running, the deletion of a pod marked for it) with 4 workers by default, one
-# apiserver call each at a time. A real cluster has one kubelet per node. At 2 048 pods those 4 workers bounded a
-# restart to about 11 pods a second (docs/performance.md); 32 lets the apiserver's own CPU be the limit.
+# apiserver call each at a time, where a real cluster has a kubelet per node. At 2 048 pods those 4 workers bounded a
+# restart to about 11 pods a second (docs/performance.md); 32 lets the apiserver's own CPU be the limit. The node
+# leases get as many: with 4 workers, 4 096 leases (one renewal each per 50 s) fell behind once the pods' stages
+# loaded the apiserver, and nodes of a running gang went NotReady.
 KWOK_POD_WORKERS = 32
+KWOK_LEASE_WORKERS = 32
 # kwokctl hands a KwokConfiguration it was given to kwok without kwok's defaults: every switch left out reads false
 # and every worker count 0 (which kwok refuses). So every option kwok defaults is given, at kwok 0.8's default.
-KWOK_DEFAULTS = {"nodePlayStageParallelism": 4, "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 1,
+KWOK_DEFAULTS = {"nodePlayStageParallelism": 4, "podsOnNodeSyncParallelism": 1,
                  "enableDebuggingHandlers": True, "enableProfilingHandler": True, "enableContentionProfiling": False,
                  "enablePodsOnNodeSyncListPager": True, "enablePodsOnNodeSyncStreamWatch": False}
 
@@ -76,7 +79,8 @@ def config_text(ports: dict[str, int], stages: str) -> str:
     options = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
                "options": {**ports, "bindAddress": BIND_ADDRESS}}
     kwok = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
-            "options": {**KWOK_DEFAULTS, "podPlayStageParallelism": KWOK_POD_WORKERS}}
+            "options": {**KWOK_DEFAULTS, "podPlayStageParallelism": KWOK_POD_WORKERS,
+                        "nodeLeaseParallelism": KWOK_LEASE_WORKERS}}
     return (yaml.safe_dump(options, sort_keys=False) + "---\n" + yaml.safe_dump(kwok, sort_keys=False) + "---\n"
             + stages)
 
