@@ -253,6 +253,8 @@ class Controller:
             observed = self.observe(key, job)
             decision = decide(observed)
             old_status = job.get("status") or {}
+            if any(isinstance(action, SignalLaunchers) for action in decision.actions):
+                job, written = self.write_status(key, job, written, decision.status)
             after = self.execute(key, job, observed, decision)
             if after is Next.REFUSED:
                 continue
@@ -265,22 +267,29 @@ class Controller:
             deferred = self.defer_progress(key, after, written, decision)
             if deferred is not None:
                 return deferred
-            patched = self.kube.patch_job_status(namespace, name, written, decision.status)
+            job, written = self.write_status(key, job, written, decision.status)
             self.record(key, job, old_status, decision.status)
-            if patched is not None:
-                job = patched
-                self.record_of(key).last_written = patched["metadata"].get("resourceVersion")
-                self.record_of(key).written_at = time.monotonic()
-                self.remember_job(key, job)
-            else:
-                job = {**job, "status": decision.status}
-            written = job.get("status") or {}
             if after is Next.FORGET:
                 self.forget(key)
                 return None
             if after is Next.WAIT:
                 return decision.requeue_after
         return FAST_REQUEUE_SECONDS
+
+    def write_status(self, key: JobKey, job: dict, written: dict, status: dict) -> tuple[dict, dict]:
+        """The status patched from what the apiserver holds (`written`) to `status`; the job and its status as
+        held now. A decision that tells the launchers a new rank generation writes it before it acts: a crash
+        between the two then leaves the status ahead of `<job>-recovery`, which the next pass writes again
+        (signal_launchers is level-based), never the ConfigMap ahead of a status that knows no incident."""
+        patched = self.kube.patch_job_status(key[0], key[1], written, status)
+        if patched is None:
+            job = {**job, "status": status}
+        else:
+            job = patched
+            record = self.record_of(key)
+            record.last_written, record.written_at = patched["metadata"].get("resourceVersion"), time.monotonic()
+            self.remember_job(key, job)
+        return job, job.get("status") or {}
 
     def defer_progress(self, key: JobKey, after: Next, old: dict, decision: Decision) -> float | None:
         """Seconds to wait instead of writing a status that only counts pods coming up or moves a gang's start
