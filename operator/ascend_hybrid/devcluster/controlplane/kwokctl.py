@@ -75,7 +75,7 @@ def recorded_ports(paths: ClusterPaths) -> dict[str, int]:
 
 def config_text(ports: dict[str, int], stages: str) -> str:
     """kwokctl --config: a KwokctlConfiguration with the ports and the bind address, the KwokConfiguration kwokctl
-    hands to kwok (its pod workers), then the Stage documents."""
+    hands to kwok (its pod and lease workers), then the Stage documents."""
     options = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
                "options": {**ports, "bindAddress": BIND_ADDRESS}}
     kwok = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
