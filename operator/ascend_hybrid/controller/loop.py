@@ -61,6 +61,14 @@ __all__ = ["Controller", "Indexes", "JobKey", "JobRecord", "Next"]
 POD_EVENT_DELAY = 0.2
 
 
+def intent_first(decision: Decision) -> bool:
+    """A decision that tells the launchers a rank generation records it in the status before it acts (see
+    write_status) — unless it also writes the rank table: a status naming the table completed must not come
+    before the table it names, and a start's generation is the one a status without it means anyway."""
+    kinds = {type(action) for action in decision.actions}
+    return SignalLaunchers in kinds and WriteRankTable not in kinds
+
+
 class Next(enum.Enum):
     """What a pass does after executing one decision."""
 
@@ -253,7 +261,7 @@ class Controller:
             observed = self.observe(key, job)
             decision = decide(observed)
             old_status = job.get("status") or {}
-            if any(isinstance(action, SignalLaunchers) for action in decision.actions):
+            if intent_first(decision):
                 job, written = self.write_status(key, job, written, decision.status)
             after = self.execute(key, job, observed, decision)
             if after is Next.REFUSED:

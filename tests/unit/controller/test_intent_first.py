@@ -77,3 +77,11 @@ def test_a_kill_between_the_writes_never_leaves_the_configmap_ahead(kill_at, mon
         run_pass(kube, monkeypatch)
     told = [call for call in kube.calls if call[0] == "apply"]
     assert not told or kube.job["status"]["recovery"]["generation"] == 1
+
+
+def test_a_decision_that_writes_the_rank_table_writes_it_before_the_status_that_names_it():
+    from ascend_hybrid.controller.loop import intent_first
+    from ascend_hybrid.reconcile.actions import WriteRankTable
+    signal = SignalLaunchers(0, "default")
+    assert intent_first(Decision(actions=[signal]))
+    assert not intent_first(Decision(actions=[WriteRankTable({"status": "completed"}, 1), signal]))
