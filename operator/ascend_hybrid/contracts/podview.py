@@ -108,6 +108,25 @@ def admission_refusal(pod: Mapping) -> str | None:
     return None
 
 
+def ready_for_table(pod: Mapping) -> bool:
+    """Whether the pod shows what its entry of the rank table needs: Running, its addresses and the device plugin's
+    annotation (read, not parsed: ranktable.assess judges it; this only tells a pass worth making from one that can
+    only wait)."""
+    status = pod.get("status") or {}
+    return (status.get("phase") == "Running" and bool(status.get("podIP")) and bool(status.get("hostIP"))
+            and DEVICE_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {}))
+
+
+def only_progress(old: Mapping | None, new: Mapping | None) -> bool:
+    """Whether a pod's change only moves it on towards running: created, bound, started. Not a deletion, a
+    finish, a refusal by the scheduler or the kubelet, or a pod going away."""
+    if new is None or is_deleting(new) or phase_of(new) not in ("Pending", "Running"):
+        return False
+    if old is not None and (is_deleting(old) or phase_of(old) not in ("Pending", "Running")):
+        return False
+    return unschedulable_message(new) is None
+
+
 def live_names(pods: Iterable[Mapping]) -> tuple[str, ...]:
     return tuple(pod["metadata"]["name"] for pod in pods if not is_deleting(pod))
 

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import cast
 
 from ascend_hybrid.contracts import conditions, kueue, names
-from ascend_hybrid.contracts.podview import attempt_of
+from ascend_hybrid.contracts.podview import attempt_of, only_progress, ready_for_table
 from ascend_hybrid.controller import children, metrics, placing
 from ascend_hybrid.controller.kube import Kube, collection_chunks, rank_table_of
 from ascend_hybrid.controller.logs import job_fields
@@ -59,6 +59,10 @@ __all__ = ["Controller", "Indexes", "JobKey", "JobRecord", "Next"]
 
 # a pod's change reaches its job's pass this late at least: the changes of a burst share one pass
 POD_EVENT_DELAY = 0.2
+# While a gang starts, a pod's change that only moves it on (created, bound, running) while another pod of the
+# attempt is still not ready for the rank table reaches its job's pass this late at most: such a pass can only
+# count pods and wait. The change that makes the last pod ready, and any other change, comes after POD_EVENT_DELAY.
+STARTING_PROGRESS_SECONDS = 1.0
 
 
 def intent_first(decision: Decision) -> bool:
@@ -85,6 +89,7 @@ class Controller:
     settings: OperatorSettings = field(default_factory=OperatorSettings)
     queue: WorkQueue = field(default_factory=WorkQueue)
     placement_lock: threading.Lock = field(default_factory=threading.Lock)
+    progress_lock: threading.Lock = field(default_factory=threading.Lock)  # JobRecord.unready and ready_seen
     jobs: dict[JobKey, JobRecord] = field(default_factory=dict)
     hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
     observed_efficiency: dict = field(default_factory=dict)  # profile → the cluster's factor (observed.py's loop)
@@ -133,13 +138,35 @@ class Controller:
     def enqueue(self, key: JobKey, delay: float = POD_EVENT_DELAY) -> None:
         self.queue.add(key, delay)
 
-    def pod_changed(self, key: JobKey) -> None:
+    def pod_changed(self, key: JobKey, old: dict | None = None, new: dict | None = None) -> None:
         """A pod of the job changed: its next pass after POD_EVENT_DELAY, or after as much CPU as its last pass
         took. A pass reads every pod of the gang, and a 2 048-pod gang's pods change all the time while it starts:
         spaced so, one job's passes take at most about half a core, and the pass after the last pod's change still
-        comes within one pass's time."""
+        comes within one pass's time. A change that only moves a starting gang on while other pods are not ready
+        waits up to STARTING_PROGRESS_SECONDS (`unready`, written by the last pass)."""
         record = self.jobs.get(key)
-        self.queue.add(key, max(POD_EVENT_DELAY, record.pass_cpu if record is not None else 0.0))
+        delay = max(POD_EVENT_DELAY, record.pass_cpu if record is not None else 0.0)
+        if record is not None and new is not None and self.progress_waits(record, old, new):
+            delay = max(delay, STARTING_PROGRESS_SECONDS)
+        self.queue.add(key, delay)
+
+    def progress_waits(self, record: JobRecord, old: dict | None, new: dict) -> bool:
+        """Whether the pass after this change may wait: it only moves a pod on, and a pod is still not ready. A pod
+        that becomes ready is remembered, so that a pass which read it before it was cannot put it back."""
+        with self.progress_lock:
+            if ready_for_table(new):
+                name = new["metadata"]["name"]
+                record.ready_seen.add(name)
+                record.unready = record.unready - {name}
+            return bool(record.unready) and only_progress(old, new)
+
+    def wait_for(self, key: JobKey, unready: frozenset[str]) -> None:
+        """What a pass leaves to wait for (unready_pods), less the pods that became ready since it read them."""
+        record = self.record_of(key)
+        with self.progress_lock:
+            record.unready = unready - record.ready_seen
+            if not unready:
+                record.ready_seen = set()
 
     def wrote_last(self, key: JobKey, resource_version: str | None) -> bool:
         """Whether this version of the job is the one this process's last status patch produced."""
@@ -260,6 +287,7 @@ class Controller:
         for _ in range(self.settings.max_steps_per_pass):
             observed = self.observe(key, job)
             decision = decide(observed)
+            self.wait_for(key, unready_pods(observed, decision))
             old_status = job.get("status") or {}
             if intent_first(decision):
                 job, written = self.write_status(key, job, written, decision.status)
@@ -518,6 +546,16 @@ class Controller:
         if record is not None and record.attempt == attempt:
             record.sample = sample
             self.queue.add(key, 0.0)
+
+
+def unready_pods(observed: Observed, decision: Decision) -> frozenset[str]:
+    """The pods of a starting attempt that are not yet ready for its rank table (empty in any other phase): while
+    some are, a pod's progress need not be followed at once (Controller.pod_changed)."""
+    if decision.status.get("phase") != "Starting" or observed.resolved is None:
+        return frozenset()
+    job, attempt = observed.job["metadata"]["name"], int(decision.status.get("attempt") or 1)
+    ready = {pod["metadata"]["name"] for pod in observed.pods if ready_for_table(pod)}
+    return frozenset(names.pod_name(job, attempt, index) for index in range(observed.resolved.pod_count)) - ready
 
 
 def job_key(job: dict) -> JobKey:

@@ -162,7 +162,7 @@ def reaction(controller: Controller) -> Change:
             if key is not None:
                 if new is None:
                     controller.read_job_again(key)
-                controller.pod_changed(key)
+                controller.pod_changed(key, old, new)
         held = any(holds_npus(pod.get("spec") or {}) for pod in (old, new) if pod is not None)
         if held and (new is None or (is_finished(new) and not (old is not None and is_finished(old)))):
             controller.wake_pending()

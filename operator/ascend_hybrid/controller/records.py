@@ -50,6 +50,8 @@ class JobRecord:
     children_epoch: int = 0                     # counts children deleted; a pass that saw one applies again
     waiting: bool = False                       # Pending for chips that others hold: younger jobs wait behind it
     pass_cpu: float = 0.0                       # CPU seconds its last pass took in its worker (thread time)
+    unready: frozenset[str] = frozenset()       # a starting attempt's pods not yet ready for the rank table
+    ready_seen: set[str] = field(default_factory=set)  # pods seen ready since the last pass that waited for none
     chip: str = ""
     queue_key: backlog.QueueKey = ("", "", "")
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 
 import pytest
 
 from ascend_hybrid.controller import metrics
-from ascend_hybrid.controller.loop import POD_EVENT_DELAY, Controller
+from ascend_hybrid.controller.loop import POD_EVENT_DELAY, STARTING_PROGRESS_SECONDS, Controller, unready_pods
 from ascend_hybrid.controller.settings import OperatorSettings
+from ascend_hybrid.reconcile.state import Decision, Observed
+from ascend_hybrid.spec.rules import parse
+from support.builders import JobBuilder, PodBuilder
 
 
 def failures(namespace: str, cause: str) -> float:
@@ -109,6 +113,56 @@ def test_a_pods_change_waits_for_as_much_cpu_as_its_jobs_last_pass_took():
     controller.pod_changed(("ns", "big"))
     assert controller.queue.added == [(("ns", "new"), POD_EVENT_DELAY), (("ns", "small"), POD_EVENT_DELAY),
                                       (("ns", "big"), 0.6)]
+
+
+def test_a_starting_gangs_progress_waits_until_its_last_pod_is_ready_for_the_rank_table():
+    """While other pods of the attempt are not ready, a pod created, bound or started changes nothing a pass could
+    act on: its pass waits; the change that makes the last pod ready, a failure or a deletion is followed at once."""
+    controller = Controller(kube=JobGoneKube(), settings=OperatorSettings(workers=1))
+    controller.queue = RecordingQueue()
+    key = ("ns", "job")
+    controller.record_of(key).unready = frozenset({"job-a1-0", "job-a1-1"})
+    created = PodBuilder("job", 0, namespace="ns").build()
+    started = PodBuilder("job", 0, namespace="ns").running().devices(range(8)).build()
+    failed = PodBuilder("job", 1, namespace="ns").running().exited(1).build()
+    controller.pod_changed(key, None, created)
+    controller.pod_changed(key, created, started)  # job-a1-1 is not ready yet
+    controller.pod_changed(key, None, failed)
+    controller.pod_changed(key, started, None)
+    last = PodBuilder("job", 1, namespace="ns").running().devices(range(8)).build()
+    controller.pod_changed(key, None, last)
+    assert [delay for _, delay in controller.queue.added] == [STARTING_PROGRESS_SECONDS, STARTING_PROGRESS_SECONDS,
+                                                              POD_EVENT_DELAY, POD_EVENT_DELAY, POD_EVENT_DELAY]
+    assert controller.record_of(key).unready == frozenset()
+
+
+def test_a_pod_ready_after_a_pass_read_it_is_not_waited_for_again():
+    """The pass read job-a1-1 before it became ready, and records what it waits for after the change came: the
+    change is remembered, or the last pod's change would wait for a pod that is ready."""
+    controller = Controller(kube=JobGoneKube(), settings=OperatorSettings(workers=1))
+    controller.queue = RecordingQueue()
+    key = ("ns", "job")
+    controller.wait_for(key, frozenset({"job-a1-0", "job-a1-1", "job-a1-2"}))
+    ready = [PodBuilder("job", index, namespace="ns").running().devices(range(8)).build() for index in range(3)]
+    controller.pod_changed(key, None, ready[1])
+    controller.wait_for(key, frozenset({"job-a1-0", "job-a1-1", "job-a1-2"}))  # read before ready[1]'s change
+    controller.pod_changed(key, None, ready[0])
+    controller.pod_changed(key, None, ready[2])
+    assert [delay for _, delay in controller.queue.added] == [STARTING_PROGRESS_SECONDS, STARTING_PROGRESS_SECONDS,
+                                                              POD_EVENT_DELAY]
+    controller.wait_for(key, frozenset())
+    assert controller.record_of(key).ready_seen == set()
+
+
+def test_only_a_starting_pass_leaves_pods_to_wait_for():
+    job = JobBuilder("job", namespace="ns").parallelism(data=2, tensor=8).per_pod(8).build()
+    pods = (PodBuilder("job", 0, namespace="ns").running().devices(range(8)).build(),
+            PodBuilder("job", 1, namespace="ns").build())
+    observed = Observed(job=job, resolved=parse(job), spec_problems=(), pods=pods, rank_table=None,
+                        children_ready=True, sched_ip=None, nodes={}, now=datetime(2026, 12, 4, tzinfo=UTC))
+    assert unready_pods(observed, Decision(status={"phase": "Starting", "attempt": 1})) == {"job-a1-1"}
+    assert unready_pods(observed, Decision(status={"phase": "Starting", "attempt": 2})) == {"job-a2-0", "job-a2-1"}
+    assert unready_pods(observed, Decision(status={"phase": "Running", "attempt": 1})) == frozenset()
 
 
 def test_a_pass_records_the_cpu_it_took():
