@@ -8,13 +8,13 @@ is checked before every attempt of every mutating call: a replica that is not le
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar, cast
 
-import orjson
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -160,10 +160,8 @@ class Kube:
                  "NetworkPolicy": self.networking.patch_namespaced_network_policy,
                  "Role": self.rbac.patch_namespaced_role,
                  "RoleBinding": self.rbac.patch_namespaced_role_binding}[kind]
-        # the answer parsed as JSON, not built into the client's models: a 2 048-pod rank table is a megabyte
-        answer = self._call("apply", kind.lower() + "s", patch, meta["name"], meta["namespace"], manifest,
-                            _preload_content=False, **APPLY)
-        return orjson.loads(cast(urllib3.HTTPResponse, answer).data)
+        result = self._call("apply", kind.lower() + "s", patch, meta["name"], meta["namespace"], manifest, **APPLY)
+        return self.client.sanitize_for_serialization(result)
 
     def create_service(self, manifest: dict) -> None:
         """Creates a Service that must keep a given clusterIP (a deleted `<job>-sched` whose IP the pods' env holds);
@@ -172,9 +170,8 @@ class Kube:
                    manifest, field_manager=names.FIELD_MANAGER, ok=(409,))
 
     def read_config_map(self, namespace: str, name: str) -> dict | None:
-        answer = self._call("get", "configmaps", self.core.read_namespaced_config_map, name, namespace, ok=(404,),
-                            _preload_content=False)
-        return None if answer is None else orjson.loads(cast(urllib3.HTTPResponse, answer).data)
+        result = self._call("get", "configmaps", self.core.read_namespaced_config_map, name, namespace, ok=(404,))
+        return None if result is None else self.client.sanitize_for_serialization(result)
 
     def create_pod(self, manifest: dict) -> None:
         """Creates a pod; one that already exists (an earlier pass or operator process made it) is fine."""
@@ -259,16 +256,16 @@ class Kube:
         """Every non-terminal pod of the cluster that asks for NPUs (one list per placement, not per pass)."""
         answer = self._call("list", "pods", self.core.list_pod_for_all_namespaces,
                             field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False)
-        return [project_pod(pod) for pod in orjson.loads(answer.data)["items"] if holds_npus(pod.get("spec") or {})]
+        return [project_pod(pod) for pod in json.loads(answer.data)["items"] if holds_npus(pod.get("spec") or {})]
 
     def list_nodes(self) -> list[dict]:
         answer = self._call("list", "nodes", self.core.list_node, _preload_content=False)
-        return orjson.loads(answer.data)["items"]
+        return json.loads(answer.data)["items"]
 
     def list_device_infos(self, namespace: str, label_selector: str) -> list[dict]:
         answer = self._call("list", "configmaps", self.core.list_namespaced_config_map, namespace,
                             label_selector=label_selector, _preload_content=False)
-        return orjson.loads(answer.data)["items"]
+        return json.loads(answer.data)["items"]
 
     # -- the watches (listwatch.py): raw JSON, never the client's models -------------------------------------------
     def _lister(self, resource: str, namespace: str | None) -> tuple[Callable, tuple]:
@@ -286,7 +283,7 @@ class Kube:
         if label_selector:
             extra["label_selector"] = label_selector
         answer = self._call("list", resource, fn, *args, limit=limit, _preload_content=False, **extra)
-        return orjson.loads(answer.data)
+        return json.loads(answer.data)
 
     def watch(self, resource: str, namespace: str | None, resource_version: str, timeout_seconds: int,
               label_selector: str | None = None) -> Iterator[dict]:
@@ -303,7 +300,7 @@ class Kube:
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
                     if line.strip():
-                        yield orjson.loads(line)
+                        yield json.loads(line)
         finally:  # a watch left mid-stream leaves unread bytes: its connection is closed, not reused
             response.close()
             response.release_conn()
