@@ -79,7 +79,7 @@ def configmap_and_expander(table: dict, rounds: int) -> None:
         started = time.perf_counter()
         data, binary = config_map_data(table, 1)
         writes.append(time.perf_counter() - started)
-    manifest = render.rank_table_config_map("big", "default", "uid-big", table, 1)
+    manifest = render.rank_table_config_map("big", "default", "uid-big", "{}", table, 1)
     data_bytes = sum(len(value.encode()) for value in manifest["data"].values())
     binary_bytes = sum(len(base64.b64decode(value)) for value in manifest.get("binaryData", {}).values())
     complete = len(compact(table).encode())

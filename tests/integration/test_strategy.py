@@ -41,7 +41,7 @@ def test_an_auto_job_runs_the_strategy_the_planner_chose(jobs):
     assert len(pods) == 2
     env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
     assert json.loads(env["AHJ_PARALLEL"])["tensor"] == degrees["tensor"] and env["MS_WORKER_NUM"] == "16"
-    job_json = json.loads(jobs.core.read_namespaced_config_map(names.job_config_map("auto-gpt"),
+    job_json = json.loads(jobs.core.read_namespaced_config_map(names.rank_table_config_map("auto-gpt"),
                                                                jobs.namespace).data["job.json"])
     assert job_json["parallelism"]["pipeline"] == degrees["pipeline"]
     assert job_json["training"]["recompute"] == plan["recompute"]

@@ -203,8 +203,8 @@ def cmd_ranktable(args) -> int:
     if args.output == "configmap":
         metadata = body.get("metadata") or {}
         namespace = metadata.get("namespace") or pods[0]["metadata"].get("namespace") or "default"
-        config_map = render.rank_table_config_map(resolved.name, namespace, str(metadata.get("uid") or ""), table,
-                                                  args.revision)
+        config_map = render.rank_table_config_map(resolved.name, namespace, str(metadata.get("uid") or ""),
+                                                  render.job_config_text(resolved), table, args.revision)
         if not metadata.get("uid"):
             config_map["metadata"].pop("ownerReferences", None)
         yaml.dump(config_map, sys.stdout, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False,

@@ -20,7 +20,8 @@ METRICS_PORT = 9400
 RANK_TABLE_DIR = "/user/serverid/devindex/config"
 RANK_TABLE_FILE = f"{RANK_TABLE_DIR}/hccl.json"
 JOB_CONFIG_DIR = "/etc/ascend-hybrid"
-JOB_CONFIG_FILE = f"{JOB_CONFIG_DIR}/job.json"
+JOB_CONFIG_KEY = "job.json"  # in rings-config-<job> beside the rank table, projected alone into JOB_CONFIG_DIR
+JOB_CONFIG_FILE = f"{JOB_CONFIG_DIR}/{JOB_CONFIG_KEY}"
 CHECKPOINT_DIR = "/checkpoints"
 RANK_TABLE_VOLUME = "ascend-ranktable"
 # A job whose table may outgrow its ConfigMap (ranktable_sidecar.py): the ConfigMap is mounted here in the expander
@@ -47,15 +48,12 @@ def headless_service(job: str) -> str:
 
 
 def rank_table_config_map(job: str) -> str:
+    """The rank table (MindCluster's name for its ConfigMap) and job.json."""
     return f"rings-config-{job}"
 
 
 def network_policy(job: str) -> str:
     return f"{job}-network"
-
-
-def job_config_map(job: str) -> str:
-    return f"{job}-config"
 
 
 def pod_name(job: str, attempt: int, index: int) -> str:

@@ -32,7 +32,7 @@ KEEP_IP_SECONDS = 10.0  # how long a deleted Service's IP may take to be release
 
 
 def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: ResolvedJob) -> None:
-    """Applies the job's Services and ConfigMaps (job.json from `resolved`, the resolved job the pods run)."""
+    """Applies the job's Services and its ConfigMap (job.json from `resolved`, the resolved job the pods run)."""
     namespace, name = key
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
@@ -42,19 +42,20 @@ def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: Re
         _recreate_with_ip(controller, services[0], record.lost_sched_ip)
     record.lost_sched_ip = None
     manifests = list(services)
-    manifests.append(render.job_config_map(resolved, namespace, uid))
-    first_table = ranktable.initializing(ranktable.format_of(CHIPS[resolved.chip].super_pods))
-    # A ConfigMap deleted under a job is made again with the next count: `version` never goes back for its readers.
-    revision = record.rank_table_revision + 1 if record.rank_table_revision else 0
-    if record.rank_table is None:
-        manifests.append(render.rank_table_config_map(name, namespace, uid, first_table, revision))
+    job_json = render.job_config_text(resolved)
+    # The rank table rides along (the ConfigMap holds both): the one last written, or the initializing one. A
+    # ConfigMap deleted under a job is made again with the next count: `version` never goes back for its readers.
+    table, revision = record.rank_table, record.rank_table_revision
+    if table is None:
+        table = ranktable.initializing(ranktable.format_of(CHIPS[resolved.chip].super_pods))
+        revision = revision + 1 if revision else 0
+    manifests.append(render.rank_table_config_map(name, namespace, uid, job_json, table, revision))
     if controller.settings.network_policy:
         manifests.append(render.network_policy(name, namespace, uid, list(controller.settings.metrics_peers)))
     live: dict[str, dict] = {}
     controller.each(lambda manifest: live.__setitem__(manifest["metadata"]["name"], controller.kube.apply(manifest)),
                     manifests)
-    if record.rank_table is None:
-        record.rank_table, record.rank_table_revision = first_table, revision
+    record.rank_table, record.rank_table_revision, record.job_config = table, revision, job_json
     record.sched_ip = service_ip(live[names.sched_service(name)]) if services else None
     if record.children_epoch == epoch:
         record.children_generation = job["metadata"].get("generation")

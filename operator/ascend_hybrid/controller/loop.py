@@ -354,6 +354,8 @@ class Controller:
                 config_map = self.kube.read_config_map(key[0], names.rank_table_config_map(key[1]))
                 record.rank_table = rank_table_of(config_map)
                 record.rank_table_revision = ranktable.config_map_revision(config_map)
+                # job.json as the pods read it, for the table's next write (None in one an older operator wrote)
+                record.job_config = ((config_map or {}).get("data") or {}).get(names.JOB_CONFIG_KEY)
             record.rank_table_read = True
         channel = children.recovery_data(self, key, job)
         launcher_generation, launchers = recovery.read_channel(channel)
@@ -437,7 +439,8 @@ class Controller:
                 case ProbeGrow():
                     placing.probe_grow(self, key, job, observed, decision, action)
                 case WriteRankTable():
-                    self.kube.apply(render.rank_table_config_map(name, namespace, job["metadata"]["uid"],
+                    job_json = record.job_config or render.job_config_text(cast(ResolvedJob, observed.resolved))
+                    self.kube.apply(render.rank_table_config_map(name, namespace, job["metadata"]["uid"], job_json,
                                                                  action.table, action.revision))
                     record.rank_table, record.rank_table_revision = action.table, action.revision
                 case SignalLaunchers():

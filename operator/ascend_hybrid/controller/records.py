@@ -41,6 +41,7 @@ class JobRecord:
     rank_table: dict | None = None
     rank_table_revision: int = 0                # the rank-table ConfigMap's `version` counter, as last seen
     rank_table_read: bool = False
+    job_config: str | None = None               # job.json as last applied beside the table (rings-config-<job>)
     recovery_data: dict | None = None           # data of <job>-recovery: the launchers' channel (recovery.py)
     recovery_read: bool = False
     launchers_granted: str | None = None        # the ServiceAccount the launchers' Role is bound to, once applied

@@ -31,8 +31,10 @@ COMPRESSED_KEY = "hccl.json.gz"      # binaryData key of a table too large for T
 COMPRESSED_FIELD = "compressed"      # in the small hccl.json that then points to it
 # The device plugin writes this for a chip whose IP it could not read (ascend-common api.DeviceIPErrorCodeStr).
 UNREADABLE_DEVICE_IP = "-1"
-# The apiserver refuses a ConfigMap whose data + binaryData exceed 1 MiB; the rest (keys, version) stays under this.
+# The apiserver refuses a ConfigMap whose data + binaryData exceed 1 MiB; the rest (keys, version and job.json, at
+# most JOB_CONFIG_ROOM) stays under this.
 CONFIG_MAP_BUDGET = 1024 * 1024 - 16 * 1024
+JOB_CONFIG_ROOM = 15 * 1024  # a job.json of 1 024 pipeline stages' layers takes about 10 KiB
 
 
 def format_of(super_pods: bool) -> str:

@@ -19,6 +19,7 @@ from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.names import GROUP, HOSTNAME_LABEL
 from ascend_hybrid.gang.ranktable import (
     INITIALIZING,
+    JOB_CONFIG_ROOM,
     config_map_data,
     format_of,
     initializing,
@@ -110,24 +111,32 @@ def job_config(resolved: ResolvedJob) -> dict:
             "parallelism": resolved.degrees, "model": resolved.model, "training": training}
 
 
-def rank_table_config_map(job: str, namespace: str, uid: str, table: dict | None = None, revision: int = 0) -> dict:
-    """The rank table's ConfigMap (ranktable.config_map_data: compact, or gzipped beyond a ConfigMap; `version` is
-    `revision`, the counter of tables written). Its data is set after the template: a 16 384-rank table would be a
-    megabyte of YAML to parse back."""
+def job_config_text(resolved: ResolvedJob) -> str:
+    """job.json as the pods read it: indented for a person, compact where that would not fit its room beside the
+    rank table (a thousand uneven pipeline stages)."""
+    text = json.dumps(job_config(resolved), indent=2, sort_keys=True)
+    if len(text.encode()) <= JOB_CONFIG_ROOM:
+        return text
+    return json.dumps(job_config(resolved), separators=(",", ":"), sort_keys=True)
+
+
+def rank_table_config_map(job: str, namespace: str, uid: str, job_json: str, table: dict | None = None,
+                          revision: int = 0) -> dict:
+    """The job's one ConfigMap, `rings-config-<job>`: the rank table (ranktable.config_map_data: compact, or
+    gzipped beyond a ConfigMap; `version` is `revision`, the counter of tables written) and job.json. They share
+    one object so that a job's start writes it once with the initializing table and once with the completed one;
+    every apply carries both, since a server-side apply drops the keys its field manager leaves out. Its data is
+    set after the template: a 16 384-rank table would be a megabyte of YAML to parse back."""
+    if len(job_json.encode()) > JOB_CONFIG_ROOM:
+        raise ValueError(f"job.json is {len(job_json.encode())} bytes: more than the {JOB_CONFIG_ROOM} its "
+                         "ConfigMap keeps for it beside the rank table")
     data, binary = config_map_data(table or INITIALIZING, revision)
     manifest = _render("configmap.yaml.j2", name=names.rank_table_config_map(job), namespace=namespace,
                        labels=names.job_labels(job), owner_references=owner_references(job, uid), data={})
-    manifest["data"] = data
+    manifest["data"] = {**data, names.JOB_CONFIG_KEY: job_json}
     if binary:
         manifest["binaryData"] = binary
     return manifest
-
-
-def job_config_map(resolved: ResolvedJob, namespace: str, uid: str) -> dict:
-    data = {"job.json": json.dumps(job_config(resolved), indent=2, sort_keys=True)}
-    return _render("configmap.yaml.j2", name=names.job_config_map(resolved.name), namespace=namespace,
-                   labels=names.job_labels(resolved.name), owner_references=owner_references(resolved.name, uid),
-                   data=data)
 
 
 def recovery_config_map(job: str, namespace: str, uid: str, generation: int, world: str | None = None) -> dict:
@@ -249,7 +258,9 @@ def _volumes(resolved: ResolvedJob) -> tuple[list[dict], list[dict]]:
     job, spec = resolved.name, resolved.spec
     volumes = [
         *_rank_table_volumes(resolved),
-        {"name": names.JOB_CONFIG_VOLUME, "configMap": {"name": names.job_config_map(job)}},
+        {"name": names.JOB_CONFIG_VOLUME, "configMap": {"name": names.rank_table_config_map(job),
+                                                          "items": [{"key": names.JOB_CONFIG_KEY,
+                                                                     "path": names.JOB_CONFIG_KEY}]}},
     ]
     mounts = [
         {"name": names.RANK_TABLE_VOLUME, "mountPath": names.RANK_TABLE_DIR, "readOnly": True},
@@ -349,9 +360,8 @@ def pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: t
 def children(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...],
              sched_ip: str | None, table: dict | None = None,
              expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
-    """Every child in creation order: Services (needs_services), ConfigMaps, then the Pods."""
+    """Every child in creation order: Services (needs_services), the ConfigMap, then the Pods."""
     first_table = initializing(format_of(CHIPS[resolved.chip].super_pods))
     return [*(services(resolved.name, namespace, uid) if needs_services(resolved) else ()),
-            rank_table_config_map(resolved.name, namespace, uid, table or first_table),
-            job_config_map(resolved, namespace, uid),
+            rank_table_config_map(resolved.name, namespace, uid, job_config_text(resolved), table or first_table),
             *pods(resolved, namespace, uid, attempt, nodes, sched_ip, expander_image)]

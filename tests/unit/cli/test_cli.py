@@ -173,7 +173,10 @@ def test_ranktable_prints_the_configmap_the_pods_mount(cli_path, tmp_path):
                  "--revision", "4")
     assert result.returncode == 0, result.stderr
     config_map = yaml.safe_load(result.stdout)
-    expected = render.rank_table_config_map("cli-job", "team-a", "uid-7", build_rank_table(pods, 2), 4)
+    from ascend_hybrid.spec.rules import parse
+
+    expected = render.rank_table_config_map("cli-job", "team-a", "uid-7", render.job_config_text(parse(body)),
+                                            build_rank_table(pods, 2), 4)
     assert config_map == expected
     assert config_map["data"]["version"] == "4"
     table = json.loads(config_map["data"]["hccl.json"])
@@ -268,8 +271,8 @@ def test_render_places_the_seed_job_on_16_nodes(cli_path, examples):
                  str(examples / "nodes-16x8.yaml"), "--sched-ip", "10.96.0.7", "--namespace", "ml", "--attempt", "2")
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all(result.stdout))
-    assert [o["kind"] for o in objects] == ["Service", "Service", "ConfigMap", "ConfigMap"] + ["Pod"] * 16
-    pods = objects[4:]
+    assert [o["kind"] for o in objects] == ["Service", "Service", "ConfigMap"] + ["Pod"] * 16
+    pods = objects[3:]
     assert [p["metadata"]["name"] for p in pods] == [f"seed-moe-128-a2-{i}" for i in range(16)]
     nodes = [p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
              ["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0] for p in pods]

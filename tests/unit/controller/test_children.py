@@ -57,20 +57,41 @@ def test_children_are_applied_and_the_sched_ip_recorded():
     children.ensure_children(ctl, KEY, body, resolved(body))
     record = ctl.record_of(KEY)
     assert sorted(m["metadata"]["name"] for m in kube.applied) == sorted(
-        ["job", "job-sched", "job-config", "rings-config-job"])
+        ["job", "job-sched", "rings-config-job"])
     assert (record.sched_ip, record.children_generation, record.rank_table, record.rank_table_revision) == (
         "127.32.0.7", 3, {"status": "initializing", "version": "1.0"}, 0)
     assert kube.created == []  # nothing was deleted: no create with a kept IP
 
 
-def test_a_job_of_one_pod_gets_its_config_maps_only():
+def test_a_job_of_one_pod_gets_its_config_map_only():
     body = {**job_body(name="job"), "metadata": {"name": "job", "namespace": "default", "uid": "u", "generation": 3}}
     kube = FakeKube()
     ctl = controller(kube)
     children.ensure_children(ctl, KEY, body, resolved(body))
     record = ctl.record_of(KEY)
-    assert sorted(m["metadata"]["name"] for m in kube.applied) == ["job-config", "rings-config-job"]
+    [config_map] = kube.applied
+    assert config_map["metadata"]["name"] == "rings-config-job"
+    assert json.loads(config_map["data"]["job.json"])["name"] == "job"
+    assert json.loads(config_map["data"]["hccl.json"])["status"] == "initializing"
     assert record.sched_ip is None and record.children_generation == 3
+    assert record.job_config == config_map["data"]["job.json"]
+
+
+def test_children_applied_again_keep_the_table_written_since():
+    """job.json and the table share rings-config-<job> and a server-side apply drops what it leaves out: a spec
+    change after the table completed applies job.json with that table and its count, not the initializing one."""
+    body = {**job_body(name="job"), "metadata": {"name": "job", "namespace": "default", "uid": "u", "generation": 1}}
+    kube = FakeKube()
+    ctl = controller(kube)
+    children.ensure_children(ctl, KEY, body, resolved(body))
+    record = ctl.record_of(KEY)
+    completed = {"status": "completed", "version": "1.0", "server_count": "1", "server_list": []}
+    record.rank_table, record.rank_table_revision = completed, 2
+    kube.applied.clear()
+    children.ensure_children(ctl, KEY, {**body, "metadata": {**body["metadata"], "generation": 2}}, resolved(body))
+    [config_map] = kube.applied
+    assert json.loads(config_map["data"]["hccl.json"]) == completed and config_map["data"]["version"] == "2"
+    assert "job.json" in config_map["data"] and record.children_generation == 2
 
 
 def test_a_deleted_rank_table_comes_back_counting_on():
@@ -122,7 +143,7 @@ def test_a_deleted_child_makes_the_next_pass_read_its_job_again_not_repair_a_del
     ctl = controller(FakeKube())
     record = ctl.record_of(KEY)
     ctl.remember_job(KEY, {"metadata": {"name": "job", "namespace": "default"}})
-    ctl.child_changed(KEY, "ConfigMap", "job-config", "MODIFIED", {"metadata": {"name": "job-config"}})
+    ctl.child_changed(KEY, "ConfigMap", "other-config", "MODIFIED", {"metadata": {"name": "other-config"}})
     assert record.job is not None, "a change of a child says nothing of the job"
     ctl.child_changed(KEY, "Service", "job", "DELETED", {"metadata": {"name": "job"}})
     assert record.job is None

@@ -35,7 +35,7 @@ def big_tables() -> tuple[dict, dict]:
 
 
 def config_map(table: dict, revision: int) -> dict:
-    return render.rank_table_config_map("big", "default", "uid-big", table, revision)
+    return render.rank_table_config_map("big", "default", "uid-big", "{}", table, revision)
 
 
 def test_a_16384_rank_table_fits_the_configmap_and_the_expander_writes_it_whole(tmp_path, big_tables):

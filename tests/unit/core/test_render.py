@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.gang import render
-from ascend_hybrid.gang.ranktable import INITIALIZING
+from ascend_hybrid.gang.ranktable import INITIALIZING, JOB_CONFIG_ROOM
 from ascend_hybrid.spec import rules
 from support.strategies import valid_specs
 
@@ -61,7 +61,7 @@ def seed_children(seed):
 def test_every_child_is_a_valid_kubernetes_object(seed_children, examples):
     small = rules.parse(load(examples / "job.yaml"))
     objects = seed_children + children_of(small)
-    assert [o["kind"] for o in seed_children] == ["Service", "Service", "ConfigMap", "ConfigMap"] + ["Pod"] * 16
+    assert [o["kind"] for o in seed_children] == ["Service", "Service", "ConfigMap"] + ["Pod"] * 16
     for obj in objects:
         kubernetes_validate.validate(copy.deepcopy(obj), K8S, strict=True)
 
@@ -81,9 +81,9 @@ def test_output_is_deterministic(seed):
 
 def test_names_per_design(seed_children):
     names = [(o["kind"], o["metadata"]["name"]) for o in seed_children]
-    assert names[:4] == [("Service", "seed-moe-128-sched"), ("Service", "seed-moe-128"),
-                         ("ConfigMap", "rings-config-seed-moe-128"), ("ConfigMap", "seed-moe-128-config")]
-    assert [n for _, n in names[4:]] == [f"seed-moe-128-a3-{i}" for i in range(16)]
+    assert names[:3] == [("Service", "seed-moe-128-sched"), ("Service", "seed-moe-128"),
+                         ("ConfigMap", "rings-config-seed-moe-128")]
+    assert [n for _, n in names[3:]] == [f"seed-moe-128-a3-{i}" for i in range(16)]
     for obj in seed_children:
         assert obj["metadata"]["namespace"] == "team-a"
         assert obj["metadata"]["labels"]["hybrid.ascend.dev/job"] == "seed-moe-128"
@@ -99,28 +99,43 @@ def test_services(seed_children):
     assert sched["spec"]["ports"] == [{"name": "ms-sched", "protocol": "TCP", "port": 2222, "targetPort": 2222}]
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["selector"] == {"hybrid.ascend.dev/job": "seed-moe-128"}
-    pod0 = seed_children[4]
+    pod0 = seed_children[3]
     assert all(pod0["metadata"]["labels"][k] == v for k, v in sched["spec"]["selector"].items())
     assert pod0["spec"]["subdomain"] == headless["metadata"]["name"]
 
 
 def test_config_maps(seed, seed_children):
-    table_map, job_map = seed_children[2:4]
+    table_map = seed_children[2]
     assert json.loads(table_map["data"]["hccl.json"]) == INITIALIZING
-    job = json.loads(job_map["data"]["job.json"])
+    job = json.loads(table_map["data"]["job.json"])
     assert job["parallelism"] == seed.degrees
     assert job["worldSize"] == 128 and job["npu"] == {"chip": "910B", "perPod": 8}
     assert job["model"] == seed.model
     assert job["training"]["globalBatchSize"] == 512 and job["training"]["steps"] == 10000
     table = {"status": "completed", "version": "1.2", "server_count": "0", "server_list": []}
     assert table_map["data"]["version"] == "0"  # the counter of tables written: none yet
-    completed = render.rank_table_config_map("seed-moe-128", "team-a", UID, table, revision=3)
+    job_json = render.job_config_text(seed)
+    completed = render.rank_table_config_map("seed-moe-128", "team-a", UID, job_json, table, revision=3)
     assert json.loads(completed["data"]["hccl.json"]) == table and completed["data"]["version"] == "3"
-    assert children_of(seed, 3, table)[2] == render.rank_table_config_map("seed-moe-128", "team-a", UID, table)
+    assert completed["data"]["job.json"] == job_json, "every write of the table carries job.json"
+    assert children_of(seed, 3, table)[2] == render.rank_table_config_map("seed-moe-128", "team-a", UID, job_json,
+                                                                         table)
+
+
+def test_job_json_keeps_within_its_room_beside_the_largest_rank_table():
+    """job.json shares rings-config-<job> with a table that may take all but JOB_CONFIG_ROOM of the 1 MiB."""
+    widest = resolved_of({"parallelism": {"pipeline": 1024, "pipelineLayers": [10**6] * 1024},
+                          "model": {"layers": 10**6 * 1024}}, name="j" * 50)
+    text = render.job_config_text(widest)
+    assert len(text.encode()) <= JOB_CONFIG_ROOM and json.loads(text) == render.job_config(widest)
+    manifest = render.rank_table_config_map(widest.name, "ns", UID, text)
+    assert manifest["data"]["job.json"] == text
+    with pytest.raises(ValueError, match="job.json is .* bytes"):
+        render.rank_table_config_map(widest.name, "ns", UID, " " * (JOB_CONFIG_ROOM + 1))
 
 
 def test_pod_shape(seed, seed_children):
-    pods = seed_children[4:]
+    pods = seed_children[3:]
     for index, pod in enumerate(pods):
         meta, spec = pod["metadata"], pod["spec"]
         assert meta["labels"] == {"hybrid.ascend.dev/job": "seed-moe-128", "hybrid.ascend.dev/attempt": "3",
@@ -144,12 +159,14 @@ def test_pod_shape(seed, seed_children):
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes[mounts["/user/serverid/devindex/config"]]["configMap"]["name"] == "rings-config-seed-moe-128"
-        assert volumes[mounts["/etc/ascend-hybrid"]]["configMap"]["name"] == "seed-moe-128-config"
+        # job.json alone from the same ConfigMap: the trainer's directory holds no rank table
+        assert volumes[mounts["/etc/ascend-hybrid"]]["configMap"] == {
+            "name": "rings-config-seed-moe-128", "items": [{"key": "job.json", "path": "job.json"}]}
         assert "/checkpoints" not in mounts
 
 
 def test_env_of_design_section_8(seed, seed_children):
-    for index, pod in enumerate(seed_children[4:]):
+    for index, pod in enumerate(seed_children[3:]):
         env = env_of(pod)
         values = values_of(pod)
         assert values["MS_ROLE"] == "MS_WORKER"
@@ -204,7 +221,7 @@ def full_spec() -> dict:
 @pytest.fixture(scope="module")
 def full_pods():
     resolved = resolved_of(full_spec())
-    return resolved, children_of(resolved, attempt=2)[4:]
+    return resolved, children_of(resolved, attempt=2)[3:]
 
 
 def test_full_template_pods_are_valid(full_pods):
@@ -312,7 +329,7 @@ def test_every_pod_of_random_valid_jobs_validates():
     def check(data):
         resolved = resolved_of(data.draw(valid_specs()))
         objects = children_of(resolved)
-        others = 4 if render.needs_services(resolved) else 2  # the Services, the ConfigMaps
+        others = 3 if render.needs_services(resolved) else 1  # the Services, the ConfigMap
         assert len(objects) == others + resolved.pod_count
         for index, pod in enumerate(objects[others:]):
             assert values_of(pod)["RANK_START"] == str(index * resolved.per_pod)
@@ -407,7 +424,7 @@ def test_a_job_of_one_pod_has_no_services_and_its_scheduler_is_the_pods_own_ip()
     uses POD_IP there anyway), so MS_SCHED_HOST is the pod's IP and no Service or DNS name is made."""
     alone = resolved_of({"parallelism": {"data": 8}})
     objects = render.children(alone, "ns", UID, 1, ("node-0",), None)
-    assert [obj["kind"] for obj in objects] == ["ConfigMap", "ConfigMap", "Pod"]
+    assert [obj["kind"] for obj in objects] == ["ConfigMap", "Pod"]
     pod = objects[-1]
     assert "subdomain" not in pod["spec"] and env_of(pod)["MS_SCHED_HOST"] == {
         "name": "MS_SCHED_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}

@@ -245,8 +245,7 @@ def test_an_operator_rendered_trainer_pod_keeps_its_container_paths():
     pod = render.pod(parse(body), "ns", "job-uid", attempt=1, index=0, node="node-001", sched_ip="127.32.0.9")
     pod["metadata"]["uid"] = "pod-uid"
     pod["status"] = {"phase": "Pending", "podIP": "127.16.0.7", "hostIP": "127.15.0.1"}
-    configmaps = {("ns", names.rank_table_config_map("real")): {"data": {"hccl.json": "{}"}},
-                  ("ns", names.job_config_map("real")): {"data": {"job.json": "{}"}}}
+    configmaps = {("ns", names.rank_table_config_map("real")): {"data": {"hccl.json": "{}", "job.json": "{}"}}}
     spec = container_spec(pod, configmaps, PodLayout.of(ROOT, pod), ImageConfig("10001"), APISERVER, {}, "rid")
     assert spec.env["RANK_TABLE_FILE"] == "/user/serverid/devindex/config/hccl.json"
     assert spec.env["POD_IP"] == "127.16.0.7" and spec.image == "ascend-hybrid/trainer:0.1.0-cpu"

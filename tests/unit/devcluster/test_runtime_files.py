@@ -49,8 +49,7 @@ def operator_pod(job_body, checkpoint: bool = True) -> dict:
 
 def configmaps_of_job(table_status: str = "completed") -> dict:
     return {("ns", names.rank_table_config_map("real")): {"data": {"hccl.json": f'{{"status":"{table_status}"}}',
-                                                                   "version": "1.0"}},
-            ("ns", names.job_config_map("real")): {"data": {"job.json": '{"name":"real"}'}}}
+                                                                   "version": "1.0", "job.json": '{"name":"real"}'}}}
 
 
 def test_an_operator_pod_becomes_the_trainer_entrypoint_with_its_env_and_local_paths():
@@ -71,6 +70,10 @@ def test_an_operator_pod_becomes_the_trainer_entrypoint_with_its_env_and_local_p
     assert env["PATH"] == BASE_ENV["PATH"] and env["PYTHONUNBUFFERED"] == "1"
     assert env["HOME"] == str(layout.home_dir) and env["HOSTNAME"] == "real-a1-1"
     assert spec.files[rank_table] == b'{"status":"completed"}'
+    job_config = layout.volume_dir("ascend-job-config")
+    assert spec.files[job_config / "job.json"] == b'{"name":"real"}'
+    assert not [path for path in spec.files if path.parent == job_config and path.name != "job.json"], \
+        "the job's config directory holds job.json alone (its ConfigMap's other keys are the rank table's)"
     assert ROOT / "claims" / "ns" / "ckpt" in spec.directories and spec.cwd == layout.work_dir
     assert spec.grace_seconds == 30.0
 
