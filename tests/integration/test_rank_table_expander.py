@@ -119,7 +119,8 @@ def test_a_16384_rank_table_reaches_a_plain_reader_whole_through_the_configmap(d
 
         # a recovery moved pod 7: the operator writes the next table (rendered here as the CLI did: one CLI run of
         # 2 048 pods is enough), the kubelet swaps the volume
-        second = render.rank_table_config_map(JOB, namespace, "", build_rank_table(gang(moved=7), PER_POD), 2)
+        second = render.rank_table_config_map(JOB, namespace, "", first["data"]["job.json"],
+                                              build_rank_table(gang(moved=7), PER_POD), 2)
         second["metadata"].pop("ownerReferences", None)
         core.replace_namespaced_config_map(names.rank_table_config_map(JOB), namespace, second)
         stored = client.ApiClient().sanitize_for_serialization(
