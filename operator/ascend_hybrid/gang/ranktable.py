@@ -34,7 +34,7 @@ UNREADABLE_DEVICE_IP = "-1"
 # The apiserver refuses a ConfigMap whose data + binaryData exceed 1 MiB; the rest (keys, version and job.json, at
 # most JOB_CONFIG_ROOM) stays under this.
 CONFIG_MAP_BUDGET = 1024 * 1024 - 16 * 1024
-JOB_CONFIG_ROOM = 15 * 1024  # a job.json of 1 024 pipeline stages' layers takes about 10 KiB
+JOB_CONFIG_ROOM = 15 * 1024  # job.json of 1 024 uneven pipeline stages: 10-14 KiB indented (render.job_config_text)
 
 
 def format_of(super_pods: bool) -> str:
