@@ -29,7 +29,7 @@ class StatesFormat:
 MIXED_PRECISION_ADAM = StatesFormat()
 MEGATRON_ADAM = StatesFormat(gradient_bytes=4)
 
-# What is partitioned across the DP group. ZeRO §5's stages, and MindSpore's parallel optimizer
+# What is partitioned across a weight's replicas (Strategy.replicas: DP × CP). ZeRO §5's stages, and MindSpore's parallel optimizer
 # (`enable_parallel_optimizer`), which shards the optimizer states and the weights but keeps whole gradients.
 UNSHARDED: frozenset[str] = frozenset()
 ZERO_OPTIMIZER = frozenset({"optimizer"})
@@ -78,25 +78,26 @@ def _layer_matrices(w: Workload, tensor: int, expert: int, placement: str) -> tu
 
 
 def stage_parameters(w: Workload, s: Strategy, stage: int) -> tuple[int, int]:
-    return _stage_parameters(w, s.data, s.tensor, s.layers_of(w.layers)[stage], s.expert, s.expert_placement,
+    return _stage_parameters(w, s.replicas, s.tensor, s.layers_of(w.layers)[stage], s.expert, s.expert_placement,
                              (stage == 0) + (stage == s.pipeline - 1))
 
 
 @lru_cache(maxsize=65536)
-def _stage_parameters(w: Workload, data: int, tensor: int, layers: int, expert: int, placement: str,
+def _stage_parameters(w: Workload, replicas: int, tensor: int, layers: int, expert: int, placement: str,
                       vocab_slices: int) -> tuple[int, int]:
     """(parameters, of which the parallel optimizer can shard) one device of a stage holds.
 
-    MindSpore shards a parameter only when the DP degree divides its first dimension (MindFormers guide); the
-    embedding sits on the first stage and the LM head on the last, both split by TP along the vocabulary.
+    MindSpore shards a parameter only when its replicas (DP × CP, Strategy.replicas) divide its first dimension
+    (MindFormers guide); the embedding sits on the first stage and the LM head on the last, both split by TP along
+    the vocabulary.
     """
     matrices = _layer_matrices(w, tensor, expert, placement)
     extra = [(w.vocab // tensor, w.vocab * w.hidden // tensor)] * vocab_slices
     total = layers * sum(size for _, size in matrices) + sum(size for _, size in extra)
-    if data == 1:
+    if replicas == 1:
         return total, 0
-    shardable = (layers * sum(size for first, size in matrices if first % data == 0)
-                 + sum(size for first, size in extra if first % data == 0))
+    shardable = (layers * sum(size for first, size in matrices if first % replicas == 0)
+                 + sum(size for first, size in extra if first % replicas == 0))
     return total, shardable
 
 
@@ -158,7 +159,7 @@ class StageMemory:
 def stage_memory(w: Workload, s: Strategy, stage: int, fmt: StatesFormat = MIXED_PRECISION_ADAM) -> StageMemory:
     parameters, shardable = stage_parameters(w, s, stage)
     sharded = MINDSPORE_PARALLEL_OPTIMIZER if s.optimizer_shard else UNSHARDED
-    states = state_bytes(parameters, fmt, sharded, s.data, shardable)
+    states = state_bytes(parameters, fmt, sharded, s.replicas, shardable)
     held = in_flight(s, stage) * s.layers_of(w.layers)[stage]
     per_layer = layer_activation_bytes(w, s)
     buffers = 0.0 if s.recompute == "full" else moe_buffer_bytes(w, s)

@@ -183,12 +183,12 @@ def _structures(w: Workload, world: int, limits: Constraints) -> Iterator[tuple[
                             yield data, tensor, pipeline, expert, placement, micro_batches, virtual, context
 
 
-def _variants(data: int, tensor: int, recompute_kinds: tuple[str, ...]) -> Iterator[tuple[str, bool, bool]]:
-    """Recompute × sequence parallelism × optimizer sharding. SP without TP and sharding without DP change
-    nothing, so they are not separate candidates."""
+def _variants(replicas: int, tensor: int, recompute_kinds: tuple[str, ...]) -> Iterator[tuple[str, bool, bool]]:
+    """Recompute × sequence parallelism × optimizer sharding. SP without TP and sharding without replicas (DP × CP)
+    change nothing, so they are not separate candidates."""
     for recompute in recompute_kinds:
         for sequence_parallel in ((False, True) if tensor > 1 else (False,)):
-            for shard in ((False, True) if data > 1 else (False,)):
+            for shard in ((False, True) if replicas > 1 else (False,)):
                 yield recompute, sequence_parallel, shard
 
 
@@ -225,7 +225,7 @@ def plan(resolved: Any, hw: Hardware, world: int | None = None, chip: str | None
         if field_problems is None:  # the pods' own fields read no degree: checked once, on the first structure
             field_problems = rules.broken_rules(screened, FIELD_RULES)
         broken = rules.broken_rules(screened, rules.STRATEGY_RULES) + field_problems
-        variants = list(_variants(data, tensor, limits.recompute))
+        variants = list(_variants(data * context, tensor, limits.recompute))
         considered += len(variants)
         structure = Strategy.from_job(screened)
         if broken:

@@ -142,6 +142,14 @@ class Strategy:
     def world(self) -> int:
         return self.data * self.tensor * self.pipeline * self.context
 
+    @property
+    def replicas(self) -> int:
+        """Devices that hold the same slice of a weight: the DP ranks and, as they split only the sequence, the CP
+        ranks. The gradients are reduced over them and the parallel optimizer shards over them (MindSpore's optimizer
+        parallel splits a parameter across its duplicate slices; Megatron-core's distributed optimizer across the
+        data-parallel group with context parallelism)."""
+        return self.data * self.context
+
     def layers_of(self, layers: int) -> tuple[int, ...]:
         """Layers on each pipeline stage: the explicit split, or `layers` cut evenly."""
         return self.stage_layers or (layers // self.pipeline,) * self.pipeline

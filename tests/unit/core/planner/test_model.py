@@ -48,6 +48,22 @@ def test_bytes_per_parameter_follow_dtype_and_optimizer():
         16 * (60 / 4 + 40))
 
 
+def test_the_parallel_optimizer_shards_over_the_context_parallel_ranks_too():
+    """CP ranks hold the same weights (they split only the sequence): MindSpore's optimizer parallel splits a
+    parameter over its duplicate slices, Megatron-core's distributed optimizer over DP × CP. Mixtral 8×22B at TP 8,
+    PP 4, CP 2, DP 1 (MindSpeed-LLM's 32K script) holds 4.4 B parameters per device: 16 B each do not fit 64 GB."""
+    w = Workload(56, 6144, 48, 8, 16384, "swiglu", 32000, 8, 2, 32768, 16, True, capacity_factor=1.0)
+    alone = Strategy(1, 8, 4, micro_batches=16, optimizer_shard=True, sequence_parallel=True)
+    with_cp = replace(alone, context=2)
+    assert alone.replicas == 1 and with_cp.replicas == 2
+    parameters, shardable = memory.stage_parameters(w, with_cp, 0)
+    assert memory.stage_parameters(w, alone, 0) == (parameters, 0)
+    assert shardable == parameters  # every first dimension here is even
+    assert memory.stage_memory(w, with_cp, 0).states == pytest.approx(2 * parameters + 14 * parameters / 2)
+    assert memory.stage_memory(w, alone, 0).states == pytest.approx(16 * parameters)
+    assert memory.stage_memory(w, replace(with_cp, optimizer_shard=False), 0).states == pytest.approx(16 * parameters)
+
+
 # --- Korthikanti et al. 2022, Fig. 1: the 22 B model -----------------------------------------------------------
 
 def korthikanti_job() -> dict:

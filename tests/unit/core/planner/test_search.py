@@ -204,13 +204,16 @@ def test_every_candidate_of_random_jobs_passes_the_rules_and_ranks_by_time(spec,
 @settings(max_examples=300, deadline=None)
 @given(workloads, strategies, st.sampled_from([1, 2, 4, 8]), st.sampled_from([2, 4, 8]))
 def test_more_context_parallelism_never_raises_activation_memory(w, s, context, more):
-    """Each CP rank holds seq/cp of every activation: a larger CP degree never holds more, on any stage."""
+    """Each CP rank holds seq/cp of every activation: a larger CP degree never holds more, on any stage. Nor more
+    in all without the parallel optimizer: with it, a parameter whose first dimension the larger replica count
+    (DP × CP) no longer divides stays whole (MindSpore's rule), so the states may grow, as they would on Ascend."""
     w = replace(w, flash_attention=True)
     fewer, more_cp = replace(s, context=context), replace(s, context=context * more)
     for stage in range(s.pipeline):
         assert (memory.stage_memory(w, more_cp, stage).activations
                 <= memory.stage_memory(w, fewer, stage).activations)
-        assert memory.stage_memory(w, more_cp, stage).total <= memory.stage_memory(w, fewer, stage).total
+        if not s.optimizer_shard:
+            assert memory.stage_memory(w, more_cp, stage).total <= memory.stage_memory(w, fewer, stage).total
 
 
 def _slowest_stage(w, s):
