@@ -280,3 +280,35 @@ def test_a_nodes_facts_are_read_again_when_its_version_or_deviceinfo_changes_and
         assert one([unserved]).rack == "r1"
         unserved["metadata"]["labels"][RACK_LABEL] = "r9"
         assert one([unserved]).rack == "r9", f"a node without both ids ({ids}) is read each time"
+
+
+def test_a_pod_read_before_is_read_again_when_it_changes_even_in_place():
+    """Each pod's parse is kept with the dict it came from (the watch's store replaces a changed pod's dict); what
+    of a pod can change in place (phase, node, device annotations) is compared, so no caller sees a stale one."""
+    served = node("n1").metadata(uid="n-1", resourceVersion="1").build()
+    p = pod("p", 2).node("n1").metadata(uid="p-1").build()
+    assert one([served], [p]).free == 6 and one([served], [p]).unknown_used == 2
+    devices = PodBuilder.named("x").devices([4, 5]).build()["metadata"]["annotations"]
+    p["metadata"].setdefault("annotations", {}).update(devices)
+    assert one([served], [p]).used == {4, 5}, "the device plugin's annotation, added in place"
+    p["status"]["phase"] = "Succeeded"
+    assert one([served], [p]).free == 8, "a finished pod holds nothing"
+    replaced = pod("p", 4).node("n1").metadata(uid="p-1").build()
+    assert one([served], [replaced]).free == 4, "a new dict for the same pod is parsed anew"
+
+
+def test_kept_node_inventories_are_those_a_fresh_build_gives():
+    """Random clusters built twice, the second time after pods moved, with kept inventories and without: equal."""
+    from ascend_hybrid.gang import inventory as module
+    rng = random.Random(7)
+    nodes = [node(f"n{i}").rack(f"r{i % 3}").metadata(uid=f"u{i}", resourceVersion="1").build() for i in range(12)]
+    for _ in range(30):
+        pods = [pod(f"p{j}", rng.choice([1, 2, 4, 8])).node(f"n{rng.randrange(12)}").metadata(uid=f"p{j}")
+                .build() for j in range(rng.randrange(10))]
+        reserved = {f"n{rng.randrange(12)}": rng.randrange(1, 4)}
+        kept = build_inventory(nodes, pods, reserved=reserved)
+        module._INVENTORIES.clear()
+        module._HOLDINGS.clear()
+        assert build_inventory(nodes, pods, reserved=reserved) == kept
+        again = build_inventory(nodes, pods, reserved=reserved)
+        assert all(a is b for a, b in zip(again, build_inventory(nodes, pods, reserved=reserved))), "kept as is"
