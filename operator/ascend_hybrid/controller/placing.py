@@ -5,10 +5,11 @@ records the outcome (placement_record.py)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ascend_hybrid.contracts import names
-from ascend_hybrid.contracts.ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
+from ascend_hybrid.contracts.ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE, DeviceInfo, device_infos_by_node
 from ascend_hybrid.contracts.podview import node_of
 from ascend_hybrid.controller import metrics
 from ascend_hybrid.gang import backlog
@@ -43,8 +44,8 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
             decision.status, decision.requeue_after = outcome.status, outcome.requeue_after
             return False
         started = time.perf_counter()
-        npu_pods, device_infos = cluster_holdings(controller)
-        inventory = build_inventory(controller.indexes.nodes(), npu_pods, device_infos,
+        npu_pods, health = cluster_holdings(controller)
+        inventory = build_inventory(controller.indexes.nodes(), npu_pods, health=health,
                                     reserved=reserved(controller, npu_pods, exclude=key))
         placement = place_on(request, inventory)
         placed = resolved
@@ -57,7 +58,7 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
         metrics.PLACEMENT_SECONDS.observe(time.perf_counter() - started)
         # it blocks younger jobs only if the cluster could hold it once others free their chips
         record.waiting = not queued and not placement.ok and place_on(request, build_inventory(
-            controller.indexes.nodes(), [], device_infos)).ok
+            controller.indexes.nodes(), [], health=health)).ok
         if first_try and not placement.ok and not record.waiting:
             controller.wake_pending()  # it can never fit: the jobs queued behind it while untried go ahead
         tier = request.tier_labels[0] if request.tier_labels else ""
@@ -86,9 +87,9 @@ def probe_grow(controller: Controller, key: JobKey, job: dict, observed: Observe
     """spec.elastic, shrunk: whether the spec's gang would fit under the one lock, the chips of this job's own
     pods counted free (a growth deletes them first); the core records the answer. Nothing is promised."""
     with controller.placement_lock:
-        npu_pods, device_infos = cluster_holdings(controller)
+        npu_pods, health = cluster_holdings(controller)
         others = npu_pods if action.keep else elastic_steps.excluded(npu_pods, *key)
-        inventory = build_inventory(controller.indexes.nodes(), others, device_infos,
+        inventory = build_inventory(controller.indexes.nodes(), others, health=health,
                                     reserved=reserved(controller, npu_pods, exclude=key))
         placement = place_on(action.request, inventory)
     outcome = elastic_steps.probed(decision.status, placement, action.data, observed.now, action.keep)
@@ -104,8 +105,8 @@ def place_replacement(controller: Controller, key: JobKey, job: dict, observed: 
     every other gang holds or was promised; the core records where (placement_record.record_replacement)."""
     record = controller.record_of(key)
     with controller.placement_lock:
-        npu_pods, device_infos = cluster_holdings(controller)
-        inventory = build_inventory(controller.indexes.nodes(), npu_pods, device_infos,
+        npu_pods, health = cluster_holdings(controller)
+        inventory = build_inventory(controller.indexes.nodes(), npu_pods, health=health,
                                     reserved=reserved(controller, npu_pods, exclude=key))
         placement = place_on(action.request, inventory)
         outcome = record_replacement(decision.status, action.index, placement, observed.now)
@@ -133,13 +134,14 @@ def _try_first(controller: Controller, job: backlog.QueueKey | None, *, only_unt
     controller.queue.add(key, first=True)
 
 
-def cluster_holdings(controller: Controller) -> tuple[list[dict], list[dict]]:
-    """(NPU pods, device health ConfigMaps) of the whole cluster. When kopf watches only some namespaces its
-    indexes miss the NPUs held elsewhere and the kube-system ConfigMaps: those are listed cluster-wide."""
+def cluster_holdings(controller: Controller) -> tuple[list[dict], Mapping[str, DeviceInfo]]:
+    """(NPU pods, each node's device health) of the whole cluster. When the operator watches only some namespaces
+    its stores miss the NPUs held elsewhere and the kube-system ConfigMaps: those are listed cluster-wide. The
+    watched health is the store's map, kept until a ConfigMap changes (not parsed again per placement)."""
     if controller.settings.watches_cluster:
-        return controller.indexes.npu_pods(), controller.indexes.device_infos()
-    return (controller.kube.list_npu_pods(),
-            controller.kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true"))
+        return controller.indexes.npu_pods(), controller.indexes.device_infos_by_node()
+    return (controller.kube.list_npu_pods(), device_infos_by_node(
+        controller.kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true")))
 
 
 def waiting(controller: Controller, exclude: JobKey) -> list[backlog.Waiting]:

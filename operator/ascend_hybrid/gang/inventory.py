@@ -120,7 +120,10 @@ def build_inventory(
     *,
     reserved: Mapping[str, int] | None = None,
     ignore_pods: Callable[[Mapping], bool] | None = None,
+    health: Mapping[str, DeviceInfo] | None = None,
 ) -> Inventory:
+    """Every node's inventory; `health` is each node's DeviceInfo when the caller holds it already parsed (then
+    `device_infos` is not read)."""
     nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
     hostname_to_node = {}
     for node in nodes:
@@ -144,7 +147,7 @@ def build_inventory(
         used.setdefault(where, set()).update(holding.ids)
         unknown[where] = unknown.get(where, 0) + holding.unknown
 
-    health = device_infos_by_node(device_infos)
+    health = device_infos_by_node(device_infos) if health is None else health
     reserved = reserved or {}
     return Inventory(tuple(_node_inventory(n, requested, used, unknown, reserved, health) for n in nodes))
 
