@@ -113,10 +113,9 @@ def _slot_count(chip: ChipSpec, k: int, free: int, rings: tuple[int, ...]) -> in
 class _Node:
     __slots__ = ("name", "inv", "rack", "free", "rings", "slots")
 
-    def __init__(self, inv: NodeInventory, rack: _Rack, chip: ChipSpec, k: int) -> None:
+    def __init__(self, inv: NodeInventory, rack: _Rack, rings: tuple[int, ...], slots: int) -> None:
         self.name, self.inv, self.rack, self.free = inv.name, inv, rack, inv.free
-        self.rings = tuple(inv.ring_free(r) for r in range(chip.ring_count))
-        self.slots = _slot_count(chip, k, self.free, self.rings)
+        self.rings, self.slots = rings, slots
 
     @property
     def state(self) -> tuple:
@@ -203,6 +202,28 @@ def _top_sum(hist: list[int], budget: int) -> int:
     return total
 
 
+@dataclass(frozen=True, slots=True)
+class _Offer:
+    """What one node offers one shape of request: why it cannot host a pod, or its rack, free per ring and slots."""
+
+    cause: tuple[str, str] | None
+    domain: str | None = None
+    rings: tuple[int, ...] = ()
+    slots: int = 0
+
+
+def _shape(request: GangRequest, tier: str | None) -> tuple:
+    """What of a request decides a node's offer, hashable: chip, chips per pod, tier, selector and tolerations."""
+    tolerations = tuple(tuple(sorted((key, str(value)) for key, value in t.items())) for t in request.tolerations)
+    return (request.chip, request.chips_per_pod, tier, tuple(sorted(request.node_selector.items())), tolerations)
+
+
+# A placement reads every node, yet most are the very NodeInventory of the last placement (inventory.py keeps an
+# unchanged node's) and a burst of jobs asks the same shape: the last offer of each node is kept.
+_OFFERS: dict[str, tuple[NodeInventory, tuple, _Offer]] = {}
+_OFFERS_LIMIT = 65536
+
+
 class _Gang:
     def __init__(self, request: GangRequest, inventory: Inventory) -> None:
         self.request, self.k, self.chip = request, request.chips_per_pod, CHIPS[request.chip]
@@ -214,24 +235,45 @@ class _Gang:
         self.causes: Counter[tuple[str, str]] = Counter()
         self.near_racks = {inv.tier(self.tier) for inv in inventory
                            if self.tier and inv.name in request.near_nodes} - {None}
+        shape = _shape(request, self.tier)
         for inv in inventory:
-            cause = self._exclusion(inv)
-            if cause is None:
-                domain = inv.tier(self.tier) if self.tier else None
-                rack = self.racks.get(domain) or self.racks.setdefault(domain, _Rack(domain, max_slots))
-                node = _Node(inv, rack, self.chip, self.k)
-                cause = self._capacity_cause(node) if node.slots == 0 else None
-                if cause is None:
-                    self.nodes[node.name] = node
-                    rack.add(node)
-                    self.hist[node.slots] += 1
-            if cause is not None:
-                self.causes[cause] += 1
+            offer = self._offer(inv, shape)
+            if offer.cause is not None:
+                self.causes[offer.cause] += 1
+                continue
+            rack = self.racks.get(offer.domain) or self.racks.setdefault(offer.domain, _Rack(offer.domain, max_slots))
+            node = _Node(inv, rack, offer.rings, offer.slots)
+            self.nodes[node.name] = node
+            rack.add(node)
+            self.hist[node.slots] += 1
         self.rack_order = sorted(self.racks.values(), key=lambda r: r.sort_key)
         self.total_slots = sum(s * c for s, c in enumerate(self.hist))
         self.inventory_size = len(inventory)
         self.assigned: list[_Node | None] = [None] * request.pod_count
         self.ring_of: list[int | None] = [None] * request.pod_count
+
+    def _offer(self, inv: NodeInventory, shape: tuple) -> _Offer:
+        """What `inv` offers a request of this shape, kept while the node's inventory is the same object
+        (inventory.py keeps an unchanged node's) and the request has the same shape."""
+        key = (shape, inv.name in self.request.excluded_nodes)
+        known = _OFFERS.get(inv.name)
+        if known is not None and known[0] is inv and known[1] == key:
+            return known[2]
+        offer = self._new_offer(inv)
+        if len(_OFFERS) >= _OFFERS_LIMIT:  # nodes long gone: start again rather than track them
+            _OFFERS.clear()
+        _OFFERS[inv.name] = (inv, key, offer)
+        return offer
+
+    def _new_offer(self, inv: NodeInventory) -> _Offer:
+        cause = self._exclusion(inv)
+        if cause is not None:
+            return _Offer(cause)
+        rings = tuple(inv.ring_free(r) for r in range(self.chip.ring_count))
+        slots = _slot_count(self.chip, self.k, inv.free, rings)
+        if slots == 0:
+            return _Offer(self._capacity_cause(inv))
+        return _Offer(None, inv.tier(self.tier) if self.tier else None, rings, slots)
 
     def _exclusion(self, inv: NodeInventory) -> tuple[str, str] | None:
         request = self.request
@@ -252,11 +294,10 @@ class _Gang:
             return ("tainted", taint_text(blocking[0]))
         return None
 
-    def _capacity_cause(self, node: _Node) -> tuple[str, str]:
-        inv = node.inv
+    def _capacity_cause(self, inv: NodeInventory) -> tuple[str, str]:
         if inv.lost_to_health and (inv.free + inv.lost_to_health) // self.k > 0:
             return ("unhealthy chips", "")
-        if self.chip.ring_bound(self.k) and node.free >= self.k:
+        if self.chip.ring_bound(self.k) and inv.free >= self.k:
             return ("no free ring", "")
         return ("too few free chips", "")
 

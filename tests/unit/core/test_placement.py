@@ -316,3 +316,28 @@ def test_placement_properties(scenario):
     rng.shuffle(nodes)
     rng.shuffle(pods)
     assert place(request, build_inventory(nodes, pods, infos, reserved=reserved)) == placement
+
+
+def test_kept_offers_place_as_a_fresh_placement_does():
+    """Nodes keep their inventory entries and their offers to a request's shape between placements (placement
+    _OFFERS); placements of varied shapes on a cluster whose pods change give what they give with nothing kept."""
+    from ascend_hybrid.gang import placement as module
+    rng = random.Random(11)
+    nodes = []
+    for i in range(24):
+        builder = NodeBuilder(f"n{i:02d}").chip("910B").rack(f"r{i % 4}").metadata(uid=f"u{i}", resourceVersion="1")
+        if i % 7 == 3:
+            builder.taint("dedicated", "NoSchedule", "x")
+        nodes.append(builder.build())
+    shapes = [GangRequest(1, 8, "910B"), GangRequest(3, 4, "910B", groups=((0, 1, 2),)),
+              GangRequest(2, 8, "910B", excluded_nodes=frozenset({"n01", "n05"})),
+              GangRequest(1, 2, "910B", tolerations=({"key": "dedicated", "operator": "Exists"},)),
+              GangRequest(30, 8, "910B"), GangRequest(1, 8, "910B", node_selector={"missing": "label"})]
+    for round_ in range(40):
+        pods = [PodBuilder.named(f"p{j}").chips(rng.choice([2, 4, 8])).phase("Running")
+                .node(f"n{rng.randrange(24):02d}").metadata(uid=f"p{j}").build() for j in range(rng.randrange(16))]
+        inventory = build_inventory(nodes, pods)
+        request = rng.choice(shapes)
+        kept = place(request, inventory)
+        module._OFFERS.clear()
+        assert place(request, inventory) == kept, (round_, request)
