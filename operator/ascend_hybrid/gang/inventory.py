@@ -255,8 +255,10 @@ def _node_facts(node: Mapping, info: DeviceInfo) -> _NodeFacts:
 
 
 # A node's inventory is the same while its facts (the same kept object) and what its pods and promises take are:
-# the last one of each node is kept, so a placement on a large cluster builds anew only the nodes that changed.
-_INVENTORIES: dict[str, tuple[_NodeFacts, tuple, NodeInventory]] = {}
+# the last two of each node are kept, so a placement on a large cluster builds anew only the nodes that changed,
+# and a placement that fails, then asks whether the job would fit an empty cluster, does not undo that.
+_INVENTORIES: dict[str, tuple[tuple[_NodeFacts, tuple, NodeInventory], ...]] = {}
+KEPT_PER_NODE = 2
 
 
 def _node_inventory(node, requested, used, unknown, reserved, health) -> NodeInventory:
@@ -264,13 +266,14 @@ def _node_inventory(node, requested, used, unknown, reserved, health) -> NodeInv
     facts = _node_facts(node, health.get(name) or _without_deviceinfo(name))
     node_used = frozenset(used.get(name, ()))
     taken = (node_used, requested.get(name, 0), unknown.get(name, 0), reserved.get(name, 0))
-    known = _INVENTORIES.get(name)
-    if known is not None and known[0] is facts and known[1] == taken:
-        return known[2]
+    known = _INVENTORIES.get(name, ())
+    for kept_facts, kept_taken, kept in known:
+        if kept_facts is facts and kept_taken == taken:
+            return kept
     inventory = _new_node_inventory(name, facts, node_used, requested, unknown, reserved)
     if len(_INVENTORIES) >= _FACTS_LIMIT:  # nodes long gone: start again rather than track them
         _INVENTORIES.clear()
-    _INVENTORIES[name] = (facts, taken, inventory)
+    _INVENTORIES[name] = ((facts, taken, inventory), *known[:KEPT_PER_NODE - 1])
     return inventory
 
 

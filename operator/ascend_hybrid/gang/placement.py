@@ -20,7 +20,7 @@ from types import MappingProxyType
 from ascend_hybrid.contracts.ascend import RACK_LABEL, RESOURCE
 from ascend_hybrid.contracts.chips import CHIP_NAMES, CHIPS, ChipSpec
 from ascend_hybrid.gang import layout as layouts
-from ascend_hybrid.gang.inventory import Inventory, NodeInventory, blocking_taints, taint_text
+from ascend_hybrid.gang.inventory import KEPT_PER_NODE, Inventory, NodeInventory, blocking_taints, taint_text
 from ascend_hybrid.spec.rules import ResolvedJob
 
 # order in which a reason lists why nodes could not take a pod; each node is counted under its first cause
@@ -219,8 +219,8 @@ def _shape(request: GangRequest, tier: str | None) -> tuple:
 
 
 # A placement reads every node, yet most are the very NodeInventory of the last placement (inventory.py keeps an
-# unchanged node's) and a burst of jobs asks the same shape: the last offer of each node is kept.
-_OFFERS: dict[str, tuple[NodeInventory, tuple, _Offer]] = {}
+# unchanged node's) and a burst of jobs asks the same shape: the last offers of each node are kept.
+_OFFERS: dict[str, tuple[tuple[NodeInventory, tuple, _Offer], ...]] = {}
 _OFFERS_LIMIT = 65536
 
 
@@ -256,13 +256,14 @@ class _Gang:
         """What `inv` offers a request of this shape, kept while the node's inventory is the same object
         (inventory.py keeps an unchanged node's) and the request has the same shape."""
         key = (shape, inv.name in self.request.excluded_nodes)
-        known = _OFFERS.get(inv.name)
-        if known is not None and known[0] is inv and known[1] == key:
-            return known[2]
+        known = _OFFERS.get(inv.name, ())
+        for kept_inv, kept_key, kept in known:
+            if kept_inv is inv and kept_key == key:
+                return kept
         offer = self._new_offer(inv)
         if len(_OFFERS) >= _OFFERS_LIMIT:  # nodes long gone: start again rather than track them
             _OFFERS.clear()
-        _OFFERS[inv.name] = (inv, key, offer)
+        _OFFERS[inv.name] = ((inv, key, offer), *known[:KEPT_PER_NODE - 1])
         return offer
 
     def _new_offer(self, inv: NodeInventory) -> _Offer:

@@ -312,3 +312,5 @@ def test_kept_node_inventories_are_those_a_fresh_build_gives():
         assert build_inventory(nodes, pods, reserved=reserved) == kept
         again = build_inventory(nodes, pods, reserved=reserved)
         assert all(a is b for a, b in zip(again, build_inventory(nodes, pods, reserved=reserved))), "kept as is"
+        build_inventory(nodes, [])  # a failed placement asks whether the job fits an empty cluster
+        assert all(a is b for a, b in zip(again, build_inventory(nodes, pods, reserved=reserved))), "still kept"
