@@ -29,8 +29,9 @@ class StatesFormat:
 MIXED_PRECISION_ADAM = StatesFormat()
 MEGATRON_ADAM = StatesFormat(gradient_bytes=4)
 
-# What is partitioned across a weight's replicas (Strategy.replicas: DP × CP). ZeRO §5's stages, and MindSpore's parallel optimizer
-# (`enable_parallel_optimizer`), which shards the optimizer states and the weights but keeps whole gradients.
+# What is partitioned across a weight's replicas (Strategy.replicas: DP × CP). ZeRO §5's stages, and MindSpore's
+# parallel optimizer (`enable_parallel_optimizer`), which shards the optimizer states and the weights but keeps whole
+# gradients.
 UNSHARDED: frozenset[str] = frozenset()
 ZERO_OPTIMIZER = frozenset({"optimizer"})
 ZERO_GRADIENTS = frozenset({"optimizer", "gradients"})
