@@ -331,9 +331,12 @@ class Controller:
         """Seconds to wait instead of writing a status that only counts pods coming up or moves a gang's start
         on, when the last write was less than `status_coalesce_seconds` ago: a 128-pod gang's start is one write
         per pass otherwise. The job stays as last written, so the pass that ends the wait writes every deferred
-        change; a real one (Running, a failure) is written at once."""
+        change; a real one (Running, a failure) is written at once. A provisional status is not written at all
+        (Decision.provisional): the pass after it decides again from the status as written."""
         if after is not Next.WAIT:
             return None
+        if decision.provisional:
+            return decision.requeue_after
         if not (conditions.only_progress(old, decision.status) or conditions.only_starting(old, decision.status)):
             return None
         wait = self.settings.status_coalesce_seconds - (time.monotonic() - self.record_of(key).written_at)
@@ -498,7 +501,7 @@ class Controller:
         return placing.place(self, key, job, observed, decision, action)
 
     def reserved(self, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
-        return placing.reserved(self, npu_pods, exclude)
+        return placing.reserved(self, npu_pods, self.indexes.jobs(), exclude)
 
     def promise(self, key: JobKey, pods: Iterable[PodToCreate]) -> None:
         """Keeps the chips of pods about to be created counted until the watch shows them."""

@@ -23,6 +23,7 @@ from ascend_hybrid.reconcile.state import Decision, Observed
 
 if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
     from ascend_hybrid.controller.loop import Controller
+    from ascend_hybrid.controller.records import JobRecord
 
 JobKey = tuple[str, str]
 
@@ -36,17 +37,21 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
         first_try = not record.queue_key[0]
         record.chip = resolved.chip
         record.queue_key = backlog.queue_key(job["metadata"].get("creationTimestamp"), *key)
-        blocker = None if queued else backlog.ahead(record.queue_key, resolved.chip, waiting(controller, exclude=key))
+        entries = controller.indexes.jobs()  # one copy of the index per placement: the queue's and the promises'
+        oldest = oldest_waiting(controller, entries, exclude=key)
+        blocker = None if queued else backlog.ahead(record.queue_key, resolved.chip, oldest)
         if blocker is not None:
             record.waiting, record.promised = True, {}
             _try_first(controller, blocker, only_untried=True)
             outcome = placement_record.record_queued(decision.status, blocker, observed.now, job["metadata"].get("generation"))
             decision.status, decision.requeue_after = outcome.status, outcome.requeue_after
+            _hold(controller, record, blocker, decision)
             return False
+        record.held_since = None
         started = time.perf_counter()
         npu_pods, health = cluster_holdings(controller)
         inventory = build_inventory(controller.indexes.nodes(), npu_pods, health=health,
-                                    reserved=reserved(controller, npu_pods, exclude=key))
+                                    reserved=reserved(controller, npu_pods, entries, exclude=key))
         placement = place_on(request, inventory)
         placed = resolved
         # spec.elastic: when the whole gang does not fit, the largest smaller one that does (the core chose them)
@@ -69,7 +74,7 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
             record.promised = {names.pod_name(key[1], attempt, index): (node, placed.per_pod)
                                for index, node in enumerate(placement.nodes)}
             if not queued:  # the queue moved now, not when this job's status says so: the next job goes at once
-                _try_first(controller, backlog.head(resolved.chip, waiting(controller, exclude=key)))
+                _try_first(controller, backlog.head(resolved.chip, oldest))
         else:
             record.promised = {}
     decision.status = outcome.status
@@ -90,7 +95,7 @@ def probe_grow(controller: Controller, key: JobKey, job: dict, observed: Observe
         npu_pods, health = cluster_holdings(controller)
         others = npu_pods if action.keep else elastic_steps.excluded(npu_pods, *key)
         inventory = build_inventory(controller.indexes.nodes(), others, health=health,
-                                    reserved=reserved(controller, npu_pods, exclude=key))
+                                    reserved=reserved(controller, npu_pods, controller.indexes.jobs(), exclude=key))
         placement = place_on(action.request, inventory)
     outcome = elastic_steps.probed(decision.status, placement, action.data, observed.now, action.keep)
     decision.status = outcome.status
@@ -107,7 +112,7 @@ def place_replacement(controller: Controller, key: JobKey, job: dict, observed: 
     with controller.placement_lock:
         npu_pods, health = cluster_holdings(controller)
         inventory = build_inventory(controller.indexes.nodes(), npu_pods, health=health,
-                                    reserved=reserved(controller, npu_pods, exclude=key))
+                                    reserved=reserved(controller, npu_pods, controller.indexes.jobs(), exclude=key))
         placement = place_on(action.request, inventory)
         outcome = record_replacement(decision.status, action.index, placement, observed.now)
         if placement.ok:
@@ -120,6 +125,21 @@ def place_replacement(controller: Controller, key: JobKey, job: dict, observed: 
         if isinstance(event, PostEvent):  # a placement outcome's only actions are its events
             controller.post_event(job, event.type, event.reason, event.message)
     return placement.ok
+
+
+def _hold(controller: Controller, record: JobRecord, blocker: backlog.QueueKey, decision: Decision) -> None:
+    """A job held back behind one that no try found short of chips (not tried yet, or held back itself) is placed
+    in a moment: its Queued status stays unwritten for up to `status_coalesce_seconds` of holding, and it passes
+    again by then at the latest (the head it waits for wakes it sooner)."""
+    now = time.monotonic()
+    record.held_since = now if record.held_since is None else record.held_since
+    ahead_of_it = controller.jobs.get((blocker[1], blocker[2]))
+    short_of_chips = ahead_of_it is not None and bool(ahead_of_it.queue_key[0]) and ahead_of_it.waiting \
+        and ahead_of_it.held_since is None
+    left = controller.settings.status_coalesce_seconds - (now - record.held_since)
+    if not short_of_chips and left > 0:
+        decision.provisional = True
+        decision.requeue_after = min(decision.requeue_after or left, left)
 
 
 def _try_first(controller: Controller, job: backlog.QueueKey | None, *, only_untried: bool = False) -> None:
@@ -144,20 +164,23 @@ def cluster_holdings(controller: Controller) -> tuple[list[dict], Mapping[str, D
         controller.kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true")))
 
 
-def waiting(controller: Controller, exclude: JobKey) -> list[backlog.Waiting]:
-    tried = {key: record for key, record in list(controller.jobs.items()) if record.queue_key[0]}
-    known = [backlog.Waiting(record.queue_key, record.chip) for key, record in tried.items()
-             if key != exclude and record.phase == "Pending" and record.waiting]
-    return backlog.waiting(known, controller.indexes.jobs(), set(tried) | {exclude})
+def oldest_waiting(controller: Controller, entries: list[backlog.Entry], exclude: JobKey) -> dict[str, backlog.QueueKey]:
+    """The head of each chip type's queue but `exclude`. Nothing `exclude`'s own placement changes moves it: its
+    placement asks once, and the head it then wakes is the one asked before."""
+    records = list(controller.jobs.items())
+    tried = {key for key, record in records if record.queue_key[0]} | {exclude}
+    known = (backlog.Waiting(record.queue_key, record.chip) for key, record in records
+             if key != exclude and record.queue_key[0] and record.phase == "Pending" and record.waiting)
+    return backlog.oldest_waiting(known, entries, tried)
 
 
-def reserved(controller: Controller, npu_pods: list[dict], exclude: JobKey) -> dict[str, int]:
+def reserved(controller: Controller, npu_pods: list[dict], entries: list[backlog.Entry], exclude: JobKey) -> dict[str, int]:
     """Chips per node promised to gangs the inventory cannot see on their nodes yet: this process's promises
     and the placements other jobs' statuses hold (made by a process that died before creating every pod), until
     their pods are shown bound or pinned (a queued gang's pods exist unpinned until Kueue admits them)."""
     visible = {(pod["metadata"].get("namespace"), pod["metadata"]["name"]): pod for pod in npu_pods}
     placed = {key for key, pod in visible.items() if node_of(pod) or pinned_node(pod, {})}
-    promised = backlog.unseen_placements(controller.indexes.jobs(), placed, exclude)
+    promised = backlog.unseen_placements(entries, placed, exclude)
     for key, record in list(controller.jobs.items()):
         if key == exclude:
             continue

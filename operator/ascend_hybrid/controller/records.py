@@ -50,6 +50,7 @@ class JobRecord:
     lost_sched_ip: str | None = None            # <job>-sched was deleted: create it again with this IP
     children_epoch: int = 0                     # counts children deleted; a pass that saw one applies again
     waiting: bool = False                       # Pending for chips that others hold: younger jobs wait behind it
+    held_since: float | None = None             # held back behind an older job since (monotonic), none tried since
     pass_cpu: float = 0.0                       # CPU seconds its last pass took in its worker (thread time)
     unready: frozenset[str] = frozenset()       # a starting attempt's pods not yet ready for the rank table
     ready_seen: set[str] = field(default_factory=set)  # pods seen ready since the last pass that waited for none

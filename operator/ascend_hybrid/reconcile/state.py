@@ -75,6 +75,9 @@ class Decision:
     actions: list[Action] = field(default_factory=list)
     status: dict = field(default_factory=dict)
     requeue_after: float | None = None
+    # Its status is not written: a job held back only behind one not tried yet is placed a moment later, so a
+    # burst of jobs would each write a Queued status that the placement overwrites (placing.place).
+    provisional: bool = False
 
     def emit(self, event_type: str, reason: str, message: str) -> None:
         self.actions.append(PostEvent(event_type, reason, message))

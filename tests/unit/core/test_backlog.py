@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ascend_hybrid.contracts import names
 from ascend_hybrid.gang import backlog
-from ascend_hybrid.gang.backlog import Waiting, ahead, entry, queue_key, unseen_placements
+from ascend_hybrid.gang.backlog import Waiting, ahead, entry, oldest_waiting, queue_key, unseen_placements
 from ascend_hybrid.reconcile import placement_record
 
 
@@ -32,14 +35,15 @@ def test_placed_pods_not_yet_visible_are_promised():
 
 def test_oldest_waiting_job_of_the_same_chip_goes_first():
     me = queue_key("2026-12-01T10:00:05Z", "ns", "young")
-    waiting = [Waiting(queue_key("2026-12-01T10:00:01Z", "ns", "old"), "910B"),
-               Waiting(queue_key("2026-12-01T10:00:00Z", "ns", "other-chip"), "910A"),
-               Waiting(queue_key("2026-12-01T10:00:09Z", "ns", "younger"), "910B")]
+    waiting = oldest_waiting([Waiting(queue_key("2026-12-01T10:00:01Z", "ns", "old"), "910B"),
+                              Waiting(queue_key("2026-12-01T10:00:00Z", "ns", "other-chip"), "910A"),
+                              Waiting(queue_key("2026-12-01T10:00:09Z", "ns", "younger"), "910B")], [], set())
     assert ahead(me, "910B", waiting) == ("2026-12-01T10:00:01Z", "ns", "old")
     assert ahead(me, "A3", waiting) is None
+    assert ahead(queue_key("2026-12-01T09:00:00Z", "ns", "oldest"), "910B", waiting) is None
     # same second: the name decides, so the order is total and every process computes the same one
     assert ahead(queue_key("2026-12-01T10:00:01Z", "ns", "b"), "910B",
-                 [Waiting(queue_key("2026-12-01T10:00:01Z", "ns", "a"), "910B")]) is not None
+                 oldest_waiting([Waiting(queue_key("2026-12-01T10:00:01Z", "ns", "a"), "910B")], [], set())) is not None
 
 
 def test_a_queued_job_is_pending_with_the_reason_and_no_event():
@@ -56,8 +60,8 @@ def test_an_untried_pending_job_keeps_its_place_until_tried():
     entries = [entry(body("new", phase="Pending", placed=None, created="t0")),
                entry(body("tried", phase="Pending", placed=None, created="t0")),
                entry(body("placed", phase="Placing", created="t0"))]
-    found = backlog.waiting(known, entries, tried={("ns", "tried")})
-    assert [w.key[2] for w in found] == ["known", "new"]
+    assert oldest_waiting(known, entries, tried={("ns", "tried")}) == {"910B": ("t0", "ns", "new")}
+    assert oldest_waiting(known, entries, tried={("ns", "tried"), ("ns", "new")}) == {"910B": ("t1", "ns", "known")}
 
 
 def test_a_job_waiting_for_kueue_holds_no_place_in_this_queue():
@@ -65,13 +69,40 @@ def test_a_job_waiting_for_kueue_holds_no_place_in_this_queue():
     kueue_job = body("for-kueue", phase="Pending", placed=None, created="t0")
     kueue_job["spec"]["scheduling"] = {"queue": "team-a"}
     assert entry(kueue_job).queued and not entry(body("plain")).queued
-    assert backlog.waiting([], [entry(kueue_job)], tried=set()) == []
+    assert oldest_waiting([], [entry(kueue_job)], tried=set()) == {}
 
 
 def test_the_head_of_a_chip_types_queue_is_its_oldest_waiting_job_whoever_asks():
-    waiting = [backlog.Waiting(("2026-12-01T00:00:02Z", "ns", "b"), "910B"),
-               backlog.Waiting(("2026-12-01T00:00:01Z", "ns", "z"), "910B"),
-               backlog.Waiting(("2026-12-01T00:00:00Z", "ns", "a"), "910A")]
+    waiting = oldest_waiting([backlog.Waiting(("2026-12-01T00:00:02Z", "ns", "b"), "910B"),
+                              backlog.Waiting(("2026-12-01T00:00:01Z", "ns", "z"), "910B"),
+                              backlog.Waiting(("2026-12-01T00:00:00Z", "ns", "a"), "910A")], [], set())
     assert backlog.head("910B", waiting) == ("2026-12-01T00:00:01Z", "ns", "z")
     assert backlog.head("910A", waiting) == ("2026-12-01T00:00:00Z", "ns", "a")
     assert backlog.head("A3", waiting) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.sampled_from(["910A", "910B", "A3"]),
+                          st.sampled_from(["Pending", "Placing", "Running"]), st.booleans(), st.booleans(),
+                          st.booleans()), max_size=30),
+       st.lists(st.tuples(st.integers(0, 20), st.sampled_from(["910A", "910B"])), max_size=5),
+       st.integers(0, 20), st.sampled_from(["910A", "910B", "A3"]))
+def test_the_oldest_per_chip_is_the_oldest_of_every_job_that_waits(jobs, known_jobs, my_second, my_chip):
+    """The one-pass answer against the definition: the list of every waiting job, then the oldest older than me."""
+    def created(second: int) -> str:
+        return f"2026-12-01T10:00:{second:02d}Z"
+    def job(i: int, second: int, chip: str, phase: str, placed: bool, kueue: bool) -> dict:
+        made = body(f"j{i}", phase=phase, placed=1 if placed else None, chip=chip, created=created(second))
+        made["spec"]["scheduling"] = {"queue": "team-a"} if kueue else {}
+        return made
+    entries = [entry(job(i, *fields)) for i, (*fields, _) in enumerate(jobs)]
+    tried = {("ns", f"j{i}") for i, (*_, was_tried) in enumerate(jobs) if was_tried}
+    known = [Waiting(queue_key(created(second), "other", f"k{i}"), chip) for i, (second, chip) in enumerate(known_jobs)]
+    every = [*known, *(Waiting(e.queue_key, e.chip) for e in entries if (e.namespace, e.name) not in tried
+                       and e.phase == "Pending" and e.placed_attempt is None and not e.queued)]
+    me = queue_key(created(my_second), "ns", "me")
+    older = [w.key for w in every if w.chip == my_chip and w.key < me]
+    oldest = oldest_waiting(known, entries, tried)
+    assert ahead(me, my_chip, oldest) == (min(older) if older else None)
+    same_chip = [w.key for w in every if w.chip == my_chip]
+    assert backlog.head(my_chip, oldest) == (min(same_chip) if same_chip else None)
