@@ -332,10 +332,11 @@ class Controller:
         on, when the last write was less than `status_coalesce_seconds` ago: a 128-pod gang's start is one write
         per pass otherwise. The job stays as last written, so the pass that ends the wait writes every deferred
         change; a real one (Running, a failure) is written at once. A provisional status is not written at all
-        (Decision.provisional): the pass after it decides again from the status as written."""
+        (Decision.provisional): the pass after it decides again from the status as written — unless this pass
+        posts events, which a pass deciding again from that status would post a second time."""
         if after is not Next.WAIT:
             return None
-        if decision.provisional:
+        if decision.provisional and not self.record_of(key).events:
             return decision.requeue_after
         if not (conditions.only_progress(old, decision.status) or conditions.only_starting(old, decision.status)):
             return None

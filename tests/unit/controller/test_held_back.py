@@ -27,6 +27,18 @@ def test_behind_a_job_not_tried_yet_the_status_waits():
     controller.queue.close()
 
 
+def test_a_pass_that_posts_events_writes_its_status_even_when_held_back_for_a_moment():
+    """An auto job's first pass posts StrategyChosen with the plan it writes: unwritten, the next pass would plan
+    and post it again."""
+    from ascend_hybrid.reconcile.actions import PostEvent
+
+    controller = Controller(kube=None)
+    decision = held(controller, JobRecord())
+    controller.record_of(("ns", "young")).events.append(PostEvent("Normal", "StrategyChosen", "data 8"))
+    assert decision.provisional and controller.defer_progress(("ns", "young"), Next.WAIT, {}, decision) is None
+    controller.queue.close()
+
+
 def test_behind_a_job_held_back_itself_the_status_waits():
     controller = Controller(kube=None)
     controller.jobs[("ns", "older")] = JobRecord(queue_key=OLDER, waiting=True, held_since=time.monotonic())
