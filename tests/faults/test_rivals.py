@@ -111,8 +111,10 @@ class RaceNodes:
 
     def gang(self, jobs, name: str) -> None:
         jobs.create(job_manifest(name, data=1, tensor=8, per_pod=8, template={"nodeSelector": {RACE_LABEL: "true"}}))
-        wait_for(lambda: jobs.pods(name, attempt=1), 30, "the gang's pod", lambda: jobs.describe(name), interval=0.1)
-        placed = jobs.status(name)["placement"]["nodes"]
+        pods = wait_for(lambda: jobs.pods(name, attempt=1), 30, "the gang's pod", lambda: jobs.describe(name),
+                        interval=0.1)
+        # the pod, bound at creation, is where the placement is (a one-pod job's status says it with its next step)
+        placed = [pod["spec"].get("nodeName") for pod in pods]
         assert placed == [self.a], f"placed on {placed}: the race this case needs did not happen"
 
     def __exit__(self, *exc) -> None:

@@ -284,6 +284,9 @@ class Controller:
             self.forget(key)
             return None
         written = job.get("status") or {}  # the status as the apiserver holds it
+        unwritten = self.record_of(key).unwritten
+        if unwritten is not None:  # a direct placement not written yet (defer_placement): passes decide from it
+            job = {**job, "status": unwritten}
         for _ in range(self.settings.max_steps_per_pass):
             observed = self.observe(key, job)
             decision = decide(observed)
@@ -294,12 +297,18 @@ class Controller:
             after = self.execute(key, job, observed, decision)
             if after is Next.REFUSED:
                 continue
-            if after is Next.DECIDE_AGAIN and all(isinstance(a, EnsureChildren | PostEvent) for a in decision.actions):
-                # applied children need no record before the next step (a crash applies them again): its
-                # status goes with the next step's write
+            if after is Next.DECIDE_AGAIN and all(isinstance(a, EnsureChildren | PostEvent) or self.places_first(a)
+                                                  for a in decision.actions):
+                # applied children need no record before the next step (a crash applies them again), nor does a
+                # direct placement (its pods record it, defer_placement): its status goes with the next step's write
                 self.record(key, job, old_status, decision.status)
                 job = {**job, "status": decision.status}
+                self.keep_placement(key, decision)
                 continue
+            deferred = self.defer_placement(key, after, decision)
+            if deferred is not None:
+                self.record(key, job, old_status, decision.status)
+                return deferred
             deferred = self.defer_progress(key, after, written, decision)
             if deferred is not None:
                 return deferred
@@ -318,6 +327,7 @@ class Controller:
         between the two then leaves the status ahead of `<job>-recovery`, which the next pass writes again
         (signal_launchers is level-based), never the ConfigMap ahead of a status that knows no incident."""
         patched = self.kube.patch_job_status(key[0], key[1], written, status)
+        self.record_of(key).unwritten = None
         if patched is None:
             job = {**job, "status": status}
         else:
@@ -326,6 +336,42 @@ class Controller:
             record.last_written, record.written_at = patched["metadata"].get("resourceVersion"), time.monotonic()
             self.remember_job(key, job)
         return job, job.get("status") or {}
+
+    def places_first(self, action) -> bool:
+        """A one-pod job's placement on the direct path, whose status may wait (defer_placement): its pod, created
+        bound to its node, is its record. A gang's is written before its pods: a process stopped halfway through
+        creating them would leave no record of where the others go."""
+        return isinstance(action, Place) and not action.job.spec.scheduling.queue and action.job.pod_count == 1 \
+            and self.settings.status_coalesce_seconds > 0
+
+    def defer_placement(self, key: JobKey, after: Next, decision: Decision) -> float | None:
+        """Seconds to wait instead of writing a one-pod job's placement once its pod is created bound to its node
+        (places_first): the pod holds the chips and says where it is, so the placement is written with the next
+        real change (Running, a failure) or after `status_coalesce_seconds`, whichever comes first — the job's
+        start is then one status write, not two. Meanwhile this process decides from the status it keeps
+        (JobRecord.unwritten); a process that starts without it records the placement from the pod
+        (decision.unrecorded_pods)."""
+        record = self.record_of(key)
+        if after is not Next.WAIT or record.unwritten is None:
+            return None
+        kept, status = record.unwritten, decision.status
+        if not (status == kept or conditions.only_progress(kept, status) or conditions.only_starting(kept, status)):
+            return None
+        left = self.settings.status_coalesce_seconds - (time.monotonic() - record.unwritten_since)
+        if left <= 0:
+            return None
+        record.unwritten = decision.status
+        return left if decision.requeue_after is None else min(left, decision.requeue_after)
+
+    def keep_placement(self, key: JobKey, decision: Decision) -> None:
+        """A one-pod job's status kept unwritten (defer_placement) from its placement on, step by step: a pass that
+        fails before or after creating the pod finds the placement again, as it would have found it written."""
+        record = self.record_of(key)
+        if record.unwritten is None and any(self.places_first(a) for a in decision.actions):
+            record.unwritten_since = time.monotonic()
+            record.unwritten = decision.status
+        elif record.unwritten is not None:
+            record.unwritten = decision.status
 
     def defer_progress(self, key: JobKey, after: Next, old: dict, decision: Decision) -> float | None:
         """Seconds to wait instead of writing a status that only counts pods coming up or moves a gang's start

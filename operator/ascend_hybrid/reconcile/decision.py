@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import replace
+from typing import cast
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.chips import CHIPS
@@ -34,7 +35,7 @@ from ascend_hybrid.contracts.podview import (
 from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.diagnosis.failures import Failure
 from ascend_hybrid.gang import ranktable, render
-from ascend_hybrid.gang.placement import GangRequest
+from ascend_hybrid.gang.placement import GangRequest, Placement
 from ascend_hybrid.reconcile import (
     elastic_steps,
     failure_steps,
@@ -50,6 +51,7 @@ from ascend_hybrid.reconcile.actions import (
     Place,
     PodToCreate,
 )
+from ascend_hybrid.reconcile.placement_record import record_placement
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision, Observed, Pass
 from ascend_hybrid.spec.rules import ResolvedJob
 
@@ -220,10 +222,34 @@ def enqueued(p: Pass, current: dict, stale: list, admission: Admission | None, t
         p.phase(p.status.get("phase") or "Pending", "waiting for the previous attempt's pods to go")
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
+    if current:
+        return unrecorded_pods(p, current)
     e = p.resolved
     alternatives, retry_within = elastic_steps.shrink_options(p)
     p.d.act(Place(GangRequest.for_job(e, p.status.get("avoidedNodes") or ()), e, alternatives, retry_within))
     return p.d
+
+
+def unrecorded_pods(p: Pass, current: dict) -> Decision:
+    """Pods of an unqueued attempt whose placement the status does not hold: a process created them bound to their
+    nodes and stopped before it wrote where (a one-pod job's placement is written with its start's next change).
+    Every pod there and bound: they say where the gang is, and the placement is recorded from them. Else where the
+    rest was to go is lost: the attempt's pods go and the gang is placed anew, as after a refusal (not a restart)."""
+    e = p.resolved
+    nodes = tuple(node_of(current[index]) if index in current else None for index in range(e.pod_count))
+    if all(nodes):
+        tier = GangRequest.for_job(e).tier_labels[0] if GangRequest.for_job(e).tier_labels else ""
+        domains = {node: ((p.o.nodes.get(node) or {}).get("metadata", {}).get("labels") or {}).get(tier)
+                   for node in nodes if node}
+        outcome = record_placement(p.status, e, Placement(ok=True, nodes=cast(tuple[str, ...], nodes)), p.o.now,
+                                   p.generation, domains)
+        p.status.update(outcome.status)
+        p.requeue(FAST_REQUEUE_SECONDS)
+        return p.d
+    attempt = p.status["attempt"]
+    message = (f"{len(current)} pods of attempt {attempt} exist without a recorded placement (the operator stopped "
+               "before writing it); placing anew")
+    return place_anew(p, list(current.values()), "PlacementUnrecorded", message)
 
 
 def running(p: Pass, table: dict, current: dict) -> Decision:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ascend_hybrid.contracts import names
-from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DeviceInfo
+from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, RACK_LABEL, DeviceInfo
 from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.reconcile import decision as reconcile
@@ -473,6 +473,36 @@ def test_a_pod_the_kubelet_refused_at_admission_ends_the_attempt_without_a_resta
         assert (placed["status"], placed["reason"], placed["message"]) == ("False", "RefusedByNode", message)
         replaced = decide(observe(demo().status(decision.status).build()))
         assert "place" in kinds(replaced) and replaced.status["restarts"] == 0
+
+
+def test_pods_whose_placement_was_never_written_record_it_when_all_are_there():
+    """A one-pod job's placement is written with its start's next change (the shell's defer_placement): an
+    operator that stopped before that left its pod bound to a node no status names. The pods say where."""
+    created = decide(observe(demo().build())).status
+    nodes = {n: node(n).label(RACK_LABEL, f"rack-{i}").build() for i, n in enumerate(NODES)}
+    decision = decide(observe(demo().status(created).build(), pods=both(), nodes=nodes))
+    assert kinds(decision) == [] and decision.status["attempt"] == 1 and decision.status["phase"] == "Placing"
+    assert decision.status["placement"]["nodes"] == list(NODES) and decision.status["placement"]["attempt"] == 1
+    assert decision.status["placement"]["summary"] == "2 nodes in 2 racks"
+    assert any(c["type"] == "Placed" and c["status"] == "True" for c in decision.status["conditions"])
+    running = decide(observe(demo().status(decision.status).build(), pods=both()))
+    assert "write_rank_table" in kinds(running) and running.status["phase"] == "Running"
+
+
+def test_pods_of_an_attempt_whose_placement_was_never_written_go_when_some_are_missing():
+    """Where the rest of the gang was to go is lost: the attempt's pods go, the next attempt is placed afresh, no
+    restart is counted (a gang's placement is written before its pods: only a stranger's pods get here)."""
+    created = decide(observe(demo().build())).status
+    decision = decide(observe(demo().status(created).build(), pods=[pod(0).build()]))
+    assert decision.status["attempt"] == 2 and decision.status["restarts"] == 0
+    deleted = action(decision, "delete_pods")
+    assert deleted.names == ("demo-a1-0",)
+    assert ("Warning", "PlacementUnrecorded") in events(decision)
+    placed = next(c for c in decision.status["conditions"] if c["type"] == "Placed")
+    assert (placed["status"], placed["reason"]) == ("False", "PlacementUnrecorded")
+    waiting = decide(observe(demo().status(decision.status).build(), pods=[pod(0).build()]))
+    assert kinds(waiting) == ["delete_pods"], "the old attempt's pod must go before the gang is placed anew"
+    assert "place" in kinds(decide(observe(demo().status(decision.status).build())))
 
 
 def test_a_node_that_refuses_the_job_in_two_attempts_is_avoided():

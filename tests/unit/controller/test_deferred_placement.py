@@ -1,0 +1,130 @@
+"""A direct placement's status is written with the start's next real change (Running, a failure) or after
+`status_coalesce_seconds`, not before the pods: the pods, created bound to their nodes, record it meanwhile, and the
+process decides from the status it keeps (Controller.defer_placement). A one-pod job's start is one status write."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from ascend_hybrid.controller import loop
+from ascend_hybrid.controller.loop import Controller, Indexes
+from ascend_hybrid.controller.settings import OperatorSettings
+from ascend_hybrid.reconcile.actions import CreatePods, Place, PodToCreate
+from ascend_hybrid.reconcile.state import Decision
+from support.builders import job_body
+
+KEY = ("ns", "job")
+
+
+class StatusKube:
+    """Records the status patches and the pods created; `running` says whether the pod runs."""
+
+    def __init__(self, job: dict):
+        self.job, self.patches, self.created, self.running = job, [], [], False
+
+    def get_job(self, namespace, name):
+        return self.job
+
+    def patch_job_status(self, namespace, name, old, new):
+        if old == new:
+            return None
+        self.patches.append(new)
+        version = str(int(self.job["metadata"]["resourceVersion"]) + 1)
+        self.job = {**self.job, "metadata": {**self.job["metadata"], "resourceVersion": version}, "status": new}
+        return self.job
+
+    def create_pod(self, manifest):
+        self.created.append(manifest["metadata"]["name"])
+        return manifest
+
+    def read_config_map(self, namespace, name):
+        return None
+
+
+def scripted(kube: StatusKube, queue: str | None, pods: int):
+    """decide() as the core answers a one-pod job: place it, create its pod, wait for it, then Running."""
+    def decide(observed):
+        status = dict(observed.job.get("status") or {})
+        status.setdefault("attempt", 1)
+        if (status.get("placement") or {}).get("attempt") != 1:
+            job = SimpleNamespace(spec=SimpleNamespace(scheduling=SimpleNamespace(queue=queue)), pod_count=pods)
+            return Decision(actions=[Place(None, job)], status=status)  # type: ignore[arg-type]
+        if not kube.created:
+            pod = PodToCreate({"metadata": {"name": "job-a1-0"}}, "node-a", 8)
+            return Decision(actions=[CreatePods((pod,))], status={**status, "phase": "Starting"}, requeue_after=1.0)
+        if not kube.running:
+            return Decision(status={**status, "phase": "Starting", "pods": {"pending": 1}}, requeue_after=1.0)
+        return Decision(status={**status, "phase": "Running", "pods": {"running": 1}}, requeue_after=30.0)
+    return decide
+
+
+def placed(controller, key, job, observed, decision, action) -> bool:
+    decision.status = {**decision.status, "phase": "Placing", "placement": {"attempt": 1, "nodes": ["node-a"]}}
+    return True
+
+
+@pytest.fixture
+def one_pod_job(monkeypatch):
+    def make(queue: str | None = None, settings: OperatorSettings | None = None, pods: int = 1):
+        job = job_body({"parallelism": {"data": 1, "tensor": 8}, "npu": {"perPod": 8}})
+        job["metadata"].update(namespace="ns", name="job", uid="u", resourceVersion="1")
+        kube = StatusKube(job)
+        monkeypatch.setattr(loop, "decide", scripted(kube, queue, pods))
+        controller = Controller(kube=kube, settings=settings or OperatorSettings(),
+                                bound_indexes=Indexes(nodes=list, npu_pods=list, job_pods=lambda key: [],
+                                                      device_infos=list))
+        monkeypatch.setattr(controller, "place", lambda *args: placed(controller, *args))
+        made.append(controller)
+        return controller, kube
+    made: list[Controller] = []
+    yield make
+    for controller in made:
+        controller.queue.close()
+
+
+def test_a_one_pod_jobs_start_writes_its_status_once_with_placement_and_running(one_pod_job):
+    controller, kube = one_pod_job()
+    wait = controller._reconcile(KEY, [])
+    assert kube.created == ["job-a1-0"] and kube.patches == [], "the pod records the placement meanwhile"
+    assert wait is not None and 0 < wait <= 1.0
+    assert controller.record_of(KEY).phase == "Starting"  # the queue behind it moved all the same
+    controller._reconcile(KEY, [])  # the pod not running yet: decided from the kept status, nothing written
+    assert kube.created == ["job-a1-0"] and kube.patches == []
+    kube.running = True
+    controller._reconcile(KEY, [])
+    assert len(kube.patches) == 1
+    written = kube.patches[0]
+    assert written["phase"] == "Running" and written["placement"] == {"attempt": 1, "nodes": ["node-a"]}
+    assert controller.record_of(KEY).unwritten is None
+
+
+def test_a_start_longer_than_the_coalescing_window_writes_its_placement(one_pod_job):
+    controller, kube = one_pod_job()
+    controller._reconcile(KEY, [])
+    controller.record_of(KEY).unwritten_since = time.monotonic() - controller.settings.status_coalesce_seconds
+    controller._reconcile(KEY, [])
+    assert [(s["phase"], s["placement"]["nodes"]) for s in kube.patches] == [("Starting", ["node-a"])]
+
+
+def test_a_queued_jobs_placement_is_written_before_its_pods(one_pod_job):
+    """Kueue's pods are placed by the scheduler after admission: the status is the placement's only record."""
+    controller, kube = one_pod_job(queue="team-a")
+    controller._reconcile(KEY, [])
+    assert kube.patches[0]["phase"] == "Placing" and controller.record_of(KEY).unwritten is None
+
+
+def test_a_gangs_placement_is_written_before_its_pods(one_pod_job):
+    """A process stopped halfway through creating a gang's pods would leave no record of where the others go."""
+    controller, kube = one_pod_job(pods=2)
+    controller._reconcile(KEY, [])
+    assert [s["phase"] for s in kube.patches] == ["Placing"]  # then its start's steps coalesce (defer_progress)
+    assert controller.record_of(KEY).unwritten is None
+
+
+def test_without_a_coalescing_window_every_step_is_written(one_pod_job):
+    controller, kube = one_pod_job(settings=OperatorSettings(status_coalesce_seconds=0))
+    controller._reconcile(KEY, [])
+    assert [s["phase"] for s in kube.patches] == ["Placing", "Starting"]
