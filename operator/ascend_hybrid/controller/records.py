@@ -32,8 +32,8 @@ class JobRecord:
     job: dict | None = None                     # the job as our last write left it, until anyone else changes it
     job_since: float = 0.0                      # when `job` was read or written (monotonic)
     written_at: float = 0.0                     # when our last status patch was made (monotonic)
-    unwritten: dict | None = None               # the status decided since an attempt's pods were created, unwritten
-    unwritten_since: float = 0.0                # when those pods were created (monotonic; Controller.defer_placement)
+    unwritten: dict | None = None               # a one-pod job's status decided since its placement, not written yet
+    unwritten_since: float = 0.0                # when it was placed (monotonic; Controller.defer_placement)
     events: list[PostEvent] = field(default_factory=list)  # this pass's events, posted when it ends
     sample: Sample | None = None                # latest telemetry of the current attempt
     promised: dict[str, tuple[str, int]] = field(default_factory=dict)  # pod name → (node, chips) not yet seen

@@ -238,7 +238,8 @@ def unrecorded_pods(p: Pass, current: dict) -> Decision:
     e = p.resolved
     nodes = tuple(node_of(current[index]) if index in current else None for index in range(e.pod_count))
     if all(nodes):
-        tier = GangRequest.for_job(e).tier_labels[0] if GangRequest.for_job(e).tier_labels else ""
+        tiers = GangRequest.for_job(e).tier_labels
+        tier = tiers[0] if tiers else ""
         domains = {node: ((p.o.nodes.get(node) or {}).get("metadata", {}).get("labels") or {}).get(tier)
                    for node in nodes if node}
         outcome = record_placement(p.status, e, Placement(ok=True, nodes=cast(tuple[str, ...], nodes)), p.o.now,
