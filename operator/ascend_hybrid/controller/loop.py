@@ -284,9 +284,11 @@ class Controller:
             self.forget(key)
             return None
         written = job.get("status") or {}  # the status as the apiserver holds it
-        unwritten = self.record_of(key).unwritten
-        if unwritten is not None:  # a direct placement not written yet (defer_placement): passes decide from it
-            job = {**job, "status": unwritten}
+        record = self.record_of(key)
+        # a one-pod job's placement not written yet (defer_placement): its passes decide from it — this job's, not
+        # one deleted and made again under its name before a pass saw it go
+        if record.unwritten is not None and record.unwritten_uid == job["metadata"].get("uid"):
+            job = {**job, "status": record.unwritten}
         for _ in range(self.settings.max_steps_per_pass):
             observed = self.observe(key, job)
             decision = decide(observed)
@@ -303,7 +305,7 @@ class Controller:
                 # direct placement (its pods record it, defer_placement): its status goes with the next step's write
                 self.record(key, job, old_status, decision.status)
                 job = {**job, "status": decision.status}
-                self.keep_placement(key, decision)
+                self.keep_placement(key, job, decision)
                 continue
             deferred = self.defer_placement(key, after, decision)
             if deferred is not None:
@@ -363,12 +365,12 @@ class Controller:
         record.unwritten = decision.status
         return left if decision.requeue_after is None else min(left, decision.requeue_after)
 
-    def keep_placement(self, key: JobKey, decision: Decision) -> None:
+    def keep_placement(self, key: JobKey, job: dict, decision: Decision) -> None:
         """A one-pod job's status kept unwritten (defer_placement) from its placement on, step by step: a pass that
         fails before or after creating the pod finds the placement again, as it would have found it written."""
         record = self.record_of(key)
         if record.unwritten is None and any(self.places_first(a) for a in decision.actions):
-            record.unwritten_since = time.monotonic()
+            record.unwritten_since, record.unwritten_uid = time.monotonic(), job["metadata"].get("uid")
             record.unwritten = decision.status
         elif record.unwritten is not None:
             record.unwritten = decision.status

@@ -34,6 +34,7 @@ class JobRecord:
     written_at: float = 0.0                     # when our last status patch was made (monotonic)
     unwritten: dict | None = None               # a one-pod job's status decided since its placement, not written yet
     unwritten_since: float = 0.0                # when it was placed (monotonic; Controller.defer_placement)
+    unwritten_uid: str | None = None            # the uid of the job it was decided for
     events: list[PostEvent] = field(default_factory=list)  # this pass's events, posted when it ends
     sample: Sample | None = None                # latest telemetry of the current attempt
     promised: dict[str, tuple[str, int]] = field(default_factory=dict)  # pod name → (node, chips) not yet seen

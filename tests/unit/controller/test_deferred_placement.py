@@ -128,3 +128,20 @@ def test_without_a_coalescing_window_every_step_is_written(one_pod_job):
     controller, kube = one_pod_job(settings=OperatorSettings(status_coalesce_seconds=0))
     controller._reconcile(KEY, [])
     assert [s["phase"] for s in kube.patches] == ["Placing", "Starting"]
+
+
+def test_a_job_made_again_under_the_same_name_is_not_given_the_kept_status(one_pod_job):
+    """Deleted and created again before a pass saw it go: the new job (another uid) starts from its own status."""
+    controller, kube = one_pod_job()
+    controller._reconcile(KEY, [])
+    assert controller.record_of(KEY).unwritten is not None
+    kube.job = {**kube.job, "metadata": {**kube.job["metadata"], "uid": "another"}, "status": {}}
+    controller.record_of(KEY).job = None  # its events: the job is read again
+    decisions = []
+    real = loop.decide
+    loop.decide = lambda observed: decisions.append(observed.job.get("status")) or real(observed)  # type: ignore
+    try:
+        controller._reconcile(KEY, [])
+    finally:
+        loop.decide = real  # type: ignore
+    assert decisions[0] == {}
