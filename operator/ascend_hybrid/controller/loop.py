@@ -287,7 +287,9 @@ class Controller:
         record = self.record_of(key)
         # a one-pod job's placement not written yet (defer_placement): its passes decide from it — this job's, not
         # one deleted and made again under its name before a pass saw it go
-        if record.unwritten is not None and record.unwritten_uid == job["metadata"].get("uid"):
+        if record.unwritten is not None and record.unwritten_uid != job["metadata"].get("uid"):
+            record.unwritten = None
+        if record.unwritten is not None:
             job = {**job, "status": record.unwritten}
         for _ in range(self.settings.max_steps_per_pass):
             observed = self.observe(key, job)

@@ -145,3 +145,4 @@ def test_a_job_made_again_under_the_same_name_is_not_given_the_kept_status(one_p
     finally:
         loop.decide = real  # type: ignore
     assert decisions[0] == {}
+    assert controller.record_of(KEY).unwritten_uid == "another", "its own placement is kept for it"
