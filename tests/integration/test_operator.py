@@ -9,10 +9,13 @@ import pytest
 from kubernetes import client
 
 from ascend_hybrid.contracts import names
+from ascend_hybrid.controller.kube import Kube
 from ascend_hybrid.devcluster.nodes import fleet
 from ascend_hybrid.devcluster.nodes.manifests import plan_nodes
 from ascend_hybrid.devcluster.paths import load_settings
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
+from ascend_hybrid.gang import render
+from support.builders import PodBuilder
 from support.hccl_check import hccl_problems
 from support.operator_harness import Jobs, OperatorProcess, example, install_crd, job_manifest, kubectl, wait_for
 
@@ -280,6 +283,36 @@ def test_deleting_the_job_removes_its_children(jobs):
                           if s.metadata.name.startswith("ephemeral")], 60, "the services to go")
     wait_for(lambda: not [c for c in jobs.core.list_namespaced_config_map(jobs.namespace).items
                           if "ephemeral" in c.metadata.name], 60, "the config maps to go")
+
+
+def test_the_headless_services_records_are_the_operators_alone(kube_api, namespace):
+    """The slices the operator writes with each rank table, through its own shell: the apiserver accepts them
+    (addresses are data here, never reached). A headless Service an older operator made with a selector loses it,
+    and the slice Kubernetes' EndpointSlice controller wrote for it then goes (the controller leaves it); the
+    controller writes none again."""
+    kube, uid = Kube(kube_api), "00000000-0000-4000-8000-000000000027"
+    discovery = client.DiscoveryV1Api(kube_api)
+
+    def records() -> list[tuple[str, str, list[tuple[str, list[str]]]]]:
+        return sorted((s.metadata.name, s.metadata.labels["endpointslice.kubernetes.io/managed-by"],
+                       [(e.hostname, e.addresses) for e in s.endpoints or ()])
+                      for s in discovery.list_namespaced_endpoint_slice(namespace).items)
+    headless = render.services("dns", namespace, uid)[1]
+    headless["metadata"]["ownerReferences"] = []  # no job object here: the garbage collector would delete them
+    kube.apply({**headless, "spec": {**headless["spec"], "selector": {names.JOB_LABEL: "dns"}}})
+    wait_for(lambda: [r[1] for r in records()] == ["endpointslice-controller.k8s.io"], 30, "the controller's slice")
+    kube.apply(headless)
+    assert client.CoreV1Api(kube_api).read_namespaced_service("dns", namespace).spec.selector is None
+    pods = [PodBuilder("dns", index, namespace=namespace).uid(f"uid-{index}")
+            .running(pod_ip=f"10.244.0.{index + 1}").build() for index in range(3)]
+    for dns in render.dns_slices("dns", namespace, uid, render.pod_endpoints(pods), pod_count=3):
+        dns["metadata"]["ownerReferences"] = []
+        kube.apply(dns)
+    kube.delete_controller_slices(namespace, "dns")
+    ours = [("dns-dns-0", render.SLICE_MANAGER, [(f"dns-a1-{i}", [f"10.244.0.{i + 1}"]) for i in range(3)])]
+    wait_for(lambda: records() == ours, 30, "the operator's slice alone", lambda: str(records()))
+    time.sleep(3)  # a controller that still took the Service for its own would write its slice again by now
+    assert records() == ours
 
 
 def test_invalid_spec_is_refused_at_admission_with_the_operators_message(jobs):

@@ -13,6 +13,7 @@ Invariants (on the real objects):
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import socket
@@ -167,6 +168,15 @@ def converge(jobs: Jobs, name: str, *, phase: str = "Running", timeout: float = 
     return jobs.wait_phase(name, phase, timeout=timeout)
 
 
+def dns_records(jobs: Jobs, name: str) -> tuple[set[str], set[tuple[str, str]]]:
+    """The headless `<job>`'s EndpointSlices by name, and (hostname, address) of every endpoint they list."""
+    slices = client.DiscoveryV1Api(jobs.core.api_client).list_namespaced_endpoint_slice(
+        jobs.namespace, label_selector=f"kubernetes.io/service-name={names.headless_service(name)}").items
+    return ({dns.metadata.name for dns in slices},
+            {(endpoint.hostname, address) for dns in slices for endpoint in dns.endpoints or ()
+             for address in endpoint.addresses})
+
+
 def check_job(jobs: Jobs, name: str, pod_count: int, *, phase: str = "Running") -> tuple[int, int]:
     """(duplicated, lost) of a converged job, with every other invariant asserted; waits briefly for old attempts'
     pods to finish going (they are deleting, not live) before it counts."""
@@ -194,6 +204,11 @@ def check_job(jobs: Jobs, name: str, pod_count: int, *, phase: str = "Running") 
         assert table["status"] == "completed", table
         ips = {p["status"].get("podIP") for p in current}
         assert {server["container_ip"] for server in table["server_list"]} == ips, (table, ips)
+        if pod_count > 1:  # the headless Service's slice, written with the table: its pods (loopback ones aside)
+            slices, records = dns_records(jobs, name)
+            assert slices == {names.dns_endpoint_slice(name, 0)}, slices
+            assert records == {(p["metadata"]["name"], p["status"]["podIP"]) for p in current
+                               if not ipaddress.ip_address(p["status"]["podIP"]).is_loopback}, records
     wait_for(lambda: duplicates_of(pods()) == 0, 30, f"{name}: old attempts' pods to go", lambda: jobs.describe(name))
     return duplicated, lost
 

@@ -47,6 +47,11 @@ def headless_service(job: str) -> str:
     return job
 
 
+def dns_endpoint_slice(job: str, index: int) -> str:
+    """The EndpointSlices of the headless `<job>` the operator writes with each rank table (gang/render.py)."""
+    return f"{job}-dns-{index}"
+
+
 def rank_table_config_map(job: str) -> str:
     """The rank table (MindCluster's name for its ConfigMap) and job.json."""
     return f"rings-config-{job}"

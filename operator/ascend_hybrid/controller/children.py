@@ -57,9 +57,21 @@ def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: Re
                     manifests)
     record.rank_table, record.rank_table_revision, record.job_config = table, revision, job_json
     record.sched_ip = service_ip(live[names.sched_service(name)]) if services else None
+    if services and not record.old_slices_gone:
+        _delete_old_slices(controller, key, job)
     if record.children_epoch == epoch:
         record.children_generation = job["metadata"].get("generation")
         record.children_data = resolved.data
+
+
+def _delete_old_slices(controller: Controller, key: JobKey, job: dict) -> None:
+    """Before design §6's records, `<job>` selected the job's pods and Kubernetes' EndpointSlice controller wrote
+    its slices; the apply above removed that selector, but the controller leaves the slices it wrote (stale
+    records beside the operator's). A job started before this process may have them: they go, once per process.
+    A job with no status yet was never served so: nothing to ask."""
+    if (job.get("status") or {}).get("attempt"):
+        controller.kube.delete_controller_slices(key[0], names.headless_service(key[1]))
+    controller.record_of(key).old_slices_gone = True
 
 
 def _recreate_with_ip(controller: Controller, service: dict, ip: str) -> None:

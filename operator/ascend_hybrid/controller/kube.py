@@ -76,6 +76,7 @@ class Kube:
         self.custom = client.CustomObjectsApi(self.client)
         self.extensions = client.ApiextensionsV1Api(self.client)
         self.networking = client.NetworkingV1Api(self.client)
+        self.discovery = client.DiscoveryV1Api(self.client)
         self.rbac = client.RbacAuthorizationV1Api(self.client)
 
     @classmethod
@@ -152,16 +153,24 @@ class Kube:
 
     # -- children --------------------------------------------------------------------------------------------
     def apply(self, manifest: dict) -> dict:
-        """Server-side apply of a Service, ConfigMap, NetworkPolicy, Role or RoleBinding with our field manager;
-        returns the live object."""
+        """Server-side apply of a Service, ConfigMap, EndpointSlice, NetworkPolicy, Role or RoleBinding with our
+        field manager; returns the live object."""
         kind, meta = manifest["kind"], manifest["metadata"]
         patch = {"Service": self.core.patch_namespaced_service,
                  "ConfigMap": self.core.patch_namespaced_config_map,
+                 "EndpointSlice": self.discovery.patch_namespaced_endpoint_slice,
                  "NetworkPolicy": self.networking.patch_namespaced_network_policy,
                  "Role": self.rbac.patch_namespaced_role,
                  "RoleBinding": self.rbac.patch_namespaced_role_binding}[kind]
         result = self._call("apply", kind.lower() + "s", patch, meta["name"], meta["namespace"], manifest, **APPLY)
         return self.client.sanitize_for_serialization(result)
+
+    def delete_controller_slices(self, namespace: str, service: str) -> None:
+        """The EndpointSlices Kubernetes' controller wrote for `service` (one collection delete by their labels)."""
+        selector = (f"kubernetes.io/service-name={service},"
+                    "endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io")
+        self._call("deletecollection", "endpointslices", self.discovery.delete_collection_namespaced_endpoint_slice,
+                   namespace, label_selector=selector)
 
     def create_service(self, manifest: dict) -> None:
         """Creates a Service that must keep a given clusterIP (a deleted `<job>-sched` whose IP the pods' env holds);

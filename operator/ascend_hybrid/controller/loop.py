@@ -61,7 +61,7 @@ __all__ = ["Controller", "Indexes", "JobKey", "JobRecord", "Next"]
 POD_EVENT_DELAY = 0.2
 # While a gang starts, a pod's change that only moves it on (created, bound, running) while another pod of the
 # attempt is still not ready for the rank table reaches its job's pass this late at most: such a pass can only
-# count pods and wait. The change that makes the last pod ready, and any other change, comes after POD_EVENT_DELAY.
+# count pods and wait. The change that makes the last pod ready comes at once, any other after POD_EVENT_DELAY.
 STARTING_PROGRESS_SECONDS = 1.0
 
 
@@ -71,6 +71,14 @@ def intent_first(decision: Decision) -> bool:
     before the table it names, and a start's generation is the one a status without it means anyway."""
     kinds = {type(action) for action in decision.actions}
     return SignalLaunchers in kinds and WriteRankTable not in kinds
+
+
+class Progress(enum.Enum):
+    """What a pod's change is to its starting gang (Controller.progress_of)."""
+
+    COMPLETES = "the last pod ready"  # the rank table can be completed: the pass comes at once
+    WAITS = "moves a pod on"          # other pods are not ready: the pass may wait
+    OTHER = "other"
 
 
 class Next(enum.Enum):
@@ -141,24 +149,32 @@ class Controller:
     def pod_changed(self, key: JobKey, old: dict | None = None, new: dict | None = None) -> None:
         """A pod of the job changed: its next pass after POD_EVENT_DELAY, or after as much CPU as its last pass
         took. A pass reads every pod of the gang, and a 2 048-pod gang's pods change all the time while it starts:
-        spaced so, one job's passes take at most about half a core, and the pass after the last pod's change still
-        comes within one pass's time. A change that only moves a starting gang on while other pods are not ready
-        waits up to STARTING_PROGRESS_SECONDS (`unready`, written by the last pass)."""
+        spaced so, one job's passes take at most about half a core. A change that only moves a starting gang on
+        while other pods are not ready waits up to STARTING_PROGRESS_SECONDS (`unready`, written by the last pass);
+        the change that makes its last pod ready is followed at once: the gang's start waits for nothing else."""
         record = self.jobs.get(key)
         delay = max(POD_EVENT_DELAY, record.pass_cpu if record is not None else 0.0)
-        if record is not None and new is not None and self.progress_waits(record, old, new):
-            delay = max(delay, STARTING_PROGRESS_SECONDS)
+        if record is not None and new is not None:
+            progress = self.progress_of(record, old, new)
+            if progress is Progress.WAITS:
+                delay = max(delay, STARTING_PROGRESS_SECONDS)
+            elif progress is Progress.COMPLETES:
+                delay = 0.0
         self.queue.add(key, delay)
 
-    def progress_waits(self, record: JobRecord, old: dict | None, new: dict) -> bool:
-        """Whether the pass after this change may wait: it only moves a pod on, and a pod is still not ready. A pod
-        that becomes ready is remembered, so that a pass which read it before it was cannot put it back."""
+    def progress_of(self, record: JobRecord, old: dict | None, new: dict) -> Progress:
+        """What this change is to a starting gang: the last of its pods ready (COMPLETES), one that only moves a
+        pod on while others are not ready (WAITS), or anything else. A pod that becomes ready is remembered, so
+        that a pass which read it before it was cannot put it back."""
         with self.progress_lock:
             if ready_for_table(new):
                 name = new["metadata"]["name"]
                 record.ready_seen.add(name)
+                if record.unready == {name}:
+                    record.unready = frozenset()
+                    return Progress.COMPLETES
                 record.unready = record.unready - {name}
-            return bool(record.unready) and only_progress(old, new)
+            return Progress.WAITS if record.unready and only_progress(old, new) else Progress.OTHER
 
     def wait_for(self, key: JobKey, unready: frozenset[str]) -> None:
         """What a pass leaves to wait for (unready_pods), less the pods that became ready since it read them."""
@@ -493,6 +509,7 @@ class Controller:
                 case ProbeGrow():
                     placing.probe_grow(self, key, job, observed, decision, action)
                 case WriteRankTable():
+                    self.each(self.kube.apply, action.dns_slices)  # first: a table written is one with its records
                     job_json = record.job_config or render.job_config_text(cast(ResolvedJob, observed.resolved))
                     self.kube.apply(render.rank_table_config_map(name, namespace, job["metadata"]["uid"], job_json,
                                                                  action.table, action.revision))

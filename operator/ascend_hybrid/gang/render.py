@@ -6,8 +6,11 @@ computed here in Python and handed over as JSON (valid YAML), so the templates s
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -73,7 +76,9 @@ def needs_services(resolved: ResolvedJob) -> bool:
 
 
 def services(job: str, namespace: str, uid: str) -> list[dict]:
-    """`<job>-sched` (ClusterIP to pod 0: MS_SCHED_HOST must be an IP) and the headless `<job>` for pod DNS."""
+    """`<job>-sched` (ClusterIP to pod 0: MS_SCHED_HOST must be an IP) and the headless `<job>` for pod DNS. The
+    headless one has no selector: its endpoints are the rank table's pods, written with the table (dns_slices),
+    so Kubernetes' endpoint controllers do not rewrite them as each pod of a starting gang changes."""
     owners, labels = owner_references(job, uid), names.job_labels(job)
     pod_zero = {names.JOB_LABEL: job, names.POD_INDEX_LABEL: "0"}
     return [
@@ -81,9 +86,71 @@ def services(job: str, namespace: str, uid: str) -> list[dict]:
                 owner_references=owners, headless=False, selector=pod_zero, port_name="ms-sched",
                 port=names.SCHED_PORT),
         _render("service.yaml.j2", name=names.headless_service(job), namespace=namespace, labels=labels,
-                owner_references=owners, headless=True, selector={names.JOB_LABEL: job}, port_name="metrics",
+                owner_references=owners, headless=True, selector=None, port_name="metrics",
                 port=names.METRICS_PORT),
     ]
+
+
+MAX_ENDPOINTS_PER_SLICE = 1000  # the apiserver's limit on one EndpointSlice
+SLICE_MANAGER = "ascend-hybrid-operator"  # endpointslice.kubernetes.io/managed-by: not Kubernetes' controller
+
+
+@dataclass(frozen=True)
+class PodEndpoint:
+    """A rank-table pod as its DNS record: `<name>.<job>.<namespace>.svc` resolves to `ip`."""
+
+    name: str
+    ip: str
+    node: str
+    uid: str
+
+
+def pod_endpoints(pods: Iterable[Mapping]) -> tuple[PodEndpoint, ...]:
+    """The pods' records in name order. An address the apiserver refuses in an EndpointSlice (loopback,
+    link-local: the simulated cluster's real-trainer pods run on 127.0.0.0/8) gives its pod no record."""
+    found = []
+    for pod in pods:
+        ip = (pod.get("status") or {}).get("podIP") or ""
+        try:
+            address = ipaddress.ip_address(ip)
+        except ValueError:
+            continue
+        if address.is_loopback or address.is_link_local:
+            continue
+        meta = pod["metadata"]
+        found.append(PodEndpoint(meta["name"], ip, (pod.get("spec") or {}).get("nodeName") or "", meta.get("uid") or ""))
+    return tuple(sorted(found, key=lambda endpoint: endpoint.name))
+
+
+def dns_slice_count(pod_count: int) -> int:
+    return max(1, -(-pod_count // MAX_ENDPOINTS_PER_SLICE))
+
+
+def dns_slices(job: str, namespace: str, uid: str, endpoints: Sequence[PodEndpoint], pod_count: int) -> list[dict]:
+    """The headless `<job>`'s EndpointSlices: `dns_slice_count(pod_count)` of them (empty ones too, so a table
+    with fewer pods empties the slices it no longer fills), IPv6 when the pods' addresses are."""
+    family = "IPv6" if any(":" in endpoint.ip for endpoint in endpoints) else "IPv4"
+    labels = {**names.job_labels(job), "kubernetes.io/service-name": names.headless_service(job),
+              "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER}
+    count = max(dns_slice_count(pod_count), dns_slice_count(len(endpoints)))
+    slices = []
+    for index in range(count):
+        chunk = endpoints[index * MAX_ENDPOINTS_PER_SLICE:(index + 1) * MAX_ENDPOINTS_PER_SLICE]
+        slices.append({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": names.dns_endpoint_slice(job, index), "namespace": namespace, "labels": labels,
+                         "ownerReferences": owner_references(job, uid)},
+            "addressType": family,
+            "ports": [{"name": "metrics", "protocol": "TCP", "port": names.METRICS_PORT}],
+            "endpoints": [_slice_endpoint(endpoint, namespace) for endpoint in chunk],
+        })
+    return slices
+
+
+def _slice_endpoint(endpoint: PodEndpoint, namespace: str) -> dict:
+    target = {"kind": "Pod", "namespace": namespace, "name": endpoint.name, **({"uid": endpoint.uid} if endpoint.uid else {})}
+    return {"addresses": [endpoint.ip], "hostname": endpoint.name, "conditions": {"ready": True},
+            **({"nodeName": endpoint.node} if endpoint.node else {}), "targetRef": target}
 
 
 MAX_PORT = 65535

@@ -107,8 +107,12 @@ class PlaceReplacement:
 
 @dataclass(frozen=True)
 class WriteRankTable:
+    """The table into `rings-config-<job>`, after the headless `<job>`'s EndpointSlices listing the table's pods
+    (none for a job without Services): a table the apiserver has is one whose DNS records were written."""
+
     table: dict
     revision: int  # the ConfigMap's `version` counter for this table: one more than the one it replaces
+    dns_slices: tuple[dict, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -259,7 +259,7 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     o, e, status = p.o, p.resolved, p.status
     attempt = int(status["attempt"])
     if o.rank_table != table:
-        p.write_rank_table(table)
+        p.write_rank_table(table, current.values())
     status["rankTable"].update(status="completed", version=table["version"])
     recovery_steps.signal_launchers(p)
     if recovery_steps.follow_in_place(p, current) or elastic_steps.grow_step(p, current):

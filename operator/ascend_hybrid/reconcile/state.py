@@ -6,7 +6,7 @@ functions of a Pass: decision.py (the main flow), queue_steps.py, failure_steps.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -121,9 +121,15 @@ class Pass:
         current = self.d.requeue_after
         self.d.requeue_after = seconds if current is None else min(current, seconds)
 
-    def write_rank_table(self, table: dict) -> None:
-        """Every table written counts one up (the ConfigMap's `version`, as MindCluster's operator counts)."""
-        self.d.act(WriteRankTable(table, self.o.rank_table_revision + 1))
+    def write_rank_table(self, table: dict, pods: Iterable[Mapping] = ()) -> None:
+        """Every table written counts one up (the ConfigMap's `version`, as MindCluster's operator counts). The
+        DNS records of the headless `<job>` follow it: the table's `pods`, none while it is initializing."""
+        resolved = self.o.resolved
+        slices: tuple[dict, ...] = ()
+        if resolved is not None and render.needs_services(resolved):
+            slices = tuple(render.dns_slices(self.meta["name"], self.meta["namespace"], self.meta["uid"],
+                                             render.pod_endpoints(pods), resolved.pod_count))
+        self.d.act(WriteRankTable(table, self.o.rank_table_revision + 1, slices))
 
     def table_format(self) -> str:
         resolved = self.o.resolved

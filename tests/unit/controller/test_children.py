@@ -20,13 +20,16 @@ KEY = ("default", "job")
 
 class FakeKube:
     def __init__(self, allocated_for: int = 0):
-        self.applied, self.created = [], []
+        self.applied, self.created, self.slices_deleted = [], [], []
         self.allocated_for = allocated_for  # creates refused as "already allocated" before the IP is free
 
     def apply(self, manifest):
         self.applied.append(manifest)
         ip = "127.32.0.7" if manifest["metadata"]["name"] == names.sched_service("job") else "None"
         return {**manifest, "spec": {**manifest.get("spec", {}), "clusterIP": ip}}
+
+    def delete_controller_slices(self, namespace, service):
+        self.slices_deleted.append((namespace, service))
 
     def create_service(self, manifest):
         self.created.append(manifest["spec"]["clusterIP"])
@@ -61,6 +64,22 @@ def test_children_are_applied_and_the_sched_ip_recorded():
     assert (record.sched_ip, record.children_generation, record.rank_table, record.rank_table_revision) == (
         "127.32.0.7", 3, {"status": "initializing", "version": "1.0"}, 0)
     assert kube.created == []  # nothing was deleted: no create with a kept IP
+
+
+def test_the_controllers_old_slices_go_once_for_a_job_started_before_this_process():
+    """An older operator's headless `<job>` had a selector, and Kubernetes' controller leaves the slices it wrote
+    when the apply removes it. A job this process sees with a status of an attempt may have them: one collection
+    delete, once per process; a new job (no status) was never served so and costs no call."""
+    kube = FakeKube()
+    ctl = controller(kube)
+    children.ensure_children(ctl, KEY, two_pod_body(1), resolved(two_pod_body(1)))
+    assert kube.slices_deleted == []
+    started = {**two_pod_body(1), "status": {"attempt": 2, "phase": "Running"}}
+    other = controller(kube)  # a new operator process
+    children.ensure_children(other, KEY, started, resolved(started))
+    children.ensure_children(other, KEY, {**started, "metadata": {**started["metadata"], "generation": 2}},
+                             resolved(started))
+    assert kube.slices_deleted == [("default", "job")]
 
 
 def test_a_job_of_one_pod_gets_its_config_map_only():

@@ -117,7 +117,8 @@ def test_a_pods_change_waits_for_as_much_cpu_as_its_jobs_last_pass_took():
 
 def test_a_starting_gangs_progress_waits_until_its_last_pod_is_ready_for_the_rank_table():
     """While other pods of the attempt are not ready, a pod created, bound or started changes nothing a pass could
-    act on: its pass waits; the change that makes the last pod ready, a failure or a deletion is followed at once."""
+    act on: its pass waits; a failure or a deletion is followed after POD_EVENT_DELAY, the change that makes the
+    last pod ready at once."""
     controller = Controller(kube=JobGoneKube(), settings=OperatorSettings(workers=1))
     controller.queue = RecordingQueue()
     key = ("ns", "job")
@@ -132,8 +133,10 @@ def test_a_starting_gangs_progress_waits_until_its_last_pod_is_ready_for_the_ran
     last = PodBuilder("job", 1, namespace="ns").running().devices(range(8)).build()
     controller.pod_changed(key, None, last)
     assert [delay for _, delay in controller.queue.added] == [STARTING_PROGRESS_SECONDS, STARTING_PROGRESS_SECONDS,
-                                                              POD_EVENT_DELAY, POD_EVENT_DELAY, POD_EVENT_DELAY]
+                                                              POD_EVENT_DELAY, POD_EVENT_DELAY, 0.0]
     assert controller.record_of(key).unready == frozenset()
+    controller.pod_changed(key, last, last)  # ready again, nothing left to wait for: not followed at once again
+    assert controller.queue.added[-1][1] == POD_EVENT_DELAY
 
 
 def test_a_pod_ready_after_a_pass_read_it_is_not_waited_for_again():
@@ -149,7 +152,7 @@ def test_a_pod_ready_after_a_pass_read_it_is_not_waited_for_again():
     controller.pod_changed(key, None, ready[0])
     controller.pod_changed(key, None, ready[2])
     assert [delay for _, delay in controller.queue.added] == [STARTING_PROGRESS_SECONDS, STARTING_PROGRESS_SECONDS,
-                                                              POD_EVENT_DELAY]
+                                                              0.0]
     controller.wait_for(key, frozenset())
     assert controller.record_of(key).ready_seen == set()
 

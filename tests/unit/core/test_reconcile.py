@@ -221,6 +221,27 @@ def test_every_table_written_counts_the_configmaps_version_up():
     assert "write_rank_table" not in kinds(decide(steady))
 
 
+def test_the_headless_services_dns_records_are_written_with_each_table():
+    """The pods' DNS records follow the table, written before it: the completed table's pods, none once it goes
+    back to initializing at a restart. A job of one pod has no headless Service, so no records."""
+    routed = [pod(index).running(node=NODES[index], pod_ip=f"10.1.0.{index + 1}").build() for index in (0, 1)]
+    write = action(decide(observe(demo().status(placed_status(phase="Starting")).build(), pods=routed)),
+                   "write_rank_table")
+    (dns,) = write.dns_slices
+    assert dns["metadata"]["name"] == "demo-dns-0"
+    assert [(e["hostname"], e["addresses"]) for e in dns["endpoints"]] == [("demo-a1-0", ["10.1.0.1"]),
+                                                                          ("demo-a1-1", ["10.1.0.2"])]
+    failed = [routed[0], pod(1).running(node=NODES[1], pod_ip="10.1.0.2").exited(137).build()]
+    reset = action(decide(observe(demo().status(placed_status(phase="Running")).build(), pods=failed,
+                                  rank_table=write.table)), "write_rank_table")
+    assert reset.table["status"] == "initializing" and [s["endpoints"] for s in reset.dns_slices] == [[]]
+    solo = PodBuilder("solo", 0, namespace="ns").running(node=NODES[0], pod_ip="10.1.0.9").devices(range(4)).build()
+    placed = {**placed_status(phase="Starting"), "placement": {**placed_status()["placement"], "nodes": [NODES[0]]}}
+    decision = decide(observe(JobBuilder("solo", namespace="ns").uid("uid-2").parallelism(data=1, tensor=4)
+                              .per_pod(4).status(placed).build(), pods=[solo]))
+    assert action(decision, "write_rank_table").dns_slices == ()
+
+
 def test_a_chip_without_a_device_ip_keeps_the_table_initializing_and_the_condition_names_it():
     body = demo().status(placed_status(phase="Starting")).build()
     broken = pod(1).build()

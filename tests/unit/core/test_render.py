@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 
 import kubernetes_validate
@@ -15,6 +16,7 @@ from ascend_hybrid.contracts import names
 from ascend_hybrid.gang import render
 from ascend_hybrid.gang.ranktable import INITIALIZING, JOB_CONFIG_ROOM
 from ascend_hybrid.spec import rules
+from support.builders import PodBuilder
 from support.strategies import valid_specs
 
 K8S = "1.36.0"
@@ -98,7 +100,7 @@ def test_services(seed_children):
     assert sched["spec"]["selector"] == {"hybrid.ascend.dev/job": "seed-moe-128", "hybrid.ascend.dev/pod-index": "0"}
     assert sched["spec"]["ports"] == [{"name": "ms-sched", "protocol": "TCP", "port": 2222, "targetPort": 2222}]
     assert headless["spec"]["clusterIP"] == "None"
-    assert headless["spec"]["selector"] == {"hybrid.ascend.dev/job": "seed-moe-128"}
+    assert "selector" not in headless["spec"]  # its endpoints are the rank table's pods (dns_slices)
     pod0 = seed_children[3]
     assert all(pod0["metadata"]["labels"][k] == v for k, v in sched["spec"]["selector"].items())
     assert pod0["spec"]["subdomain"] == headless["metadata"]["name"]
@@ -446,3 +448,38 @@ def test_a_queued_pod_placed_after_admission_is_pinned_but_left_to_the_scheduler
                         for index, node in ((0, "node-a"), (1, "node-b"))]
         for pod in pods:
             kubernetes_validate.validate(copy.deepcopy(pod), K8S, strict=True)
+
+
+def _endpoint_pods(count: int, first_ip: str = "10.1.0.1") -> list[dict]:
+    start = ipaddress.ip_address(first_ip)
+    return [PodBuilder("seed-moe-128", index, namespace="team-a").uid(f"uid-{index}")
+            .running(node=f"node-{index}", pod_ip=str(start + index)).build() for index in range(count)]
+
+
+def test_the_headless_services_slices_list_the_table_pods_and_are_valid_objects():
+    pods = _endpoint_pods(3)[::-1] + [PodBuilder("seed-moe-128", 3).running(pod_ip="127.16.0.4").build()]
+    (dns,) = render.dns_slices("seed-moe-128", "team-a", UID, render.pod_endpoints(pods), pod_count=4)
+    kubernetes_validate.validate(copy.deepcopy(dns), K8S, strict=True)
+    assert dns["metadata"]["name"] == "seed-moe-128-dns-0" and dns["addressType"] == "IPv4"
+    assert dns["metadata"]["labels"]["kubernetes.io/service-name"] == "seed-moe-128"
+    assert dns["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] != "endpointslice-controller.k8s.io"
+    assert dns["ports"] == [{"name": "metrics", "protocol": "TCP", "port": 9400}]
+    # in name order; the loopback pod (a real trainer of the simulated cluster) has no record: the apiserver
+    # refuses loopback addresses in EndpointSlices
+    assert [(e["hostname"], e["addresses"], e["nodeName"], e["targetRef"]["uid"]) for e in dns["endpoints"]] == [
+        (f"seed-moe-128-a1-{i}", [f"10.1.0.{i + 1}"], f"node-{i}", f"uid-{i}") for i in range(3)]
+    assert all(e["conditions"] == {"ready": True} for e in dns["endpoints"])
+
+
+def test_a_gang_beyond_one_slices_limit_fills_several_and_an_empty_table_empties_them():
+    endpoints = render.pod_endpoints(_endpoint_pods(2_100))
+    slices = render.dns_slices("big", "team-a", UID, endpoints, pod_count=2_100)
+    assert [s["metadata"]["name"] for s in slices] == ["big-dns-0", "big-dns-1", "big-dns-2"]
+    assert [len(s["endpoints"]) for s in slices] == [1000, 1000, 100]
+    emptied = render.dns_slices("big", "team-a", UID, (), pod_count=2_100)
+    assert [(s["metadata"]["name"], s["endpoints"]) for s in emptied] == [(f"big-dns-{i}", []) for i in range(3)]
+
+
+def test_ipv6_pods_get_an_ipv6_slice():
+    (dns,) = render.dns_slices("v6", "team-a", UID, render.pod_endpoints(_endpoint_pods(2, "fd00::1")), 2)
+    assert dns["addressType"] == "IPv6" and dns["endpoints"][1]["addresses"] == ["fd00::2"]

@@ -55,6 +55,9 @@ KUBE_PY_CALLS = {
     "create_namespaced_service": {("", "services", "create")},
     "patch_namespaced_config_map": {("", "configmaps", "patch"), ("", "configmaps", "create")},
     "read_namespaced_config_map": {("", "configmaps", "get")},
+    "patch_namespaced_endpoint_slice": {("discovery.k8s.io", "endpointslices", "patch"),
+                                        ("discovery.k8s.io", "endpointslices", "create")},
+    "delete_collection_namespaced_endpoint_slice": {("discovery.k8s.io", "endpointslices", "deletecollection")},
     "create_namespaced_pod": {("", "pods", "create")},
     "patch_namespaced_pod": {("", "pods", "patch")},
     "delete_namespaced_pod": {("", "pods", "delete")},
@@ -361,7 +364,7 @@ RAW_CALLS = {("POST", "pods"): "create_namespaced_pod", ("PATCH", "pods"): "patc
 
 def test_every_api_call_of_kube_py_is_known():
     source = Path(kube.__file__).read_text()
-    calls = set(re.findall(r"self\.(?:core|custom|extensions|networking|rbac)\.(\w+)", source))
+    calls = set(re.findall(r"self\.(?:core|custom|extensions|networking|discovery|rbac)\.(\w+)", source))
     raw = set(re.findall(r'self\._send, "(\w+)", f"/api/v1/namespaces/\{[^}]+\}/(\w+)', source))
     assert raw <= set(RAW_CALLS), f"kube.py sends requests the chart's RBAC does not know: {raw - set(RAW_CALLS)}"
     calls |= {RAW_CALLS[request] for request in raw}
