@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.chips import CHIPS
+from ascend_hybrid.contracts.conditions import parse_time
 from ascend_hybrid.controller.kube import rank_table_of, service_ip
 from ascend_hybrid.controller.refused import Refused
 from ascend_hybrid.gang import ranktable, render
@@ -67,9 +68,10 @@ def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: Re
 def _delete_old_slices(controller: Controller, key: JobKey, job: dict) -> None:
     """Before design §6's records, `<job>` selected the job's pods and Kubernetes' EndpointSlice controller wrote
     its slices; the apply above removed that selector, but the controller leaves the slices it wrote (stale
-    records beside the operator's). A job started before this process may have them: they go, once per process.
-    A job with no status yet was never served so: nothing to ask."""
-    if (job.get("status") or {}).get("attempt"):
+    records beside the operator's). A job made before this process started may have them: they go, once per
+    process. A job made since was only served by this operator's code: nothing to ask."""
+    created = parse_time(job["metadata"].get("creationTimestamp"))
+    if created is not None and created < controller.started_at:
         controller.kube.delete_controller_slices(key[0], names.headless_service(key[1]))
     controller.record_of(key).old_slices_gone = True
 

@@ -99,6 +99,7 @@ class Controller:
     placement_lock: threading.Lock = field(default_factory=threading.Lock)
     progress_lock: threading.Lock = field(default_factory=threading.Lock)  # JobRecord.unready and ready_seen
     jobs: dict[JobKey, JobRecord] = field(default_factory=dict)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))  # jobs made before: an older one's too
     hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
     observed_efficiency: dict = field(default_factory=dict)  # profile → the cluster's factor (observed.py's loop)
     _threads: list[threading.Thread] = field(default_factory=list)

@@ -4,6 +4,7 @@ recording fake of Kube (what each call would send), no cluster."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -68,17 +69,17 @@ def test_children_are_applied_and_the_sched_ip_recorded():
 
 def test_the_controllers_old_slices_go_once_for_a_job_started_before_this_process():
     """An older operator's headless `<job>` had a selector, and Kubernetes' controller leaves the slices it wrote
-    when the apply removes it. A job this process sees with a status of an attempt may have them: one collection
-    delete, once per process; a new job (no status) was never served so and costs no call."""
+    when the apply removes it. A job made before this process started may have them: one collection delete, once
+    per process; a job made since was never served so and costs no call."""
     kube = FakeKube()
     ctl = controller(kube)
-    children.ensure_children(ctl, KEY, two_pod_body(1), resolved(two_pod_body(1)))
+    made = ctl.started_at + timedelta(seconds=1)
+    body = {**two_pod_body(1), "metadata": {**two_pod_body(1)["metadata"], "creationTimestamp": made.isoformat()}}
+    children.ensure_children(ctl, KEY, body, resolved(body))
     assert kube.slices_deleted == []
-    started = {**two_pod_body(1), "status": {"attempt": 2, "phase": "Running"}}
-    other = controller(kube)  # a new operator process
-    children.ensure_children(other, KEY, started, resolved(started))
-    children.ensure_children(other, KEY, {**started, "metadata": {**started["metadata"], "generation": 2}},
-                             resolved(started))
+    other = Controller(kube=kube, started_at=made + timedelta(minutes=5))  # a new operator process
+    children.ensure_children(other, KEY, body, resolved(body))
+    children.ensure_children(other, KEY, {**body, "metadata": {**body["metadata"], "generation": 2}}, resolved(body))
     assert kube.slices_deleted == [("default", "job")]
 
 
