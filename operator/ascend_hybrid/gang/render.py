@@ -126,6 +126,15 @@ def dns_slice_count(pod_count: int) -> int:
     return max(1, -(-pod_count // MAX_ENDPOINTS_PER_SLICE))
 
 
+def most_pods(resolved: ResolvedJob) -> int:
+    """The most pods the job runs: an elastic job shrunk (resolved at its running data degree) grows back to its
+    spec's, so the slices it fills then are written, emptied, while it is shrunk."""
+    spec_data = resolved.spec.parallelism.data
+    if resolved.spec.elastic is not None and spec_data and spec_data > resolved.data:
+        return resolved.pod_count * spec_data // resolved.data
+    return resolved.pod_count
+
+
 def dns_slices(job: str, namespace: str, uid: str, endpoints: Sequence[PodEndpoint], pod_count: int) -> list[dict]:
     """The headless `<job>`'s EndpointSlices: `dns_slice_count(pod_count)` of them (empty ones too, so a table
     with fewer pods empties the slices it no longer fills), IPv6 when the pods' addresses are."""

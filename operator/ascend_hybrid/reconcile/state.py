@@ -128,7 +128,7 @@ class Pass:
         slices: tuple[dict, ...] = ()
         if resolved is not None and render.needs_services(resolved):
             slices = tuple(render.dns_slices(self.meta["name"], self.meta["namespace"], self.meta["uid"],
-                                             render.pod_endpoints(pods), resolved.pod_count))
+                                             render.pod_endpoints(pods), render.most_pods(resolved)))
         self.d.act(WriteRankTable(table, self.o.rank_table_revision + 1, slices))
 
     def table_format(self) -> str:

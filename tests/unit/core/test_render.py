@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import ipaddress
 import json
 
@@ -16,7 +17,7 @@ from ascend_hybrid.contracts import names
 from ascend_hybrid.gang import render
 from ascend_hybrid.gang.ranktable import INITIALIZING, JOB_CONFIG_ROOM
 from ascend_hybrid.spec import rules
-from support.builders import PodBuilder
+from support.builders import JobBuilder, PodBuilder
 from support.strategies import valid_specs
 
 K8S = "1.36.0"
@@ -483,3 +484,15 @@ def test_a_gang_beyond_one_slices_limit_fills_several_and_an_empty_table_empties
 def test_ipv6_pods_get_an_ipv6_slice():
     (dns,) = render.dns_slices("v6", "team-a", UID, render.pod_endpoints(_endpoint_pods(2, "fd00::1")), 2)
     assert dns["addressType"] == "IPv6" and dns["endpoints"][1]["addresses"] == ["fd00::2"]
+
+
+def test_a_shrunk_elastic_job_keeps_the_slices_its_whole_gang_fills():
+    """Shrunk from 2 048 pods to 512, the job writes three slices, two of them empty, so that no slice keeps the
+    records of pods the shrink let go; a job that is not elastic counts its own pods."""
+    whole = rules.parse(JobBuilder("big").parallelism(data=2048, tensor=8).per_pod(8).section("elastic", minData=256).build())
+    shrunk = dataclasses.replace(whole, data=512)
+    assert (render.most_pods(whole), render.most_pods(shrunk)) == (2048, 2048)
+    slices = render.dns_slices("big", "team-a", UID, render.pod_endpoints(_endpoint_pods(512)), render.most_pods(shrunk))
+    assert [len(s["endpoints"]) for s in slices] == [512, 0, 0]
+    fixed = rules.parse(JobBuilder("small").parallelism(data=4, tensor=8).per_pod(8).build())
+    assert render.most_pods(dataclasses.replace(fixed, data=2)) == 2
