@@ -72,8 +72,20 @@ def _delete_old_slices(controller: Controller, key: JobKey, job: dict) -> None:
     process. A job made since was only served by this operator's code: nothing to ask."""
     created = parse_time(job["metadata"].get("creationTimestamp"))
     if created is not None and created < controller.started_at:
-        controller.kube.delete_controller_slices(key[0], names.headless_service(key[1]))
+        try:
+            controller.kube.delete_controller_slices(key[0], names.headless_service(key[1]))
+        except Refused as refused:
+            log.warning("%s/%s: old EndpointSlices of the headless Service kept: %s", *key, refused)
     controller.record_of(key).old_slices_gone = True
+
+
+def write_dns_records(controller: Controller, key: JobKey, slices: tuple[dict, ...]) -> None:
+    """The headless `<job>`'s EndpointSlices, before its rank table. A refusal (an operator whose RBAC predates
+    them) is logged and costs only the pods' DNS names: the table, which the gang needs, is still written."""
+    try:
+        controller.each(controller.kube.apply, slices)
+    except Refused as refused:
+        log.warning("%s/%s: the pods' DNS records were refused, their names do not resolve: %s", *key, refused)
 
 
 def _recreate_with_ip(controller: Controller, service: dict, ip: str) -> None:

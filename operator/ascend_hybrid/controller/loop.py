@@ -510,7 +510,7 @@ class Controller:
                 case ProbeGrow():
                     placing.probe_grow(self, key, job, observed, decision, action)
                 case WriteRankTable():
-                    self.each(self.kube.apply, action.dns_slices)  # first: a table written is one with its records
+                    children.write_dns_records(self, key, action.dns_slices)  # first: the table's records
                     job_json = record.job_config or render.job_config_text(cast(ResolvedJob, observed.resolved))
                     self.kube.apply(render.rank_table_config_map(name, namespace, job["metadata"]["uid"], job_json,
                                                                  action.table, action.revision))

@@ -4,6 +4,7 @@ recording fake of Kube (what each call would send), no cluster."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from kubernetes import client
@@ -177,3 +178,32 @@ def test_changes_of_jobs_this_process_has_not_seen_are_left_to_their_first_pass(
 
 def test_refused_is_still_a_client_exception():
     assert issubclass(Refused, client.ApiException)
+
+
+class RefusingSlicesKube(FakeKube):
+    """An operator whose RBAC predates the EndpointSlices: the apiserver refuses each slice call."""
+
+    def apply(self, manifest):
+        if manifest["kind"] == "EndpointSlice":
+            raise forbidden("patch", "endpointslices")
+        return super().apply(manifest)
+
+    def delete_controller_slices(self, namespace, service):
+        raise forbidden("deletecollection", "endpointslices")
+
+
+def forbidden(verb, resource):
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = json.dumps({"message": f"cannot {verb} resource {resource}"})
+    return Refused(error, verb, resource)
+
+
+def test_refused_dns_records_cost_only_the_names_not_the_table_or_the_children():
+    kube = RefusingSlicesKube()
+    ctl = controller(kube)
+    ctl.pool = ThreadPoolExecutor(2)
+    made = ctl.started_at - timedelta(minutes=5)  # made before this process: its old slices are asked for
+    body = {**two_pod_body(1), "metadata": {**two_pod_body(1)["metadata"], "creationTimestamp": made.isoformat()}}
+    children.ensure_children(ctl, KEY, body, resolved(body))
+    assert ctl.record_of(KEY).old_slices_gone and ctl.record_of(KEY).children_generation == 1
+    children.write_dns_records(ctl, KEY, ({"kind": "EndpointSlice", "metadata": {"name": "job-dns-0"}},))
