@@ -43,7 +43,7 @@ from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster.nodes.fleet import set_node_ready
 from ascend_hybrid.devcluster.testing.pods import outcome_annotations
-from ascend_hybrid.spec.api import PLURAL, VERSION
+from ascend_hybrid.spec.api import CHANNEL_PLURAL, PLURAL, VERSION
 from benchkit import (
     DevCluster,
     Operator,
@@ -112,11 +112,11 @@ def report(uid: str, generation: int, state: str, **fields) -> str:
 
 
 class Launchers:
-    """Every launcher of one job, played by the bench through the job's <job>-recovery ConfigMap."""
+    """Every launcher of one job, played by the bench through the job's LauncherChannel <job>-recovery."""
 
     def __init__(self, dev: DevCluster, namespace: str, job: str):
         self.dev, self.namespace, self.job = dev, namespace, job
-        self.config_map = names.recovery_config_map(job)
+        self.channel = names.launcher_channel(job)
 
     def pods(self) -> dict[str, str]:
         found = self.dev.core.list_namespaced_pod(self.namespace, label_selector=f"{names.JOB_LABEL}={self.job}")
@@ -124,7 +124,8 @@ class Launchers:
 
     def generation(self) -> int | None:
         try:
-            data = self.dev.core.read_namespaced_config_map(self.config_map, self.namespace).data or {}
+            data = self.dev.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, CHANNEL_PLURAL,
+                                                                self.channel).get("data") or {}
         except client.ApiException as error:
             if error.status == 404:  # not written yet
                 return None
@@ -134,8 +135,10 @@ class Launchers:
     def say_all(self, generation: int, state: str, pods: dict[str, str] | None = None, **fields) -> None:
         """Every launcher of the job reports `state`, in one merge patch."""
         pods = pods or self.pods()
-        self.dev.core.patch_namespaced_config_map(self.config_map, self.namespace, {"data": {
-            name: report(uid, generation, state, **fields) for name, uid in pods.items()}})
+        self.dev.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, CHANNEL_PLURAL, self.channel,
+            {"data": {name: report(uid, generation, state, **fields) for name, uid in pods.items()}},
+            _content_type="application/merge-patch+json")
 
     def wait_generation(self, wanted: int, timeout: float = 600) -> float:
         deadline = time.monotonic() + timeout

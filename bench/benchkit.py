@@ -33,7 +33,7 @@ from ascend_hybrid.devcluster.kube.waiting import wait_until
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
 from ascend_hybrid.devtools import profiles
 from ascend_hybrid.spec import crd
-from ascend_hybrid.spec.api import PLURAL, VERSION
+from ascend_hybrid.spec.api import CHANNEL_PLURAL, PLURAL, VERSION
 from support.operator_harness import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,12 +87,13 @@ class DevCluster:
         self.up_seconds = time.monotonic() - started
         self.api = api_client(str(self.paths.kubeconfig))
         self.core, self.custom = client.CoreV1Api(self.api), client.CustomObjectsApi(self.api)
-        definition = crd.build()
-        client.ApiextensionsV1Api(self.api).patch_custom_resource_definition(
-            definition["metadata"]["name"], definition, field_manager="ascend-hybrid-bench", force=True,
-            _content_type="application/apply-patch+yaml")
-        wait_until(lambda: self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1), 30,
-                   "the CRD to be served")
+        for definition in (crd.build(), crd.build_channel()):
+            client.ApiextensionsV1Api(self.api).patch_custom_resource_definition(
+                definition["metadata"]["name"], definition, field_manager="ascend-hybrid-bench", force=True,
+                _content_type="application/apply-patch+yaml")
+        for plural in (PLURAL, CHANNEL_PLURAL):
+            wait_until(lambda plural=plural: self.custom.list_cluster_custom_object(GROUP, VERSION, plural, limit=1),
+                       30, f"the CRD {plural} to be served")
         return self
 
     def __exit__(self, *_) -> None:

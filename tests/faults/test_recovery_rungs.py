@@ -11,21 +11,18 @@ import json
 import time
 from datetime import UTC, datetime
 
-from ascend_hybrid.contracts import names
 from support.faults import CaseResult, Monitor, check_job, converge, leads
-from support.operator_harness import Jobs, job_manifest, wait_for
+from support.operator_harness import Jobs, channel_data, job_manifest, patch_channel, wait_for
 
 
 class Launchers:
-    """Every launcher of a job, played through its <job>-recovery ConfigMap."""
+    """Every launcher of a job, played through its LauncherChannel <job>-recovery."""
 
     def __init__(self, jobs, job: str):
-        self.jobs, self.job, self.name = jobs, job, names.recovery_config_map(job)
+        self.jobs, self.job = jobs, job
 
     def data(self) -> dict:
-        found = [c for c in self.jobs.core.list_namespaced_config_map(self.jobs.namespace).items
-                 if c.metadata.name == self.name]
-        return (found[0].data or {}) if found else {}
+        return channel_data(self.jobs.custom, self.jobs.namespace, self.job) or {}
 
     def generation(self) -> int | None:
         data = self.data()
@@ -38,8 +35,8 @@ class Launchers:
 
     def say(self, reports: dict[str, dict]) -> None:
         moment = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        self.jobs.core.patch_namespaced_config_map(self.name, self.jobs.namespace, {"data": {
-            pod: json.dumps({"time": moment, **report}) for pod, report in reports.items()}})
+        patch_channel(self.jobs.custom, self.jobs.namespace, self.job, {
+            pod: json.dumps({"time": moment, **report}) for pod, report in reports.items()})
 
     def all(self, generation: int, state: str, **fields) -> None:
         self.say({pod: {"uid": uid, "generation": generation, "state": state, **fields}

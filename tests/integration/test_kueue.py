@@ -25,7 +25,15 @@ from ascend_hybrid.devcluster.kueue import manifests as kueue_manifests
 from ascend_hybrid.devcluster.nodes import fleet
 from ascend_hybrid.devcluster.testing import procnet
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
-from support.operator_harness import Jobs, OperatorProcess, install_crd, job_manifest, wait_for
+from support.operator_harness import (
+    Jobs,
+    OperatorProcess,
+    channel_data,
+    install_crd,
+    job_manifest,
+    patch_channel,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -319,14 +327,12 @@ def idle_910b_nodes(core: client.CoreV1Api, count: int) -> list[str]:
 
 def step_reported(jobs: Jobs, name: str) -> None:
     """Every launcher of the job's current pods reports its first step (the simulated pods run no launcher)."""
-    config_map = names.recovery_config_map(name)
-    generation = int((jobs.core.read_namespaced_config_map(config_map, jobs.namespace).data or {}).get("generation")
-                     or 0)
+    generation = int((channel_data(jobs.custom, jobs.namespace, name) or {}).get("generation") or 0)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     reports = {pod["metadata"]["name"]: json.dumps({"uid": pod["metadata"]["uid"], "generation": generation,
                                                     "state": "Stepping", "time": now, "resumedFrom": 0, "step": 1})
                for pod in jobs.pods(name, attempt=jobs.status(name)["attempt"])}
-    jobs.core.patch_namespaced_config_map(config_map, jobs.namespace, {"data": reports})
+    patch_channel(jobs.custom, jobs.namespace, name, reports)
 
 
 def test_an_elastic_queued_job_shrinks_and_grows_as_pod_groups_kueue_admits_for_the_chips_they_run(

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.devcluster.kube import processes
@@ -32,7 +33,7 @@ from ascend_hybrid.devcluster.testing import procnet
 from ascend_hybrid.devcluster.testing.pods import pod_manifest
 from support.losses import LAYERS, MODEL, step_records
 from support.losses import local_losses as run_locally
-from support.operator_harness import Jobs, OperatorProcess, install_crd, job_manifest, kubectl, wait_for
+from support.operator_harness import Jobs, OperatorProcess, channel_data, install_crd, job_manifest, kubectl, wait_for
 from support.paths import EXAMPLES
 
 pytestmark = pytest.mark.integration
@@ -366,9 +367,7 @@ def test_the_termination_message_is_the_file_the_container_wrote_else_its_logs_t
 
 def launcher_state(cluster, namespace: str, job: str, pod: str) -> str | None:
     """The state pod `pod`'s launcher last reported on the job's recovery channel."""
-    found = [c for c in cluster.core.list_namespaced_config_map(namespace).items
-             if c.metadata.name == names.recovery_config_map(job)]
-    raw = (found[0].data or {}).get(pod) if found else None
+    raw = (channel_data(client.CustomObjectsApi(cluster.api), namespace, job) or {}).get(pod)
     return json.loads(raw).get("state") if raw else None
 
 

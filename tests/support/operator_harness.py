@@ -20,7 +20,7 @@ from kubernetes import client
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster.controlplane import ports
-from ascend_hybrid.spec.api import PLURAL, VERSION
+from ascend_hybrid.spec.api import CHANNEL_PLURAL, PLURAL, VERSION
 from support.builders import JobBuilder
 from support.paths import REPO_ROOT as REPO
 
@@ -41,10 +41,30 @@ def install_crd(cluster) -> None:
     kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     # `kubectl wait` fails outright ("conditions accessor error") while a just-updated CRD has no conditions yet,
     # and so does a jsonpath filter over the missing list: until then it is "not yet", not an error
-    wait_for(lambda: "True" in kubectl(cluster, "get", "customresourcedefinition/ascendhybridjobs.hybrid.ascend.dev",
-                                       "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}",
-                                       check=False),
-             30, "the CRD to be Established")
+    for plural in (PLURAL, CHANNEL_PLURAL):
+        crd = f"customresourcedefinition/{plural}.{GROUP}"
+        wait_for(lambda crd=crd: "True" in kubectl(cluster, "get", crd, "-o",
+                                                   "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+                                                   check=False),
+                 30, f"{crd} to be Established")
+
+
+def channel_data(custom: client.CustomObjectsApi, namespace: str, job: str) -> dict[str, str] | None:
+    """The data of the job's LauncherChannel; None before the operator wrote it."""
+    try:
+        channel = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, CHANNEL_PLURAL,
+                                                      names.launcher_channel(job))
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return dict(channel.get("data") or {})
+
+
+def patch_channel(custom: client.CustomObjectsApi, namespace: str, job: str, data: dict[str, str]) -> None:
+    """Merge-patches keys into the job's LauncherChannel, as the launchers do."""
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, CHANNEL_PLURAL, names.launcher_channel(job),
+                                          {"data": data}, _content_type="application/merge-patch+json")
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ import pytest
 from ascend_hybrid_trainer import control
 from ascend_hybrid_trainer.generations import pod_zero_name, resumed_from
 
-PATH = "/api/v1/namespaces/ns/configmaps/job-recovery"
+PATH = "/apis/hybrid.ascend.dev/v1alpha1/namespaces/ns/launcherchannels/job-recovery"
 
 
 class FakeApiserver:
@@ -118,7 +118,7 @@ def test_the_channel_reads_watches_and_reports(token):
         end.close()
 
 
-def test_a_forbidden_or_missing_config_map_makes_the_channel_unavailable(token, monkeypatch):
+def test_a_forbidden_or_missing_channel_makes_the_channel_unavailable(token, monkeypatch):
     monkeypatch.setattr(control, "PRESENT_SECONDS", 0.3)
     monkeypatch.setattr(control, "RETRY_SECONDS", 0.1)
     with pytest.raises(control.ChannelUnavailable, match="403"):
@@ -140,7 +140,7 @@ def test_a_refusal_that_ends_while_the_channel_starts_is_waited_out(token, monke
 
 def test_from_env_needs_every_piece(tmp_path):
     said = []
-    env = {"AHJ_RECOVERY_CONFIGMAP": "job-recovery", "POD_NAME": "job-a1-1", "POD_UID": "u", "POD_NAMESPACE": "ns",
+    env = {"AHJ_LAUNCHER_CHANNEL": "job-recovery", "POD_NAME": "job-a1-1", "POD_UID": "u", "POD_NAMESPACE": "ns",
            "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "6443",
            "AHJ_SERVICE_ACCOUNT_DIR": str(tmp_path)}
     assert control.Channel.from_env(env, said.append) is None and "token" in said[-1]

@@ -155,7 +155,7 @@ class EnvSettings(BaseModel):
     termination_log: str = Field(defaults.ENV["AHJ_TERMINATION_LOG"], alias="AHJ_TERMINATION_LOG")
     recovery_wait_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         defaults.ENV["AHJ_RECOVERY_WAIT_SECONDS"], alias="AHJ_RECOVERY_WAIT_SECONDS")
-    recovery_config_map: str | None = Field(None, alias="AHJ_RECOVERY_CONFIGMAP")
+    launcher_channel: str | None = Field(None, alias="AHJ_LAUNCHER_CHANNEL")
     service_account_dir: str | None = Field(None, alias="AHJ_SERVICE_ACCOUNT_DIR")
     launch_mode: Literal["dynamic", "ranktable"] = Field("dynamic", alias="AHJ_LAUNCH_MODE")
 

@@ -1,14 +1,14 @@
-"""The launcher's end of the recovery channel: the job's `<job>-recovery` ConfigMap, reached with the pod's own
-ServiceAccount token (docs/reliability.md, "The launchers' channel").
+"""The launcher's end of the recovery channel: the job's LauncherChannel `<job>-recovery` (a kind of the operator's
+API group), reached with the pod's own ServiceAccount token (docs/reliability.md, "The launchers' channel").
 
-The operator writes the key `generation`: the rank generation every pod must run. Each launcher watches the
-ConfigMap (a watch on that one object: a new generation arrives within a second) and writes the key of its own
+The operator writes the key `generation` of its `data`: the rank generation every pod must run. Each launcher
+watches the channel (a watch on that one object: a new generation arrives within a second) and writes the key of its own
 pod, a JSON report: its ranks of a generation `Started` (with the checkpoint step they resume from), `Stepping`
 (they trained a step) or `Failed` (the pod's cause, rank and step). Beside the generation, while pods an elastic
 shrink or growth kept run, the operator writes `world`: the index each pod runs as now, the world size, degrees and
 job.json (generations.py moves a kept pod into it). The apiserver authenticates the token and
-its RBAC lets the pod's ServiceAccount get, watch and patch only that ConfigMap (the operator's `<job>-launcher`
-Role). Standard library only: the trainer image needs no Kubernetes client.
+its RBAC lets the pod's ServiceAccount get, watch and patch the LauncherChannels of its namespace and nothing else
+(the operator's `ascend-hybrid-launcher` Role). Standard library only: the trainer image needs no Kubernetes client.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ FIELD_MANAGER = "ascend-hybrid-trainer"
 REQUEST_TIMEOUT_SECONDS = 10.0
 WATCH_SECONDS = 300           # the apiserver ends a watch after this; it is started again from where it was
 RETRY_SECONDS = 1.0
-PRESENT_SECONDS = 30.0        # how long the launcher looks for the ConfigMap the operator writes at start
+PRESENT_SECONDS = 30.0        # how long the launcher looks for the channel the operator writes at start
+# The channel's kind (the operator's contracts/names.py and spec/api.py spell it again: the wire is the contract)
+CHANNEL_API = "/apis/hybrid.ascend.dev/v1alpha1"
+CHANNEL_PLURAL = "launcherchannels"
 
 
 def now_text() -> str:
@@ -39,16 +42,16 @@ def now_text() -> str:
 
 
 class ChannelUnavailable(Exception):
-    """The channel cannot be used (no token, forbidden, no ConfigMap): the launcher ends its pod on the first
+    """The channel cannot be used (no token, forbidden, no channel): the launcher ends its pod on the first
     failure, as without a channel, and the operator restarts the whole gang."""
 
 
 class Channel:
     def __init__(self, base_url: str, token_file: str, context: ssl.SSLContext | None, namespace: str,
-                 config_map: str, pod_name: str, pod_uid: str, log: Callable[[str], None]):
+                 channel: str, pod_name: str, pod_uid: str, log: Callable[[str], None]):
         self.base_url, self.token_file, self.context = base_url.rstrip("/"), token_file, context
-        self.namespace, self.config_map, self.pod_name, self.pod_uid, self.log = (namespace, config_map, pod_name,
-                                                                                   pod_uid, log)
+        self.namespace, self.channel, self.pod_name, self.pod_uid, self.log = (namespace, channel, pod_name,
+                                                                                pod_uid, log)
         self.data: dict[str, str] = {}
         self.changed = threading.Condition()
         self.closed = False
@@ -57,29 +60,29 @@ class Channel:
     def from_env(cls, env: Mapping[str, str], log: Callable[[str], None]) -> Channel | None:
         """The channel the operator's env describes, or None (with the reason logged) where a piece is missing:
         an operator without it, a pod without a ServiceAccount token, no apiserver address."""
-        config_map, pod_name, pod_uid = (env.get("AHJ_RECOVERY_CONFIGMAP"), env.get("POD_NAME"), env.get("POD_UID"))
+        channel, pod_name, pod_uid = (env.get("AHJ_LAUNCHER_CHANNEL"), env.get("POD_NAME"), env.get("POD_UID"))
         account = env.get("AHJ_SERVICE_ACCOUNT_DIR") or "/var/run/secrets/kubernetes.io/serviceaccount"
         host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
         namespace = env.get("POD_NAMESPACE")
         token = os.path.join(account, "token")
-        missing = [name for name, value in (("AHJ_RECOVERY_CONFIGMAP", config_map), ("POD_NAME", pod_name),
+        missing = [name for name, value in (("AHJ_LAUNCHER_CHANNEL", channel), ("POD_NAME", pod_name),
                                             ("POD_UID", pod_uid), ("POD_NAMESPACE", namespace),
                                             ("KUBERNETES_SERVICE_HOST", host)) if not value]
         if not os.path.exists(token):
             missing.append(f"a ServiceAccount token at {token}")
-        if missing or not (config_map and pod_name and pod_uid and namespace and host):
+        if missing or not (channel and pod_name and pod_uid and namespace and host):
             log(f"no recovery channel ({', '.join(missing)} missing): a failure ends this pod")
             return None
         ca = os.path.join(account, "ca.crt")
         context = ssl.create_default_context(cafile=ca if os.path.exists(ca) else None)
         address = f"[{host}]" if ":" in host else host
-        return cls(f"https://{address}:{port or 443}", token, context, namespace, config_map, pod_name, pod_uid, log)
+        return cls(f"https://{address}:{port or 443}", token, context, namespace, channel, pod_name, pod_uid, log)
 
     # -- HTTP ----------------------------------------------------------------------------------------------------
     def _path(self, query: dict | None = None) -> str:
-        path = f"{self.base_url}/api/v1/namespaces/{self.namespace}/configmaps"
+        path = f"{self.base_url}{CHANNEL_API}/namespaces/{self.namespace}/{CHANNEL_PLURAL}"
         if query is None:
-            return f"{path}/{self.config_map}"
+            return f"{path}/{self.channel}"
         return f"{path}?{urllib.parse.urlencode(query)}"
 
     def _open(self, request: urllib.request.Request, timeout: float):
@@ -89,7 +92,7 @@ class Channel:
         return urllib.request.urlopen(request, timeout=timeout, context=self.context)
 
     def read(self) -> dict[str, str] | None:
-        """The ConfigMap's data; None when it does not exist (yet)."""
+        """The channel's data; None when it does not exist (yet)."""
         try:
             with self._open(urllib.request.Request(self._path()), REQUEST_TIMEOUT_SECONDS) as reply:
                 return dict(json.loads(reply.read()).get("data") or {})
@@ -97,14 +100,14 @@ class Channel:
             if error.code == 404:
                 return None
             if error.code in (401, 403):
-                raise ChannelUnavailable(f"the apiserver refused to read ConfigMap {self.config_map} "
+                raise ChannelUnavailable(f"the apiserver refused to read LauncherChannel {self.channel} "
                                          f"({error.code}): {error.read()[:200]!r}") from None
             raise
 
     def start(self) -> int:
-        """Reads the ConfigMap (waiting up to PRESENT_SECONDS for the operator to write it) and starts watching it;
-        the generation to run now. A refusal is tried again too: the RoleBinding that lets this pod read it is made
-        just before the pod, and the apiserver's authorizer learns it from a watch that can lag behind."""
+        """Reads the channel (waiting up to PRESENT_SECONDS for the operator to write it) and starts watching it;
+        the generation to run now. A refusal is tried again too: the RoleBinding that lets this pod read it may be
+        made just before the pod, and the apiserver's authorizer learns it from a watch that can lag behind."""
         deadline = time.monotonic() + PRESENT_SECONDS
         while True:
             try:
@@ -116,7 +119,7 @@ class Channel:
             if data is not None:
                 break
             if time.monotonic() > deadline:
-                raise ChannelUnavailable(f"ConfigMap {self.config_map} unreadable for {PRESENT_SECONDS:.0f}s: "
+                raise ChannelUnavailable(f"LauncherChannel {self.channel} unreadable for {PRESENT_SECONDS:.0f}s: "
                                          f"{reason}")
             time.sleep(RETRY_SECONDS)
         self._set(data)
@@ -129,10 +132,10 @@ class Channel:
             self.changed.notify_all()
 
     def _watch(self) -> None:
-        """Keeps `data` current: a watch on the one ConfigMap, started again after it ends or breaks."""
+        """Keeps `data` current: a watch on the one channel, started again after it ends or breaks."""
         version = ""
         while not self.closed:
-            query = {"fieldSelector": f"metadata.name={self.config_map}", "watch": "1",
+            query = {"fieldSelector": f"metadata.name={self.channel}", "watch": "1",
                      "timeoutSeconds": str(WATCH_SECONDS)}
             if version:
                 query["resourceVersion"] = version

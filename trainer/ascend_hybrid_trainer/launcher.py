@@ -5,9 +5,9 @@ pod's MS_LOCAL_WORKER workers; exits 0 only when every local process succeeded. 
 the other local processes and decides the pod's cause from its processes' termination records and stderr
 (failures.pod_verdict).
 
-With the recovery channel (control.py: the job's `<job>-recovery` ConfigMap, reached with the pod's ServiceAccount
-token) the pod outlives its ranks: the launcher reports the cause there and waits for the operator's next rank
-generation, then starts its processes again (pod 0's scheduler first) from the newest committed checkpoint; a new
+With the recovery channel (control.py: the job's LauncherChannel `<job>-recovery`, reached with the pod's
+ServiceAccount token) the pod outlives its ranks: the launcher reports the cause there and waits for the operator's
+next rank generation, then starts its processes again (pod 0's scheduler first) from the newest committed checkpoint; a new
 generation also stops healthy ranks and starts them again (RestartRanks, docs/reliability.md). Without the
 channel, or when no new generation comes within AHJ_RECOVERY_WAIT_SECONDS, it writes the pod's record to
 AHJ_TERMINATION_LOG (default /dev/termination-log) and exits with the cause's code; its last log lines name the

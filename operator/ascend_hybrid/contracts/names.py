@@ -69,17 +69,25 @@ def job_labels(job: str) -> dict[str, str]:
     return {JOB_LABEL: job, **MANAGED_BY}
 
 
-def recovery_config_map(job: str) -> str:
-    """The launchers' channel (recovery.py): the operator writes `generation`, each launcher its pod's report."""
+def launcher_channel(job: str) -> str:
+    """The launchers' channel (recovery.py), a LauncherChannel: the operator writes `generation`, each launcher its
+    pod's report."""
     return f"{job}-recovery"
 
 
-def launcher_role(job: str) -> str:
-    """Role and RoleBinding that let the job's pods read and report into their `<job>-recovery` ConfigMap."""
-    return f"{job}-launcher"
+# One Role per namespace lets pods read and report into the namespace's LauncherChannels; one RoleBinding per
+# ServiceAccount the namespace's jobs run as binds it (gang/render.launcher_grant). Not per job: a one-pod job's
+# start writes neither.
+LAUNCHER_ROLE = "ascend-hybrid-launcher"
 
-# The recovery channel, <job>-recovery (docs/reliability.md): the operator writes the rank generation under this key,
-# each launcher its report under its pod's name (the trainer's control.py spells it again: its contract is the wire).
+
+def launcher_binding(service_account: str) -> str:
+    return f"{LAUNCHER_ROLE}-{service_account}"
+
+
+# The launchers' channel, LauncherChannel <job>-recovery (docs/reliability.md): the operator writes the rank
+# generation under this key, each launcher its report under its pod's name (the trainer's control.py spells it
+# again: its contract is the wire).
 RECOVERY_GENERATION_KEY = "generation"
 # Beside it, only while pods a shrink kept run (spec.elastic): the world they run in now, JSON (elastic_steps).
 RECOVERY_WORLD_KEY = "world"

@@ -22,6 +22,7 @@ from ascend_hybrid.contracts.conditions import parse_time
 from ascend_hybrid.controller.kube import rank_table_of, service_ip
 from ascend_hybrid.controller.refused import Refused
 from ascend_hybrid.gang import ranktable, render
+from ascend_hybrid.spec import api
 
 if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
     from ascend_hybrid.controller.loop import Controller
@@ -116,13 +117,13 @@ def child_changed(controller: Controller, key: JobKey, kind: str, name: str, eve
         controller.read_job_again(key)
         if kind == "ConfigMap" and name == names.rank_table_config_map(job):
             record.rank_table = None
-        if kind == "ConfigMap" and name == names.recovery_config_map(job):
+        if kind == api.CHANNEL_KIND:
             record.recovery_data = None
         if kind == "Service" and name == names.sched_service(job):
             record.lost_sched_ip = service_ip(body) or record.sched_ip
         controller.enqueue(key, 0.0)
         return
-    if kind == "ConfigMap" and name == names.recovery_config_map(job):
+    if kind == api.CHANNEL_KIND and name == names.launcher_channel(job):
         data = dict(body.get("data") or {})
         if data != record.recovery_data:  # a launcher reported: the job's next pass reads it
             record.recovery_data = data
@@ -135,34 +136,42 @@ def child_changed(controller: Controller, key: JobKey, kind: str, name: str, eve
             controller.enqueue(key, 0.0)
 
 
+# How long an applied grant is trusted before a job's pass applies it again: a Role or RoleBinding deleted (or its
+# namespace deleted and made again) while the operator runs is back within this, at two applies per namespace and
+# ServiceAccount per period instead of two per job.
+GRANT_RECHECK_SECONDS = 60.0
+
+
 def signal_launchers(controller, key, job: dict, action) -> None:
-    """The rank generation into <job>-recovery; the launchers' Role once per ServiceAccount. A Role the
-    apiserver refuses (the operator not allowed to manage roles) is logged and only costs the in-place rungs:
-    pods that never report get RestartGang."""
+    """The rank generation into LauncherChannel <job>-recovery; the namespace's launcher Role and the
+    ServiceAccount's RoleBinding to it, unless applied less than GRANT_RECHECK_SECONDS ago. A grant the apiserver
+    refuses (the operator not allowed to manage roles) is logged and only costs the in-place rungs: pods that never
+    report get RestartGang."""
     namespace, name = key
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
-    live = controller.kube.apply(render.recovery_config_map(name, namespace, uid, action.generation, action.world))
+    live = controller.kube.apply(render.launcher_channel(name, namespace, uid, action.generation, action.world))
     record.recovery_data = dict(live.get("data") or {})
-    if record.launchers_granted == action.service_account:
+    grant = (namespace, action.service_account)
+    if time.monotonic() - controller.launcher_grants.get(grant, -GRANT_RECHECK_SECONDS) < GRANT_RECHECK_SECONDS:
         return
     try:
-        for manifest in render.launcher_rbac(name, namespace, uid, action.service_account):
+        for manifest in render.launcher_grant(namespace, action.service_account):
             controller.kube.apply(manifest)
-        record.launchers_granted = action.service_account
     except Refused as refused:
         log.warning("%s/%s: the launchers' Role was refused, ranks cannot restart in place: %s", namespace,
                     name, refused)
-        record.launchers_granted = action.service_account  # not retried every pass; a new process tries again
+    controller.launcher_grants[grant] = time.monotonic()  # a refusal too: not tried again every pass
 
 
 def recovery_data(controller, key, job: dict) -> dict | None:
-    """The data of <job>-recovery: read once per process, then kept by the ConfigMap watch (child_changed). It is
-    written once the gang's rank table was (reconcile's signal_launchers): a job whose status names none has none."""
+    """The data of <job>-recovery: read once per process, then kept by the LauncherChannel watch (child_changed). It
+    is written once the gang's rank table was (reconcile's signal_launchers): a job whose status names none has
+    none."""
     record = controller.record_of(key)
     if not record.recovery_read:
         if (job.get("status") or {}).get("rankTable"):
-            live = controller.kube.read_config_map(key[0], names.recovery_config_map(key[1]))
+            live = controller.kube.read_launcher_channel(key[0], names.launcher_channel(key[1]))
             record.recovery_data = None if live is None else dict(live.get("data") or {})
         record.recovery_read = True
     return record.recovery_data

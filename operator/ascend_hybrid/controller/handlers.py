@@ -21,7 +21,7 @@ from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.controller.loop import Controller, Indexes, JobKey
 from ascend_hybrid.controller.records import nodes_by_name
 from ascend_hybrid.gang import backlog
-from ascend_hybrid.spec.api import PLURAL, VERSION
+from ascend_hybrid.spec.api import CHANNEL_KIND, CHANNEL_PLURAL, PLURAL, VERSION
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 COPY_RETRIES = 5
@@ -112,6 +112,12 @@ def job_changed(namespace, name, type, meta, body, memo, **_) -> None:
 def job_config_map_changed(namespace, name, labels, type, body, memo, **_) -> None:
     """A child changed or went (a user deleted it, a rival rewrote the rank table): the job's next pass repairs it."""
     controller_of(memo).child_changed((namespace, labels[names.JOB_LABEL]), "ConfigMap", name, type, body)
+
+
+@kopf.on.event(GROUP, VERSION, CHANNEL_PLURAL, labels={names.JOB_LABEL: kopf.PRESENT})
+def launcher_channel_changed(namespace, name, labels, type, body, memo, **_) -> None:
+    """A launcher reported (or the channel went): the job's next pass reads it (children.py)."""
+    controller_of(memo).child_changed((namespace, labels[names.JOB_LABEL]), CHANNEL_KIND, name, type, body)
 
 
 @kopf.on.event("services", labels={names.JOB_LABEL: kopf.PRESENT})

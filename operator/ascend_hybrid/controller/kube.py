@@ -124,14 +124,17 @@ class Kube:
         raise AssertionError("unreachable")
 
     # -- the job ---------------------------------------------------------------------------------------------
-    def crd_installed(self) -> bool:
-        try:
-            self.extensions.read_custom_resource_definition(f"{api.PLURAL}.{names.GROUP}")
-            return True
-        except ApiException as error:
-            if error.status == 404:
-                return False
-            raise
+    def missing_crd(self) -> str | None:
+        """The first of the operator's CRDs (AscendHybridJob, LauncherChannel) the API does not serve; None when
+        both are installed."""
+        for plural in (api.PLURAL, api.CHANNEL_PLURAL):
+            try:
+                self.extensions.read_custom_resource_definition(f"{plural}.{names.GROUP}")
+            except ApiException as error:
+                if error.status == 404:
+                    return f"{plural}.{names.GROUP}"
+                raise
+        return None
 
     def get_job(self, namespace: str, name: str) -> dict | None:
         return self._call("get", api.PLURAL, self.custom.get_namespaced_custom_object,
@@ -153,9 +156,14 @@ class Kube:
 
     # -- children --------------------------------------------------------------------------------------------
     def apply(self, manifest: dict) -> dict:
-        """Server-side apply of a Service, ConfigMap, EndpointSlice, NetworkPolicy, Role or RoleBinding with our
-        field manager; returns the live object."""
+        """Server-side apply of a Service, ConfigMap, EndpointSlice, NetworkPolicy, Role, RoleBinding or
+        LauncherChannel with our field manager; returns the live object."""
         kind, meta = manifest["kind"], manifest["metadata"]
+        if kind == api.CHANNEL_KIND:
+            return cast(dict, self._call(
+                "apply", api.CHANNEL_PLURAL, self.custom.patch_namespaced_custom_object, names.GROUP, api.VERSION,
+                meta["namespace"], api.CHANNEL_PLURAL, meta["name"], manifest, field_manager=names.FIELD_MANAGER,
+                force=True, _content_type=APPLY["_content_type"]))
         patch = {"Service": self.core.patch_namespaced_service,
                  "ConfigMap": self.core.patch_namespaced_config_map,
                  "EndpointSlice": self.discovery.patch_namespaced_endpoint_slice,
@@ -177,6 +185,11 @@ class Kube:
         one that exists is fine. A create, not an apply: the IP is then not a field the later applies own."""
         self._call("create", "services", self.core.create_namespaced_service, manifest["metadata"]["namespace"],
                    manifest, field_manager=names.FIELD_MANAGER, ok=(409,))
+
+    def read_launcher_channel(self, namespace: str, name: str) -> dict | None:
+        return cast("dict | None", self._call("get", api.CHANNEL_PLURAL, self.custom.get_namespaced_custom_object,
+                                              names.GROUP, api.VERSION, namespace, api.CHANNEL_PLURAL, name,
+                                              ok=(404,)))
 
     def read_config_map(self, namespace: str, name: str) -> dict | None:
         result = self._call("get", "configmaps", self.core.read_namespaced_config_map, name, namespace, ok=(404,))

@@ -102,6 +102,8 @@ class Controller:
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))  # jobs made before: an older one's too
     hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
     observed_efficiency: dict = field(default_factory=dict)  # profile → the cluster's factor (observed.py's loop)
+    # (namespace, ServiceAccount) → when the launchers' Role and its RoleBinding were last applied (children.py)
+    launcher_grants: dict[tuple[str, str], float] = field(default_factory=dict)
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
     leadership: object | None = None  # leader.LeaderElector under --leader-elect: workers take keys only while leading
@@ -346,7 +348,7 @@ class Controller:
         """The status patched from what the apiserver holds (`written`) to `status`; the job and its status as
         held now. A decision that tells the launchers a new rank generation writes it before it acts: a crash
         between the two then leaves the status ahead of `<job>-recovery`, which the next pass writes again
-        (signal_launchers is level-based), never the ConfigMap ahead of a status that knows no incident."""
+        (signal_launchers is level-based), never the channel ahead of a status that knows no incident."""
         patched = self.kube.patch_job_status(key[0], key[1], written, status)
         self.record_of(key).unwritten = None
         if patched is None:
@@ -562,7 +564,7 @@ class Controller:
         children.ensure_children(self, key, job, resolved)
 
     def child_changed(self, key: JobKey, kind: str, name: str, event_type: str, body: dict) -> None:
-        """A kopf handler saw a labelled Service or ConfigMap change or go (children.py)."""
+        """A kopf handler saw a labelled Service, ConfigMap or LauncherChannel change or go (children.py)."""
         children.child_changed(self, key, kind, name, event_type, body)
 
     def place(self, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:

@@ -124,7 +124,7 @@ def run(args) -> int:
                                      attempts=settings.api_attempts,
                                      first_backoff_seconds=settings.first_backoff_seconds)
         elector = hardening.leader_elector(settings, kube.client)
-        installed = kube.crd_installed()
+        missing = kube.missing_crd()
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
         print(f"error: cannot reach the Kubernetes API: {str(error).splitlines()[0]}", file=sys.stderr)
         return EXIT_NOT_READY
@@ -134,8 +134,8 @@ def run(args) -> int:
     except Exception as error:  # noqa: BLE001 - a broken kubeconfig must be one line, not a traceback
         print(f"error: cannot load Kubernetes credentials: {error}", file=sys.stderr)
         return EXIT_NOT_READY
-    if not installed:
-        print("error: the AscendHybridJob CRD is not installed; install it with "
+    if missing is not None:
+        print(f"error: the CRD {missing} is not installed; install the CRDs with "
               "`kubectl apply --server-side -f crds/` or `helm install ascend-hybrid charts/ascend-hybrid-operator`",
               file=sys.stderr)
         return EXIT_NOT_READY

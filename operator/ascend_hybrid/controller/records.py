@@ -45,10 +45,9 @@ class JobRecord:
     rank_table_revision: int = 0                # the rank-table ConfigMap's `version` counter, as last seen
     rank_table_read: bool = False
     job_config: str | None = None               # job.json as last applied beside the table (rings-config-<job>)
-    recovery_data: dict | None = None           # data of <job>-recovery: the launchers' channel (recovery.py)
+    recovery_data: dict | None = None           # data of LauncherChannel <job>-recovery (recovery.py)
     recovery_read: bool = False
     old_slices_gone: bool = False               # Kubernetes' slices of a headless <job> that had a selector: deleted
-    launchers_granted: str | None = None        # the ServiceAccount the launchers' Role is bound to, once applied
     in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
     refusal: Refusal | None = None              # the apiserver's last refusal of a write, until one succeeds
     lost_sched_ip: str | None = None            # <job>-sched was deleted: create it again with this IP

@@ -88,8 +88,10 @@ def deploy_manifest_path() -> Path:
     return repo_root() / "deploy" / "operator.yaml"
 
 
-def crd_paths() -> tuple[Path, Path]:
-    return (repo_root() / "crds" / crd.CRD_FILE_NAME, chart_dir() / "crds" / crd.CRD_FILE_NAME)
+def crd_paths() -> list[tuple[Path, str]]:
+    """Each CRD file of crds/ and of the chart's crds/, with the text generated for it."""
+    return [(folder / name, text) for name, text in crd.generated().items()
+            for folder in (repo_root() / "crds", chart_dir() / "crds")]
 
 
 def render_deploy_manifest() -> str:
@@ -115,19 +117,17 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run_chart)
 
 
-def write_crd(paths: Sequence[Path] | None = None) -> list[Path]:
-    text = crd.render()
-    return [_write(path, text) for path in (paths or crd_paths())]
+def write_crd(paths: Sequence[tuple[Path, str]] | None = None) -> list[Path]:
+    return [_write(path, text) for path, text in (paths or crd_paths())]
 
 
-def stale_crd_copies(paths: Sequence[Path] | None = None) -> list[Path]:
-    text = crd.render()
-    return [path for path in (paths or crd_paths()) if _stale(path, text)]
+def stale_crd_copies(paths: Sequence[tuple[Path, str]] | None = None) -> list[Path]:
+    return [path for path, text in (paths or crd_paths()) if _stale(path, text)]
 
 
 def run_crd(args) -> int:
     if args.action == "print":
-        sys.stdout.write(crd.render())
+        sys.stdout.write("---\n".join(crd.generated().values()))
         return 0
     if args.action == "write":
         for path in write_crd():

@@ -81,8 +81,12 @@ def operator_helper(paths) -> Helper:
 
 
 def install_chart(kubeconfig: str, *extra: str) -> None:
-    """helm upgrade --install: the CRD and RBAC from the chart; the Deployment stays at 0 replicas, since here the
-    operator runs as a local process (the simulated nodes run no containers). `extra`: more helm arguments."""
+    """helm upgrade --install: the CRDs and RBAC from the chart; the Deployment stays at 0 replicas, since here the
+    operator runs as a local process (the simulated nodes run no containers). `extra`: more helm arguments. The
+    CRDs are applied first, as docs/install.md says for an upgrade: Helm installs them only with a new release, and
+    a demo cluster kept from an older checkout has one."""
+    _run([toolchain.binary("kubectl"), "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts",
+          "-f", str(repo_root() / "crds")], "kubectl apply of crds/")
     _run([toolchain.binary("helm"), "upgrade", "--install", RELEASE, str(chart_dir()), "--namespace", RELEASE_NAMESPACE,
           "--create-namespace", "--kubeconfig", kubeconfig, "--set", "replicaCount=0", "--wait=false", *extra],
          "helm install of the chart")

@@ -218,7 +218,7 @@ def goodput(start: datetime | None, step: int | None, step_seconds: float | None
 
 
 # -- the launchers' reports -------------------------------------------------------------------------------------
-# Each pod's launcher (trainer/ascend_hybrid_trainer/control.py) writes one key of the <job>-recovery ConfigMap,
+# Each pod's launcher (trainer/ascend_hybrid_trainer/control.py) writes one key of LauncherChannel <job>-recovery,
 # its pod's name, with a JSON report; the operator writes the key GENERATION_KEY.
 STARTED, STEPPING, FAILED = "Started", "Stepping", "Failed"
 REPORT_STATES = (STARTED, STEPPING, FAILED)
@@ -267,7 +267,7 @@ def parse_report(text: str | None) -> LauncherReport | None:
 
 
 def read_channel(data: Mapping[str, str] | None) -> tuple[int | None, dict[str, LauncherReport]]:
-    """The generation the ConfigMap holds (None when it or the key is missing) and the reports by pod name."""
+    """The generation the channel holds (None when it or the key is missing) and the reports by pod name."""
     if data is None:
         return None, {}
     try:

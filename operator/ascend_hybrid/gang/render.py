@@ -28,7 +28,7 @@ from ascend_hybrid.gang.ranktable import (
     initializing,
     may_exceed_config_map,
 )
-from ascend_hybrid.spec.api import KIND, VERSION
+from ascend_hybrid.spec.api import CHANNEL_KIND, CHANNEL_PLURAL, KIND, VERSION
 from ascend_hybrid.spec.rules import ResolvedJob
 
 SCHED_HOST_ENV = names.SCHED_HOST_ENV
@@ -215,30 +215,34 @@ def rank_table_config_map(job: str, namespace: str, uid: str, job_json: str, tab
     return manifest
 
 
-def recovery_config_map(job: str, namespace: str, uid: str, generation: int, world: str | None = None) -> dict:
-    """The launchers' channel (recovery.py): the operator applies only the `generation` key (and `world` while
-    pods a shrink kept run); each launcher merge-patches the key of its own pod (so the operator's apply never
-    removes a report)."""
+def launcher_channel(job: str, namespace: str, uid: str, generation: int, world: str | None = None) -> dict:
+    """The launchers' channel (recovery.py), LauncherChannel `<job>-recovery`: the operator applies only the
+    `generation` key (and `world` while pods a shrink kept run); each launcher merge-patches the key of its own pod
+    (so the operator's apply never removes a report)."""
     data = {names.RECOVERY_GENERATION_KEY: str(generation)}
     if world is not None:
         data[names.RECOVERY_WORLD_KEY] = world
-    return _render("configmap.yaml.j2", name=names.recovery_config_map(job), namespace=namespace,
-                   labels=names.job_labels(job), owner_references=owner_references(job, uid), data=data)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": CHANNEL_KIND,
+            "metadata": {"name": names.launcher_channel(job), "namespace": namespace, "labels": names.job_labels(job),
+                         "ownerReferences": owner_references(job, uid)},
+            "data": data}
 
 
 LAUNCHER_VERBS = ["get", "list", "watch", "patch"]  # read and watch the generation, write its own report
 
 
-def launcher_rbac(job: str, namespace: str, uid: str, service_account: str) -> list[dict]:
-    """A Role on exactly `<job>-recovery` and its RoleBinding to the pods' ServiceAccount: the launchers reach
-    the channel with the pod's own identity, authenticated and authorized by the apiserver."""
-    meta = {"name": names.launcher_role(job), "namespace": namespace, "labels": names.job_labels(job),
-            "ownerReferences": owner_references(job, uid)}
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"],
-                       "resourceNames": [names.recovery_config_map(job)], "verbs": LAUNCHER_VERBS}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(meta),
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.launcher_role(job)},
+def launcher_grant(namespace: str, service_account: str) -> list[dict]:
+    """The namespace's Role on its LauncherChannels and the RoleBinding of one ServiceAccount to it: the launchers
+    reach their channel with the pod's own identity, authenticated and authorized by the apiserver. Owned by no
+    job: every job of the namespace that runs as that ServiceAccount uses them (docs/reliability.md)."""
+    labels = dict(names.MANAGED_BY)
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": names.LAUNCHER_ROLE, "namespace": namespace, "labels": labels},
+            "rules": [{"apiGroups": [GROUP], "resources": [CHANNEL_PLURAL], "verbs": LAUNCHER_VERBS}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": names.launcher_binding(service_account), "namespace": namespace,
+                            "labels": labels},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.LAUNCHER_ROLE},
                "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]}
     return [role, binding]
 
@@ -274,7 +278,7 @@ def pod_env(resolved: ResolvedJob, index: int, sched_ip: str | None) -> list[dic
     values["AHJ_PARALLEL"] = json.dumps(resolved.degrees, sort_keys=True)
     values["AHJ_JOB_CONFIG"] = names.JOB_CONFIG_FILE
     values["AHJ_TERMINATION_LOG"] = names.TERMINATION_LOG  # where the trainer writes why it ended
-    values["AHJ_RECOVERY_CONFIGMAP"] = names.recovery_config_map(resolved.name)  # the launchers' channel
+    values["AHJ_LAUNCHER_CHANNEL"] = names.launcher_channel(resolved.name)
     values["AHJ_SERVICE_ACCOUNT_DIR"] = names.SERVICE_ACCOUNT_DIR  # the pod's token to reach it with
     if spec.training.checkpoint:
         values["AHJ_CHECKPOINT_DIR"] = names.CHECKPOINT_DIR

@@ -117,8 +117,9 @@ class WriteRankTable:
 
 @dataclass(frozen=True)
 class SignalLaunchers:
-    """Write the rank generation every launcher must run into the job's `<job>-recovery` ConfigMap (server-side
-    apply of that one key), and let the pods' ServiceAccount read it and report there (a Role and RoleBinding).
+    """Write the rank generation every launcher must run into the job's LauncherChannel `<job>-recovery`
+    (server-side apply of that one key), and let the pods' ServiceAccount read it and report there (the namespace's
+    launcher Role and the ServiceAccount's RoleBinding to it).
     A launcher whose ranks run an older generation stops them and starts them again (recovery.py)."""
 
     generation: int

@@ -156,8 +156,8 @@ def in_place_ready(p: Pass, current: dict, excluding: int | None = None) -> tupl
     e = p.resolved
     reports = launcher_reports(p, current)
     if not reports:
-        return False, (f"no launcher of this attempt ever reported on ConfigMap "
-                       f"{names.recovery_config_map(p.meta['name'])} (an image without the bundled launcher, "
+        return False, (f"no launcher of this attempt ever reported on LauncherChannel "
+                       f"{names.launcher_channel(p.meta['name'])} (an image without the bundled launcher, "
                        f"or no ServiceAccount token in the pods)")
     for index in range(e.pod_count):
         if index == excluding:
@@ -167,8 +167,8 @@ def in_place_ready(p: Pass, current: dict, excluding: int | None = None) -> tupl
         if pod is None or phase_of(pod) != "Running":
             return False, f"pod {name} is not running"
         if index not in reports:
-            return False, (f"the launcher of pod {name} never reported on ConfigMap "
-                           f"{names.recovery_config_map(p.meta['name'])} (an image without the bundled "
+            return False, (f"the launcher of pod {name} never reported on LauncherChannel "
+                           f"{names.launcher_channel(p.meta['name'])} (an image without the bundled "
                            f"launcher, or no ServiceAccount token in the pod)")
     return True, ""
 
@@ -368,8 +368,8 @@ def replacement_step(p: Pass, current: dict) -> bool:
 
 # -- following a rung ----------------------------------------------------------------------------------------
 def signal_launchers(p: Pass) -> None:
-    """Level-based: the ConfigMap holds the generation status names (after a failover, a lost write, a
-    deleted ConfigMap too)."""
+    """Level-based: the channel holds the generation status names (after a failover, a lost write, a
+    deleted channel too)."""
     wanted = membership.signal(p, rank_generation(p))
     if p.o.launcher_generation != wanted.generation or p.o.launcher_world != wanted.world:
         p.d.act(wanted)

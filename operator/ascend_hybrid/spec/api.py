@@ -712,7 +712,7 @@ class RecoveryRecord(ApiModel):
 class RecoveryState(ApiModel):
     generation: int | None = Field(None)
     """The rank generation every launcher runs: raised by each RestartRanks (and ReplacePod), written to the
-    <job>-recovery ConfigMap the launchers watch."""
+    LauncherChannel <job>-recovery the launchers watch."""
     rung: str | None = Field(None)
     """The in-place rung in progress (RestartRanks), while it runs."""
     base_step: int | None = Field(None)
@@ -724,8 +724,8 @@ class RecoveryState(ApiModel):
     pods)."""
     kept: list[str] | None = Field(None)
     """spec.elastic: the pods a shrink or growth kept, by the pod index each runs as now (their names carry the attempt they were made in;
-    empty where a pod was made again since); the launchers take their new ranks and world from the <job>-recovery
-    ConfigMap."""
+    empty where a pod was made again since); the launchers take their new ranks and world from the LauncherChannel
+    <job>-recovery."""
     kept_attempt: int | None = Field(None)
     """The attempt the kept pods joined."""
 
@@ -827,3 +827,20 @@ class AscendHybridJobStatus(ApiModel):
     goodput: float | None = Field(None)
     """Fraction (0-1) of the wall time since the job first ran that went to training steps that were kept (steps ×
     measured step time / wall time)."""
+
+
+# The launchers' channel (docs/reliability.md, "The launchers' channel"): its own kind, so that one Role per
+# namespace can let pods reach their jobs' channels and nothing else (a grant on ConfigMaps would reach every
+# ConfigMap of the namespace, one naming the object needs a Role per job).
+CHANNEL_KIND = "LauncherChannel"
+CHANNEL_PLURAL = "launcherchannels"
+CHANNEL_SINGULAR = "launcherchannel"
+
+
+class LauncherChannel(ApiModel):
+    """The launchers' channel of one AscendHybridJob, <job>-recovery: the operator writes the rank generation,
+    each pod's launcher its report. Written by the operator and the launchers, not by people."""
+
+    data: dict[str, str] = Field(default_factory=dict)
+    """`generation` (and `world` while pods an elastic shrink kept run) from the operator; under each pod's name,
+    that pod's launcher's JSON report."""

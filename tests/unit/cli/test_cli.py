@@ -233,7 +233,7 @@ def test_crd_check_passes(cli_path, repo_root):
 
 
 def test_crd_check_fails_on_a_tampered_copy(tmp_path, repo_root):
-    """A throwaway copy of the package and both CRD files: the real crds/ are never touched."""
+    """A throwaway copy of the package and every CRD file: the real crds/ are never touched."""
     shutil.copytree(repo_root / "operator" / "ascend_hybrid", tmp_path / "operator" / "ascend_hybrid",
                     ignore=shutil.ignore_patterns("__pycache__"))
     name = "ascendhybridjobs.hybrid.ascend.dev.yaml"
@@ -241,8 +241,9 @@ def test_crd_check_fails_on_a_tampered_copy(tmp_path, repo_root):
     chart.mkdir(parents=True)
     (tmp_path / "crds").mkdir()
     shutil.copy(repo_root / "pyproject.toml", tmp_path / "pyproject.toml")
-    shutil.copy(repo_root / "crds" / name, tmp_path / "crds" / name)
-    shutil.copy(repo_root / "charts" / "ascend-hybrid-operator" / "crds" / name, chart / name)
+    for each in (repo_root / "crds").iterdir():
+        shutil.copy(each, tmp_path / "crds" / each.name)
+        shutil.copy(repo_root / "charts" / "ascend-hybrid-operator" / "crds" / each.name, chart / each.name)
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "operator")}
     command = [sys.executable, "-c", "import sys, ascend_hybrid.cli as c; print(c.__file__, file=sys.stderr); "
                                      "sys.exit(c.main(sys.argv[1:]))", "crd", "check"]

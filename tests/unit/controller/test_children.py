@@ -14,6 +14,7 @@ from ascend_hybrid.contracts import names
 from ascend_hybrid.controller import children
 from ascend_hybrid.controller.loop import Controller
 from ascend_hybrid.controller.refused import Refused
+from ascend_hybrid.reconcile.actions import SignalLaunchers
 from ascend_hybrid.spec.rules import parse
 from support.builders import JobBuilder, job_body
 
@@ -207,3 +208,55 @@ def test_refused_dns_records_cost_only_the_names_not_the_table_or_the_children()
     children.ensure_children(ctl, KEY, body, resolved(body))
     assert ctl.record_of(KEY).old_slices_gone and ctl.record_of(KEY).children_generation == 1
     children.write_dns_records(ctl, KEY, ({"kind": "EndpointSlice", "metadata": {"name": "job-dns-0"}},))
+
+
+def a_signal(generation: int, account: str = "default") -> SignalLaunchers:
+    return SignalLaunchers(generation=generation, service_account=account)
+
+
+def test_the_launchers_grant_is_the_namespaces_not_the_jobs(monkeypatch):
+    """The channel is applied with every signal; the namespace's Role and the ServiceAccount's RoleBinding once per
+    GRANT_RECHECK_SECONDS for every job of the namespace that runs as that account: none owned by a job."""
+    clock = [100.0]
+    monkeypatch.setattr(children.time, "monotonic", lambda: clock[0])
+    kube = FakeKube()
+    ctl = controller(kube)
+    body = two_pod_body(1)
+    children.signal_launchers(ctl, KEY, body, a_signal(0))
+    channel, role, binding = kube.applied
+    assert (channel["kind"], channel["metadata"]["name"], channel["data"]) == (
+        "LauncherChannel", "job-recovery", {"generation": "0"})
+    assert channel["metadata"]["ownerReferences"][0]["uid"] == "u"
+    assert role["rules"] == [{"apiGroups": [names.GROUP], "resources": ["launcherchannels"],
+                              "verbs": ["get", "list", "watch", "patch"]}]
+    assert (binding["metadata"]["name"], binding["roleRef"]["name"], binding["subjects"]) == (
+        "ascend-hybrid-launcher-default", names.LAUNCHER_ROLE,
+        [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}])
+    assert all("ownerReferences" not in m["metadata"] for m in (role, binding))
+    other = {**body, "metadata": {**body["metadata"], "name": "other", "uid": "u2"}}
+    children.signal_launchers(ctl, ("default", "other"), other, a_signal(0))
+    assert [m["kind"] for m in kube.applied[3:]] == ["LauncherChannel"]  # another job, the same grant
+    children.signal_launchers(ctl, ("default", "other"), other, a_signal(0, "trainer"))
+    assert [m["metadata"]["name"] for m in kube.applied[4:]] == [
+        "other-recovery", names.LAUNCHER_ROLE, "ascend-hybrid-launcher-trainer"]  # another account: its binding
+    clock[0] += children.GRANT_RECHECK_SECONDS
+    children.signal_launchers(ctl, KEY, body, a_signal(1))
+    assert [m["kind"] for m in kube.applied[7:]] == ["LauncherChannel", "Role", "RoleBinding"]  # a deleted one returns
+
+
+def test_a_refused_grant_costs_the_in_place_rungs_only(monkeypatch):
+    kube = FakeKube()
+    applied = kube.apply
+
+    def refuse_roles(manifest):
+        if manifest["kind"] == "Role":
+            raise Refused(ApiException(status=403, reason="Forbidden"), "apply", "roles")
+        return applied(manifest)
+
+    kube.apply = refuse_roles
+    ctl = controller(kube)
+    children.signal_launchers(ctl, KEY, two_pod_body(1), a_signal(2))
+    assert [m["kind"] for m in kube.applied] == ["LauncherChannel"]
+    assert ctl.record_of(KEY).recovery_data == {"generation": "2"}
+    children.signal_launchers(ctl, KEY, two_pod_body(1), a_signal(2))
+    assert [m["kind"] for m in kube.applied] == ["LauncherChannel"] * 2  # not tried again every pass

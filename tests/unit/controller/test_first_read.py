@@ -1,4 +1,5 @@
-"""A job's first pass reads its rank-table ConfigMap only when its status says one was written."""
+"""A job's first pass reads its rank-table ConfigMap (and its LauncherChannel) only when its status says one was
+written."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ class ConfigMapKube:
     def read_config_map(self, namespace, name):
         self.reads.append((namespace, name))
         return {"data": {"hccl.json": '{"status": "completed", "version": "1.0"}'}}
+
+    def read_launcher_channel(self, namespace, name):
+        self.reads.append((namespace, name))
+        return {"data": {"generation": "0"}}
 
 
 def observe_first(status: dict):

@@ -1,8 +1,10 @@
 """A decision that tells the launchers a new rank generation records it in the job's status first: an operator
-killed between the two writes leaves the status ahead of `<job>-recovery`, never the ConfigMap ahead of a status
+killed between the two writes leaves the status ahead of `<job>-recovery`, never the channel ahead of a status
 that knows no incident (tests/faults/test_recovery_rungs.py kills it there)."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -42,6 +44,9 @@ class OrderKube:
     def read_config_map(self, namespace, name):
         return None
 
+    def read_launcher_channel(self, namespace, name):
+        return None
+
 
 def run_pass(kube: OrderKube, monkeypatch) -> None:
     status = {**kube.job["status"], "recovery": {"generation": 1, "rung": "RestartRanks"}}
@@ -49,7 +54,7 @@ def run_pass(kube: OrderKube, monkeypatch) -> None:
     monkeypatch.setattr(loop, "decide", lambda observed: next(decisions, Decision(status=status)))
     controller = Controller(kube=kube, bound_indexes=Indexes(nodes=list, npu_pods=list, job_pods=lambda key: [],
                                                            device_infos=list))
-    controller.record_of(("ns", "job")).launchers_granted = "default"  # its Role was applied before
+    controller.launcher_grants[("ns", "default")] = time.monotonic()  # its Role was applied before
     try:
         controller._reconcile(("ns", "job"), [])
     finally:
@@ -66,7 +71,7 @@ def a_job() -> dict:
 def test_the_new_generation_is_in_the_status_before_the_launchers_are_told(monkeypatch):
     kube = OrderKube(a_job())
     run_pass(kube, monkeypatch)
-    assert kube.calls[:2] == [("status", 1), ("apply", "ConfigMap", "1")]
+    assert kube.calls[:2] == [("status", 1), ("apply", "LauncherChannel", "1")]
     assert ("status", 1) not in kube.calls[2:]  # the pass's own write after it has nothing left to send
 
 

@@ -4,6 +4,7 @@ give the same verdicts and messages as the Python rules (evaluated with cel-pyth
 from __future__ import annotations
 
 import copy
+import json
 import re
 
 import celpy
@@ -44,6 +45,18 @@ def test_render_is_deterministic():
 
 def test_crd_validates_against_kubernetes_1_36_schema():
     kubernetes_validate.validate(copy.deepcopy(CRD), "1.36.0", strict=True)
+
+
+def test_the_launcher_channel_crd_is_one_map_of_strings():
+    """LauncherChannel: what the launchers and the operator write (`data`, strings only), no status, no rules."""
+    channel = crd.build_channel()
+    kubernetes_validate.validate(copy.deepcopy(channel), "1.36.0", strict=True)
+    (version,) = channel["spec"]["versions"]
+    root = version["schema"]["openAPIV3Schema"]
+    assert root["properties"]["data"]["additionalProperties"] == {"type": "string"}
+    assert set(root["properties"]) == {"apiVersion", "kind", "metadata", "data"}
+    assert "subresources" not in version and "x-kubernetes-validations" not in json.dumps(root)
+    assert (channel["spec"]["names"]["kind"], version["name"]) == ("LauncherChannel", CRD["spec"]["versions"][0]["name"])
 
 
 def test_schema_is_structural():

@@ -47,7 +47,11 @@ ROLE_KINDS = ("ClusterRole", "Role")
 KUBE_PY_CALLS = {
     "read_custom_resource_definition": {("apiextensions.k8s.io", "customresourcedefinitions", "get")},
     "list_node": {("", "nodes", "list"), ("", "nodes", "watch")},
-    "get_namespaced_custom_object": {("hybrid.ascend.dev", "ascendhybridjobs", "get")},
+    "get_namespaced_custom_object": {("hybrid.ascend.dev", "ascendhybridjobs", "get"),
+                                     ("hybrid.ascend.dev", "launcherchannels", "get")},
+    # LauncherChannel <job>-recovery, only ever by server-side apply.
+    "patch_namespaced_custom_object": {("hybrid.ascend.dev", "launcherchannels", "patch"),
+                                       ("hybrid.ascend.dev", "launcherchannels", "create")},
     "patch_namespaced_custom_object_status": {("hybrid.ascend.dev", "ascendhybridjobs/status", "patch")},
     "delete_namespaced_custom_object": {("hybrid.ascend.dev", "ascendhybridjobs", "delete")},
     # Only ever called as server-side apply: an object that does not exist yet is created by the patch.
@@ -71,7 +75,7 @@ KUBE_PY_CALLS = {
     # --network-policy: <job>-network by server-side apply.
     "patch_namespaced_network_policy": {("networking.k8s.io", "networkpolicies", "patch"),
                                         ("networking.k8s.io", "networkpolicies", "create")},
-    # The launchers' recovery channel: <job>-launcher Role and RoleBinding by server-side apply.
+    # The launchers' grant: the namespace's ascend-hybrid-launcher Role and its RoleBindings by server-side apply.
     "patch_namespaced_role": {("rbac.authorization.k8s.io", "roles", "patch"),
                               ("rbac.authorization.k8s.io", "roles", "create")},
     "patch_namespaced_role_binding": {("rbac.authorization.k8s.io", "rolebindings", "patch"),
@@ -443,7 +447,8 @@ def test_cluster_mode_binds_everything_cluster_wide(rendered):
     crd_get = [rule for role in objects if role["kind"] == "ClusterRole" for rule in role["rules"]
                if rule["resources"] == ["customresourcedefinitions"] and "get" in rule["verbs"]]
     assert crd_get == [{"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-                        "resourceNames": [crd.build()["metadata"]["name"]], "verbs": ["get"]}]
+                        "resourceNames": [crd.build()["metadata"]["name"], crd.build_channel()["metadata"]["name"]],
+                        "verbs": ["get"]}]
 
 
 def test_namespaced_mode_uses_roles_per_namespace(rendered):
@@ -487,7 +492,7 @@ def test_deploy_manifest_is_the_namespace_crd_and_chart():
         "name": chartgen.NAMESPACE, "labels": {"app.kubernetes.io/name": "ascend-hybrid-operator",
                                                "pod-security.kubernetes.io/enforce": "restricted",
                                                "pod-security.kubernetes.io/warn": "restricted"}}}
-    assert one(objects, "CustomResourceDefinition") == crd.build()
+    assert [o for o in objects if o["kind"] == "CustomResourceDefinition"] == [crd.build(), crd.build_channel()]
     namespaced = [o for o in objects if "namespace" in o["metadata"]]
     assert {o["metadata"]["namespace"] for o in namespaced} == {chartgen.NAMESPACE}
     assert {o["kind"] for o in objects} == {"Namespace", "CustomResourceDefinition", "ServiceAccount",

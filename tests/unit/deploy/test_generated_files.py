@@ -12,18 +12,19 @@ CRD = crd.build()
 
 def test_committed_copies_have_no_drift(repo_root):
     assert chartgen.stale_crd_copies() == []
-    targets = [repo_root / "crds" / crd.CRD_FILE_NAME,
-               repo_root / "charts" / "ascend-hybrid-operator" / "crds" / crd.CRD_FILE_NAME]
-    assert list(chartgen.crd_paths()) == targets
-    for target in targets:
-        assert target.read_text() == crd.render()
-        assert yaml.safe_load(target.read_text()) == CRD
+    built = {crd.CRD_FILE_NAME: CRD, crd.CHANNEL_CRD_FILE_NAME: crd.build_channel()}
+    for folder in (repo_root / "crds", repo_root / "charts" / "ascend-hybrid-operator" / "crds"):
+        assert sorted(path.name for path in folder.iterdir()) == sorted(built)
+        for name, manifest in built.items():
+            assert (folder / name).read_text() == crd.generated()[name]
+            assert yaml.safe_load((folder / name).read_text()) == manifest
 
 
 def test_drift_is_detected_on_a_tampered_copy(tmp_path):
     good, bad, missing = tmp_path / "good.yaml", tmp_path / "bad.yaml", tmp_path / "missing.yaml"
-    assert chartgen.write_crd((good, bad)) == [good, bad]
+    text = crd.render()
+    assert chartgen.write_crd(((good, text), (bad, text))) == [good, bad]
     tampered = bad.read_text().replace("shortNames:\n    - ahj\n", "shortNames:\n    - ahx\n")
     assert tampered != bad.read_text()
     bad.write_text(tampered)
-    assert chartgen.stale_crd_copies((good, bad, missing)) == [bad, missing]
+    assert chartgen.stale_crd_copies(((good, text), (bad, text), (missing, text))) == [bad, missing]
