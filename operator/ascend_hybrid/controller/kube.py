@@ -160,10 +160,13 @@ class Kube:
         LauncherChannel with our field manager; returns the live object."""
         kind, meta = manifest["kind"], manifest["metadata"]
         if kind == api.CHANNEL_KIND:
-            return cast(dict, self._call(
+            live = self._call(
                 "apply", api.CHANNEL_PLURAL, self.custom.patch_namespaced_custom_object, names.GROUP, api.VERSION,
                 meta["namespace"], api.CHANNEL_PLURAL, meta["name"], manifest, field_manager=names.FIELD_MANAGER,
-                force=True, _content_type=APPLY["_content_type"]))
+                force=True, _content_type=APPLY["_content_type"])
+            # The client decodes only a 200 of a custom object's patch: an apply that created the channel (201)
+            # comes back as None. A new channel holds exactly what was applied.
+            return manifest if live is None else cast(dict, live)
         patch = {"Service": self.core.patch_namespaced_service,
                  "ConfigMap": self.core.patch_namespaced_config_map,
                  "EndpointSlice": self.discovery.patch_namespaced_endpoint_slice,
