@@ -135,10 +135,13 @@ class Launchers:
     def say_all(self, generation: int, state: str, pods: dict[str, str] | None = None, **fields) -> None:
         """Every launcher of the job reports `state`, in one merge patch."""
         pods = pods or self.pods()
-        self.dev.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, CHANNEL_PLURAL, self.channel,
-            {"data": {name: report(uid, generation, state, **fields) for name, uid in pods.items()}},
-            _content_type="application/merge-patch+json")
+        self.say({name: report(uid, generation, state, **fields) for name, uid in pods.items()})
+
+    def say(self, reports: dict[str, str]) -> None:
+        """Reports written into the channel by pod name, in one merge patch, as the launchers write theirs."""
+        self.dev.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, CHANNEL_PLURAL, self.channel,
+                                                       {"data": reports},
+                                                       _content_type="application/merge-patch+json")
 
     def wait_generation(self, wanted: int, timeout: float = 600) -> float:
         deadline = time.monotonic() + timeout
@@ -169,8 +172,7 @@ def in_place_rungs(dev: DevCluster, pods: int, chips: int, tag: str) -> tuple[fl
         victim, uid = sorted(launchers.pods().items())[-1]
         ranks_done = dev.job_watch(namespace, recovered)
         started = time.monotonic()
-        dev.core.patch_namespaced_config_map(launchers.config_map, namespace, {"data": {
-            victim: report(uid, 0, "Failed", cause="Unknown", rank=pods - 1, step=5, detail="bench")}})
+        launchers.say({victim: report(uid, 0, "Failed", cause="Unknown", rank=pods - 1, step=5, detail="bench")})
         told = launchers.wait_generation(1) - started
         launchers.say_all(1, "Started", resumedFrom=4)
         launchers.say_all(1, "Stepping", resumedFrom=4, step=5)
