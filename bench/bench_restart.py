@@ -37,13 +37,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kubernetes import client
-
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster.nodes.fleet import set_node_ready
 from ascend_hybrid.devcluster.testing.pods import outcome_annotations
-from ascend_hybrid.spec.api import CHANNEL_PLURAL, PLURAL, VERSION
+from ascend_hybrid.spec.api import PLURAL, VERSION
 from benchkit import (
     DevCluster,
     Operator,
@@ -54,6 +52,7 @@ from benchkit import (
     ratio_line,
     say,
 )
+from support.operator_harness import channel_data, patch_channel
 
 
 def bare_restart(dev: DevCluster, pods: int, chips: int, tag: str, graceful: bool = False) -> float:
@@ -116,21 +115,14 @@ class Launchers:
 
     def __init__(self, dev: DevCluster, namespace: str, job: str):
         self.dev, self.namespace, self.job = dev, namespace, job
-        self.channel = names.launcher_channel(job)
 
     def pods(self) -> dict[str, str]:
         found = self.dev.core.list_namespaced_pod(self.namespace, label_selector=f"{names.JOB_LABEL}={self.job}")
         return {pod.metadata.name: pod.metadata.uid for pod in found.items if not pod.metadata.deletion_timestamp}
 
-    def generation(self) -> int | None:
-        try:
-            data = self.dev.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, CHANNEL_PLURAL,
-                                                                self.channel).get("data") or {}
-        except client.ApiException as error:
-            if error.status == 404:  # not written yet
-                return None
-            raise
-        return int(data["generation"]) if "generation" in data else None
+    def generation(self) -> int:
+        """The generation the operator wrote into the channel; 0 while it wrote none (a start writes none)."""
+        return int((channel_data(self.dev.custom, self.namespace, self.job) or {}).get("generation") or 0)
 
     def say_all(self, generation: int, state: str, pods: dict[str, str] | None = None, **fields) -> None:
         """Every launcher of the job reports `state`, in one merge patch."""
@@ -138,14 +130,13 @@ class Launchers:
         self.say({name: report(uid, generation, state, **fields) for name, uid in pods.items()})
 
     def say(self, reports: dict[str, str]) -> None:
-        """Reports written into the channel by pod name, in one merge patch, as the launchers write theirs."""
-        self.dev.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, CHANNEL_PLURAL, self.channel,
-                                                       {"data": reports},
-                                                       _content_type="application/merge-patch+json")
+        """Reports written into the channel by pod name, in one merge patch, as the launchers write theirs (the
+        first makes the channel when the operator has not written one)."""
+        patch_channel(self.dev.custom, self.namespace, self.job, reports)
 
     def wait_generation(self, wanted: int, timeout: float = 600) -> float:
         deadline = time.monotonic() + timeout
-        while (current := self.generation()) is None or current < wanted:
+        while self.generation() < wanted:
             if time.monotonic() > deadline:
                 raise SystemExit(f"timed out waiting for rank generation {wanted} of {self.job}")
             time.sleep(0.02)

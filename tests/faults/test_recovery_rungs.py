@@ -24,9 +24,9 @@ class Launchers:
     def data(self) -> dict:
         return channel_data(self.jobs.custom, self.jobs.namespace, self.job) or {}
 
-    def generation(self) -> int | None:
-        data = self.data()
-        return int(data["generation"]) if "generation" in data else None
+    def generation(self) -> int:
+        """The generation the operator wrote; 0 while it wrote none (it writes one for a restart only)."""
+        return int(self.data().get("generation") or 0)
 
     def pods(self) -> dict[str, str]:
         attempt = self.jobs.status(self.job)["attempt"]
@@ -47,7 +47,7 @@ class Launchers:
                         "rank": 0, "step": 7, "detail": "played by the fault test"}})
 
     def wait_generation(self, wanted: int, timeout: float = 60) -> None:
-        wait_for(lambda: (self.generation() if self.generation() is not None else -1) >= wanted, timeout, f"rank generation {wanted} of {self.job}",
+        wait_for(lambda: self.generation() >= wanted, timeout, f"rank generation {wanted} of {self.job}",
                  lambda: self.jobs.describe(self.job))
 
 

@@ -20,7 +20,8 @@ from kubernetes import client
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster.controlplane import ports
-from ascend_hybrid.spec.api import CHANNEL_PLURAL, PLURAL, VERSION
+from ascend_hybrid.gang import render
+from ascend_hybrid.spec.api import CHANNEL_KIND, CHANNEL_PLURAL, PLURAL, VERSION
 from support.builders import JobBuilder
 from support.paths import REPO_ROOT as REPO
 
@@ -50,7 +51,7 @@ def install_crd(cluster) -> None:
 
 
 def channel_data(custom: client.CustomObjectsApi, namespace: str, job: str) -> dict[str, str] | None:
-    """The data of the job's LauncherChannel; None before the operator wrote it."""
+    """The data of the job's LauncherChannel; None before the operator or a launcher wrote it."""
     try:
         channel = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, CHANNEL_PLURAL,
                                                       names.launcher_channel(job))
@@ -62,9 +63,25 @@ def channel_data(custom: client.CustomObjectsApi, namespace: str, job: str) -> d
 
 
 def patch_channel(custom: client.CustomObjectsApi, namespace: str, job: str, data: dict[str, str]) -> None:
-    """Merge-patches keys into the job's LauncherChannel, as the launchers do."""
-    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, CHANNEL_PLURAL, names.launcher_channel(job),
-                                          {"data": data}, _content_type="application/merge-patch+json")
+    """Merge-patches keys into the job's LauncherChannel, as the launchers do: the first report makes the channel
+    (with the labels and owner the operator gives the launchers) when the operator has not written it."""
+    channel = names.launcher_channel(job)
+    try:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, CHANNEL_PLURAL, channel, {"data": data},
+                                              _content_type="application/merge-patch+json")
+        return
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+    uid = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)["metadata"]["uid"]
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": CHANNEL_KIND, "data": data,
+            "metadata": {**render.launcher_channel_metadata(job, uid), "name": channel, "namespace": namespace}}
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, CHANNEL_PLURAL, body)
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+        patch_channel(custom, namespace, job, data)  # made meanwhile: written into
 
 
 def free_port() -> int:

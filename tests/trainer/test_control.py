@@ -1,6 +1,6 @@
 """The launcher's end of the recovery channel (control.py) against a stand-in apiserver on 127.0.0.1: the bearer
-token on every call, the one ConfigMap read and watched, this pod's report written by merge patch, and what makes
-the channel unusable. No MindSpore here."""
+token on every call, the one LauncherChannel read and watched, this pod's report written by merge patch (the channel
+made with it when there is none yet), and what makes the channel unusable. No MindSpore here."""
 
 from __future__ import annotations
 
@@ -16,66 +16,87 @@ from ascend_hybrid_trainer.generations import pod_zero_name, resumed_from
 PATH = "/apis/hybrid.ascend.dev/v1alpha1/namespaces/ns/launcherchannels/job-recovery"
 
 
+class Handler(BaseHTTPRequestHandler):
+    """The stand-in's HTTP side: `fake` is the FakeApiserver it serves."""
+
+    fake: FakeApiserver
+
+    def log_message(self, *args):
+        pass
+
+    def _denied(self) -> bool:
+        self.fake.calls.append((self.command, self.path, self.headers.get("Authorization")))
+        if self.headers.get("Authorization") != f"Bearer {self.fake.token}":
+            self.send_response(403)
+            self.end_headers()
+            return True
+        return False
+
+    def _send(self, code: int, body: dict) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self):
+        if self._denied():
+            return
+        if "watch=1" in self.path:
+            assert "fieldSelector=metadata.name%3Djob-recovery" in self.path
+            self.send_response(200)
+            self.end_headers()
+            seen = 0
+            while True:
+                with self.fake.changed:
+                    self.fake.changed.wait_for(lambda after=seen: self.fake.version > after, timeout=5)
+                    if self.fake.version <= seen:
+                        return
+                    seen, data = self.fake.version, dict(self.fake.data or {})
+                event = {"type": "MODIFIED", "object": {"metadata": {"resourceVersion": str(seen)},
+                                                        "data": data}}
+                self.wfile.write((json.dumps(event) + "\n").encode())
+                self.wfile.flush()
+        if self.fake.data is None:
+            self._send(404, {"reason": "NotFound"})
+        else:
+            self._send(200, {"metadata": {"resourceVersion": str(self.fake.version)}, "data": self.fake.data})
+
+    def do_PATCH(self):
+        if self._denied():
+            return
+        assert self.headers["Content-Type"] == "application/merge-patch+json"
+        patch = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.fake.data is None:
+            self._send(404, {"reason": "NotFound"})
+            return
+        self.fake.set({**self.fake.data, **patch["data"]})
+        self._send(200, {"data": self.fake.data})
+
+    def do_POST(self):
+        if self._denied():
+            return
+        assert self.path.startswith(PATH.removesuffix("/job-recovery") + "?fieldManager=")
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.fake.data is not None:
+            self._send(409, {"reason": "AlreadyExists"})
+            return
+        self.fake.made = body
+        self.fake.set(dict(body["data"]))
+        self._send(201, body)
+
+
 class FakeApiserver:
-    """One ConfigMap; GET, PATCH (merge) and a watch that sends every change; answers 403 to a wrong token."""
+    """One LauncherChannel; GET, PATCH (merge; 404 while there is none), POST (409 once there is one) and a watch
+    that sends every change; answers 403 to a wrong token."""
 
     def __init__(self, data: dict | None, token: str = "secret"):
         self.data, self.token, self.version = data, token, 1
+        self.made: dict | None = None  # the object a POST made
         self.calls: list[tuple[str, str, str | None]] = []
         self.changed = threading.Condition()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _denied(self) -> bool:
-                fake.calls.append((self.command, self.path, self.headers.get("Authorization")))
-                if self.headers.get("Authorization") != f"Bearer {fake.token}":
-                    self.send_response(403)
-                    self.end_headers()
-                    return True
-                return False
-
-            def _send(self, code: int, body: dict) -> None:
-                payload = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def do_GET(self):
-                if self._denied():
-                    return
-                if "watch=1" in self.path:
-                    assert "fieldSelector=metadata.name%3Djob-recovery" in self.path
-                    self.send_response(200)
-                    self.end_headers()
-                    seen = 0
-                    while True:
-                        with fake.changed:
-                            fake.changed.wait_for(lambda after=seen: fake.version > after, timeout=5)
-                            if fake.version <= seen:
-                                return
-                            seen, data = fake.version, dict(fake.data or {})
-                        event = {"type": "MODIFIED", "object": {"metadata": {"resourceVersion": str(seen)},
-                                                                "data": data}}
-                        self.wfile.write((json.dumps(event) + "\n").encode())
-                        self.wfile.flush()
-                if fake.data is None:
-                    self._send(404, {"reason": "NotFound"})
-                else:
-                    self._send(200, {"metadata": {"resourceVersion": str(fake.version)}, "data": fake.data})
-
-            def do_PATCH(self):
-                if self._denied():
-                    return
-                assert self.headers["Content-Type"] == "application/merge-patch+json"
-                patch = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.set({**(fake.data or {}), **patch["data"]})
-                self._send(200, {"data": fake.data})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        handler = type("BoundHandler", (Handler,), {"fake": self})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -96,8 +117,9 @@ def token(tmp_path):
     return path
 
 
-def channel(server: FakeApiserver, token) -> control.Channel:
-    return control.Channel(server.url, str(token), None, "ns", "job-recovery", "job-a1-1", "uid-1", lambda m: None)
+def channel(server: FakeApiserver, token, pod: str = "job-a1-1", metadata: dict | None = None) -> control.Channel:
+    return control.Channel(server.url, str(token), None, "ns", "job-recovery", pod, "uid-1", lambda m: None,
+                           metadata)
 
 
 def test_the_channel_reads_watches_and_reports(token):
@@ -118,13 +140,48 @@ def test_the_channel_reads_watches_and_reports(token):
         end.close()
 
 
-def test_a_forbidden_or_missing_channel_makes_the_channel_unavailable(token, monkeypatch):
+def test_a_forbidden_channel_makes_the_channel_unavailable(token, monkeypatch):
     monkeypatch.setattr(control, "PRESENT_SECONDS", 0.3)
     monkeypatch.setattr(control, "RETRY_SECONDS", 0.1)
     with pytest.raises(control.ChannelUnavailable, match="403"):
         channel(FakeApiserver({"generation": "0"}, token="other"), token).start()
-    with pytest.raises(control.ChannelUnavailable, match="does not exist"):
-        channel(FakeApiserver(None), token).start()
+
+
+def test_no_channel_yet_is_generation_0_and_the_first_report_makes_it(token):
+    """The operator writes the channel only for a restart: the first launcher's report makes it, with the labels
+    and owner the operator gave; a second launcher finding it made meanwhile (409) writes into it."""
+    server = FakeApiserver(None)
+    metadata = {"labels": {"hybrid.ascend.dev/job": "job"},
+                "ownerReferences": [{"kind": "AscendHybridJob", "name": "job", "uid": "job-uid"}]}
+    first = channel(server, token, metadata=metadata)
+    second = channel(server, token, pod="job-a1-0")
+    try:
+        assert first.start() == 0 and second.start() == 0
+        assert first.report(control.STARTED, 0, resumedFrom=0)
+        assert server.made is not None and server.made["kind"] == "LauncherChannel"
+        assert server.made["metadata"] == {**metadata, "name": "job-recovery", "namespace": "ns"}
+        assert second.wait(lambda: second.report_of("job-a1-1").get("state") == "Started", 5)  # by the watch
+        server.made = None
+        assert second.report(control.STEPPING, 0, step=1)
+        assert server.made is None and set(server.data) == {"job-a1-1", "job-a1-0"}  # patched, not made again
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_report_made_into_a_channel_made_meanwhile_is_patched_in(token):
+    """404 on the patch, then 409 on the create (another launcher was quicker): the patch again."""
+    server = FakeApiserver(None)
+    end = channel(server, token)
+    original = end._create
+
+    def quicker(data):
+        server.set({"job-a1-0": "{}"})  # another launcher made it between this pod's patch and create
+        return original(data)
+
+    end._create = quicker  # type: ignore[method-assign]
+    assert end.report(control.STARTED, 0)
+    assert set(server.data) == {"job-a1-0", "job-a1-1"} and server.made is None
 
 
 def test_a_refusal_that_ends_while_the_channel_starts_is_waited_out(token, monkeypatch):
@@ -146,7 +203,9 @@ def test_from_env_needs_every_piece(tmp_path):
     assert control.Channel.from_env(env, said.append) is None and "token" in said[-1]
     (tmp_path / "token").write_text("t")
     made = control.Channel.from_env(env, said.append)
-    assert made is not None and made.base_url == "https://127.0.0.1:6443"
+    assert made is not None and made.base_url == "https://127.0.0.1:6443" and made.metadata == {}
+    owned = control.Channel.from_env({**env, "AHJ_LAUNCHER_CHANNEL_METADATA": '{"labels":{"a":"b"}}'}, said.append)
+    assert owned is not None and owned.metadata == {"labels": {"a": "b"}}
     assert control.Channel.from_env({**env, "POD_UID": ""}, said.append) is None and "POD_UID" in said[-1]
 
 

@@ -1,14 +1,15 @@
 """The launcher's end of the recovery channel: the job's LauncherChannel `<job>-recovery` (a kind of the operator's
 API group), reached with the pod's own ServiceAccount token (docs/reliability.md, "The launchers' channel").
 
-The operator writes the key `generation` of its `data`: the rank generation every pod must run. Each launcher
-watches the channel (a watch on that one object: a new generation arrives within a second) and writes the key of its own
-pod, a JSON report: its ranks of a generation `Started` (with the checkpoint step they resume from), `Stepping`
+The operator writes the key `generation` of its `data`: the rank generation every pod must run, once a restart
+needs one (no channel, or no key, is generation 0). Each launcher watches the channel (a watch on that one object: a
+new generation arrives within a second) and writes the key of its own pod, a JSON report: its ranks of a generation `Started` (with the checkpoint step they resume from), `Stepping`
 (they trained a step) or `Failed` (the pod's cause, rank and step). Beside the generation, while pods an elastic
 shrink or growth kept run, the operator writes `world`: the index each pod runs as now, the world size, degrees and
-job.json (generations.py moves a kept pod into it). The apiserver authenticates the token and
-its RBAC lets the pod's ServiceAccount get, watch and patch the LauncherChannels of its namespace and nothing else
-(the operator's `ascend-hybrid-launcher` Role). Standard library only: the trainer image needs no Kubernetes client.
+job.json (generations.py moves a kept pod into it). The first launcher to report makes the channel when the
+operator has not, with the labels and owner the operator gives in AHJ_LAUNCHER_CHANNEL_METADATA. The apiserver
+authenticates the token and its RBAC lets the pod's ServiceAccount get, watch, patch and create the LauncherChannels
+of its namespace and nothing else (the operator's `ascend-hybrid-launcher` Role). Standard library only: the trainer image needs no Kubernetes client.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ FIELD_MANAGER = "ascend-hybrid-trainer"
 REQUEST_TIMEOUT_SECONDS = 10.0
 WATCH_SECONDS = 300           # the apiserver ends a watch after this; it is started again from where it was
 RETRY_SECONDS = 1.0
-PRESENT_SECONDS = 30.0        # how long the launcher looks for the channel the operator writes at start
+PRESENT_SECONDS = 30.0        # how long a refused or unreachable channel is tried at start
 # The channel's kind (the operator's contracts/names.py and spec/api.py spell it again: the wire is the contract)
 CHANNEL_API = "/apis/hybrid.ascend.dev/v1alpha1"
 CHANNEL_PLURAL = "launcherchannels"
+CHANNEL_KIND = "LauncherChannel"
 
 
 def now_text() -> str:
@@ -42,16 +44,18 @@ def now_text() -> str:
 
 
 class ChannelUnavailable(Exception):
-    """The channel cannot be used (no token, forbidden, no channel): the launcher ends its pod on the first
+    """The channel cannot be used (no token, forbidden, unreachable): the launcher ends its pod on the first
     failure, as without a channel, and the operator restarts the whole gang."""
 
 
 class Channel:
     def __init__(self, base_url: str, token_file: str, context: ssl.SSLContext | None, namespace: str,
-                 channel: str, pod_name: str, pod_uid: str, log: Callable[[str], None]):
+                 channel: str, pod_name: str, pod_uid: str, log: Callable[[str], None],
+                 metadata: Mapping | None = None):
         self.base_url, self.token_file, self.context = base_url.rstrip("/"), token_file, context
         self.namespace, self.channel, self.pod_name, self.pod_uid, self.log = (namespace, channel, pod_name,
                                                                                 pod_uid, log)
+        self.metadata = dict(metadata or {})  # labels and ownerReferences of a channel this launcher makes
         self.data: dict[str, str] = {}
         self.changed = threading.Condition()
         self.closed = False
@@ -76,7 +80,14 @@ class Channel:
         ca = os.path.join(account, "ca.crt")
         context = ssl.create_default_context(cafile=ca if os.path.exists(ca) else None)
         address = f"[{host}]" if ":" in host else host
-        return cls(f"https://{address}:{port or 443}", token, context, namespace, channel, pod_name, pod_uid, log)
+        try:
+            metadata = json.loads(env.get("AHJ_LAUNCHER_CHANNEL_METADATA") or "{}")
+        except ValueError:
+            metadata = {}
+        if not isinstance(metadata, dict):
+            metadata = {}
+        return cls(f"https://{address}:{port or 443}", token, context, namespace, channel, pod_name, pod_uid, log,
+                   metadata)
 
     # -- HTTP ----------------------------------------------------------------------------------------------------
     def _path(self, query: dict | None = None) -> str:
@@ -105,24 +116,23 @@ class Channel:
             raise
 
     def start(self) -> int:
-        """Reads the channel (waiting up to PRESENT_SECONDS for the operator to write it) and starts watching it;
-        the generation to run now. A refusal is tried again too: the RoleBinding that lets this pod read it may be
-        made just before the pod, and the apiserver's authorizer learns it from a watch that can lag behind."""
+        """Reads the channel and starts watching it; the generation to run now. A channel not found (404: this pod
+        may read it, none exists yet) is generation 0. A refusal is tried again for PRESENT_SECONDS: the RoleBinding
+        that lets this pod read it may be made just before the ranks start, and the apiserver's authorizer learns it
+        from a watch that can lag behind."""
         deadline = time.monotonic() + PRESENT_SECONDS
         while True:
             try:
                 data = self.read()
             except (OSError, ValueError, ChannelUnavailable) as error:  # unreachable, TLS, not JSON, refused
-                data, reason = None, str(error)
-            else:
-                reason = "it does not exist"
-            if data is not None:
-                break
-            if time.monotonic() > deadline:
-                raise ChannelUnavailable(f"LauncherChannel {self.channel} unreadable for {PRESENT_SECONDS:.0f}s: "
-                                         f"{reason}")
-            time.sleep(RETRY_SECONDS)
-        self._set(data)
+                if time.monotonic() > deadline:
+                    raise ChannelUnavailable(f"LauncherChannel {self.channel} unreadable for "
+                                             f"{PRESENT_SECONDS:.0f}s: {error}") from None
+                time.sleep(RETRY_SECONDS)
+                continue
+            break
+        if data is not None:
+            self._set(data)
         threading.Thread(target=self._watch, name="ahj-recovery-watch", daemon=True).start()
         return self.generation()
 
@@ -202,19 +212,49 @@ class Channel:
 
     # -- this pod's report -----------------------------------------------------------------------------------------
     def report(self, state: str, generation: int, **fields) -> bool:
-        """Writes this pod's report (a merge patch of its one key); tried for a while, never raises: a report
-        that cannot be written makes the operator's rung time out and escalate."""
+        """Writes this pod's report (a merge patch of its one key; the channel made with it when there is none yet);
+        tried for a while, never raises: a report that cannot be written makes the operator's rung time out and
+        escalate."""
         report = {"uid": self.pod_uid, "generation": generation, "state": state, "time": now_text(),
                   **{key: value for key, value in fields.items() if value is not None}}
-        body = json.dumps({"data": {self.pod_name: json.dumps(report, sort_keys=True)}}).encode()
-        query = urllib.parse.urlencode({"fieldManager": FIELD_MANAGER})
+        data = {self.pod_name: json.dumps(report, sort_keys=True)}
         for attempt in range(10):
-            request = urllib.request.Request(f"{self._path()}?{query}", data=body, method="PATCH",
-                                             headers={"Content-Type": "application/merge-patch+json"})
             try:
-                with self._open(request, REQUEST_TIMEOUT_SECONDS):
-                    return True
+                self._write(data)
+                return True
             except (OSError, urllib.error.URLError) as error:
                 self.log(f"report {state} of generation {generation} not written ({error}); trying again")
                 time.sleep(min(RETRY_SECONDS * 2 ** attempt, 5.0))
         return False
+
+    def _write(self, data: dict[str, str]) -> None:
+        try:
+            self._patch(data)
+        except urllib.error.HTTPError as error:
+            if error.code != 404:
+                raise
+            if not self._create(data):  # another launcher (or the operator) made it meanwhile
+                self._patch(data)
+
+    def _patch(self, data: dict[str, str]) -> None:
+        query = urllib.parse.urlencode({"fieldManager": FIELD_MANAGER})
+        request = urllib.request.Request(f"{self._path()}?{query}", data=json.dumps({"data": data}).encode(),
+                                         method="PATCH", headers={"Content-Type": "application/merge-patch+json"})
+        with self._open(request, REQUEST_TIMEOUT_SECONDS):
+            pass
+
+    def _create(self, data: dict[str, str]) -> bool:
+        """Makes the channel holding `data`: True when made, False when another launcher (or the operator) made it
+        first (409) — the caller's patch then writes into theirs. Other errors raise, as a patch's do."""
+        body = {"apiVersion": CHANNEL_API.removeprefix("/apis/"), "kind": CHANNEL_KIND,
+                "metadata": {**self.metadata, "name": self.channel, "namespace": self.namespace}, "data": data}
+        request = urllib.request.Request(self._path({"fieldManager": FIELD_MANAGER}),
+                                         data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with self._open(request, REQUEST_TIMEOUT_SECONDS):
+                return True
+        except urllib.error.HTTPError as error:
+            if error.code == 409:
+                return False
+            raise

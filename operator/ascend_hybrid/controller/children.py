@@ -143,31 +143,36 @@ GRANT_RECHECK_SECONDS = 60.0
 
 
 def signal_launchers(controller, key, job: dict, action) -> None:
-    """The rank generation into LauncherChannel <job>-recovery; the namespace's launcher Role and the
-    ServiceAccount's RoleBinding to it, unless applied less than GRANT_RECHECK_SECONDS ago. A grant the apiserver
-    refuses (the operator not allowed to manage roles) is logged and only costs the in-place rungs: pods that never
-    report get RestartGang."""
+    """The rank generation into LauncherChannel <job>-recovery (made by this apply when no launcher reported yet),
+    and the launchers' grant (grant_launchers)."""
     namespace, name = key
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
     live = controller.kube.apply(render.launcher_channel(name, namespace, uid, action.generation, action.world))
     record.recovery_data = dict(live.get("data") or {})
-    grant = (namespace, action.service_account)
+    grant_launchers(controller, namespace, action.service_account)
+
+
+def grant_launchers(controller, namespace: str, service_account: str) -> None:
+    """The namespace's launcher Role and the ServiceAccount's RoleBinding to it, unless applied less than
+    GRANT_RECHECK_SECONDS ago. A grant the apiserver refuses (the operator not allowed to manage roles) is logged
+    and only costs the in-place rungs: pods that never report get RestartGang."""
+    grant = (namespace, service_account)
     if time.monotonic() - controller.launcher_grants.get(grant, -GRANT_RECHECK_SECONDS) < GRANT_RECHECK_SECONDS:
         return
     try:
-        for manifest in render.launcher_grant(namespace, action.service_account):
+        for manifest in render.launcher_grant(namespace, service_account):
             controller.kube.apply(manifest)
     except Refused as refused:
-        log.warning("%s/%s: the launchers' Role was refused, ranks cannot restart in place: %s", namespace,
-                    name, refused)
+        log.warning("%s: the launchers' Role for ServiceAccount %s was refused, ranks cannot restart in place: %s",
+                    namespace, service_account, refused)
     controller.launcher_grants[grant] = time.monotonic()  # a refusal too: not tried again every pass
 
 
 def recovery_data(controller, key, job: dict) -> dict | None:
     """The data of <job>-recovery: read once per process, then kept by the LauncherChannel watch (child_changed). It
-    is written once the gang's rank table was (reconcile's signal_launchers): a job whose status names none has
-    none."""
+    exists once the gang's rank table was written, a launcher reported or a restart was signalled: a job whose
+    status names no table has none."""
     record = controller.record_of(key)
     if not record.recovery_read:
         if (job.get("status") or {}).get("rankTable"):

@@ -40,6 +40,7 @@ from ascend_hybrid.reconcile.actions import (
     DeletePods,
     DeleteWorkloads,
     EnsureChildren,
+    GrantLaunchers,
     PinAndRelease,
     Place,
     PlaceReplacement,
@@ -517,6 +518,8 @@ class Controller:
                     self.kube.apply(render.rank_table_config_map(name, namespace, job["metadata"]["uid"], job_json,
                                                                  action.table, action.revision))
                     record.rank_table, record.rank_table_revision = action.table, action.revision
+                case GrantLaunchers():
+                    children.grant_launchers(self, namespace, action.service_account)
                 case SignalLaunchers():
                     self.signal_launchers(key, job, action)
                 case DeleteJob():

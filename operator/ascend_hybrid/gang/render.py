@@ -217,8 +217,9 @@ def rank_table_config_map(job: str, namespace: str, uid: str, job_json: str, tab
 
 def launcher_channel(job: str, namespace: str, uid: str, generation: int, world: str | None = None) -> dict:
     """The launchers' channel (recovery.py), LauncherChannel `<job>-recovery`: the operator applies only the
-    `generation` key (and `world` while pods a shrink kept run); each launcher merge-patches the key of its own pod
-    (so the operator's apply never removes a report)."""
+    `generation` key (and `world` while pods a shrink kept run), and only for a restart: a missing channel means
+    generation 0. Each launcher merge-patches the key of its own pod (so the operator's apply never removes a
+    report), and the first to report makes the channel when the operator has not."""
     data = {names.RECOVERY_GENERATION_KEY: str(generation)}
     if world is not None:
         data[names.RECOVERY_WORLD_KEY] = world
@@ -228,7 +229,16 @@ def launcher_channel(job: str, namespace: str, uid: str, generation: int, world:
             "data": data}
 
 
-LAUNCHER_VERBS = ["get", "list", "watch", "patch"]  # read and watch the generation, write its own report
+def launcher_channel_metadata(job: str, uid: str) -> dict:
+    """The labels and owner a launcher gives the channel it makes (env AHJ_LAUNCHER_CHANNEL_METADATA): the job's
+    labels, so the operator's watch sees it, and the job as owner, so it goes with the job. Without
+    blockOwnerDeletion: setting that needs a right on the job the pods do not have (OwnerReferencesPermission-
+    Enforcement); the operator's own apply of the channel adds it."""
+    owner = {key: value for key, value in owner_references(job, uid)[0].items() if key != "blockOwnerDeletion"}
+    return {"labels": names.job_labels(job), "ownerReferences": [owner]}
+
+
+LAUNCHER_VERBS = ["get", "list", "watch", "patch", "create"]  # the generation read; its report written (the first: made)
 
 
 def launcher_grant(namespace: str, service_account: str) -> list[dict]:
@@ -251,9 +261,10 @@ def _field_env(name: str, path: str) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def pod_env(resolved: ResolvedJob, index: int, sched_ip: str | None) -> list[dict]:
+def pod_env(resolved: ResolvedJob, index: int, sched_ip: str | None, uid: str) -> list[dict]:
     """Design §8. User env wins over defaults, except the rank variables, which only the operator may set.
-    `sched_ip` None: the job has no `<job>-sched` (needs_services), its one pod's own IP is the scheduler's."""
+    `sched_ip` None: the job has no `<job>-sched` (needs_services), its one pod's own IP is the scheduler's. `uid`:
+    the job's, for the metadata of the channel a launcher makes (launcher_channel_metadata)."""
     spec, k = resolved.spec, resolved.per_pod
     hccl = spec.hccl
     defaults: list[dict] = [
@@ -279,6 +290,8 @@ def pod_env(resolved: ResolvedJob, index: int, sched_ip: str | None) -> list[dic
     values["AHJ_JOB_CONFIG"] = names.JOB_CONFIG_FILE
     values["AHJ_TERMINATION_LOG"] = names.TERMINATION_LOG  # where the trainer writes why it ended
     values["AHJ_LAUNCHER_CHANNEL"] = names.launcher_channel(resolved.name)
+    values["AHJ_LAUNCHER_CHANNEL_METADATA"] = json.dumps(launcher_channel_metadata(resolved.name, uid),
+                                                         separators=(",", ":"), sort_keys=True)
     values["AHJ_SERVICE_ACCOUNT_DIR"] = names.SERVICE_ACCOUNT_DIR  # the pod's token to reach it with
     if spec.training.checkpoint:
         values["AHJ_CHECKPOINT_DIR"] = names.CHECKPOINT_DIR
@@ -384,7 +397,7 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
         service_account_name=template.service_account_name, priority_class_name=template.priority_class_name,
         node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
         image_pull_policy=template.image_pull_policy, command=template.command, args=template.args,
-        env=pod_env(resolved, index, sched_ip), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,
+        env=pod_env(resolved, index, sched_ip, uid), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,
         resources=_resources(resolved), volume_mounts=mounts, volumes=volumes, termination_log=names.TERMINATION_LOG,
     )
     if needs_expander(resolved):
@@ -418,7 +431,7 @@ def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, pla
         manifest["metadata"]["name"] = manifest["spec"]["hostname"] = name
         manifest["metadata"]["labels"][names.POD_INDEX_LABEL] = str(index)
         manifest["metadata"]["annotations"][names.RANK_INDEX_ANNOTATION] = str(index)
-        manifest["spec"]["containers"][0]["env"] = pod_env(resolved, index, sched_ip)
+        manifest["spec"]["containers"][0]["env"] = pod_env(resolved, index, sched_ip, uid)
         if node:
             terms = manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             terms["nodeSelectorTerms"][0]["matchExpressions"] = [

@@ -116,11 +116,20 @@ class WriteRankTable:
 
 
 @dataclass(frozen=True)
+class GrantLaunchers:
+    """Let the pods' ServiceAccount read and write the LauncherChannels of its namespace (the namespace's launcher
+    Role and the ServiceAccount's RoleBinding to it): with the rank table completed, before the launchers start
+    their ranks. Their first report makes `<job>-recovery` when the operator has not written it (generation 0)."""
+
+    service_account: str
+
+
+@dataclass(frozen=True)
 class SignalLaunchers:
     """Write the rank generation every launcher must run into the job's LauncherChannel `<job>-recovery`
-    (server-side apply of that one key), and let the pods' ServiceAccount read it and report there (the namespace's
-    launcher Role and the ServiceAccount's RoleBinding to it).
-    A launcher whose ranks run an older generation stops them and starts them again (recovery.py)."""
+    (server-side apply of that one key), and grant the pods' ServiceAccount the channel as GrantLaunchers does.
+    A launcher whose ranks run an older generation stops them and starts them again (recovery.py). Generation 0
+    without a world is what a missing channel means: no write for it."""
 
     generation: int
     service_account: str
@@ -141,4 +150,4 @@ class PostEvent:
 
 Action = (EnsureChildren | Place | PlaceReplacement | CreatePods | RemoveGates | PinAndRelease | AdoptPods
           | DeleteWorkloads | DeletePods | WriteRankTable
-          | SignalLaunchers | DeleteJob | PostEvent | ProbeGrow)
+          | GrantLaunchers | SignalLaunchers | DeleteJob | PostEvent | ProbeGrow)

@@ -48,6 +48,7 @@ from ascend_hybrid.reconcile import (
 from ascend_hybrid.reconcile.actions import (
     CreatePods,
     EnsureChildren,
+    GrantLaunchers,
     Place,
     PodToCreate,
 )
@@ -260,6 +261,7 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     attempt = int(status["attempt"])
     if o.rank_table != table:
         p.write_rank_table(table, current.values())
+        p.d.act(GrantLaunchers(membership.service_account(p)))
     status["rankTable"].update(status="completed", version=table["version"])
     recovery_steps.signal_launchers(p)
     if recovery_steps.follow_in_place(p, current) or elastic_steps.grow_step(p, current):

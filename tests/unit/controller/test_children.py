@@ -215,33 +215,36 @@ def a_signal(generation: int, account: str = "default") -> SignalLaunchers:
 
 
 def test_the_launchers_grant_is_the_namespaces_not_the_jobs(monkeypatch):
-    """The channel is applied with every signal; the namespace's Role and the ServiceAccount's RoleBinding once per
+    """A start grants (the rank table completed: no channel yet, it means generation 0); a restart's signal
+    applies the channel and grants. The namespace's Role and the ServiceAccount's RoleBinding are applied once per
     GRANT_RECHECK_SECONDS for every job of the namespace that runs as that account: none owned by a job."""
     clock = [100.0]
     monkeypatch.setattr(children.time, "monotonic", lambda: clock[0])
     kube = FakeKube()
     ctl = controller(kube)
     body = two_pod_body(1)
-    children.signal_launchers(ctl, KEY, body, a_signal(0))
-    channel, role, binding = kube.applied
-    assert (channel["kind"], channel["metadata"]["name"], channel["data"]) == (
-        "LauncherChannel", "job-recovery", {"generation": "0"})
-    assert channel["metadata"]["ownerReferences"][0]["uid"] == "u"
+    children.grant_launchers(ctl, "default", "default")
+    role, binding = kube.applied
     assert role["rules"] == [{"apiGroups": [names.GROUP], "resources": ["launcherchannels"],
-                              "verbs": ["get", "list", "watch", "patch"]}]
+                              "verbs": ["get", "list", "watch", "patch", "create"]}]
     assert (binding["metadata"]["name"], binding["roleRef"]["name"], binding["subjects"]) == (
         "ascend-hybrid-launcher-default", names.LAUNCHER_ROLE,
         [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}])
     assert all("ownerReferences" not in m["metadata"] for m in (role, binding))
+    children.signal_launchers(ctl, KEY, body, a_signal(1))
+    (channel,) = kube.applied[2:]  # the grant is fresh: the channel only
+    assert (channel["kind"], channel["metadata"]["name"], channel["data"]) == (
+        "LauncherChannel", "job-recovery", {"generation": "1"})
+    assert channel["metadata"]["ownerReferences"][0]["uid"] == "u"
     other = {**body, "metadata": {**body["metadata"], "name": "other", "uid": "u2"}}
-    children.signal_launchers(ctl, ("default", "other"), other, a_signal(0))
-    assert [m["kind"] for m in kube.applied[3:]] == ["LauncherChannel"]  # another job, the same grant
-    children.signal_launchers(ctl, ("default", "other"), other, a_signal(0, "trainer"))
-    assert [m["metadata"]["name"] for m in kube.applied[4:]] == [
+    children.grant_launchers(ctl, "default", "default")
+    assert len(kube.applied) == 3  # another job, the same grant
+    children.signal_launchers(ctl, ("default", "other"), other, a_signal(1, "trainer"))
+    assert [m["metadata"]["name"] for m in kube.applied[3:]] == [
         "other-recovery", names.LAUNCHER_ROLE, "ascend-hybrid-launcher-trainer"]  # another account: its binding
     clock[0] += children.GRANT_RECHECK_SECONDS
-    children.signal_launchers(ctl, KEY, body, a_signal(1))
-    assert [m["kind"] for m in kube.applied[7:]] == ["LauncherChannel", "Role", "RoleBinding"]  # a deleted one returns
+    children.signal_launchers(ctl, KEY, body, a_signal(2))
+    assert [m["kind"] for m in kube.applied[6:]] == ["LauncherChannel", "Role", "RoleBinding"]  # a deleted one returns
 
 
 def test_a_refused_grant_costs_the_in_place_rungs_only(monkeypatch):

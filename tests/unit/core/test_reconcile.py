@@ -20,6 +20,7 @@ from ascend_hybrid.reconcile.actions import (
     DeleteJob,
     DeletePods,
     EnsureChildren,
+    GrantLaunchers,
     Place,
     PlaceReplacement,
     PostEvent,
@@ -36,7 +37,8 @@ from support.builders import JobBuilder, NodeBuilder, PodBuilder
 
 KINDS = {PostEvent: "event", Place: "place", EnsureChildren: "ensure_children", CreatePods: "create_pods",
          RemoveGates: "remove_gates", DeletePods: "delete_pods", WriteRankTable: "write_rank_table",
-         DeleteJob: "delete_job", SignalLaunchers: "signal_launchers", PlaceReplacement: "place_replacement"}
+         DeleteJob: "delete_job", SignalLaunchers: "signal_launchers", PlaceReplacement: "place_replacement",
+         GrantLaunchers: "grant_launchers"}
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 NODES = ("node-a", "node-b")
@@ -69,8 +71,8 @@ def node(name: str) -> NodeBuilder:
 
 def observe(body, pods=(), rank_table=None, children_ready=True, nodes=None, now=NOW, launcher_generation=0,
             launchers=None):
-    """launcher_generation 0: the <job>-recovery ConfigMap holds the generation a fresh job runs (its write is
-    tested in test_recovery_ladder.py)."""
+    """launcher_generation 0: the LauncherChannel <job>-recovery holds the generation a fresh job runs (its write
+    is tested in test_recovery_ladder.py)."""
     try:
         resolved, problems = parse(body), ()
     except rules.SpecError as error:
@@ -957,6 +959,22 @@ def test_the_channel_is_written_level_based():
                                         launcher_generation=None)
     assert action(decide(fresh_missing), "signal_launchers").generation == 3
     assert fresh.status["phase"] == "Running"
+
+
+def test_a_start_grants_the_launchers_and_writes_no_channel():
+    """Generation 0 is what a missing channel means: the start that completes the table grants the pods'
+    ServiceAccount the channel and writes none (the first launcher's report makes it); a channel holding only
+    reports (no generation key) needs no write either."""
+    starting = job(status=placed_status(phase="Starting"))
+    fresh = decide(dataclasses.replace(observe(starting, pods=[live(0), live(1)]), launcher_generation=None))
+    assert "write_rank_table" in kinds(fresh) and "signal_launchers" not in kinds(fresh)
+    assert action(fresh, "grant_launchers") == GrantLaunchers("default")
+    assert fresh.status["phase"] == "Running"
+    body, table = running_job()
+    reports = dict([said(0, "Started"), said(1, "Started")])
+    reported = decide(dataclasses.replace(observe(body, pods=[live(0), live(1)], rank_table=table, launchers=reports),
+                                          launcher_generation=None))
+    assert "signal_launchers" not in kinds(reported) and "grant_launchers" not in kinds(reported)
 
 
 def test_goodput_counts_the_steps_kept_since_the_first_checkpoint():

@@ -186,6 +186,11 @@ def test_env_of_design_section_8(seed, seed_children):
         assert json.loads(values["AHJ_PARALLEL"]) == seed.degrees
         assert values["AHJ_JOB_CONFIG"] == "/etc/ascend-hybrid/job.json"
         assert values["AHJ_TERMINATION_LOG"] == "/dev/termination-log"
+        assert values["AHJ_LAUNCHER_CHANNEL"] == f"{seed.name}-recovery"
+        made = json.loads(values["AHJ_LAUNCHER_CHANNEL_METADATA"])  # what a launcher gives the channel it makes
+        assert made["labels"].items() <= pod["metadata"]["labels"].items()  # the job's labels, which the pod has
+        assert made["ownerReferences"] == [{k: v for k, v in pod["metadata"]["ownerReferences"][0].items()
+                                            if k != "blockOwnerDeletion"}]
         assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
         assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
         assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
