@@ -269,11 +269,11 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     completed = f"hccl.json completed for {e.world_size} ranks"
     table_news = (condition(status, "RankTableReady") or {}).get("status") != "True"
     p.cond("RankTableReady", True, "Completed", f"hccl.json v{table['version']} lists {e.world_size} ranks")
-    if status.get("phase") != "Running":  # the two milestones come together: one event tells both
+    if status.get("phase") != "Running" and ran_before(status):  # one event tells both milestones
         where = (status.get("placement") or {}).get("summary")
         p.d.emit("Normal", "Running", f"attempt {attempt}: {e.pod_count} pods running"
                  + (f" on {where}" if where else "") + (f", {completed}" if table_news else ""))
-    elif table_news:
+    elif table_news and status.get("phase") == "Running":
         p.d.emit("Normal", "RankTableReady", completed)
     p.cond("Running", True, "AllPodsRunning", f"attempt {attempt}")
     p.cond("Restarting", False, "Running", f"attempt {attempt} running")
@@ -283,6 +283,14 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     recovery_steps.record_goodput(p, current)
     p.requeue(SLOW_REQUEUE_SECONDS)
     return p.d
+
+
+def ran_before(status: dict) -> bool:
+    """Whether this Running is a return: after a restart, a recovery or a resume (a later attempt). Only a return
+    gets the Running event: the status keeps a job's first start (startTime, the Running and RankTableReady
+    conditions, placement.summary naming the nodes) until it runs again, and events keep the history the status
+    overwrites — one write fewer for every job that never fails (issue 27)."""
+    return int(status.get("attempt") or 1) > 1 or bool(status.get("restarts")) or bool(status.get("recoveries"))
 
 
 def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decision:
