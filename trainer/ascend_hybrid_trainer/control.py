@@ -2,14 +2,15 @@
 API group), reached with the pod's own ServiceAccount token (docs/reliability.md, "The launchers' channel").
 
 The operator writes the key `generation` of its `data`: the rank generation every pod must run, once a restart
-needs one (no channel, or no key, is generation 0). Each launcher watches the channel (a watch on that one object: a
-new generation arrives within a second) and writes the key of its own pod, a JSON report: its ranks of a generation `Started` (with the checkpoint step they resume from), `Stepping`
-(they trained a step) or `Failed` (the pod's cause, rank and step). Beside the generation, while pods an elastic
-shrink or growth kept run, the operator writes `world`: the index each pod runs as now, the world size, degrees and
-job.json (generations.py moves a kept pod into it). The first launcher to report makes the channel when the
-operator has not, with the labels and owner the operator gives in AHJ_LAUNCHER_CHANNEL_METADATA. The apiserver
-authenticates the token and its RBAC lets the pod's ServiceAccount get, watch, patch and create the LauncherChannels
-of its namespace and nothing else (the operator's `ascend-hybrid-launcher` Role). Standard library only: the trainer image needs no Kubernetes client.
+needs one (no channel, or no key, is generation 0). Each launcher watches the channel (a watch on that one object:
+a new generation arrives within a second) and writes the key of its own pod, a JSON report: its ranks of a
+generation `Started` (with the checkpoint step they resume from), `Stepping` (they trained a step) or `Failed` (the
+pod's cause, rank and step). Beside the generation, while pods an elastic shrink or growth kept run, the operator
+writes `world`: the index each pod runs as now, the world size, degrees and job.json (generations.py moves a kept
+pod into it). The first launcher to report makes the channel when the operator has not, with the labels and owner
+the operator gives in AHJ_LAUNCHER_CHANNEL_METADATA. The apiserver authenticates the token and its RBAC lets the
+pod's ServiceAccount get, watch, patch and create the LauncherChannels of its namespace and nothing else (the
+operator's `ascend-hybrid-launcher` Role). Standard library only: the trainer image needs no Kubernetes client.
 """
 
 from __future__ import annotations

@@ -238,7 +238,8 @@ def launcher_channel_metadata(job: str, uid: str) -> dict:
     return {"labels": names.job_labels(job), "ownerReferences": [owner]}
 
 
-LAUNCHER_VERBS = ["get", "list", "watch", "patch", "create"]  # the generation read; its report written (the first: made)
+# the generation read and watched; the pod's report written (the first report makes the channel)
+LAUNCHER_VERBS = ["get", "list", "watch", "patch", "create"]
 
 
 def launcher_grant(namespace: str, service_account: str) -> list[dict]:
