@@ -157,8 +157,7 @@ def in_place_rungs(dev: DevCluster, pods: int, chips: int, tag: str) -> tuple[fl
     try:
         dev.create_all(dev.jobs_url(namespace), [gang_job("bench", pods, chips, annotations=None)])
         watch.wait_count(1, 600, "attempt 1 Running")
-        launchers.wait_generation(0)
-        launchers.say_all(0, "Started", resumedFrom=0)
+        launchers.say_all(0, "Started", resumedFrom=0)  # the first report makes the channel (generation 0)
         time.sleep(1.0)  # the operator's watch has the reports
         victim, uid = sorted(launchers.pods().items())[-1]
         ranks_done = dev.job_watch(namespace, recovered)
@@ -256,7 +255,6 @@ def elastic_rungs(dev: DevCluster, nodes: int, pods: int, chips: int, tag: str) 
         dev.create_all(dev.jobs_url(namespace), [elastic_job(pods, chips)])
         first.wait_count(1, 600, "attempt 1 Running")
         first.close()
-        launchers.wait_generation(0)
         launchers.say_all(0, "Started", resumedFrom=0)
         launchers.say_all(0, "Stepping", resumedFrom=0, step=1)
         fillers = dev.pod_watch(namespace, label_selector="bench=filler")

@@ -54,8 +54,7 @@ class Launchers:
 def started(jobs, name: str, pods: int) -> Launchers:
     converge(jobs, name, timeout=120)
     launchers = Launchers(jobs, name)
-    launchers.wait_generation(0)
-    launchers.all(0, "Started", resumedFrom=0)
+    launchers.all(0, "Started", resumedFrom=0)  # the first report makes the channel (generation 0)
     wait_for(lambda: len(launchers.pods()) == pods, 30, "the pods")
     return launchers
 
