@@ -117,8 +117,16 @@ class Launchers:
         self.dev, self.namespace, self.job = dev, namespace, job
 
     def pods(self) -> dict[str, str]:
-        found = self.dev.core.list_namespaced_pod(self.namespace, label_selector=f"{names.JOB_LABEL}={self.job}")
-        return {pod.metadata.name: pod.metadata.uid for pod in found.items if not pod.metadata.deletion_timestamp}
+        """Name → UID of the job's pods not being deleted. Read as plain JSON: the typed client's models of 2 048
+        pods take seconds to build, a bench cost that would count as the operator's (a launcher knows its UID)."""
+        found = self.dev.core.list_namespaced_pod(self.namespace, label_selector=f"{names.JOB_LABEL}={self.job}",
+                                                  _preload_content=False)
+        return {pod["metadata"]["name"]: pod["metadata"]["uid"] for pod in json.loads(found.data)["items"]
+                if not pod["metadata"].get("deletionTimestamp")}
+
+    def uid_of(self, pod: str) -> str:
+        found = self.dev.core.read_namespaced_pod(pod, self.namespace, _preload_content=False)
+        return json.loads(found.data)["metadata"]["uid"]
 
     def generation(self) -> int:
         """The generation the operator wrote into the channel; 0 while it wrote none (a start writes none)."""
@@ -157,15 +165,16 @@ def in_place_rungs(dev: DevCluster, pods: int, chips: int, tag: str) -> tuple[fl
     try:
         dev.create_all(dev.jobs_url(namespace), [gang_job("bench", pods, chips, annotations=None)])
         watch.wait_count(1, 600, "attempt 1 Running")
-        launchers.say_all(0, "Started", resumedFrom=0)  # the first report makes the channel (generation 0)
+        running = launchers.pods()  # the same pods after the fault: each launcher restarts its ranks in place
+        launchers.say_all(0, "Started", running, resumedFrom=0)  # the first report makes the channel (generation 0)
         time.sleep(1.0)  # the operator's watch has the reports
-        victim, uid = sorted(launchers.pods().items())[-1]
+        victim, uid = sorted(running.items())[-1]
         ranks_done = dev.job_watch(namespace, recovered)
         started = time.monotonic()
         launchers.say({victim: report(uid, 0, "Failed", cause="Unknown", rank=pods - 1, step=5, detail="bench")})
         told = launchers.wait_generation(1) - started
-        launchers.say_all(1, "Started", resumedFrom=4)
-        launchers.say_all(1, "Stepping", resumedFrom=4, step=5)
+        launchers.say_all(1, "Started", running, resumedFrom=4)
+        launchers.say_all(1, "Stepping", running, resumedFrom=4, step=5)
         ranks_recovered = ranks_done.wait_count(1, 600, "RestartRanks recovered") - started
         ranks_done.close()
 
@@ -174,7 +183,7 @@ def in_place_rungs(dev: DevCluster, pods: int, chips: int, tag: str) -> tuple[fl
         time.sleep(IN_FLIGHT_SECONDS)
         replaced_done = dev.job_watch(namespace, lambda job: len((job.get("status") or {}).get("recoveries") or [])
                                       == 2 and recovered(job))
-        before = launchers.pods()
+        before = running
         started = time.monotonic()
         dev.core.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)  # lost: no graceful end
         launchers.wait_generation(2)
@@ -192,8 +201,9 @@ def in_place_rungs(dev: DevCluster, pods: int, chips: int, tag: str) -> tuple[fl
                 raise SystemExit("timed out waiting for the rank table to complete again")
             time.sleep(0.05)
         replaced = max(back, time.monotonic()) - started
-        launchers.say_all(2, "Started", resumedFrom=4)
-        launchers.say_all(2, "Stepping", resumedFrom=4, step=5)
+        after = {**before, victim: launchers.uid_of(victim)}  # only the replacement's launcher is new
+        launchers.say_all(2, "Started", after, resumedFrom=4)
+        launchers.say_all(2, "Stepping", after, resumedFrom=4, step=5)
         replaced_recovered = replaced_done.wait_count(1, 600, "ReplacePod recovered") - started
         replaced_done.close()
     finally:
