@@ -178,6 +178,20 @@ def test_the_job_json_of_context_parallelism_uneven_stages_and_the_seed_knobs_re
     assert plan.context["device_num"] == 16 and plan.context["comm_fusion"]["allreduce"]["config"] == 32
 
 
+def test_the_sliding_window_reaches_the_trainers_attention():
+    body = {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "metadata": {"name": "window"},
+            "spec": {"parallelism": {"data": 2}, "npu": {"perPod": 2},
+                     "model": {"preset": "tiny", "slidingWindow": 16}, "training": {"seqLength": 64}}}
+    resolved = rules.parse(body)
+    job = render.job_config(resolved)
+    assert job["model"]["slidingWindow"] == 16
+    config = parse_job(job, env_parallel=json.loads(json.dumps(resolved.degrees)))
+    assert config.model.sliding_window == 16
+    without = parse_job(render.job_config(rules.parse({**body, "spec": {**body["spec"], "model": {"preset": "tiny"}}})),
+                        env_parallel=json.loads(json.dumps(resolved.degrees)))
+    assert without.model.sliding_window is None
+
+
 @pytest.mark.parametrize("pods", [2, 2048])
 def test_the_trainer_reads_the_rank_table_as_the_operator_writes_it_plain_or_gzipped(tmp_path, pods):
     """The ConfigMap as the kubelet mounts it (a file per key, binaryData decoded): a 16 384-rank table is

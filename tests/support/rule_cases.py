@@ -356,6 +356,11 @@ RULE_CASES = [
      "spec.training.seqLength=130 must be divisible by spec.parallelism.context=4 (each context-parallel rank holds "
      "an equal part of the sequence)",
      spec_with(parallelism={"data": 2, "tensor": 1, "context": 4}, training={"seqLength": 128, "flashAttention": True})),
+    ("slidingWindow-context", spec_with(parallelism={"data": 4, "context": 2}, model={"slidingWindow": 64},
+                                        training={"flashAttention": True}),
+     "spec.model.slidingWindow=64: not with spec.parallelism.context=2 (the trainer's ring attention runs the causal "
+     "mask only)",
+     spec_with(parallelism={"data": 8}, model={"slidingWindow": 64}, training={"flashAttention": True})),
     ("capacityFactor-moe-only", spec_with(model={"preset": "gpt-1b", "capacityFactor": 0.8}),
      "spec.model.capacityFactor: only for MoE models (spec.model.experts > 0)",
      spec_with(model={"preset": "moe-100b", "capacityFactor": 0.8})),

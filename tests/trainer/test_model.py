@@ -23,13 +23,16 @@ def _pynative():
     ms.set_device("CPU")
 
 
-def reference_attention(x, qkv_weight, output_weight, heads, kv_heads, seq):
-    """Causal attention written out per head: head i·groups + j uses key/value head i."""
+def reference_attention(x, qkv_weight, output_weight, heads, kv_heads, seq, window=None):
+    """Causal attention written out per head: head i·groups + j uses key/value head i; with a window, query q sees
+    keys q - window + 1 … q only."""
     tokens, hidden = x.shape
     batch, d, groups = tokens // seq, hidden // heads, heads // kv_heads
     qkv = (x @ qkv_weight.T).reshape(batch, seq, kv_heads, groups + 2, d)
     context = np.zeros((batch, seq, kv_heads, groups, d))
     causal = np.triu(np.full((seq, seq), -np.inf), k=1)
+    if window is not None:
+        causal += np.tril(np.full((seq, seq), -np.inf), k=-window)
     for b in range(batch):
         for i in range(kv_heads):
             key, value = qkv[b, :, i, groups], qkv[b, :, i, groups + 1]
@@ -57,6 +60,38 @@ def test_grouped_query_attention_equals_the_per_head_reference(heads, kv_heads):
                                    attention.output.weight.asnumpy().astype(np.float64), heads, kv_heads, SEQ)
     assert got.shape == (2 * SEQ, config.hidden)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [1, 2, 4, SEQ])
+def test_a_sliding_window_equals_the_reference_and_forgets_older_tokens(window):
+    import mindspore as ms
+
+    from ascend_hybrid_trainer.model import Attention
+
+    config = ModelConfig(layers=1, hidden=32, heads=4, ffn_hidden=32, vocab=16, kv_heads=2, sliding_window=window)
+    attention = Attention(config, SEQ, shards=None)
+    x = np.random.RandomState(window).randn(2 * SEQ, 32).astype(np.float32)
+    got = attention(ms.Tensor(x)).asnumpy()
+    expected = reference_attention(x.astype(np.float64), attention.qkv.weight.asnumpy().astype(np.float64),
+                                   attention.output.weight.asnumpy().astype(np.float64), 4, 2, SEQ, window)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    changed = x.copy()
+    changed[0] += 5.0  # the first token of the first sample: outside the window of every query from `window` on
+    after = attention(ms.Tensor(changed)).asnumpy()
+    np.testing.assert_allclose(got[window:SEQ], after[window:SEQ], atol=1e-6)
+    assert not np.allclose(got[window - 1], after[window - 1])
+
+
+@pytest.mark.parametrize("window, mode, earlier", [(None, 2, 2147483647), (8, 4, 7)])
+def test_flash_attention_takes_the_window_as_a_band(window, mode, earlier):
+    """Ascend only to run, but MindSpore builds (and checks) the primitive anywhere: a window is sparse_mode 4
+    (band) with the query's window - 1 earlier keys and no later one, on the same compressed causal mask."""
+    from ascend_hybrid_trainer.model import FlashAttentionCore
+
+    config = ModelConfig(layers=1, hidden=32, heads=4, ffn_hidden=32, vocab=16, kv_heads=2, sliding_window=window)
+    core = FlashAttentionCore(config, 16, shards=None)
+    assert (core.flash.sparse_mode, core.flash.pre_tokens, core.flash.next_tokens) == (mode, earlier, 0)
+    assert core.mask.shape == (2048, 2048)
 
 
 def test_a_later_token_never_changes_an_earlier_output():

@@ -305,6 +305,9 @@ def test_context_parallelism_needs_flash_attention_and_a_divisible_sequence():
     with pytest.raises(ConfigError, match=r"training.seqLength=130 must be divisible by parallelism.context=4"):
         plan_of({"parallelism": {"tensor": 2, "context": 4},
                  "training": {"flashAttention": True, "seqLength": 130, "globalBatchSize": 1}})
+    with pytest.raises(ConfigError, match=r"model.slidingWindow=64: not with parallelism.context=2"):
+        plan_of({"parallelism": {"tensor": 2, "context": 2}, "model": {"slidingWindow": 64},
+                 "training": {"flashAttention": True, "seqLength": 128, "globalBatchSize": 1}})
 
 
 def test_cpu_refuses_context_parallelism():

@@ -81,6 +81,7 @@ class ModelConfig:
     aux_loss_weight: float = DEFAULT_AUX_LOSS_WEIGHT
     kv_heads: int | None = None  # None: = heads (multi-head attention)
     ffn_type: str = defaults.MODEL_EXTENSIONS["ffnType"]
+    sliding_window: int | None = None  # keys each query attends to, itself included; None: full causal attention
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -157,7 +158,8 @@ def parse_model(document: ModelDocument) -> ModelConfig:
         vocab=merged["vocab"], experts=merged.get("experts", 0), top_k=merged.get("topK", DEFAULT_TOP_K),
         capacity_factor=merged.get("capacityFactor", DEFAULT_CAPACITY_FACTOR),
         aux_loss_weight=merged.get("auxLossWeight", DEFAULT_AUX_LOSS_WEIGHT),
-        kv_heads=merged.get("kvHeads"), ffn_type=merged.get("ffnType", defaults.MODEL_EXTENSIONS["ffnType"]))
+        kv_heads=merged.get("kvHeads"), ffn_type=merged.get("ffnType", defaults.MODEL_EXTENSIONS["ffnType"]),
+        sliding_window=merged.get("slidingWindow"))
     problems = []
     if model.hidden % model.heads:
         problems.append(f"model.hidden={model.hidden} must be divisible by model.heads={model.heads}")

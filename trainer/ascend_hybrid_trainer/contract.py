@@ -73,6 +73,7 @@ class ModelDocument(_Section):
     top_k: PositiveInt | None = None
     capacity_factor: PositiveFloat | None = None
     aux_loss_weight: NonNegativeFloat | None = None
+    sliding_window: PositiveInt | None = None
 
 
 class CheckpointDocument(_Section):

@@ -65,17 +65,25 @@ class LayerNorm(nn.Cell):
         return self.norm(x, self.gamma, self.beta)[0]
 
 
+def attends(query: int, key: int, window: int | None) -> bool:
+    """Causal attention, within the sliding window (the key among the query's `window` latest tokens) if any."""
+    return key <= query and (window is None or query - key < window)
+
+
 class AttentionCore(nn.Cell):
     """softmax(q·kᵀ/√d + causal) · v for query heads grouped by their key/value head: q [b, kv, groups·s, d],
     k and v [b, kv, s, d] → [b, kv, groups·s, d]. One cell, so selective recompute can recompute exactly this
-    part (the scores and probabilities, the largest activations: 2·b·heads·s² per layer) in the backward pass."""
+    part (the scores and probabilities, the largest activations: 2·b·heads·s² per layer) in the backward pass.
+    A sliding window masks more of the same scores: every one is still computed."""
 
     def __init__(self, config: ModelConfig, seq_length: int, shards: ShardStrategies | None):
         super().__init__()
         self.scores = _shard(ops.BatchMatMul(transpose_b=True), shards and shards.attention_scores)
         self.softmax = _shard(ops.Softmax(axis=-1), shards and shards.attention_softmax)
         self.context = _shard(ops.BatchMatMul(), shards and shards.attention_context)
-        causal = [[0.0 if key <= query else MASK_VALUE for key in range(seq_length)] for query in range(seq_length)]
+        window = config.sliding_window
+        causal = [[0.0 if attends(query, key, window) else MASK_VALUE for key in range(seq_length)]
+                  for query in range(seq_length)]
         # every query head of a group sees the same causal mask: the rows repeat once per head of the group
         self.causal_bias = ms.Tensor(causal * config.query_groups, ms.float32)
         self.scale = 1.0 / math.sqrt(config.head_dim)
@@ -90,7 +98,9 @@ class FlashAttentionCore(nn.Cell):
     kernel; check_runnable refuses it there). The scores are computed block by block and never stored, so no
     recompute is needed for them. BNSD layout, query heads in (kv, group) order, which is the grouping the
     operator expects (query head i uses key/value head i // groups); causal by the 2048x2048 compressed mask of
-    sparse_mode 2 (leftUpCausal). float16 inside, as the kernel requires."""
+    sparse_mode 2 (leftUpCausal), or with a sliding window sparse_mode 4 (band: the query's pre_tokens earlier keys
+    and none later) with the same mask, where the kernel skips the blocks outside the band. float16 inside, as the
+    kernel requires."""
 
     COMPRESSED_MASK = 2048
 
@@ -101,9 +111,11 @@ class FlashAttentionCore(nn.Cell):
         self.heads, self.kv_heads, self.groups, self.seq = (config.heads, config.kv_heads, config.query_groups,
                                                             seq_length)
         self.head_dim = config.head_dim
+        window = config.sliding_window
+        band = {"pre_tokens": window - 1, "sparse_mode": 4} if window else {"pre_tokens": 2147483647, "sparse_mode": 2}
         self.flash = _shard(FlashAttentionScore(head_num=config.heads, keep_prob=1.0,
-                                                scale_value=1.0 / math.sqrt(config.head_dim), pre_tokens=2147483647,
-                                                next_tokens=0, input_layout="BNSD", sparse_mode=2),
+                                                scale_value=1.0 / math.sqrt(config.head_dim), next_tokens=0,
+                                                input_layout="BNSD", **band),
                             shards and shards.flash_attention)
         if shards is not None and shards.ring_attention:
             # context parallelism: the S axis is split cp ways and K, V travel around the CP ranks

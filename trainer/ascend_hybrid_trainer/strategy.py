@@ -175,6 +175,8 @@ def check_shapes_divide(model: ModelConfig, degrees: Parallelism, training: Trai
                                                              f"divisible by parallelism.context={degrees.context}"))
         rules.append((0 if training.flash_attention else 1, f"parallelism.context={degrees.context} needs "
                       "training.flashAttention: ring attention is a FlashAttentionScore feature"))
+        rules.append((0 if model.sliding_window is None else 1, f"model.slidingWindow={model.sliding_window}: not "
+                      f"with parallelism.context={degrees.context} (ring attention here runs the causal mask only)"))
     if training.sequence_parallel and mp > 1:
         rules.append((training.seq_length % mp, f"training.seqLength={training.seq_length} must be divisible by "
                                                 f"parallelism.tensor={mp} for sequenceParallel"))

@@ -17,11 +17,12 @@ BYTES_16BIT = 2
 @lru_cache(maxsize=1024)
 def layer_forward_flops(w: Workload, padded: bool) -> float:
     """Forward FLOPs of one layer per token: 2 per weight of each matmul, plus 4·s·h for attention scores and their
-    product with V. An MoE layer runs topK experts per token (× capacity factor for what the device computes)."""
+    product with V (s the keys attended, the sliding window's with FlashAttention). An MoE layer runs topK experts
+    per token (× capacity factor for what the device computes)."""
     mlp: float = 2 * w.mlp_parameters
     if w.is_moe:
         mlp = mlp * w.top_k * (w.capacity_factor if padded else 1) + 2 * w.hidden * w.experts
-    return 2 * w.attention_parameters + 4 * w.seq_length * w.hidden + mlp
+    return 2 * w.attention_parameters + 4 * w.attended_keys * w.hidden + mlp
 
 
 def model_flops_per_step(w: Workload) -> float:
@@ -169,7 +170,7 @@ def _micro_batch_work(w: Workload, s: Strategy, hw: Hardware, layers: int, head:
     # Attention core: the local heads' scores against the whole sequence (with CP a device holds s/cp queries).
     local_width = w.hidden / s.tensor
     if w.flash_attention:
-        flops = 4 * tokens * w.seq_length * local_width * CAUSAL_SHARE
+        flops = 4 * tokens * w.attended_keys * local_width * CAUSAL_SHARE
         attention_forward = flops / (peak * model.attention_efficiency)
         attention_backward = FLASH_BACKWARD * attention_forward
     else:

@@ -203,11 +203,18 @@ def _count(parameters: float) -> str:
     return f"{parameters / 1e9:.1f} B" if parameters >= 1e9 else f"{parameters / 1e6:.1f} M"
 
 
+def _window(w: Workload) -> str:
+    if w.sliding_window is None:
+        return ""
+    costed = "" if w.flash_attention else ", every score computed without flashAttention"
+    return f" (sliding window {w.sliding_window}{costed})"
+
+
 def _summary(plan: Plan) -> str:
     w, hw = plan.workload, plan.hardware
     nodes = -(-plan.world // hw.chips_per_node)
     return (f"world {plan.world} on {hw.name} ({nodes} nodes × {hw.chips_per_node}), global batch {w.global_batch} "
-            f"× {w.seq_length} tokens, {_count(w.total_parameters)} parameters: {plan.considered} strategies, "
+            f"× {w.seq_length} tokens{_window(w)}, {_count(w.total_parameters)} parameters: {plan.considered} strategies, "
             f"{plan.fitting} fit, {plan.rejected.count} rejected")
 
 

@@ -151,7 +151,7 @@ CONTEXT_DEGREES = (2, 4, 8, 16)
 
 
 def _context_options(w: Workload, world: int) -> list[int]:
-    if not w.flash_attention or w.seq_length < CONTEXT_FROM_SEQUENCE:
+    if not w.flash_attention or w.seq_length < CONTEXT_FROM_SEQUENCE or w.sliding_window is not None:
         return [1]
     return [1] + [c for c in CONTEXT_DEGREES if world % c == 0 and w.seq_length % c == 0]
 

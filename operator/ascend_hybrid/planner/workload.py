@@ -48,6 +48,7 @@ class Workload:
     flash_attention: bool
     capacity_factor: float = CAPACITY_FACTOR
     gradient_bucket_mb: int | None = None  # training.gradientBucketMB; None: MindSpore's own fusion
+    sliding_window: int | None = None  # model.slidingWindow; None: full causal attention
 
     @classmethod
     def from_job(cls, resolved: Any) -> Workload:
@@ -59,7 +60,7 @@ class Workload:
                    top_k=(model.get("topK") or 2) if experts else 0, seq_length=training.seq_length,
                    global_batch=resolved.global_batch_size, flash_attention=training.flash_attention,
                    capacity_factor=model.get("capacityFactor") or CAPACITY_FACTOR,
-                   gradient_bucket_mb=training.gradient_bucket_mb)
+                   gradient_bucket_mb=training.gradient_bucket_mb, sliding_window=model.get("slidingWindow"))
 
     @property
     def is_moe(self) -> bool:
@@ -99,6 +100,17 @@ class Workload:
         h = self.hidden
         norms = (2 * self.layers + 1) * 2 * h
         return self.layers * self.layer_parameters + norms + self.seq_length * h + 2 * self.vocab * h
+
+    @cached_property
+    def attended_keys(self) -> float:
+        """Keys a query's scores are computed against, on average, in the count the FLOPs formulas use (the whole
+        sequence; causal masking is priced apart): the sequence, or with FlashAttention and a sliding window
+        shorter than it the window's mean, whose blocks are all the kernel computes (the first slidingWindow - 1
+        queries see fewer keys)."""
+        window = self.sliding_window
+        if not self.flash_attention or window is None or window >= self.seq_length:
+            return float(self.seq_length)
+        return min(float(self.seq_length), 2 * window - window * (window - 1) / self.seq_length)
 
     @cached_property
     def tokens_per_step(self) -> int:

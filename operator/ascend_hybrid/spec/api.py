@@ -188,6 +188,11 @@ class Model(ApiModel):
     aux_loss_weight: float | None = Field(None, ge=0, le=1000)
     """MoE only: weight of the auxiliary load-balancing loss (Switch/GShard) added to the training loss. Default
     0.01."""
+    sliding_window: int | None = Field(None, ge=1)
+    """Sliding-window attention (Mistral's): each token attends to itself and the slidingWindow - 1 tokens before
+    it. With flashAttention the kernel skips the blocks outside the window, so attention costs about seqLength x
+    slidingWindow instead of seqLength² / 2; without it every score is computed and masked. Default: none (full
+    causal attention). Not with context parallelism (the trainer's ring attention is causal only)."""
 
 
 class Checkpoint(ApiModel):

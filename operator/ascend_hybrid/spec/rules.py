@@ -180,6 +180,14 @@ def _context_needs_flash_attention(e: ResolvedJob) -> str | None:
     return None
 
 
+def _window_without_context(e: ResolvedJob) -> str | None:
+    window = e.model.get("slidingWindow")
+    if window is not None and e.context > 1:
+        return (f"spec.model.slidingWindow={window}: not with spec.parallelism.context={e.context} (the trainer's "
+                "ring attention runs the causal mask only)")
+    return None
+
+
 def _moe_only(field: str) -> Callable[[ResolvedJob], str | None]:
     def check(e: ResolvedJob) -> str | None:
         if e.model.get(field) is not None and not e.model.get("experts"):
@@ -394,6 +402,10 @@ RULES: tuple[Rule, ...] = _AUTO_RULES + (
          "self.parallelism.context == 1 || self.training.flashAttention",
          cel_format("spec.parallelism.context=%d needs spec.training.flashAttention: true (ring attention is a "
                     "FlashAttentionScore feature)", "self.parallelism.context")),
+    Rule(_window_without_context,
+         "!has(self.model.slidingWindow) || self.parallelism.context == 1",
+         cel_format("spec.model.slidingWindow=%d: not with spec.parallelism.context=%d (the trainer's ring attention "
+                    "runs the causal mask only)", "self.model.slidingWindow", "self.parallelism.context")),
     *(Rule(_moe_only(field), f"!has(self.model.{field}) || {cel_model_or_zero('experts')} > 0",
            repr(f"spec.model.{field}: only for MoE models (spec.model.experts > 0)"))
       for field in ("capacityFactor", "auxLossWeight")),

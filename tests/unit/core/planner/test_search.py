@@ -264,6 +264,18 @@ def test_the_search_offers_uneven_stages_where_the_pipeline_does_not_divide_the_
         assert document["parallelism"]["pipelineLayers"] == list(split)
 
 
+def test_a_sliding_window_keeps_the_search_off_context_parallelism():
+    """The trainer's ring attention is causal only (rules refuse slidingWindow with context > 1): the search never
+    offers it, and a windowed 32K sequence still finds strategies."""
+    body = {"metadata": {"name": "window"}, "spec": {
+        "parallelism": {"auto": True, "world": 8},
+        "model": {"preset": "custom", "layers": 32, "hidden": 4096, "heads": 32, "kvHeads": 8, "vocab": 32000,
+                  "ffnType": "swiglu", "ffnHidden": 14336, "slidingWindow": 4096},
+        "training": {"globalBatchSize": 32, "seqLength": 32768, "flashAttention": True, "sequenceParallel": True}}}
+    found = search.plan(rules.parse(body), HW, world=8)
+    assert found.candidates and all(c.strategy.context == 1 for c in found.candidates)
+
+
 def test_long_sequences_search_context_parallelism_and_its_ranks_follow_tensor():
     body = {"metadata": {"name": "long"}, "spec": {
         "parallelism": {"auto": True, "world": 32},
