@@ -86,6 +86,16 @@ CROSS_ENTROPY_BACKWARD_BYTES = 8 + 6
 PERMUTE_FORWARD_PASSES = 2 + 2 + 3 + 3 + 2 + 3
 PERMUTE_BACKWARD_PASSES = 2 + 4 + 2 + 2 + 4 + 3
 GATHERED_BUFFER_PASSES = 1
+# Ring attention (CP) merges each step's partial output into the running one: MindSpeed 4ea42a23 (the version
+# MindSpeed-LLM d58c5688 installs), context_parallel/utils.py forward_update_without_fused, since no published
+# script passes --use-fused-ring-attention-update. Bytes per element of the device's output (b·s/cp tokens × h/t):
+# the previous and the current output scale each broadcast to the heads' width and made contiguous in fp32 (write
+# 4, read 4, write 4), each partial output times its scale into fp32 (read 2 + 4, write 4), their sum (read 8,
+# write 4) and the cast back (read 4, write 2). Backward, causal_grad_update adds each step's dQ (every local token)
+# and dK, dV (half of them) into 16-bit accumulators (read 2 + 2, write 2). Each of the cp - 1 steps after the
+# first has a rank whose queries are all updated, and the ring waits for it.
+RING_MERGE_BYTES = 2 * (4 + 4 + 4) + 2 * (2 + 4 + 4) + (8 + 4) + (4 + 2)
+RING_GRAD_ADD_BYTES = 2 + 2 + 2
 
 
 def _vector_forward_bytes(w: Workload, s: Strategy) -> float:
@@ -171,8 +181,12 @@ def _micro_batch_work(w: Workload, s: Strategy, hw: Hardware, layers: int, head:
     local_width = w.hidden / s.tensor
     if w.flash_attention:
         flops = 4 * tokens * w.attended_keys * local_width * CAUSAL_SHARE
-        attention_forward = flops / (peak * model.attention_efficiency)
+        attention_forward = model.attention_seconds(peak, flops, w.head_dim)
         attention_backward = FLASH_BACKWARD * attention_forward
+        if s.context > 1:
+            steps, kv_width = s.context - 1, w.head_dim * w.kv_heads / s.tensor
+            attention_forward += model.vector_seconds(steps * tokens * local_width * RING_MERGE_BYTES)
+            attention_backward += model.vector_seconds(steps * tokens * (local_width + kv_width) * RING_GRAD_ADD_BYTES)
     else:
         heads = w.heads / s.tensor
         per_head = model.matmul_seconds(peak, w.seq_length, w.seq_length, w.head_dim, pad)

@@ -78,8 +78,22 @@ class ComputeModel:
         share = self.matmul_efficiency * (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
         return 2 * m * n * k / (peak_flops * share)
 
+    def attention_seconds(self, peak_flops: float, flops: float, head_dim: float) -> float:
+        """FlashAttention's FLOPs at `attention_efficiency` for heads of ATTENTION_HEAD_REFERENCE: each of its two
+        block matmuls (Q·Kᵀ, P·V) has the head size as one dimension, which the Cube runs at d/(d + half_dim) as it
+        does any matmul's, so other head sizes scale by that factor against the reference's."""
+        d0 = self.half_dim
+        d = -(-head_dim // CUBE_TILE) * CUBE_TILE
+        shape = (d / (d + d0)) / (ATTENTION_HEAD_REFERENCE / (ATTENTION_HEAD_REFERENCE + d0))
+        return flops / (peak_flops * self.attention_efficiency * shape)
+
     def vector_seconds(self, bytes_moved: float) -> float:
         return bytes_moved / (self.hbm_gbps * 1e9 * self.vector_efficiency)
+
+
+# The head size of the runs attentionEfficiency is fitted on (every dense 910B calibration run but Gemma 2B's and
+# the 64-wide small models added later, docs/planner.md): the share is the kernel's at this head size.
+ATTENTION_HEAD_REFERENCE = 128
 
 
 @dataclass(frozen=True)
@@ -130,12 +144,12 @@ class Hardware:
 # product figures (910A 1.2 TB/s HBM2, 910B and an A3 die 1.6 TB/s HBM2e); the matmul and attention shares of peak,
 # the half-size dimension and the vector share are fitted (least squares of log error over the runs not held out).
 # A3 has no published training figure in the calibration set: it takes 910B's per-die figures.
-COMPUTE_910B = ComputeModel(matmul_efficiency=0.67, half_dim=150, attention_efficiency=0.51, hbm_gbps=1600,
-                            vector_efficiency=0.40, expert_efficiency=0.52)
+COMPUTE_910B = ComputeModel(matmul_efficiency=0.65, half_dim=130, attention_efficiency=0.43, hbm_gbps=1600,
+                            vector_efficiency=0.45, expert_efficiency=0.52)
 # The same Da Vinci cube (16×16×16) as 910B: the half-size dimension, the attention and expert shares are 910B's
 # (no published 910A run uses FlashAttention or experts); the calibration fits the matmul share and finds the
 # vector work at the HBM roof.
-COMPUTE_910A = ComputeModel(matmul_efficiency=0.51, half_dim=COMPUTE_910B.half_dim,
+COMPUTE_910A = ComputeModel(matmul_efficiency=0.50, half_dim=COMPUTE_910B.half_dim,
                             attention_efficiency=COMPUTE_910B.attention_efficiency, hbm_gbps=1200, vector_efficiency=1.0,
                             expert_efficiency=COMPUTE_910B.expert_efficiency)
 # No built-in profile assumes TP overlap: the published MindSpeed-LLM runs pass --use-mc2, but its argument check

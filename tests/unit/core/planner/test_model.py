@@ -154,6 +154,34 @@ def test_a_sliding_window_shrinks_only_the_flash_attention_core():
         replace(causal, flash_attention=False), s, hw, 32, head=False)
 
 
+def test_flash_attention_runs_at_its_share_for_128_wide_heads_and_by_the_cubes_factor_otherwise():
+    model = hardware.builtin("910B").compute
+    peak, flops = 376e12, 1e15
+    assert model.attention_seconds(peak, flops, 128) == pytest.approx(flops / (peak * model.attention_efficiency))
+    d0 = model.half_dim
+    for head in (64, 80, 256):
+        factor = (head / (head + d0)) / (128 / (128 + d0))
+        assert model.attention_seconds(peak, flops, head) == pytest.approx(model.attention_seconds(peak, flops, 128)
+                                                                           / factor)
+    assert model.attention_seconds(peak, flops, 64) > model.attention_seconds(peak, flops, 128)
+    assert model.attention_seconds(peak, flops, 120) == model.attention_seconds(peak, flops, 128)  # padded to 16
+
+
+def test_ring_attention_adds_the_merge_of_every_step_after_the_first():
+    """Counted from MindSpeed's forward_update_without_fused and causal_grad_update (compute.RING_MERGE_BYTES):
+    62 bytes per element of the device's output forward and 6 per gradient element backward, cp - 1 times."""
+    hw = hardware.builtin("910B")
+    w = Workload(4, 2048, 16, 2, 11008, "swiglu", 151936, 0, 0, 32768, 16, True)
+    single = compute.micro_batch_work(w, Strategy(1, 1, 1, context=1), hw, 4, head=False)
+    for cp in (2, 4):
+        ring = compute.micro_batch_work(w, Strategy(1, 1, 1, context=cp), hw, 4, head=False)
+        tokens, width, kv = 32768 / cp, 2048, 2 * 128
+        merge = hw.compute.vector_seconds((cp - 1) * tokens * width * compute.RING_MERGE_BYTES)
+        grads = hw.compute.vector_seconds((cp - 1) * tokens * (width + kv) * compute.RING_GRAD_ADD_BYTES)
+        assert ring.attention == pytest.approx(single.attention / cp + 4 * (merge + grads))
+    assert compute.RING_MERGE_BYTES == 62 and compute.RING_GRAD_ADD_BYTES == 6
+
+
 def test_model_flops_are_korthikanti_appendix_a():
     w = dense_gpt()
     B, s, L, h, V = w.global_batch, w.seq_length, w.layers, w.hidden, w.vocab
