@@ -56,7 +56,7 @@ class ComputeModel:
 
     A matmul of M×K by K×N reaches `matmul_efficiency` × Π d/(d + `half_dim`) of peak over its three dimensions
     (small per-device splits run slower); FlashAttention kernels reach `attention_efficiency` of peak on the
-    work the causal mask leaves; element-wise (vector-unit) work — norms, activations, rotary, residual adds,
+    work the causal mask leaves with 128-wide heads (other head sizes by the same d/(d + `half_dim`)); element-wise (vector-unit) work — norms, activations, rotary, residual adds,
     softmax, cross-entropy, MoE permutation — is bound by HBM at `hbm_gbps` × `vector_efficiency`.
     """
 
@@ -91,8 +91,8 @@ class ComputeModel:
         return bytes_moved / (self.hbm_gbps * 1e9 * self.vector_efficiency)
 
 
-# The head size of the runs attentionEfficiency is fitted on (every dense 910B calibration run but Gemma 2B's and
-# the 64-wide small models added later, docs/planner.md): the share is the kernel's at this head size.
+# The head size of every fitted FlashAttention run (docs/planner.md, "Calibration"): attentionEfficiency is the
+# kernel's share at this head size.
 ATTENTION_HEAD_REFERENCE = 128
 
 
