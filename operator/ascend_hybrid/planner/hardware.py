@@ -56,8 +56,9 @@ class ComputeModel:
 
     A matmul of M×K by K×N reaches `matmul_efficiency` × Π d/(d + `half_dim`) of peak over its three dimensions
     (small per-device splits run slower); FlashAttention kernels reach `attention_efficiency` of peak on the
-    work the causal mask leaves with 128-wide heads (other head sizes by the same d/(d + `half_dim`)); element-wise (vector-unit) work — norms, activations, rotary, residual adds,
-    softmax, cross-entropy, MoE permutation — is bound by HBM at `hbm_gbps` × `vector_efficiency`.
+    work the causal mask leaves with 128-wide heads (other head sizes by the same d/(d + `half_dim`));
+    element-wise (vector-unit) work — norms, activations, rotary, residual adds, softmax, cross-entropy, MoE
+    permutation — is bound by HBM at `hbm_gbps` × `vector_efficiency`.
     """
 
     matmul_efficiency: float
