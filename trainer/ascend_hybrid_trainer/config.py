@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from . import defaults
 from .contract import (
@@ -98,7 +98,7 @@ class ModelConfig:
     @property
     def query_groups(self) -> int:
         """Query heads sharing one key/value head (1: multi-head attention)."""
-        return self.heads // self.kv_heads
+        return self.heads // cast(int, self.kv_heads)  # __post_init__ replaced a None
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def parse_model(document: ModelDocument) -> ModelConfig:
     problems = []
     if model.hidden % model.heads:
         problems.append(f"model.hidden={model.hidden} must be divisible by model.heads={model.heads}")
-    if model.heads % model.kv_heads:
+    if model.heads % cast(int, model.kv_heads):  # __post_init__ replaced a None with heads
         problems.append(f"model.kvHeads={model.kv_heads} must divide model.heads={model.heads} (each key/value "
                         f"head serves an equal group of query heads)")
     if model.is_moe and model.top_k > model.experts:
@@ -222,7 +222,7 @@ def check_model_fits_degrees(model: ModelConfig, degrees: Parallelism) -> None:
                            if degrees.virtual_pipeline_stages > 1 else ""))
     if model.heads % degrees.tensor:
         problems.append(f"model.heads={model.heads} must be divisible by parallelism.tensor={degrees.tensor}")
-    if model.kv_heads % degrees.tensor:
+    if cast(int, model.kv_heads) % degrees.tensor:  # __post_init__ replaced a None with heads
         problems.append(f"model.kvHeads={model.kv_heads} must be divisible by parallelism.tensor={degrees.tensor} "
                         f"(each tensor-parallel rank holds whole key/value heads)")
     if degrees.virtual_pipeline_stages > 1 and degrees.pipeline == 1:

@@ -11,6 +11,7 @@ windows of seq+1), or a MindRecord file with an `input_ids` column.
 from __future__ import annotations
 
 import os
+from typing import Any, cast
 
 import numpy as np
 
@@ -91,8 +92,9 @@ class MindRecordTokens:
         self.count = ds.MindDataset(path, columns_list=[MINDRECORD_COLUMN], shuffle=False).get_dataset_size()
         if self.count == 0:
             raise DataError(f"AHJ_DATASET_PATH={path}: the MindRecord file holds no samples")
-        self._iterator = None
-        self._next_index = None
+        # MindSpore's tuple iterator (untyped) and the index of the sample it yields next: _open_at sets both
+        self._iterator: Any = None
+        self._next_index: int | None = None
 
     def _open_at(self, index: int):
         dataset = self._dataset_module.MindDataset(self.path, columns_list=[MINDRECORD_COLUMN], shuffle=False)
@@ -106,7 +108,7 @@ class MindRecordTokens:
         except StopIteration:
             self._open_at(0)
             (row,) = next(self._iterator)
-        self._next_index += 1
+        self._next_index = cast(int, self._next_index) + 1  # _open_at ran before any read
         row = np.asarray(row).reshape(-1)
         if row.shape[0] < self.seq_length + 1:
             raise DataError(f"AHJ_DATASET_PATH={self.path}: sample with {row.shape[0]} tokens, seqLength+1="
@@ -115,7 +117,7 @@ class MindRecordTokens:
 
     def global_batch(self, step: int, batch_size: int) -> np.ndarray:
         first = (step * batch_size) % self.count
-        if self._iterator is None or self._next_index % self.count != first:
+        if self._iterator is None or cast(int, self._next_index) % self.count != first:
             self._open_at(first)  # first call, or a resume: jump to the step's first sample
         batch = np.stack([self._read_one() for _ in range(batch_size)]).astype(np.int32)
         return check_token_range(batch, self.vocab, self.path)

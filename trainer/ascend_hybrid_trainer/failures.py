@@ -355,7 +355,8 @@ def outcome(ended: Ended) -> TerminationRecord:
     """Why one process ended: its own record, refined by its stderr when the record (or its absence) leaves the
     cause unknown."""
     if ended.oom_killed:
-        return TerminationRecord(Cause.DEVICE_OUT_OF_MEMORY.value, ended.rank, ended.record and ended.record.step,
+        return TerminationRecord(Cause.DEVICE_OUT_OF_MEMORY.value, ended.rank,
+                                 ended.record.step if ended.record else None,
                                  f"{ended.name} was killed by the kernel's OOM killer: the container ran out of "
                                  f"host memory (its memory limit)")
     record = ended.record

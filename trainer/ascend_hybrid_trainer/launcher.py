@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import IO, cast
 
 from . import control, defaults, failures
 from .config import ConfigError, EnvSettings, load_run_config
@@ -117,8 +118,9 @@ def worker_env(base: Mapping[str, str], launch: PodLaunch, local_index: int, dev
     env.setdefault("GLOG_v", "3")  # MindSpore's own INFO/WARNING chatter off unless asked for
     set_topology_timeout(env)
     if launch.world_size > 1 and launch.launch_mode == DYNAMIC:
+        # read_pod_launch refuses a dynamic multi-rank launch without MS_SCHED_HOST: the host is set here
         env.update(MS_ROLE="MS_WORKER", MS_NODE_ID=str(rank), MS_WORKER_NUM=str(launch.world_size),
-                   MS_SCHED_HOST=scheduler_host(launch), MS_SCHED_PORT=str(launch.sched_port))
+                   MS_SCHED_HOST=cast(str, scheduler_host(launch)), MS_SCHED_PORT=str(launch.sched_port))
         if launch.pod_ip:
             env["MS_WORKER_IP"] = launch.pod_ip  # else MindSpore guesses an interface
     return env
@@ -126,8 +128,9 @@ def worker_env(base: Mapping[str, str], launch: PodLaunch, local_index: int, dev
 
 def scheduler_env(base: Mapping[str, str], launch: PodLaunch) -> dict[str, str]:
     env = {key: value for key, value in base.items() if key not in CLUSTER_VARIABLES}
-    env.update(MS_ROLE="MS_SCHED", MS_SCHED_HOST=scheduler_host(launch), MS_SCHED_PORT=str(launch.sched_port),
-               MS_WORKER_NUM=str(launch.world_size), RANK_ID="0")
+    # only a dynamic multi-rank launch runs a scheduler, and read_pod_launch refuses one without MS_SCHED_HOST
+    env.update(MS_ROLE="MS_SCHED", MS_SCHED_HOST=cast(str, scheduler_host(launch)),
+               MS_SCHED_PORT=str(launch.sched_port), MS_WORKER_NUM=str(launch.world_size), RANK_ID="0")
     env.setdefault("GLOG_v", "3")
     set_topology_timeout(env)
     return env
@@ -178,7 +181,7 @@ def die_with_parent() -> None:
 def forward(child: Child) -> None:
     """Pass a child's stderr through to the pod's log, keeping its last lines (the MindSpore and CANN C++ logs
     that say why it ended are there, not in the Python exception)."""
-    for raw in child.process.stderr:
+    for raw in cast(IO[bytes], child.process.stderr):  # start() opens it with stderr=PIPE
         line = raw.decode("utf-8", errors="replace")
         sys.stderr.write(line)
         sys.stderr.flush()

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from typing import IO, cast
 
 from . import failures
 from .config import ConfigError, parse_job
@@ -96,7 +97,7 @@ class Pod:
 
 def forward_stderr(pod: Pod) -> None:
     """Pass a pod's stderr through, remembering its last line (the launcher's verdict)."""
-    for line in pod.process.stderr:
+    for line in cast(IO[str], pod.process.stderr):  # started with stderr=PIPE, text=True
         sys.stderr.write(line)
         sys.stderr.flush()
         if line.strip():

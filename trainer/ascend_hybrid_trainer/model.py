@@ -9,6 +9,7 @@ parameters.parameter_count counts exactly what this module builds (tests/contrac
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import mindspore as ms
 from mindspore import Parameter, nn, ops
@@ -139,7 +140,8 @@ class Attention(nn.Cell):
     def __init__(self, config: ModelConfig, seq_length: int, shards: ShardStrategies | None,
                  flash_attention: bool = False):
         super().__init__()
-        self.heads, self.kv_heads, self.groups = config.heads, config.kv_heads, config.query_groups
+        # ModelConfig.__post_init__ replaced a None kv_heads with heads
+        self.heads, self.kv_heads, self.groups = config.heads, cast(int, config.kv_heads), config.query_groups
         self.head_dim, self.seq = config.head_dim, seq_length
         # The fused projection's rows are ordered by key/value group: [kv, (groups query heads, key, value), d].
         # With groups = 1 that is the per-head [q, k, v] layout of multi-head attention; a column-parallel split

@@ -12,11 +12,14 @@ heads, f the feed-forward size, E experts, V the vocabulary and s the sequence l
 
 from __future__ import annotations
 
+from typing import cast
+
 from .config import ModelConfig
 
 
 def attention_parameters(model: ModelConfig) -> int:
-    h, kv_width = model.hidden, model.head_dim * model.kv_heads
+    # ModelConfig.__post_init__ replaces a None kv_heads with heads
+    h, kv_width = model.hidden, model.head_dim * cast(int, model.kv_heads)
     return 2 * h * h + 2 * h * kv_width
 
 

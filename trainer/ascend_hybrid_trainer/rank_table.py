@@ -14,7 +14,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .config import ConfigError
 
@@ -70,8 +70,8 @@ def wait_for_completed(path: str, timeout_seconds: float, poll_seconds: float = 
     while True:
         table = read_rank_table(path)
         last_status = "absent or unreadable" if table is None else str(table.get("status"))
-        if last_status == COMPLETED:
-            return table
+        if last_status == COMPLETED:  # a None table reads "absent or unreadable", so here it is a dict
+            return cast(dict[str, Any], table)
         if clock() >= deadline:
             raise RankTableTimeout(
                 f"rank table {path} not completed after {timeout_seconds:g} s (status: {last_status}); the "

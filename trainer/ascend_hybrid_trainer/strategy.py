@@ -11,6 +11,7 @@ contiguous pieces of its sequence: that is sequence parallelism.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict, cast
 
 from .config import ConfigError, ModelConfig, Parallelism, TrainingConfig
 
@@ -165,7 +166,9 @@ def check_shapes_divide(model: ModelConfig, degrees: Parallelism, training: Trai
                            f"(vocab-parallel embedding and head)"),
         (model.ffn_hidden % mp, f"model.ffnHidden={model.ffn_hidden} must be divisible by parallelism.tensor={mp}"),
         (model.heads % mp, f"model.heads={model.heads} must be divisible by parallelism.tensor={mp}"),
-        (model.kv_heads % mp, f"model.kvHeads={model.kv_heads} must be divisible by parallelism.tensor={mp}"),
+        # ModelConfig.__post_init__ replaces a None kv_heads with heads
+        (cast(int, model.kv_heads) % mp,
+         f"model.kvHeads={model.kv_heads} must be divisible by parallelism.tensor={mp}"),
     ]
     if model.is_moe:
         rules.append((model.experts % ep, f"model.experts={model.experts} must be divisible by "
@@ -199,10 +202,20 @@ def gradient_fusion(training: TrainingConfig) -> dict:
     return {"comm_fusion": {"allreduce": size, "reducescatter": size}}
 
 
+class _CommonPlanFields(TypedDict):
+    """The ParallelPlan fields every mode sets alike."""
+
+    recompute: str
+    micro_batches: int
+    micro_batch_size: int
+    flash_attention: bool
+
+
 def plan_parallel(degrees: Parallelism, model: ModelConfig, training: TrainingConfig) -> ParallelPlan:
     stages = layer_stages(model.layers, degrees.pipeline, degrees.virtual_pipeline_stages, degrees.pipeline_layers)
-    common = {"recompute": training.recompute, "micro_batches": degrees.micro_batches,
-              "micro_batch_size": micro_batch_size(degrees, training), "flash_attention": training.flash_attention}
+    common: _CommonPlanFields = {
+        "recompute": training.recompute, "micro_batches": degrees.micro_batches,
+        "micro_batch_size": micro_batch_size(degrees, training), "flash_attention": training.flash_attention}
     if degrees.world_size == 1 and degrees.only_data_parallel:
         return ParallelPlan(mode=STAND_ALONE, context={"parallel_mode": STAND_ALONE}, shards=None,
                             layer_stages=stages, pipeline_stages=1, full_batch=True, **common)

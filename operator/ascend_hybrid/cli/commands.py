@@ -10,6 +10,7 @@ import argparse
 import ipaddress
 import json
 import sys
+from typing import Any
 
 import yaml
 
@@ -33,8 +34,9 @@ from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang import ranktable, render, summary
 from ascend_hybrid.gang.inventory import build_inventory
 from ascend_hybrid.gang.placement import GangRequest, place
-from ascend_hybrid.spec import api, rules
+from ascend_hybrid.spec import api
 from ascend_hybrid.spec.k8s_validation import dns1123_label_errors
+from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
 
 # What str.splitlines breaks a line at, and the other control characters: a user's value (a taint key with a
 # carriage return) must not split one error into lines that no longer say "error: ".
@@ -53,6 +55,7 @@ def cmd_validate(args) -> int:
     jobs = [document for document in documents if document.obj.get("kind") == api.KIND]
     if not jobs:
         raise InputError(f"{args.file}: no {api.KIND} object found")
+    first: dict[tuple[Any, Any], str]  # (namespace, name) → where that job was
     several, bad, first = len(jobs) > 1, 0, {}
     for document in documents:
         if document.obj.get("kind") != api.KIND:
@@ -72,7 +75,7 @@ def cmd_validate(args) -> int:
             first.setdefault(key, document.where)
         try:
             resolved = check_job(args.file, document)
-        except rules.SpecError as error:
+        except SpecError as error:
             for problem in error.problems:
                 error_line(f"{prefix}{problem}")
             bad += 1
@@ -121,7 +124,7 @@ def _one_stdin(args, *names: str) -> None:
         raise InputError(f"{' and '.join(given)}: only one input can be standard input (-)")
 
 
-def _render_arguments(args, resolved: rules.ResolvedJob) -> None:
+def _render_arguments(args, resolved: ResolvedJob) -> None:
     if args.attempt < 1:
         raise InputError(f"--attempt={args.attempt}: must be ≥ 1 (attempts count from 1)")
     longest = names.pod_name(resolved.name, args.attempt, resolved.pod_count - 1)
@@ -270,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     except NotACheckout as error:
         error_line(str(error))
         return EXIT_BAD_INPUT
-    except rules.SpecError as error:
+    except SpecError as error:
         for problem in error.problems:
             error_line(str(problem))
         return EXIT_BAD_INPUT

@@ -9,12 +9,14 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.spec import api, rules
 from ascend_hybrid.spec.k8s_validation import object_problems
+from ascend_hybrid.spec.resolved import ResolvedJob
 
 EXIT_BAD_INPUT = 2
 MAX_PROBLEMS_SHOWN = 20
@@ -37,7 +39,10 @@ class ArgumentParser(argparse.ArgumentParser):
 
 # --- YAML as kubectl reads it, and stricter where PyYAML is silent ----------------------------------------------
 
-_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: `kubectl get pods -A` is large
+if TYPE_CHECKING:  # a class, not a variable, for mypy: CSafeLoader has SafeLoader's interface
+    from yaml import SafeLoader as _BaseLoader
+else:
+    _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: `kubectl get pods -A` is large
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -210,14 +215,14 @@ def job_documents(path: str) -> list[Document]:
     return jobs
 
 
-def check_job(path: str, document: Document) -> rules.ResolvedJob:
+def check_job(path: str, document: Document) -> ResolvedJob:
     body = document.obj
     if body.get("apiVersion") != f"{names.GROUP}/{api.VERSION}":
         raise InputError(f"{path}: apiVersion must be {names.GROUP}/{api.VERSION}, got {body.get('apiVersion')!r}")
     return rules.parse(body)
 
 
-def load_job(path: str) -> tuple[dict, rules.ResolvedJob]:
+def load_job(path: str) -> tuple[dict, ResolvedJob]:
     """The one AscendHybridJob of a file (layout, render, ranktable and plan take one job)."""
     jobs = job_documents(path)
     if len(jobs) > 1:

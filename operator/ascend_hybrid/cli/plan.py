@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TypedDict
 
 from ascend_hybrid.contracts.names import DEFAULT_OPERATOR_NAMESPACE
 from ascend_hybrid.gang.layout import Layout
@@ -190,14 +192,23 @@ def _nothing_fits(name: str, result: search.Plan, as_json: bool) -> int:
     return EXIT_NOTHING_FITS
 
 
+class _Constraints(TypedDict):
+    """The GangRequest fields a plan's gang takes from the job's template and scheduling."""
+
+    tolerations: tuple[Mapping, ...]
+    node_selector: dict[str, str]
+    tier_labels: tuple[str, ...]
+
+
 class Capacity:
     """The cluster's free NPUs of one chip type, as the operator's placement sees them."""
 
     def __init__(self, inventory, chip: str, resolved):
         self.inventory, self.chip, self.per_pod = inventory, chip, resolved.per_pod
         template = resolved.spec.template
-        self.constraints = {"tolerations": tuple(template.tolerations), "node_selector": dict(template.node_selector),
-                            "tier_labels": tuple(resolved.spec.scheduling.topology_tiers)}
+        self.constraints: _Constraints = {
+            "tolerations": tuple(template.tolerations), "node_selector": dict(template.node_selector),
+            "tier_labels": tuple(resolved.spec.scheduling.topology_tiers)}
         # how many pods of `per_pod` chips the gang placer can put on the cluster right now: doubling, then halving
         self.slots = 0
         for count in (2 ** k for k in range(0, 20)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -174,7 +174,7 @@ def _parse_deviceinfo(name: str, device_info: str, separated: str) -> DeviceInfo
                       rack=domain("RackID"))
 
 
-def device_infos_by_node(configmaps) -> dict[str, DeviceInfo]:
+def device_infos_by_node(configmaps: Iterable[Mapping]) -> dict[str, DeviceInfo]:
     return {info.node: info for info in map(parse_deviceinfo, configmaps) if info is not None}
 
 

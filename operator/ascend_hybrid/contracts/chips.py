@@ -8,7 +8,7 @@ by PCIe; a pod of ≤ 4 chips must sit inside one ring), and whether nodes form 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -21,7 +21,7 @@ class ChipSpec:
     ring_size: int | None = None  # None: every chip of a node reaches every other at full HCCS bandwidth
     super_pods: bool = False      # nodes belong to super-pods: the rank table is v1.2 with super_pod_list
 
-    def rings(self, chip_ids) -> dict[int, int]:
+    def rings(self, chip_ids: Iterable[int]) -> dict[int, int]:
         """Chip id → ring index (0: chips 0-3, 1: chips 4-7 on 910A); empty when the chip has no rings."""
         if self.ring_size is None:
             return {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ascend_hybrid.contracts.ascend import ACCELERATOR_TYPE_LABEL, chip_type_of
 from ascend_hybrid.contracts.names import HOSTNAME_LABEL
@@ -168,9 +169,11 @@ def release_patch(pod: Mapping, gates: Sequence[str], gang_gate: str, node: str)
     affinity = (pod.get("spec") or {}).get("affinity")
     terms = ((((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
               or {}).get("nodeSelectorTerms") or [])
-    patch = [{"op": "test", "path": "/spec/schedulingGates", "value": [{"name": gate} for gate in gates]},
-             {"op": "replace", "path": "/spec/schedulingGates",
-              "value": [{"name": gate} for gate in gates if gate != gang_gate]}]
+    patch: list[dict[str, Any]] = [
+        {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": gate} for gate in gates]},
+        {"op": "replace", "path": "/spec/schedulingGates",
+         "value": [{"name": gate} for gate in gates if gate != gang_gate]},
+    ]
     required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [requirement]}]}}
     if terms:  # the chip-type requirement the pod was created with (chip_affinity)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, DEVICE_NAME_ANNOTATIONS, RESOURCE
@@ -50,7 +50,7 @@ def exit_code(pod: Mapping) -> int | None:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         terminated = (status.get("state") or {}).get("terminated")
         if terminated is not None:
-            return terminated.get("exitCode")
+            return cast("int | None", terminated.get("exitCode"))  # the API's int32
     return None
 
 
@@ -59,7 +59,7 @@ def container_env(pod: Mapping, name: str) -> str | None:
     for container in (pod.get("spec") or {}).get("containers") or ():
         for entry in container.get("env") or ():
             if entry.get("name") == name and "value" in entry:
-                return entry["value"]
+                return cast(str, entry["value"])  # EnvVar.value is a string
     return None
 
 
@@ -177,7 +177,7 @@ def holds_npus(spec: Mapping) -> bool:
 def ready_condition(node: Mapping | None) -> Mapping | None:
     for condition in ((node or {}).get("status") or {}).get("conditions") or ():
         if condition.get("type") == "Ready":
-            return condition
+            return cast(Mapping, condition)
     return None
 
 
@@ -257,7 +257,7 @@ def project_pod(pod: Mapping) -> dict:
         kept_status["conditions"] = [_some(condition, PROJECTED_CONDITION) for condition in status["conditions"]]
     if status.get("containerStatuses"):
         kept_status["containerStatuses"] = [_container_status(entry) for entry in status["containerStatuses"]]
-    return _shared({"metadata": kept_metadata, "spec": kept_spec, "status": kept_status})
+    return cast(dict, _shared({"metadata": kept_metadata, "spec": kept_spec, "status": kept_status}))
 
 
 def _shared(value: Any) -> Any:

@@ -30,7 +30,8 @@ class NamedStore:
         self.on_change = on_change
         self._lock = threading.Lock()
         self._objects: dict[str, dict] = {}
-        self._sources, self._listed = sources, set()
+        self._sources = sources
+        self._listed: set[object] = set()  # the sources that have listed
         self._synced = threading.Event()
         if sources == 0:
             self._synced.set()  # nothing to watch in this scope: empty, and complete
@@ -76,7 +77,8 @@ class NamedStore:
     def replace(self, scope: str | None, items: list[dict], source: object) -> None:
         fresh = {item["metadata"]["name"]: item for item in items}
         with self._lock:
-            changes = [(name, old, fresh.get(name)) for name, old in self._objects.items() if name not in fresh]
+            changes: list[tuple[str, dict | None, dict | None]] = [
+                (name, old, fresh.get(name)) for name, old in self._objects.items() if name not in fresh]
             changes += [(name, self._objects.get(name), item) for name, item in fresh.items()]
             self._objects = fresh
             self._version += 1

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
 
 import kopf
 
@@ -25,9 +27,10 @@ from ascend_hybrid.spec.api import CHANNEL_KIND, CHANNEL_PLURAL, PLURAL, VERSION
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 COPY_RETRIES = 5
+T = TypeVar("T")
 
 
-def _copy(index, key=None) -> list[dict]:
+def _copy(index: Mapping[Any, Iterable[T]], key: Any = None) -> list[T]:
     """Copies an index (or one key of it); kopf mutates indexes on its loop thread while workers read them."""
     for _ in range(COPY_RETRIES):
         try:
@@ -69,7 +72,8 @@ def configure(settings: kopf.OperatorSettings, memo, **_) -> None:
     settings.execution.max_workers = 16
 
 
-@kopf.on.startup()
+# kopf passes each index by its name (ahj_jobs) as a keyword argument; its ActivityFn protocol cannot name it
+@kopf.on.startup()  # type: ignore[arg-type]
 def bind_indexes(memo, ahj_jobs, **_) -> None:
     """kopf's job index, and the stores of the operator's own watches, started by main: memo.pods
     (podwatch.PodStore), memo.nodes and memo.device_infos (clusterwatch.NamedStore)."""

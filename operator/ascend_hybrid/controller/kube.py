@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 import urllib3
 from kubernetes import client, config
@@ -32,7 +32,22 @@ T = TypeVar("T")
 RETRIED_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 MUTATING_VERBS = frozenset({"create", "apply", "patch", "update", "delete", "deletecollection"})
 WATCH_CONNECTIONS = 4
-APPLY = {"field_manager": names.FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
+
+
+class _ApplyOptions(TypedDict):
+    field_manager: str
+    force: bool
+    _content_type: str
+
+
+class _ListOptions(TypedDict, total=False):
+    _continue: str
+    label_selector: str
+
+
+# typed, not a plain dict: its values unpacked into `_call` would otherwise be checked against `ok`
+APPLY: _ApplyOptions = {"field_manager": names.FIELD_MANAGER, "force": True,
+                        "_content_type": "application/apply-patch+yaml"}
 
 
 def merge_patch(old: dict, new: dict) -> dict:
@@ -137,8 +152,8 @@ class Kube:
         return None
 
     def get_job(self, namespace: str, name: str) -> dict | None:
-        return self._call("get", api.PLURAL, self.custom.get_namespaced_custom_object,
-                          names.GROUP, api.VERSION, namespace, api.PLURAL, name, ok=(404,))
+        return cast("dict | None", self._call("get", api.PLURAL, self.custom.get_namespaced_custom_object,
+                                              names.GROUP, api.VERSION, namespace, api.PLURAL, name, ok=(404,)))
 
     def patch_job_status(self, namespace: str, name: str, old: dict, new: dict) -> dict | None:
         """Merge-patches the status; keys the new status dropped are sent as null so they really go, nested ones
@@ -146,8 +161,9 @@ class Kube:
         patch = merge_patch(old, new)
         if not patch:
             return None
-        return self._call("patch", f"{api.PLURAL}/status", self.custom.patch_namespaced_custom_object_status,
-                          names.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": patch}, ok=(404,))
+        return cast("dict | None", self._call(
+            "patch", f"{api.PLURAL}/status", self.custom.patch_namespaced_custom_object_status,
+            names.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": patch}, ok=(404,)))
 
     def delete_job(self, namespace: str, name: str) -> None:
         self._call("delete", api.PLURAL, self.custom.delete_namespaced_custom_object,
@@ -252,15 +268,17 @@ class Kube:
         response = self.client.call_api(*request)
         response.read()  # to its end: the connection goes back to the pool
         if not 200 <= response.status <= 299:
-            raise ApiException.from_response(http_resp=response, body=response.data.decode(errors="replace"), data=None)
+            raw = cast(bytes, response.data)  # read() above filled it (the client declares None until then)
+            raise ApiException.from_response(http_resp=response, body=raw.decode(errors="replace"), data=None)
 
     # -- Kueue (queued jobs; the chart grants these with kueue.enabled) -----------------------------------------
     def get_workload(self, namespace: str, name: str) -> dict | None:
         """The Workload of a pod group; None when there is none (yet, or any more, or Kueue is not installed) and
         when RBAC forbids it (the pods' gates still tell admission; the Workload adds Kueue's message)."""
         try:
-            return self._call("get", kueue.WORKLOADS, self.custom.get_namespaced_custom_object, kueue.GROUP,
-                              kueue.WORKLOAD_VERSION, namespace, kueue.WORKLOADS, name, ok=(404,))
+            return cast("dict | None", self._call("get", kueue.WORKLOADS, self.custom.get_namespaced_custom_object,
+                                                  kueue.GROUP, kueue.WORKLOAD_VERSION, namespace, kueue.WORKLOADS, name,
+                                                  ok=(404,)))
         except ApiException as error:
             if error.status != 403:
                 raise
@@ -279,35 +297,44 @@ class Kube:
     # -- cluster-wide reads for placement when kopf watches only some namespaces -------------------------------
     def list_npu_pods(self) -> list[dict]:
         """Every non-terminal pod of the cluster that asks for NPUs (one list per placement, not per pass)."""
-        answer = self._call("list", "pods", self.core.list_pod_for_all_namespaces,
-                            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False)
+        # _preload_content=False: the raw response, not the model the client declares; without `ok`, never None
+        answer = cast(urllib3.HTTPResponse, self._call(
+            "list", "pods", self.core.list_pod_for_all_namespaces,
+            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False))
         return [project_pod(pod) for pod in json.loads(answer.data)["items"] if holds_npus(pod.get("spec") or {})]
 
     def list_nodes(self) -> list[dict]:
-        answer = self._call("list", "nodes", self.core.list_node, _preload_content=False)
+        answer = cast(urllib3.HTTPResponse, self._call("list", "nodes", self.core.list_node, _preload_content=False))
         return json.loads(answer.data)["items"]
 
     def list_device_infos(self, namespace: str, label_selector: str) -> list[dict]:
-        answer = self._call("list", "configmaps", self.core.list_namespaced_config_map, namespace,
-                            label_selector=label_selector, _preload_content=False)
+        answer = cast(urllib3.HTTPResponse, self._call("list", "configmaps", self.core.list_namespaced_config_map,
+                                                       namespace, label_selector=label_selector,
+                                                       _preload_content=False))
         return json.loads(answer.data)["items"]
 
     # -- the watches (listwatch.py): raw JSON, never the client's models -------------------------------------------
-    def _lister(self, resource: str, namespace: str | None) -> tuple[Callable, tuple]:
-        cluster_wide, namespaced = {"pods": (self.core.list_pod_for_all_namespaces, self.core.list_namespaced_pod),
-                                    "nodes": (self.core.list_node, None),
-                                    "configmaps": (None, self.core.list_namespaced_config_map)}[resource]
-        return (cluster_wide, ()) if namespace is None else (namespaced, (namespace,))
+    def _lister(self, resource: str, namespace: str | None) -> tuple[Callable[..., Any], tuple[str, ...]]:
+        listers: dict[str, tuple[Callable[..., Any] | None, Callable[..., Any] | None]] = {
+            "pods": (self.core.list_pod_for_all_namespaces, self.core.list_namespaced_pod),
+            "nodes": (self.core.list_node, None),
+            "configmaps": (None, self.core.list_namespaced_config_map)}
+        cluster_wide, namespaced = listers[resource]
+        # the watches (main.py) list nodes only cluster-wide and ConfigMaps only in a namespace: never None
+        if namespace is None:
+            return cast("Callable[..., Any]", cluster_wide), ()
+        return cast("Callable[..., Any]", namespaced), (namespace,)
 
     def list_page(self, resource: str, namespace: str | None, limit: int, continue_token: str | None = None,
                   label_selector: str | None = None) -> dict:
         """One page of a list (every namespace when `namespace` is None) as parsed JSON: items, and
         metadata.resourceVersion / metadata.continue."""
         fn, args = self._lister(resource, namespace)
-        extra = {"_continue": continue_token} if continue_token else {}
+        extra: _ListOptions = {"_continue": continue_token} if continue_token else {}
         if label_selector:
             extra["label_selector"] = label_selector
-        answer = self._call("list", resource, fn, *args, limit=limit, _preload_content=False, **extra)
+        answer = cast(urllib3.HTTPResponse,  # _preload_content=False, no `ok`: the raw response, never None
+                      self._call("list", resource, fn, *args, limit=limit, _preload_content=False, **extra))
         return json.loads(answer.data)
 
     def watch(self, resource: str, namespace: str | None, resource_version: str, timeout_seconds: int,
@@ -315,10 +342,11 @@ class Kube:
         """The events after `resource_version` (bookmarks included), each parsed as it arrives, until the
         apiserver ends the watch after `timeout_seconds`. A connection gone silent for longer raises."""
         fn, args = self._lister(resource, namespace)
-        extra = {"label_selector": label_selector} if label_selector else {}
-        response = self._call("watch", resource, fn, *args, watch=True, resource_version=resource_version,
-                              allow_watch_bookmarks=True, timeout_seconds=timeout_seconds, _preload_content=False,
-                              _request_timeout=(10, timeout_seconds + max(5, timeout_seconds // 10)), **extra)
+        extra: _ListOptions = {"label_selector": label_selector} if label_selector else {}
+        response = cast(urllib3.HTTPResponse, self._call(  # _preload_content=False, no `ok`: the raw response
+            "watch", resource, fn, *args, watch=True, resource_version=resource_version,
+            allow_watch_bookmarks=True, timeout_seconds=timeout_seconds, _preload_content=False,
+            _request_timeout=(10, timeout_seconds + max(5, timeout_seconds // 10)), **extra))
         try:
             pending = b""
             for chunk in response.stream(amt=None, decode_content=False):

@@ -29,9 +29,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, cast
 
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Gauge
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +85,7 @@ def default_lease_namespace(kubeconfig: str | None = None) -> str:
     kubeconfig context's, else `default`."""
     if os.environ.get("POD_NAMESPACE"):
         return os.environ["POD_NAMESPACE"]
+    namespace: str | None
     try:
         with open(SERVICE_ACCOUNT_NAMESPACE) as handle:
             namespace = handle.read().strip()
@@ -114,7 +119,7 @@ class LeaderElector:
         self._renewed_at: float | None = None   # monotonic start of the last successful acquire/renew
         self._observed: tuple | None = None     # (holder, renewTime, resourceVersion) last seen
         self._observed_at = 0.0                 # monotonic time that record was first seen
-        self._lease = None                      # the Lease as last read or written
+        self._lease: client.V1Lease | None = None  # the Lease as last read or written
         self.acquired_at: float | None = None
         LEADER.set(0)
 
@@ -157,13 +162,16 @@ class LeaderElector:
             return
         self._leading.clear()
         LEADER.set(0)
-        lease = self._lease
+        # leading() holds only after _won, which follows storing the Lease written: not None, and with the spec
+        # this replica wrote (a None would fail below, inside the best effort, as before)
+        lease = cast("client.V1Lease", self._lease)
         try:
             now = self.wall()
-            lease.spec.holder_identity = None
-            lease.spec.lease_duration_seconds = 1
-            lease.spec.renew_time = now
-            lease.spec.acquire_time = now
+            spec = cast("client.V1LeaseSpec", lease.spec)
+            spec.holder_identity = None
+            spec.lease_duration_seconds = 1
+            spec.renew_time = now
+            spec.acquire_time = now
             self.api.replace_namespaced_lease(self.s.name, self.s.namespace, lease,
                                               _request_timeout=self.s.request_timeout)
             log.info("leader election: %s released Lease %s/%s", self.s.identity, self.s.namespace, self.s.name)
@@ -229,7 +237,8 @@ class LeaderElector:
         self._renewed_at = started
         lease = self._lease
         if lease is not None and lease.spec is not None:
-            self._observed = (lease.spec.holder_identity, lease.spec.renew_time, lease.metadata.resource_version)
+            meta = cast("client.V1ObjectMeta", lease.metadata)  # the apiserver's answer: metadata always set
+            self._observed = (lease.spec.holder_identity, lease.spec.renew_time, meta.resource_version)
             self._observed_at = started
         if not self._leading.is_set():
             self.acquired_at = self.clock()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import cast
+from typing import Protocol, cast
 
 from ascend_hybrid.contracts import conditions, kueue, names
 from ascend_hybrid.contracts.podview import attempt_of, only_progress, ready_for_table
@@ -53,7 +53,8 @@ from ascend_hybrid.reconcile.actions import (
 )
 from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Observed
-from ascend_hybrid.spec.rules import ResolvedJob, SpecError, parse
+from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
+from ascend_hybrid.spec.rules import parse
 
 log = logging.getLogger(__name__)
 __all__ = ["Controller", "Indexes", "JobKey", "JobRecord", "Next"]
@@ -64,6 +65,16 @@ POD_EVENT_DELAY = 0.2
 # attempt is still not ready for the rank table reaches its job's pass this late at most: such a pass can only
 # count pods and wait. The change that makes the last pod ready comes at once, any other after POD_EVENT_DELAY.
 STARTING_PROGRESS_SECONDS = 1.0
+
+
+class Leadership(Protocol):
+    """What the workers ask of leader.LeaderElector (tests stand in their own)."""
+
+    def leading(self) -> bool: ...
+
+    def wait_leading(self, timeout: float | None = None) -> bool: ...
+
+    def release(self) -> None: ...
 
 
 def intent_first(decision: Decision) -> bool:
@@ -107,7 +118,8 @@ class Controller:
     launcher_grants: dict[tuple[str, str], float] = field(default_factory=dict)
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
-    leadership: object | None = None  # leader.LeaderElector under --leader-elect: workers take keys only while leading
+    # leader.LeaderElector under --leader-elect: workers take keys only while leading
+    leadership: Leadership | None = None
 
     @property
     def indexes(self) -> Indexes:
@@ -416,6 +428,8 @@ class Controller:
         return wait if decision.requeue_after is None else min(wait, decision.requeue_after)
 
     def observe(self, key: JobKey, job: dict) -> Observed:
+        resolved: ResolvedJob | None
+        problems: tuple[str, ...]
         try:
             resolved, problems = parse(job), ()
         except SpecError as error:
@@ -558,7 +572,8 @@ class Controller:
     def each(self, call: Callable, items) -> None:
         """One API call per item, `parallel_calls` at a time: a 128-pod gang is created and released in a burst.
         Every call is made (and retried) before the first error, if any, is raised."""
-        results = list(self.pool.map(lambda item: _outcome(call, item), items))
+        pool = cast(ThreadPoolExecutor, self.pool)  # __post_init__ made one when none was given
+        results = list(pool.map(lambda item: _outcome(call, item), items))
         for error in results:
             if error is not None:
                 raise error

@@ -146,7 +146,7 @@ def run(args) -> int:
     hardening.serve_metrics(settings, kube.client)
     if elector is not None:
         elector.start()
-    scopes = list(settings.namespaces) or [None]
+    scopes: list[str | None] = list(settings.namespaces) or [None]  # None: every namespace
     seconds = settings.watch_timeout_seconds
     pods = PodStore(reaction(controller), sources=len(scopes))
     nodes = NamedStore(node_reaction(controller))

@@ -58,7 +58,8 @@ class PodStore:
         self._by_job: dict[JobKey, dict[str, dict]] = {}
         self._npu: dict[PodKey, dict] = {}
         self._evicted: dict[JobKey, dict[str, tuple[float, dict]]] = {}
-        self._sources, self._listed = sources, set()
+        self._sources = sources
+        self._listed: set[object] = set()  # the sources that have listed
         self._synced = threading.Event()
 
     # -- readers (worker threads) -----------------------------------------------------------------------------
@@ -103,8 +104,9 @@ class PodStore:
         listed. The store is synced once each of its sources has listed."""
         fresh = {_key(pod): pod for pod in projections if kept(pod)}
         with self._lock:
-            changes = [(self._put(key, None), None) for key in list(self._pods)
-                       if (scope is None or key[0] == scope) and key not in fresh]
+            changes: list[tuple[dict | None, dict | None]] = [
+                (self._put(key, None), None) for key in list(self._pods)
+                if (scope is None or key[0] == scope) and key not in fresh]
             changes += [(self._put(key, pod), pod) for key, pod in fresh.items()]
             self._listed.add(source)
             if len(self._listed) >= self._sources:

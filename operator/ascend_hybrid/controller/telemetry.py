@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import cast
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.podview import attempt_of, pod_index
@@ -100,7 +101,9 @@ class TelemetrySource:
         if not texts:
             errors = [error for _, _, error in results if error]
             return Sample("trainer", now, error=f"trainer metrics unreachable ({errors[0]})")
-        pod_names = {pod_index(pod): pod["metadata"]["name"] for pod in pods if pod_index(pod) is not None}
+        # the filter drops the pods without an index, which mypy cannot see through the second call
+        pod_names = cast("dict[int, str]",
+                         {pod_index(pod): pod["metadata"]["name"] for pod in pods if pod_index(pod) is not None})
         return from_trainer_text(texts, now, pod_names)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import cast
 
 from kubernetes import client
 
@@ -133,8 +134,9 @@ def _ensure_control_plane(paths: ClusterPaths, bin_dir: Path, progress) -> None:
     progress("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok-controller")
     chosen = kwokctl.pick_ports()
     paths.kwokctl_config.write_text(kwokctl.config_text(chosen, kwokctl.stages_file().read_text()))
+    settings = cast(Settings, load_settings(paths))  # up() saved them before it called this
     try:
-        kwokctl.run(paths, kwokctl.create_args(paths, bin_dir, load_settings(paths).pod_cidr or POD_NETWORK,
+        kwokctl.run(paths, kwokctl.create_args(paths, bin_dir, settings.pod_cidr or POD_NETWORK,
                                                chosen["kwokControllerPort"]),
                     "kwokctl create cluster")
     except RuntimeError:
@@ -163,7 +165,9 @@ def _check_pods_admitted(core: client.CoreV1Api) -> None:
     """A server-side dry-run pod create: passes only once admission (ServiceAccount, quota…) accepts pods."""
     probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "admission-probe-"},
              "spec": {"containers": [{"name": "probe", "image": "busybox"}]}}
-    wait_until(lambda: core.create_namespaced_pod("default", probe, dry_run="All", _request_timeout=5) or True,
+    # validate_call builds the V1Pod from the dict
+    wait_until(lambda: core.create_namespaced_pod("default", cast(client.V1Pod, probe), dry_run="All",
+                                                  _request_timeout=5) or True,
                60, "the apiserver to admit pods")
 
 
@@ -268,6 +272,7 @@ def status(name: str = DEFAULT_NAME) -> tuple[bool, list[str]]:
     lines = [f"cluster {name}: {paths.root}"]
     recorded = paths.component_pids()
     alive = owned_processes(paths)
+    pid: int | None  # a component's is known; a helper's pid file may be gone
     for component, pid in sorted(recorded.items()):
         lines.append(f"  {component:<24} pid {pid:<8} {'running' if component in alive else 'STOPPED'}")
     for helper in recorded_helpers(paths):

@@ -15,6 +15,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import cast
 
 import yaml
 from kubernetes import client
@@ -226,7 +227,7 @@ def _wait_gone(custom, name: str, timeout: float = 60) -> None:
         raise DemoError(str(error)) from None
 
 
-def show_real_training(custom, kubectl: list[str], prometheus_url: str, name: str) -> None:
+def show_real_training(custom, kubectl: list[str], prometheus_url: str | None, name: str) -> None:
     """Waits for the real job's first steps and their measured step time, then shows step, loss and measured
     against predicted step seconds moving, in the CR and in Prometheus: first with the graph compilation in the
     ratio, then once the steps past the warm-up give it alone."""
@@ -248,8 +249,11 @@ def show_real_training(custom, kubectl: list[str], prometheus_url: str, name: st
         return
     for round_ in range(2):
         print(_run([*kubectl, "get", "ahj", name, "-o", f"custom-columns={progress_columns()}"], "kubectl get ahj"))
-        for figure, query in prometheus_queries(name).items():
-            print(f"  prometheus {figure:<5} {query} = {_prometheus_value(prometheus_url, query)}")
+        if prometheus_url is None:
+            print("  prometheus: not running, so no figures from it")
+        else:
+            for figure, query in prometheus_queries(name).items():
+                print(f"  prometheus {figure:<5} {query} = {_prometheus_value(prometheus_url, query)}")
         if round_ == 0:
             try:
                 wait_until(steady, 90, f"{name}'s steady step time", interval=2)
@@ -378,13 +382,17 @@ def run_demo(args) -> int:
     kubectl = [toolchain.binary("kubectl"), "--kubeconfig", kubeconfig]
     print()
     print(_run([*kubectl, "get", "ahj", "-o", "wide"], "kubectl get ahj"))
-    racks = {node.metadata.name: (node.metadata.labels or {}).get(RACK_LABEL, "?")
-             for node in core.list_node().items}
+    # a listed node always has its metadata and name
+    metas = [cast(client.V1ObjectMeta, node.metadata) for node in core.list_node().items]
+    racks = {cast(str, meta.name): (meta.labels or {}).get(RACK_LABEL, "?") for meta in metas}
     for body in states.values():
         print("\n".join(placement_report(body, racks)))
         print()
     small_name = jobs[1]["metadata"]["name"]
-    table = json.loads(core.read_namespaced_config_map(names.rank_table_config_map(small_name), "default").data["hccl.json"])
+    # the rank table's ConfigMap, written by the operator, always has data
+    table_data = cast("dict[str, str]",
+                      core.read_namespaced_config_map(names.rank_table_config_map(small_name), "default").data)
+    table = json.loads(table_data["hccl.json"])
     print(f"rank table of {small_name} (ConfigMap {names.rank_table_config_map(small_name)}, head):")
     print("\n".join(json.dumps(table, indent=2).splitlines()[:18]) + "\n  ...")
     real_logs = ""
@@ -394,6 +402,8 @@ def run_demo(args) -> int:
         show_real_training(custom, kubectl, prometheus_url, real)
         show_in_place_recovery(custom, core, kubectl, real)
         real_logs = f"\n  kubectl logs -f {names.pod_name(real, 1, 0)}          # the real trainer's per-step loss"
+    prometheus_hint = (f"Prometheus at {prometheus_url}, e.g. {prometheus_url}/api/v1/query?query=ascend_trainer_loss"
+                       if prometheus_url else "Prometheus: not running")
     print(f"""
 ready in {time.monotonic() - started:.0f}s. Look further:
   export KUBECONFIG={kubeconfig} PATH={toolchain.bin_dir()}:$PATH
@@ -402,7 +412,7 @@ ready in {time.monotonic() - started:.0f}s. Look further:
   kubectl get pods -l {names.JOB_LABEL}={small_name} -o wide
   kubectl delete pod {names.pod_name(small_name, 1, 0)}   # then watch: a whole-gang restart as attempt 2{real_logs}
   curl -s 127.0.0.1:{metrics_port}/metrics | grep ascend_hybrid_
-  Prometheus at {prometheus_url}, e.g. {prometheus_url}/api/v1/query?query=ascend_trainer_loss
+  {prometheus_hint}
 Stop everything: ascend-hybrid dev-cluster down --name {args.name}""")
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import cast
 
 from kubernetes import client
 
@@ -97,9 +98,11 @@ def run(args) -> int:
         wait_until(lambda: _status(custom, "team-a").get("phase") == "Running", 120, "team-a-llm to run", interval=1)
         demo.say("team-a-llm: Running (16 NPUs: the whole quota)")
         custom.create_namespaced_custom_object(GROUP, VERSION, "team-b", PLURAL, job("team-b"))
-        held = wait_until(lambda: (_admitted(_status(custom, "team-b")).get("reason") == "WaitingForQuota"
-                                   and "quota" in _admitted(_status(custom, "team-b")).get("message", "")
-                                   and _admitted(_status(custom, "team-b"))), 60, "team-b-llm to wait", interval=1)
+        # wait_until returns only a truthy value: the condition's last operand, the Admitted condition
+        held = cast(dict, wait_until(lambda: (_admitted(_status(custom, "team-b")).get("reason") == "WaitingForQuota"
+                                              and "quota" in _admitted(_status(custom, "team-b")).get("message", "")
+                                              and _admitted(_status(custom, "team-b"))),
+                                     60, "team-b-llm to wait", interval=1))
         demo.say(f"team-b-llm: Pending, Admitted=False {held['reason']}: {held['message']}")
         kubectl = [toolchain.binary("kubectl"), "--kubeconfig", kubeconfig]
         print()

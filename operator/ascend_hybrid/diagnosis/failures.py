@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypedDict
 
 from ascend_hybrid.contracts.ascend import DeviceInfo, pod_chip_ids
 from ascend_hybrid.contracts.conditions import parse_time, timestamp
@@ -78,13 +79,13 @@ def terminated_state(pod: Mapping) -> Mapping | None:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     ordered = sorted(statuses, key=lambda s: s.get("name") != CONTAINER_NAME)
     for status in ordered:
-        terminated = (status.get("state") or {}).get("terminated")
+        terminated: Mapping | None = (status.get("state") or {}).get("terminated")
         if terminated is not None:
             return terminated
     return None
 
 
-def _integer(value) -> int | None:
+def _integer(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -117,6 +118,18 @@ def true_conditions(pod: Mapping) -> frozenset[str]:
                      if c.get("status") == "True" and c.get("type"))
 
 
+class _PodFields(TypedDict):
+    """The fields of a Failed pod's Failure that do not depend on how it is classified."""
+
+    pod: str | None
+    index: int | None
+    node: str | None
+    exit_code: int | None
+    reason: str | None
+    time: datetime | None
+    conditions: frozenset[str]
+
+
 def classify_failed_pod(pod: Mapping, node: str | None) -> Failure:
     """The Failure of one Failed pod, from its termination message, reason and exit code."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
@@ -124,8 +137,9 @@ def classify_failed_pod(pod: Mapping, node: str | None) -> Failure:
     code = _integer(terminated.get("exitCode"))
     reason = terminated.get("reason") or status.get("reason")
     report = parse_termination_message(terminated.get("message"))
-    common = {"pod": meta.get("name"), "index": pod_index(pod), "node": node, "exit_code": code, "reason": reason,
-              "time": parse_time(terminated.get("finishedAt")), "conditions": true_conditions(pod)}
+    common: _PodFields = {"pod": meta.get("name"), "index": pod_index(pod), "node": node, "exit_code": code,
+                          "reason": reason, "time": parse_time(terminated.get("finishedAt")),
+                          "conditions": true_conditions(pod)}
     if report is not None:
         return Failure(report["cause"], report["detail"] or f"exit code {code}", rank=report["rank"],
                        step=report["step"], **common)
@@ -190,7 +204,8 @@ def chip_fault(pods: dict[int, Mapping], device_infos: Mapping[str, DeviceInfo],
         name = node_of(pod)
         info = device_infos.get(name) if name else None
         held = pod_chip_ids(pod) if info is not None and phase_of(pod) in ("Pending", "Running") else None
-        broken = sorted(held & info.unusable) if held else []
+        # `held` is only set when `info` is: the second test changes nothing, it tells the checker so
+        broken = sorted(held & info.unusable) if held and info is not None else []
         if broken:
             listed = ", ".join(map(str, broken))
             return Failure("ChipUnhealthy", f"chip {listed} of node {name}, held by this pod, is listed unusable by "

@@ -10,7 +10,7 @@ from ascend_hybrid.contracts.names import RANK_TABLE_FILE, rank_table_config_map
 from ascend_hybrid.diagnosis.failures import Failure
 from ascend_hybrid.planner import hardware, search
 from ascend_hybrid.planner.hardware import GIB
-from ascend_hybrid.spec.rules import ResolvedJob
+from ascend_hybrid.spec.resolved import ResolvedJob
 
 
 def prediction(resolved: ResolvedJob) -> search.Evaluation | None:

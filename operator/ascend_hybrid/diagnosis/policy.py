@@ -8,11 +8,13 @@ a failure of the job itself), and the rung of the recovery ladder the recovery s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from ascend_hybrid.diagnosis.failures import Failure
 from ascend_hybrid.diagnosis.recovery import rung_of
+from ascend_hybrid.spec.api import FailurePolicyRule
 from ascend_hybrid.spec.causes import (
     FAIL_JOB,
     FAULT_CAUSES,
@@ -38,9 +40,10 @@ class FailureVerdict:
         return self.action == FAIL_JOB
 
 
-def matches(rule, failure: Failure) -> str | None:
+def matches(rule: FailurePolicyRule, failure: Failure) -> str | None:
     """What of the rule matched the failure (for the message), or None."""
-    if rule.causes is not None and failure.cause in rule.causes:
+    # Cause and FailureAction are Enum(..., type=str): their members are str, which mypy's functional Enum misses.
+    if rule.causes is not None and failure.cause in cast("list[str]", rule.causes):
         return f"causes {failure.cause}"
     if rule.exit_codes is not None and failure.exit_code is not None and failure.exit_code in rule.exit_codes:
         return f"exitCodes {failure.exit_code}"
@@ -51,13 +54,13 @@ def matches(rule, failure: Failure) -> str | None:
     return None
 
 
-def judge(rules, failure: Failure) -> FailureVerdict:
+def judge(rules: Iterable[FailurePolicyRule], failure: Failure) -> FailureVerdict:
     """The verdict of the failure policy `rules` (api.FailurePolicyRule, in order) on `failure`."""
     for number, rule in enumerate(rules):
         matched = matches(rule, failure)
-        if matched is not None:
-            return _verdict(rule.action, f"spec.runPolicy.failurePolicy.rules[{number}] ({matched})", failure,
-                            by_rule=True)
+        if matched is not None:  # the action's member is a str (see matches)
+            return _verdict(cast(str, rule.action), f"spec.runPolicy.failurePolicy.rules[{number}] ({matched})",
+                            failure, by_rule=True)
     return _verdict(default_action(failure.cause), f"the default for {failure.cause}", failure, by_rule=False)
 
 

@@ -47,7 +47,7 @@ class Refusal:
         return (now - self.at).total_seconds()
 
 
-def forbid(status: dict, refusal: Refusal, now: datetime, generation) -> bool:
+def forbid(status: dict, refusal: Refusal, now: datetime, generation: int | None) -> bool:
     """Sets `Authorized=False` naming the verb and resource; True when it was not already so (post one event)."""
     previous = condition(status, AUTHORIZED)
     message = refusal.describe()
@@ -55,7 +55,7 @@ def forbid(status: dict, refusal: Refusal, now: datetime, generation) -> bool:
     return previous is None or previous["status"] == "True" or previous["message"] != message
 
 
-def allow(status: dict, now: datetime, generation) -> None:
+def allow(status: dict, now: datetime, generation: int | None) -> None:
     """A request refused with 403 went through since: the condition says so (it is never added otherwise)."""
     previous = condition(status, AUTHORIZED)
     if previous is not None and previous["status"] == "False":

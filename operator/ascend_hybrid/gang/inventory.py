@@ -7,10 +7,11 @@ to the API server; the controller's indexes hold the objects and hand them over.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
+from typing import Any, cast
 
 from ascend_hybrid.contracts.ascend import (
     DEVICE_ANNOTATION,
@@ -66,7 +67,7 @@ class NodeInventory:
 
     def ring_free(self, ring: int) -> int:
         """Chips of HCCS ring `ring` (910A) that are free for sure: unknown holders may sit in any ring."""
-        rings = CHIPS[self.chip].rings(self.candidate_ids) if self.chip in CHIPS else {}
+        rings = CHIPS[self.chip].rings(self.candidate_ids) if self.chip is not None and self.chip in CHIPS else {}
         ids = sum(1 for r in rings.values() if r == ring)
         return max(0, ids - self.unknown_held)
 
@@ -85,10 +86,10 @@ class Inventory:
         return len(self.nodes)
 
     def __getitem__(self, name: str) -> NodeInventory:
-        return self._by_name[name]  # type: ignore[attr-defined]
+        return cast(NodeInventory, self._by_name[name])  # type: ignore[attr-defined]
 
     def get(self, name: str) -> NodeInventory | None:
-        return self._by_name.get(name)  # type: ignore[attr-defined]
+        return cast("NodeInventory | None", self._by_name.get(name))  # type: ignore[attr-defined]
 
 
 def pinned_node(pod: Mapping, hostname_to_node: Mapping[str, str]) -> str | None:
@@ -103,7 +104,7 @@ def pinned_node(pod: Mapping, hostname_to_node: Mapping[str, str]) -> str | None
         target = None
         for selector_kind, key in (("matchExpressions", HOSTNAME_LABEL), ("matchFields", "metadata.name")):
             for expr in term.get(selector_kind) or ():
-                values = expr.get("values") or ()
+                values: Sequence[Any] = expr.get("values") or ()
                 if expr.get("key") == key and expr.get("operator") == "In" and len(values) == 1:
                     value = values[0]
                     target = hostname_to_node.get(value, value) if key == HOSTNAME_LABEL else value
@@ -261,7 +262,9 @@ _INVENTORIES: dict[str, tuple[tuple[_NodeFacts, tuple, NodeInventory], ...]] = {
 KEPT_PER_NODE = 2
 
 
-def _node_inventory(node, requested, used, unknown, reserved, health) -> NodeInventory:
+def _node_inventory(node: Mapping, requested: Mapping[str, int], used: Mapping[str, Iterable[int]],
+                    unknown: Mapping[str, int], reserved: Mapping[str, int],
+                    health: Mapping[str, DeviceInfo]) -> NodeInventory:
     name = node["metadata"]["name"]
     facts = _node_facts(node, health.get(name) or _without_deviceinfo(name))
     node_used = frozenset(used.get(name, ()))

@@ -8,8 +8,11 @@ with `tensor` dividing k no TP group ever crosses a pod.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+
+from ascend_hybrid.spec.resolved import ResolvedJob
 
 GROUP_KINDS = ("tensor", "data", "pipeline", "expert")
 
@@ -120,7 +123,7 @@ class Layout:
             out["context"] = self.context_groups()
         return out
 
-    def pods_of(self, ranks) -> tuple[int, ...]:
+    def pods_of(self, ranks: Iterable[int]) -> tuple[int, ...]:
         return tuple(sorted({rank // self.per_pod for rank in ranks}))
 
     def placement_groups(self) -> tuple[tuple[int, ...], ...]:
@@ -162,7 +165,7 @@ class Layout:
         return "cluster"
 
 
-def from_resolved(resolved) -> Layout:
+def from_resolved(resolved: ResolvedJob) -> Layout:
     return Layout(data=resolved.data, tensor=resolved.tensor, pipeline=resolved.pipeline,
                   per_pod=resolved.per_pod, expert=resolved.expert, expert_placement=resolved.expert_placement,
                   context=resolved.context)

@@ -16,12 +16,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import cast
 
 from ascend_hybrid.contracts.ascend import RACK_LABEL, RESOURCE
 from ascend_hybrid.contracts.chips import CHIP_NAMES, CHIPS, ChipSpec
 from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang.inventory import KEPT_PER_NODE, Inventory, NodeInventory, blocking_taints, taint_text
-from ascend_hybrid.spec.rules import ResolvedJob
+from ascend_hybrid.spec.resolved import ResolvedJob
 
 # order in which a reason lists why nodes could not take a pod; each node is counted under its first cause
 CAUSES = (
@@ -303,7 +304,7 @@ class _Gang:
         return ("too few free chips", "")
 
     def shortfall_reason(self) -> str:
-        parts = []
+        parts: list[str] = []
         for cause in CAUSES:
             details = sorted((d, n) for (c, d), n in self.causes.items() if c == cause)
             total = sum(n for _, n in details)
@@ -328,7 +329,7 @@ class _Gang:
     # --- placing ---------------------------------------------------------------------------------------
 
     def run(self) -> Placement:
-        seen = set()
+        seen: set[int] = set()
         for group in self.request.groups:
             self._place_group(group, [p for p in dict.fromkeys(group) if self.assigned[p] is None])
             seen.update(group)
@@ -359,7 +360,9 @@ class _Gang:
                     key = (*_greedy_key(slots, free, remaining), names[0])
                     if best is None or key < best:
                         best = key
-        return self.nodes[best[2]]
+        # never None: place() runs the gang only with a slot for every pod, and _choose_racks picks racks with
+        # slots for the pods left
+        return self.nodes[cast("tuple[int, int, str]", best)[2]]
 
     def _choose_racks(self, g: int, own_racks: set) -> list[_Rack]:
         fewest = _min_nodes(self.hist, g)
@@ -375,7 +378,7 @@ class _Gang:
         # no single rack hosts the group on the fewest nodes: add racks, roomiest first, until they do
         chosen, hist, left = [], [0] * len(self.hist), list(self.rack_order)
         while _top_sum(hist, fewest) < g:
-            def gain(rack: _Rack, hist=hist) -> tuple:
+            def gain(rack: _Rack, hist: list[int] = hist) -> tuple:
                 merged = [a + b for a, b in zip(hist, rack.hist)]
                 return (-_top_sum(merged, fewest), rack.domain not in own_racks, rack.sort_key)
 
@@ -408,10 +411,11 @@ class _Gang:
         return pods[take:]
 
     def _result(self) -> Placement:
-        nodes = tuple(n.name for n in self.assigned)
+        assigned = cast("list[_Node]", self.assigned)  # run() has placed every pod
+        nodes = tuple(n.name for n in assigned)
         # a pod's chips are determined when it alone takes every free chip of its node (or 910A ring)
         regions: dict[tuple, list[int]] = {}
-        for pod, node in enumerate(self.assigned):
+        for pod, node in enumerate(assigned):
             regions.setdefault((node.name, self.ring_of[pod]), []).append(pod)
         chips: list[tuple[int, ...] | None] = [None] * len(nodes)
         for (name, ring), members in regions.items():
@@ -426,6 +430,6 @@ class _Gang:
             nodes=nodes,
             chips=tuple(chips),
             rings=tuple(self.ring_of),
-            racks=tuple(n.rack.domain for n in self.assigned),
+            racks=tuple(n.rack.domain for n in assigned),
             groups=self.request.groups,
         )

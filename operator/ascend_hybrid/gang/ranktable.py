@@ -126,7 +126,7 @@ def missing_for_completion(pods: list[dict], per_pod: int, pod_count: int | None
     return _readiness(pods, per_pod, pod_count, _needs_device_ips(pods, node_super_pods))[0]
 
 
-def one_pod_per_node(pods: Sequence[Mapping]) -> bool:
+def one_pod_per_node(pods: Iterable[Mapping]) -> bool:
     """Whether no two of the pods share a node (MindCluster's onePodOneNode)."""
     nodes = [(pod.get("spec") or {}).get("nodeName") for pod in pods]
     return len(set(nodes)) == len(nodes)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -29,7 +29,7 @@ from ascend_hybrid.gang.ranktable import (
     may_exceed_config_map,
 )
 from ascend_hybrid.spec.api import CHANNEL_KIND, CHANNEL_PLURAL, KIND, VERSION
-from ascend_hybrid.spec.rules import ResolvedJob
+from ascend_hybrid.spec.resolved import ResolvedJob
 
 SCHED_HOST_ENV = names.SCHED_HOST_ENV
 RANK_VARIABLES = frozenset({"MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_LOCAL_WORKER",
@@ -60,7 +60,8 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a 128-pod ga
 
 
 def _render(template: str, **values: Any) -> dict:
-    return yaml.load(_environment().get_template(template).render(**values), Loader=_LOADER)
+    # every template is one manifest, a YAML mapping
+    return cast(dict, yaml.load(_environment().get_template(template).render(**values), Loader=_LOADER))
 
 
 def owner_references(job: str, uid: str) -> list[dict]:

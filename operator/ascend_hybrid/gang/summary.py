@@ -10,14 +10,15 @@ from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang.inventory import Inventory
 from ascend_hybrid.gang.layout import Layout
 from ascend_hybrid.gang.placement import Placement
-from ascend_hybrid.spec.rules import ResolvedJob
+from ascend_hybrid.spec.resolved import ResolvedJob
 
 
 def node_domains(inventory: Inventory, tier_label: str) -> dict[str, str | None]:
     return {node.name: node.tier(tier_label) for node in inventory}
 
 
-def group_tiers(layout: Layout, pod_nodes=None, node_domains_=None) -> dict:
+def group_tiers(layout: Layout, pod_nodes: tuple[str, ...] | None = None,
+                node_domains_: dict[str, str | None] | None = None) -> dict:
     """Groups with their sizes and tiers (pod / node / rack / cluster), as `ascend-hybrid layout` prints them."""
     result = {}
     for kind, groups in layout.groups().items():

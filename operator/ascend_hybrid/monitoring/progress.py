@@ -121,10 +121,11 @@ def from_prometheus(values: dict[str, float | None], sampled_at: datetime,
                   for labels, value in vectors.get("chips", ()) if _finite(value))
     per_pod = tuple(sorted((labels.get("pod", "?"), value) for labels, value in vectors.get("pod_step_seconds", ())
                            if _finite(value) and value > 0))
-    return Sample("prometheus", sampled_at, **{key: values.get(key) for key in (
-        "step", "loss", "tokens_per_second", "step_seconds", "npu_percent", "hbm_percent", "step_seconds_sum",
-        "step_count")},
-        chips=chips, pod_step_seconds=per_pod)
+    return Sample("prometheus", sampled_at, step=values.get("step"), loss=values.get("loss"),
+                  tokens_per_second=values.get("tokens_per_second"), step_seconds=values.get("step_seconds"),
+                  npu_percent=values.get("npu_percent"), hbm_percent=values.get("hbm_percent"),
+                  step_seconds_sum=values.get("step_seconds_sum"), step_count=values.get("step_count"),
+                  chips=chips, pod_step_seconds=per_pod)
 
 
 def _rounded(value: float | None, digits: int) -> float | None:

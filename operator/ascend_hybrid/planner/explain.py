@@ -3,6 +3,7 @@ table `ascend-hybrid plan` prints."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ascend_hybrid.planner.compute import misaligned_dimensions, misalignment_seconds
@@ -175,7 +176,7 @@ COLUMNS = (("#", 3, ">"), ("DP", 4, ">"), ("TP", 3, ">"), ("PP", 3, ">"), ("EP",
            ("idle", 7, ">"), ("step s", 9, ">"), ("tok/s/dev", 10, ">"), ("MFU", 7, ">"))
 
 
-def _line(values) -> str:
+def _line(values: Iterable[object]) -> str:
     return " ".join(f"{value!s:{align}{width}}" for value, (_, width, align) in zip(values, COLUMNS)).rstrip()
 
 

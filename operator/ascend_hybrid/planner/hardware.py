@@ -212,7 +212,7 @@ class _HardwareFile(_Strict):
     inter_node: _InterTierFile = Field(alias="interNode")
 
 
-def _problem(error: dict) -> str:
+def _problem(error: Mapping[str, Any]) -> str:
     where = ".".join(str(part) for part in error["loc"])
     if error["type"] == "missing":
         return f"{where}: is required"

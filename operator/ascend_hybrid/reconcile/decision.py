@@ -54,7 +54,7 @@ from ascend_hybrid.reconcile.actions import (
 )
 from ascend_hybrid.reconcile.placement_record import record_placement
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision, Observed, Pass
-from ascend_hybrid.spec.rules import ResolvedJob
+from ascend_hybrid.spec.resolved import ResolvedJob
 
 # a node refusing this job's pods in this many attempts is avoided (count_refusals): once is a race with a rival
 REFUSALS_BEFORE_AVOIDING = 2

@@ -6,6 +6,8 @@ Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.stat
 
 from __future__ import annotations
 
+from typing import cast
+
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.podview import container_env
 from ascend_hybrid.diagnosis import refusals
@@ -44,7 +46,8 @@ def launcher_wait(p: Pass, current: dict) -> Failure | Wait | None:
 
 def sched_service_changed(p: Pass, current: dict) -> Failure | None:
     """<job>-sched deleted and back with another ClusterIP: the MS_SCHED_HOST the pods were given leads nowhere."""
-    given = {container_env(pod, render.SCHED_HOST_ENV) for pod in current.values()} - {None}
+    # the set difference takes out the None of a pod without the variable
+    given = cast("set[str]", {container_env(pod, render.SCHED_HOST_ENV) for pod in current.values()} - {None})
     if not p.o.sched_ip or not given or given == {p.o.sched_ip}:
         return None
     return Failure("SchedServiceChanged", f"{names.sched_service(p.meta['name'])} has ClusterIP "

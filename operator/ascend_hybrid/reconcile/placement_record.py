@@ -14,14 +14,14 @@ from ascend_hybrid.gang.backlog import QueueKey
 from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.reconcile import elastic_steps
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision
-from ascend_hybrid.spec.rules import ResolvedJob
+from ascend_hybrid.spec.resolved import ResolvedJob
 
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
-def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: datetime, generation,
+def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: datetime, generation: int | None,
                      node_domains: Mapping[str, str | None], asked: ResolvedJob | None = None) -> Decision:
     """The status and events after the shell placed the gang (or found it cannot): a Decision of its own, so
     the shell only executes what the core decided. `job` is what was placed; `asked`, when it differs, the
@@ -56,7 +56,7 @@ def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: 
     return outcome
 
 
-def record_queued(status: dict, blocker: QueueKey, now: datetime, generation) -> Decision:
+def record_queued(status: dict, blocker: QueueKey, now: datetime, generation: int | None) -> Decision:
     """The status of a job held back behind an older one: Pending, `Placed=False` reason `Queued`, no event (the
     queue moves on its own; one event per job per wave would flood a namespace of hundreds of jobs)."""
     outcome = Decision(status=copy.deepcopy(status))

@@ -31,7 +31,7 @@ from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner.hardware import Hardware
 from ascend_hybrid.planner.observed import Observed as ObservedFactor
 from ascend_hybrid.reconcile.actions import Action, DeleteJob, DeletePods, DeleteWorkloads, PostEvent, WriteRankTable
-from ascend_hybrid.spec.rules import ResolvedJob
+from ascend_hybrid.spec.resolved import ResolvedJob
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
 SLOW_REQUEUE_SECONDS = 30.0

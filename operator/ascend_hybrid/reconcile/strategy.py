@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ascend_hybrid.contracts.conditions import set_condition
@@ -20,7 +21,7 @@ from ascend_hybrid.planner.explain import CUBE_WARNING
 from ascend_hybrid.planner.hardware import GIB, Hardware, HardwareError, builtin
 from ascend_hybrid.planner.workload import Workload
 from ascend_hybrid.spec import rules
-from ascend_hybrid.spec.rules import ResolvedJob
+from ascend_hybrid.spec.resolved import ResolvedJob, SpecError, resolve
 
 # An idle share of a step above this is worth a warning: seed §3.3 (docs/design.md §11) advises m ≥ 4·p
 # micro-batches, which keeps the share under (p - 1)/(5p - 1) < 20 %.
@@ -160,10 +161,10 @@ def _degrees(degrees: Mapping[str, Any]) -> str:
 
 def planned(job: ResolvedJob, plan: Mapping[str, Any]) -> ResolvedJob:
     """An auto job resolved with its recorded choice; SpecError if the choice breaks a rule (a planner defect)."""
-    resolved = rules.resolve(job.name, job.spec, plan)
+    resolved = resolve(job.name, job.spec, plan)
     broken = rules.broken_rules(resolved)
     if broken:
-        raise rules.SpecError([f"status.plan: the recorded strategy breaks a rule: {broken[0]}"])
+        raise SpecError([f"status.plan: the recorded strategy breaks a rule: {broken[0]}"])
     return resolved
 
 
@@ -229,7 +230,7 @@ def with_observed(job: ResolvedJob, hw: Hardware, efficiency: Mapping[str, obser
 
 
 def step(spec: Mapping[str, Any], job: ResolvedJob, status: dict, profiles: Mapping[str, Hardware],
-         now, generation, efficiency: Mapping[str, observed.Observed] | None = None) -> Step:
+         now: datetime, generation: int | None, efficiency: Mapping[str, observed.Observed] | None = None) -> Step:
     """Plans an auto job once per spec (or scores a manual job's strategy once per spec), records status.plan,
     status.parallelism and the StrategyFits condition, and returns the job to run.
 
@@ -257,9 +258,10 @@ def step(spec: Mapping[str, Any], job: ResolvedJob, status: dict, profiles: Mapp
                                                        f"{plan['why']}"))
         try:
             job = planned(job, plan)
-        except rules.SpecError as error:
+        except SpecError as error:
             return Step(job, events, ("InvalidPlan", error.problems[0]))
     elif fresh:
+        verdict: StrategyFit | None  # declared, so that unpacking evaluate()'s result narrows it for `else`
         try:
             plan, verdict = evaluate(job, hw, hash_)
         except StrategyError as error:

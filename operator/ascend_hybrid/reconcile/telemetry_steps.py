@@ -6,6 +6,8 @@ Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.stat
 
 from __future__ import annotations
 
+from typing import cast
+
 from ascend_hybrid.contracts.conditions import condition
 from ascend_hybrid.diagnosis.hints import prediction
 from ascend_hybrid.monitoring import anomalies
@@ -29,13 +31,14 @@ def record_telemetry(p: Pass) -> None:
         p.cond("MetricsAvailable", True, "Sampled", f"read from {sample.source}")
         record_anomalies(p, sample)
         return
+    error = cast(str, sample.error)  # not None: Sample.ok is `error is None`
     if sample.no_data_yet and "training" not in p.status:
-        p.cond("MetricsAvailable", False, "NoDataYet", sample.error)  # the first scrape has not happened
+        p.cond("MetricsAvailable", False, "NoDataYet", error)  # the first scrape has not happened
         return
     previous = condition(p.status, "MetricsAvailable")
     if previous is None or previous["status"] == "True" or previous["reason"] == "NoDataYet":
-        p.d.emit("Warning", "MetricsUnavailable", f"{sample.error}; training and utilization figures go stale")
-    p.cond("MetricsAvailable", False, "SourceUnreachable", sample.error)
+        p.d.emit("Warning", "MetricsUnavailable", f"{error}; training and utilization figures go stale")
+    p.cond("MetricsAvailable", False, "SourceUnreachable", error)
 
 
 def record_anomalies(p: Pass, sample: Sample) -> None:

@@ -7,10 +7,11 @@ Cross-field rules live in `rules.py`, which also emits them as CEL for the CRD.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 from ascend_hybrid.contracts.ascend import RACK_LABEL, RESOURCE
 from ascend_hybrid.contracts.chips import CHIP_NAMES, CHIPS, MAX_CHIPS_PER_POD
@@ -33,7 +34,7 @@ MAX_POLICY_RULES = 32  # bounds the CEL cost of the failure-policy rules
 MAX_PIPELINE_LAYERS = 1024  # bounds the CEL cost of summing spec.parallelism.pipelineLayers
 
 DEFAULT_TRAINER_IMAGE = "ascend-hybrid/trainer:0.1.0"
-RAW_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+RAW_OBJECT: JsonDict = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
 class ApiModel(BaseModel):
@@ -49,7 +50,8 @@ class ExpertPlacement(str, Enum):
     intra_node = "intraNode"
 
 
-Chip = Enum("Chip", {f"chip_{name.lower()}": name for name in CHIP_NAMES}, type=str)
+# mypy reads Enum members only from a literal; these are computed from the chip table
+Chip = Enum("Chip", {f"chip_{name.lower()}": name for name in CHIP_NAMES}, type=str)  # type: ignore[misc]
 _CHIPS_PER_NODE_TEXT = ", ".join(f"{name} {spec.chips_per_node}" for name, spec in CHIPS.items())
 
 
@@ -147,7 +149,7 @@ class Npu(ApiModel):
     resource: str = Field(RESOURCE)
     """Extended resource name the Ascend device plugin advertises."""
     per_pod: int | None = Field(None, ge=1, le=MAX_CHIPS_PER_POD, description=f"NPUs (ranks) per pod; defaults to the chips per node of the chip type ({_CHIPS_PER_NODE_TEXT}).")
-    chip: Chip = Field("910B")
+    chip: Chip = Field(cast(Chip, "910B"))  # validate_default checks the str against Chip; use_enum_values keeps it
     """Chip type the job needs: 910A (HCCS rings), 910B, or A3 (super-pods)."""
     hardware_profile: str | None = Field(None, max_length=63)
     """Hardware profile the planner predicts with: a name the operator's --hardware-profiles file (the chart's
@@ -307,8 +309,9 @@ class Hccl(ApiModel):
     """Extra HCCL_* variables for every pod."""
 
 
-Cause = Enum("Cause", {name: name for name in CAUSES}, type=str)
-FailureAction = Enum("FailureAction", {name: name for name in ACTIONS}, type=str)
+# mypy reads Enum members only from a literal; these are computed from causes.py
+Cause = Enum("Cause", {name: name for name in CAUSES}, type=str)  # type: ignore[misc]
+FailureAction = Enum("FailureAction", {name: name for name in ACTIONS}, type=str)  # type: ignore[misc]
 _SOFTWARE_TEXT = " and ".join(sorted(SOFTWARE_CAUSES))
 
 

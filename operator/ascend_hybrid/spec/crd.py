@@ -132,7 +132,8 @@ def _with_structural_children(node: dict[str, Any], definitions: dict[str, Any])
 def _model_schema(model: type[api.ApiModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     definitions = raw.pop("$defs", {})
-    return _structural(raw, definitions)
+    schema: dict[str, Any] = _structural(raw, definitions)
+    return schema
 
 
 def _check_descriptions(schema: dict[str, Any], path: str) -> None:
@@ -164,7 +165,7 @@ def _without_defaults(schema: Any) -> Any:
 
 
 def status_schema() -> dict[str, Any]:
-    schema = _without_defaults(_model_schema(api.AscendHybridJobStatus))
+    schema: dict[str, Any] = _without_defaults(_model_schema(api.AscendHybridJobStatus))
     schema["description"] = "Observed state written by the operator."
     return schema
 

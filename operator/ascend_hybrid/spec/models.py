@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for the annotation only: this module stays free of pydantic at import
+    from ascend_hybrid.spec.api import Model
 
 MODEL_PRESETS: dict[str, dict[str, int | None]] = {
     "tiny": {"layers": 24, "hidden": 128, "heads": 8, "ffnHidden": 512, "vocab": 512, "experts": 0, "topK": None},
@@ -12,7 +15,7 @@ MODEL_PRESETS: dict[str, dict[str, int | None]] = {
 CUSTOM_REQUIRED = ("layers", "hidden", "heads", "vocab")
 
 
-def resolved_model(model) -> dict[str, Any]:
+def resolved_model(model: Model) -> dict[str, Any]:
     explicit = model.model_dump(by_alias=True, exclude={"preset"}, exclude_none=True)
     if model.preset == "custom":
         base: dict[str, Any] = {"experts": 0, "topK": 2}

@@ -38,7 +38,7 @@ def shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "…"
 
 
-def pydantic_problem(error: dict) -> str:
+def pydantic_problem(error: Mapping[str, Any]) -> str:
     path = field_path(tuple(error["loc"]))
     kind, context, value = error["type"], error.get("ctx", {}), error.get("input")
     if kind == "extra_forbidden":

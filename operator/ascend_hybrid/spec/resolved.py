@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.spec.api import AscendHybridJobSpec, Parallelism
@@ -90,10 +90,11 @@ def resolve(name: str, spec: AscendHybridJobSpec, strategy: Mapping[str, Any] | 
     pipeline = par.pipeline or 1
     data = par.world or 1 if par.auto else par.data or 1
     micro_batches = par.micro_batches or pipeline
+    chip = cast(str, spec.npu.chip)  # use_enum_values: the field holds the member's value, a str
     return ResolvedJob(
         name=name, spec=spec, data=data, tensor=par.tensor or 1, pipeline=pipeline, expert=par.expert or 1,
-        expert_placement=par.expert_placement or "dataParallel", micro_batches=micro_batches, chip=spec.npu.chip,
-        per_pod=spec.npu.per_pod or CHIPS[spec.npu.chip].chips_per_node, model=resolved_model(spec.model),
+        expert_placement=par.expert_placement or "dataParallel", micro_batches=micro_batches, chip=chip,
+        per_pod=spec.npu.per_pod or CHIPS[chip].chips_per_node, model=resolved_model(spec.model),
         global_batch_size=spec.training.global_batch_size or data * micro_batches,
         virtual_pipeline_stages=par.virtual_pipeline_stages or 1, auto=bool(par.auto), planned=not par.auto,
         context=par.context or 1, pipeline_layers=tuple(par.pipeline_layers) if par.pipeline_layers else None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
+from typing import cast
 
 from pydantic import ValidationError
 
@@ -305,7 +306,8 @@ def _one_matcher(e: ResolvedJob) -> str | None:
 
 def _no_avoiding_for_software(e: ResolvedJob) -> str | None:
     for rule in e.spec.run_policy.failure_policy.rules:
-        if rule.action == RESTART_AVOIDING_NODE and SOFTWARE_CAUSES & set(rule.causes or ()):
+        # use_enum_values: the field holds the member's value, a str
+        if cast(str, rule.action) == RESTART_AVOIDING_NODE and SOFTWARE_CAUSES & set(rule.causes or ()):
             return _NO_AVOID_MESSAGE
     return None
 

@@ -25,7 +25,9 @@ import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TypedDict, cast
 
+import urllib3
 from kubernetes import client
 
 from ascend_hybrid.devcluster.controlplane import ports, toolchain
@@ -35,7 +37,16 @@ from ascend_hybrid.devcluster.kube.waiting import WaitTimeout, wait_until
 from ascend_hybrid.devcluster.kueue import certs, manifests
 from ascend_hybrid.devcluster.paths import ClusterPaths
 
-APPLY = {"field_manager": manifests.FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
+
+class _ApplyOptions(TypedDict):
+    field_manager: str
+    force: bool
+    _content_type: str
+
+
+# typed, not a plain dict: unpacked into the client's calls, each value must match its own keyword
+APPLY: _ApplyOptions = {"field_manager": manifests.FIELD_MANAGER, "force": True,
+                        "_content_type": "application/apply-patch+yaml"}
 PORT_NAMES = ("health", "metrics", "webhook")
 READY_TIMEOUT_SECONDS = 90.0
 STOP_GRACE_SECONDS = 15.0
@@ -118,11 +129,16 @@ def _apply_crds(api: client.ApiClient, webhook_port: int, ca_bundle: str) -> lis
     documents = manifests.crds(texts, webhook_port, ca_bundle)
     for crd in documents:  # the workloads CRD is ~1.4 MB: server-side apply keeps no last-applied copy of it
         name = crd["metadata"]["name"]
-        with_retries(lambda crd=crd, name=name: extensions.patch_custom_resource_definition(
-            name, crd, _preload_content=False, **APPLY).data, f"apply CRD {name}")  # read: the connection is reused
+        # The ignore: mypy cannot type a lambda whose defaults have no counterpart in Callable[[], T]. The cast:
+        # with _preload_content=False the client returns the raw response, not the model it declares.
+        with_retries(lambda crd=crd, name=name: cast(urllib3.HTTPResponse,  # type: ignore[misc]
+                     extensions.patch_custom_resource_definition(name, crd, _preload_content=False, **APPLY)).data,
+                     f"apply CRD {name}")  # read: the connection is reused
 
     def established(name: str) -> bool:
-        conditions = extensions.read_custom_resource_definition(name).status.conditions or []
+        # the apiserver always sends a CRD's status (and wait_until retries on an error)
+        status = cast(client.V1CustomResourceDefinitionStatus, extensions.read_custom_resource_definition(name).status)
+        conditions = status.conditions or []
         return any(c.type == "Established" and c.status == "True" for c in conditions)
 
     names = [crd["metadata"]["name"] for crd in documents]
@@ -137,14 +153,16 @@ def _apply_webhooks(api: client.ApiClient, webhook_port: int, ca_bundle: str) ->
         name = document["metadata"]["name"]
         patch = (admission.patch_mutating_webhook_configuration if document["kind"].startswith("Mutating")
                  else admission.patch_validating_webhook_configuration)
-        with_retries(lambda patch=patch, name=name, document=document: patch(
+        # mypy cannot type a lambda whose defaults have no counterpart in Callable[[], T]
+        with_retries(lambda patch=patch, name=name, document=document: patch(  # type: ignore[misc]
             name, document, _preload_content=False, **APPLY).data, f"apply {name}")
 
 
 def _ensure_namespace(core: client.CoreV1Api, name: str) -> None:
     try:
-        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
-                              _preload_content=False)
+        # validate_call builds the V1Namespace from the dict
+        core.create_namespace(cast(client.V1Namespace, {"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": name}}), _preload_content=False)
     except client.ApiException as error:
         if error.status != 409:
             raise
@@ -157,9 +175,11 @@ def label_managed(core: client.CoreV1Api, namespace: str) -> None:
 
 
 def _webhooks_answer(core: client.CoreV1Api) -> bool:
-    probe = core.create_namespaced_pod(manifests.QUEUE_NAMESPACE, manifests.probe_pod(), dry_run="All",
-                                       _request_timeout=15)
-    return any(gate.name == manifests.ADMISSION_GATE for gate in probe.spec.scheduling_gates or [])
+    # validate_call builds the V1Pod from the dict; the created pod always has a spec
+    probe = core.create_namespaced_pod(manifests.QUEUE_NAMESPACE, cast(client.V1Pod, manifests.probe_pod()),
+                                       dry_run="All", _request_timeout=15)
+    return any(gate.name == manifests.ADMISSION_GATE
+               for gate in cast(client.V1PodSpec, probe.spec).scheduling_gates or [])
 
 
 def apply_queue_objects(api: client.ApiClient, documents: list[dict]) -> None:
@@ -169,8 +189,9 @@ def apply_queue_objects(api: client.ApiClient, documents: list[dict]) -> None:
         where = (manifests.GROUP, manifests.VERSION, *((namespace,) if namespace else ()),
                  document["kind"].lower() + "s", name)
         patch = custom.patch_namespaced_custom_object if namespace else custom.patch_cluster_custom_object
-        with_retries(lambda patch=patch, where=where, document=document: patch(*where, document, **APPLY),
-                     f"apply {document['kind']} {name}")
+        # mypy cannot type a lambda whose defaults have no counterpart in Callable[[], T]
+        with_retries(lambda patch=patch, where=where, document=document: patch(  # type: ignore[misc]
+            *where, document, **APPLY), f"apply {document['kind']} {name}")
 
 
 def ensure_running(paths: ClusterPaths, api: client.ApiClient, nodes: list[dict], progress=print) -> int:
@@ -224,10 +245,11 @@ def status_lines(paths: ClusterPaths, api: client.ApiClient) -> list[str]:
              f"webhook {manifests.HOST}:{chosen['webhook']}"]
     custom = client.CustomObjectsApi(api)
     try:
-        cluster_queues = custom.list_cluster_custom_object(manifests.GROUP, manifests.VERSION, "clusterqueues",
-                                                           _request_timeout=5)["items"]
-        local_queues = custom.list_cluster_custom_object(manifests.GROUP, manifests.VERSION, "localqueues",
-                                                         _request_timeout=5)["items"]
+        # custom objects come back as the JSON the apiserver sent: a dict with the list's items
+        cluster_queues = cast(dict, custom.list_cluster_custom_object(manifests.GROUP, manifests.VERSION,
+                                                                      "clusterqueues", _request_timeout=5))["items"]
+        local_queues = cast(dict, custom.list_cluster_custom_object(manifests.GROUP, manifests.VERSION, "localqueues",
+                                                                    _request_timeout=5))["items"]
     except client.ApiException as error:
         return [*lines, f"  kueue queues: unreadable ({error.status} {error.reason})"]
     return lines + manifests.queue_summary(cluster_queues, local_queues)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 from kubernetes import client
 
@@ -53,10 +54,13 @@ def create_nodes(core: client.CoreV1Api, nodes: list[SimNode]) -> int:
     `up`). Returns how many Nodes were created."""
     now = int(time.time())
 
+    # The manifests are dicts: the client's validate_call builds its models from them.
     def create(node: SimNode) -> bool:
-        created = create_if_absent(lambda: core.create_node(node_manifest(node)), f"node {node.name}")
+        created = create_if_absent(lambda: core.create_node(cast(client.V1Node, node_manifest(node))),
+                                   f"node {node.name}")
         create_if_absent(lambda: core.create_namespaced_config_map(
-            DEVICEINFO_NAMESPACE, deviceinfo_configmap(node, now=now)), f"configmap {deviceinfo_name(node.name)}")
+            DEVICEINFO_NAMESPACE, cast(client.V1ConfigMap, deviceinfo_configmap(node, now=now))),
+            f"configmap {deviceinfo_name(node.name)}")
         return created
 
     with ThreadPoolExecutor(CREATE_WORKERS) as pool:

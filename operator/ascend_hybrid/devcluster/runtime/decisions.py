@@ -18,6 +18,7 @@ A kubelet's rules, for one container per pod with restartPolicy Never:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import cast
 
 from ascend_hybrid.devcluster.runtime.guard import WAITING_REASON, admit, requested_workers
 from ascend_hybrid.devcluster.runtime.launch import NotRunnable, grace_seconds, runtime_container
@@ -169,10 +170,11 @@ def _workers(pod: dict) -> int:
 def decide(pods: dict[str, dict], tracked: dict[str, Tracked], capacity: int, now: float) -> list[Action]:
     """pods: uid → the process pods bound to a node, as the API shows them now; tracked: uid → processes."""
     actions: list[Action] = []
+    process: Tracked | None  # each loop below binds it: a Tracked, then maybe None
     for uid, process in tracked.items():
         if uid not in pods:  # gone from the API (a forced delete, or our Remove went through)
             actions += _stop_or_kill(uid, process, process.grace, now) if process.running else [Forget(uid)]
-    candidates = []
+    candidates: list[dict] = []
     for uid, pod in pods.items():
         process = tracked.get(uid)
         if _deleting(pod):
@@ -184,7 +186,8 @@ def decide(pods: dict[str, dict], tracked: dict[str, Tracked], capacity: int, no
             if process.running:
                 actions += [SyncVolumes(uid)] if process.announced else [Announce(uid), SyncVolumes(uid)]
             elif not process.reported:
-                actions.append(ReportExit(uid, restart_delay(pod, process.exit_code, process.streak,
+                # not running, so it has exited: exit_code is set
+                actions.append(ReportExit(uid, restart_delay(pod, cast(int, process.exit_code), process.streak,
                                                              process.ran_seconds)))
             elif process.restart_at is not None and now >= process.restart_at:
                 actions.append(Restart(uid))

@@ -276,6 +276,7 @@ def configmap_files(pod: dict, configmaps: dict, layout: PodLayout) -> dict[Path
 def configmap_source_files(namespace: str, volume: str, source: dict, configmaps: dict,
                            directory: Path) -> dict[Path, bytes]:
     """One ConfigMap's files under `directory`: a ConfigMap volume, or a ConfigMap source of a projected one."""
+    files: dict[Path, bytes]
     configmap, files = configmaps.get((namespace, source.get("name"))), {}
     if configmap is None:
         if source.get("optional"):

@@ -11,6 +11,8 @@ default (pods already created keep their annotation).
 
 from __future__ import annotations
 
+from typing import cast
+
 from kubernetes import client
 
 from ascend_hybrid.devcluster.kube.client import with_retries
@@ -48,8 +50,9 @@ def binding() -> dict:
 def _probe_annotations(core: client.CoreV1Api) -> dict:
     probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "runtime-default-probe-"},
              "spec": {"containers": [{"name": "probe", "image": "busybox"}]}}
-    created = core.create_namespaced_pod("default", probe, dry_run="All", _request_timeout=5)
-    return created.metadata.annotations or {}
+    # validate_call builds the V1Pod from the dict; an answer from the apiserver always carries metadata
+    created = core.create_namespaced_pod("default", cast(client.V1Pod, probe), dry_run="All", _request_timeout=5)
+    return cast(client.V1ObjectMeta, created.metadata).annotations or {}
 
 
 def cluster_default(core: client.CoreV1Api) -> str | None:
@@ -69,7 +72,8 @@ def _installed_runtime(admission: client.AdmissionregistrationV1Api) -> str | No
         if error.status != 404:
             raise
         return None
-    return (installed.metadata.annotations or {}).get(RUNTIME_ANNOTATION, PROCESS_RUNTIME)
+    # an object read from the apiserver always carries metadata
+    return (cast(client.V1ObjectMeta, installed.metadata).annotations or {}).get(RUNTIME_ANNOTATION, PROCESS_RUNTIME)
 
 
 def _remove(admission: client.AdmissionregistrationV1Api) -> None:
@@ -100,7 +104,8 @@ def set_cluster_default(api: client.ApiClient, enabled: bool, timeout: float = 3
             except client.ApiException as error:
                 if error.status != 404:
                     raise
-                with_retries(lambda create=create, body=body: create(body, _request_timeout=5),
+                # mypy cannot type a lambda whose defaults have no counterpart in Callable[[], T]
+                with_retries(lambda create=create, body=body: create(body, _request_timeout=5),  # type: ignore[misc]
                              f"create {body['kind']} {POLICY_NAME}")
     elif installed == runtime:
         _remove(admission)

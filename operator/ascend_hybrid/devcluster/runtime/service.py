@@ -24,9 +24,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -181,10 +183,11 @@ class ProcessRuntime:
                 self.routes_dirty, self.routes_at = False, time.monotonic()
         if routes is not None:
             self.forwarder.update(routes)
-        handlers = {Start: self.start, Wait: self.tell_waiting, Announce: self.announce, SyncVolumes: self.sync_volumes,
-                    Stop: self.stop, Kill: self.kill, ReportExit: self.report_exit, Restart: self.restart,
-                    ReportLost: self.report_lost, ReportStopped: self.report_stopped, Remove: self.remove,
-                    Forget: self.forget}
+        handlers: dict[type, Callable[..., None]] = {
+            Start: self.start, Wait: self.tell_waiting, Announce: self.announce, SyncVolumes: self.sync_volumes,
+            Stop: self.stop, Kill: self.kill, ReportExit: self.report_exit, Restart: self.restart,
+            ReportLost: self.report_lost, ReportStopped: self.report_stopped, Remove: self.remove,
+            Forget: self.forget}
         for action in decide(process_pods, dict(self.tracked), self.capacity, time.monotonic()):
             handlers[type(action)](action, process_pods.get(action.uid))
         for notes in (self.told, self.removing):  # what was noted about pods that are gone for good
@@ -281,7 +284,8 @@ class ProcessRuntime:
 
     def report_exit(self, action: ReportExit, pod: dict) -> None:
         process, handle = self.tracked[action.uid], self.handles[action.uid]
-        code, now = process.exit_code, datetime.now(UTC)
+        # decide() reports only a process that has exited: its exit_code is set
+        code, now = cast(int, process.exit_code), datetime.now(UTC)
         container_id = handle.process.container_id()
         message = podstatus.termination_message(read_bytes(handle.layout.termination_file),
                                                 read_bytes(handle.log_file, tail=64 * 1024),
@@ -303,7 +307,8 @@ class ProcessRuntime:
     def _restarts_later(self, action: ReportExit, pod: dict, ended: dict) -> None:
         """The container ended and its restartPolicy restarts it: now (the first time), or after its back-off."""
         process, handle = self.tracked[action.uid], self.handles[action.uid]
-        delay, code = action.restart_in, ended["terminated"]["exitCode"]
+        # report_exit calls this only when restart_in is set
+        delay, code = cast(float, action.restart_in), ended["terminated"]["exitCode"]
         if delay > 0:
             if not self._status(pod, podstatus.back_off_patch(pod, process.restarts, ended, delay, datetime.now(UTC))):
                 return
@@ -367,8 +372,9 @@ class ProcessRuntime:
     def _record_event(self, pod: dict, kind: str, reason: str, message: str) -> None:
         body = podstatus.event(pod, kind, reason, message, datetime.now(UTC))
         try:
-            self.core.create_namespaced_event(pod["metadata"]["namespace"], body, _preload_content=False,
-                                              _request_timeout=5)
+            # validate_call builds the CoreV1Event from the dict
+            self.core.create_namespaced_event(pod["metadata"]["namespace"], cast(client.CoreV1Event, body),
+                                              _preload_content=False, _request_timeout=5)
         except Exception as error:  # noqa: BLE001 - an event is worth a try, not a failure
             self.log(f"event {reason} for {self._name(pod)} not recorded: {describe(error)}")
 

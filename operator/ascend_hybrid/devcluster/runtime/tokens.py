@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import datetime
+from typing import cast
 
 from kubernetes import client
 
@@ -57,10 +59,13 @@ class Tokens:
             "audiences": [source.audience] if source.audience else [],
             "expirationSeconds": source.expiration_seconds,
             "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}}
-        answer = self.core.create_namespaced_service_account_token(source.service_account, meta["namespace"], body,
-                                                                   _request_timeout=REQUEST_TIMEOUT_SECONDS)
-        expires = answer.status.expiration_timestamp.timestamp()
-        return Issued(answer.status.token, now, expires)
+        # validate_call builds the model from the dict; a granted TokenRequest always has the token and its expiry
+        answer = self.core.create_namespaced_service_account_token(
+            source.service_account, meta["namespace"], cast(client.AuthenticationV1TokenRequest, body),
+            _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        status = cast(client.V1TokenRequestStatus, answer.status)
+        expires = cast(datetime, status.expiration_timestamp).timestamp()
+        return Issued(cast(str, status.token), now, expires)
 
     def forget(self, uid: str) -> None:
         for key in [key for key in self.issued if key[0] == uid]:

@@ -111,7 +111,7 @@ class TelemetrySimulation:
         self.chip_of_node: dict[str, str] = {}      # node name → chip generation (910A, 910B, A3)
         self.listeners: dict[str, tuple[str, asyncio.AbstractServer]] = {}  # uid → (ip, server on ip:9400)
         self.refused: dict[str, str] = {}           # uid → why its bind failed (logged once)
-        self.exporter: asyncio.AbstractServer | None = None
+        self.exporter: asyncio.Server | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.changed: asyncio.Event | None = None
 

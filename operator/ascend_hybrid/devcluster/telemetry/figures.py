@@ -290,8 +290,9 @@ def exposition(families: list) -> bytes:
 def histogram_buckets(observations: int, each_seconds: float, *more: tuple[int, float]) -> list[tuple[str, float]]:
     """Cumulative buckets of `observations` steps that all took `each_seconds` (and of each (steps, seconds) more)."""
     phases = ((observations, each_seconds), *more)
-    buckets = [(floatToGoString(bound), sum(count for count, seconds in phases if seconds <= bound))
-               for bound in STEP_SECONDS_BUCKETS]
+    buckets: list[tuple[str, float]] = [
+        (floatToGoString(bound), sum(count for count, seconds in phases if seconds <= bound))
+        for bound in STEP_SECONDS_BUCKETS]
     return buckets + [("+Inf", sum(count for count, _ in phases))]
 
 

@@ -38,6 +38,7 @@ class Socket:
 def _address(hex_address: str, version: int) -> tuple[str, int]:
     host, port = hex_address.split(":")
     raw = bytes.fromhex(host)
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address
     if version == 4:
         ip = ipaddress.IPv4Address(raw[::-1])
     else:  # four little-endian 32-bit words

@@ -41,7 +41,8 @@ def object_problems(obj: Mapping) -> list[str]:
     metadata = obj.get("metadata")
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     problems = [] if isinstance(name, str) and name else ["metadata.name: is required"]
-    shape = OBJECT_SHAPES.get(obj.get("kind"))
+    kind: Any = obj.get("kind")  # any JSON value; one that names no shape finds none
+    shape = OBJECT_SHAPES.get(kind)
     if shape is not None:
         problems += _shape_problems(obj, shape, "")
         problems += [f"{key}: is required" for key in _REQUIRED.get(obj["kind"], ()) if obj.get(key) is None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from ascend_hybrid.spec.k8s_validation.names import (
     TOTAL_ANNOTATION_SIZE,
@@ -156,6 +156,7 @@ def resources_problems(path: str, requests: Mapping[str, str], limits: Mapping[s
             if problem:
                 problems.append(problem)
                 continue
+            amount = cast(Decimal, amount)  # None only together with a problem
             if amount < 0:
                 problems.append(f"{where}={quoted(raw)}: must be greater than or equal to 0")
             elif not _overcommit_allowed(name) and amount != amount.to_integral_value():
