@@ -71,7 +71,7 @@ def test_gated_pod_waits_then_binds_to_its_node_runs_with_a_loopback_ip_and_devi
     assert configuration["host_ip"] == configuration["server_ip"] == node_ip(2)
     assert len(configuration["devices"]) == 2
     assert all(ipaddress.ip_address(d["device_ip"]).is_loopback for d in configuration["devices"])
-    assert pod["metadata"]["annotations"][RESOURCE] == ",".join(
+    assert pod["metadata"]["annotations"]["huawei.com/AscendReal"] == ",".join(
         f"Ascend910-{d['device_id']}" for d in configuration["devices"])
 
 
@@ -83,15 +83,30 @@ def test_two_pods_sharing_a_910b_node_get_distinct_chips(dev_cluster, namespace,
     assert len(chips[0]) == len(chips[1]) == 4 and not set(chips[0]) & set(chips[1])
 
 
-def test_910a_pods_of_up_to_four_chips_stay_inside_one_hccs_ring(dev_cluster, namespace, create_pod):
-    sizes = {"two-a": 2, "two-b": 2, "four": 4}
-    for name, chips in sizes.items():
-        create_pod(name, node="node-005", chips=chips)
-    held = {n: held_chips(dev_cluster.wait_pod(namespace, n, is_running_with_devices, "to run")) for n in sizes}
-    taken = [chip for chips in held.values() for chip in chips]
-    assert len(taken) == len(set(taken)) == 8
-    for name, chips in held.items():
-        assert len(chips) == sizes[name] and len({chip // 4 for chip in chips}) == 1, (name, chips)
+def test_the_kubelet_starts_a_pod_then_the_plugin_annotates_it_on_its_period(dev_cluster, namespace, create_pod):
+    """Kubelet mode: the pod runs once the kubelet allocated its chips; the configuration annotation follows on the
+    device plugin's next listWatchPeriod tick (5 s here), and is never rewritten."""
+    create_pod("late", node="node-003", chips=2)
+    dev_cluster.wait_phase(namespace, "late", "Running")
+    seen_running = time.monotonic()
+    annotated = dev_cluster.wait_pod(namespace, "late", is_running_with_devices, "to be annotated", timeout=15)
+    assert time.monotonic() - seen_running <= 5 + 2
+    version = annotated["metadata"]["resourceVersion"]
+    time.sleep(5.5)  # one more tick: nothing is written again
+    assert dev_cluster.pod(namespace, "late")["metadata"]["resourceVersion"] == version
+
+
+def test_a_node_forced_to_straddle_gives_a_4_chip_pod_both_hccs_rings(dev_cluster, namespace, create_pod):
+    """The kubelet takes any free chips (the plugin answers GetPreferredAllocation "not support"); on 910A it can
+    split a pod of up to 4 chips across the two rings. `fault --straddle-rings` makes it do so whenever it can."""
+    try:
+        fleet.set_straddle_rings(dev_cluster.core, "node-005", True)
+        time.sleep(0.5)  # the device plugin watches the node
+        create_pod("split", node="node-005", chips=4)
+        chips = held_chips(dev_cluster.wait_pod(namespace, "split", is_running_with_devices, "to run", timeout=15))
+        assert len(chips) == 4 and {chip // 4 for chip in chips} == {0, 1}, chips
+    finally:
+        fleet.set_straddle_rings(dev_cluster.core, "node-005", False)
 
 
 def test_chips_are_freed_when_a_pod_ends(dev_cluster, namespace, create_pod):
@@ -146,9 +161,9 @@ def test_unhealthy_chip_is_listed_in_deviceinfo_and_never_allocated(dev_cluster,
         data = dev_cluster.core.read_namespaced_config_map("mindx-dl-deviceinfo-node-003", "kube-system").data
         assert unusable_chips(data) == {0}
         time.sleep(0.5)  # the device plugin watches the ConfigMap
-        create_pod("avoids-zero", node="node-003", chips=1)
+        create_pod("avoids-zero", node="node-003", chips=7)  # every chip in service: all but chip 0
         chips = held_chips(dev_cluster.wait_pod(namespace, "avoids-zero", is_running_with_devices, "to run"))
-        assert chips == (1,)
+        assert chips == tuple(range(1, 8))
     finally:
         fleet.set_chip_health(dev_cluster.core, "node-003", 0, healthy=True)
 

@@ -26,7 +26,7 @@ from ascend_hybrid.cli.inputs import (
     of_kind,
 )
 from ascend_hybrid.contracts import names
-from ascend_hybrid.contracts.ascend import device_infos_by_node
+from ascend_hybrid.contracts.ascend import device_infos_by_node, device_plugins
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.names import JOB_LABEL
 from ascend_hybrid.contracts.podview import attempt_of, labels_of
@@ -149,7 +149,8 @@ def cmd_render(args) -> int:
     if not nodes:
         raise InputError(f"{args.nodes}: no Node objects found")
     others = load_objects(args.pods) if args.pods else []
-    inventory = build_inventory(nodes, of_kind(others, "Pod"), of_kind(others, "ConfigMap"))
+    inventory = build_inventory(nodes, of_kind(others, "Pod"), of_kind(others, "ConfigMap"),
+                                plugins=device_plugins(of_kind(others, "DaemonSet")))
     placement = place(GangRequest.for_job(resolved), inventory)
     if not placement.ok:
         error_line(f"cannot place {resolved.name}: {placement.reason}")
@@ -236,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("render", help="place a job on nodes and print its child manifests")
     p.add_argument("-f", "--file", required=True)
     p.add_argument("--nodes", required=True, help="`kubectl get nodes -o yaml` output")
-    p.add_argument("--pods", help="`kubectl get pods -A -o yaml` output (and deviceinfo ConfigMaps)")
+    p.add_argument("--pods", help="`kubectl get pods -A -o yaml` output (and deviceinfo ConfigMaps, the device plugin's "
+                   "DaemonSets)")
     p.add_argument("--sched-ip", help="ClusterIP of <job>-sched (MS_SCHED_HOST)")
     p.add_argument("--namespace", default="default")
     p.add_argument("--attempt", type=int, default=1, help="attempt number of the pods (from 1; default 1)")

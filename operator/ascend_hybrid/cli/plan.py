@@ -308,9 +308,15 @@ def _learned(args, hw: hardware.Hardware) -> hardware.Hardware:
 
 
 def cluster_capacity(resolved, chip: str, kubeconfig: str | None) -> Capacity:
-    """The live inventory (nodes, NPU pods, deviceinfo ConfigMaps) read with the operator's own client."""
+    """The live inventory (nodes, NPU pods, deviceinfo ConfigMaps, the device plugin's DaemonSets in kube-system) read
+    with the operator's own client."""
     from ascend_hybrid.cli.inputs import InputError
-    from ascend_hybrid.contracts.ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
+    from ascend_hybrid.contracts.ascend import (
+        DEVICE_PLUGIN_NAMESPACE,
+        DEVICEINFO_LABEL,
+        DEVICEINFO_NAMESPACE,
+        device_plugins,
+    )
     from ascend_hybrid.controller.kube import Kube
     from ascend_hybrid.gang.inventory import build_inventory
 
@@ -318,9 +324,10 @@ def cluster_capacity(resolved, chip: str, kubeconfig: str | None) -> Capacity:
         kube = Kube.from_environment(kubeconfig)
         nodes, pods = kube.list_nodes(), kube.list_npu_pods()
         infos = kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true")
+        daemonsets = kube.list_page("daemonsets", DEVICE_PLUGIN_NAMESPACE, 500).get("items") or []
     except Exception as error:  # noqa: BLE001 - no cluster to read is one line, not a traceback
         raise InputError(f"--cluster: cannot read the cluster: {str(error).splitlines()[0]}") from None
-    return Capacity(build_inventory(nodes, pods, infos), chip, resolved)
+    return Capacity(build_inventory(nodes, pods, infos, plugins=device_plugins(daemonsets)), chip, resolved)
 
 
 def register(subparsers) -> None:

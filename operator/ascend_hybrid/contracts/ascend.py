@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -195,3 +196,130 @@ def rack_id(node: Mapping | None, info: DeviceInfo | None) -> str | None:
     if labelled is not None:
         return str(labelled)
     return info.rack if info is not None else None
+
+
+# --- the device plugin's mode -----------------------------------------------------------------------------------
+# MindCluster's device plugin runs with -volcanoType=false (its default: the kubelet chooses the chips, the plugin
+# annotates the pod on its next period) or -volcanoType=true (the chips a pod gets are those Volcano's Ascend
+# plugin annotated; a pod bound without that annotation is refused, UnexpectedAdmissionError). Its DaemonSets
+# (build/ascendplugin.yaml, ascendplugin-volcano.yaml) run `device-plugin <flags>` in kube-system.
+KUBELET_MODE, VOLCANO_MODE = "kubelet", "volcano"
+PLUGIN_MODES = (KUBELET_MODE, VOLCANO_MODE)
+DEVICE_PLUGIN_NAMESPACE = "kube-system"
+_VOLCANO_FLAG = re.compile(r"^--?volcanoType(?:=(.*))?$")
+_GO_TRUE, _GO_FALSE = ("1", "t", "T", "TRUE", "true", "True"), ("0", "f", "F", "FALSE", "false", "False")
+
+
+@dataclass(frozen=True)
+class NodeSelection:
+    """Which nodes a pod template may run on: its nodeSelector and required node-affinity terms, hashable."""
+
+    labels: tuple[tuple[str, str], ...] = ()
+    terms: tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...] = ()  # ORed terms of ANDed (key, op, values)
+
+    def matches(self, node_labels: Mapping[str, str]) -> bool:
+        if any(node_labels.get(key) != value for key, value in self.labels):
+            return False
+        return not self.terms or any(all(_expression_holds(node_labels, *expr) for expr in term)
+                                     for term in self.terms)
+
+
+def _expression_holds(labels: Mapping[str, str], key: str, operator: str, values: tuple[str, ...]) -> bool:
+    """A NodeSelectorRequirement as the scheduler reads it (k8s.io/component-helpers nodeaffinity)."""
+    value = labels.get(key)
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            left, right = int(value), int(values[0])
+        except ValueError:
+            return False
+        return left > right if operator == "Gt" else left < right
+    return False
+
+
+@dataclass(frozen=True)
+class PluginDaemonSet:
+    """One device-plugin DaemonSet: its name, mode and the nodes its pods run on."""
+
+    name: str
+    mode: str
+    nodes: NodeSelection = field(default_factory=NodeSelection)
+
+
+@dataclass(frozen=True)
+class DevicePlugins:
+    """What the operator knows of each node's device-plugin mode: `forced` (a setting) for every node, else the
+    mode of the DaemonSet whose pods run there, else kubelet mode (the plugin's default)."""
+
+    forced: str | None = None
+    daemonsets: tuple[PluginDaemonSet, ...] = ()
+
+    def mode_of(self, node_labels: Mapping[str, str]) -> str:
+        if self.forced is not None:
+            return self.forced
+        modes = {ds.mode for ds in self.daemonsets if ds.nodes.matches(node_labels)}
+        # two plugins on one node (a migration): Volcano's refuses a bound pod, so it is the one that counts
+        return VOLCANO_MODE if VOLCANO_MODE in modes else KUBELET_MODE
+
+    def source(self) -> str:
+        """For people: where the modes come from."""
+        if self.forced is not None:
+            return f"the operator's setting ({self.forced})"
+        listed = ", ".join(f"{ds.name} ({ds.mode})" for ds in self.daemonsets)
+        return f"the device plugin's DaemonSets: {listed}" if listed else "no device-plugin DaemonSet seen (kubelet)"
+
+
+def _plugin_flags(container: Mapping) -> list[str] | None:
+    """The flags of a container that runs MindCluster's `device-plugin` binary, else None. The manifests run it
+    through a shell (`command: [/bin/bash, -c, --]`, `args: ["device-plugin -volcanoType=true …"]`) or directly."""
+    words = [word for part in [*(container.get("command") or ()), *(container.get("args") or ())]
+             for word in str(part).split()]
+    for position, word in enumerate(words):
+        if word == "device-plugin" or word.endswith("/device-plugin"):
+            return words[position + 1:]
+    return None
+
+
+def _volcano_type(flags: list[str]) -> bool:
+    """Go's flag package: `-volcanoType`, `-volcanoType=true` and `--volcanoType=1` all set it; the last wins."""
+    volcano = False
+    for flag in flags:
+        matched = _VOLCANO_FLAG.match(flag)
+        if matched is None:
+            continue
+        value = matched.group(1)
+        volcano = value is None or value in _GO_TRUE or (value not in _GO_FALSE and volcano)
+    return volcano
+
+
+def _node_selection(pod_spec: Mapping) -> NodeSelection:
+    required = ((((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or ())
+    terms = tuple(tuple((str(expr.get("key")), str(expr.get("operator")), tuple(map(str, expr.get("values") or ())))
+                        for expr in term.get("matchExpressions") or ())
+                  for term in required)
+    labels = tuple(sorted((str(k), str(v)) for k, v in (pod_spec.get("nodeSelector") or {}).items()))
+    return NodeSelection(labels, terms)
+
+
+def plugin_daemonset(daemonset: Mapping) -> PluginDaemonSet | None:
+    """The device plugin a DaemonSet runs, or None when it runs none."""
+    pod_spec = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for container in pod_spec.get("containers") or ():
+        flags = _plugin_flags(container)
+        if flags is not None:
+            mode = VOLCANO_MODE if _volcano_type(flags) else KUBELET_MODE
+            return PluginDaemonSet(str((daemonset.get("metadata") or {}).get("name")), mode, _node_selection(pod_spec))
+    return None
+
+
+def device_plugins(daemonsets: Iterable[Mapping], forced: str | None = None) -> DevicePlugins:
+    found = (plugin_daemonset(ds) for ds in daemonsets)
+    return DevicePlugins(forced, tuple(sorted((ds for ds in found if ds is not None), key=lambda ds: ds.name)))

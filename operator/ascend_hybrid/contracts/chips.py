@@ -32,8 +32,9 @@ class ChipSpec:
         return self.chips_per_node // self.ring_size if self.ring_size else 0
 
     def ring_bound(self, per_pod: int) -> bool:
-        """Whether a pod of `per_pod` chips must sit inside one HCCS ring."""
-        return self.ring_size is not None and per_pod <= self.ring_size
+        """Whether a pod of `per_pod` chips must be kept inside one HCCS ring: 2 to ring-size chips (one chip sits
+        in one ring whichever it is; a whole node spans both by design)."""
+        return self.ring_size is not None and 1 < per_pod <= self.ring_size
 
 
 CHIPS: Mapping[str, ChipSpec] = MappingProxyType({

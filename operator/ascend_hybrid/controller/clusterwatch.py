@@ -1,5 +1,5 @@
 """The cluster objects placement reads, watched by the operator itself like its pods (listwatch.ListWatch): Nodes,
-and the deviceinfo ConfigMaps of MindCluster's device plugin.
+the deviceinfo ConfigMaps of MindCluster's device plugin, and its DaemonSets (which tell each node's plugin mode).
 
 kopf indexed them before. Until every index is complete kopf gives each new object a readiness toggle, and each
 toggle wakes every worker still waiting: on 4 096 nodes and their 4 096 ConfigMaps its start took minutes of the
@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ascend_hybrid.contracts.ascend import parse_deviceinfo
+from ascend_hybrid.contracts.ascend import parse_deviceinfo, plugin_daemonset
 from ascend_hybrid.contracts.podview import ready_condition
 from ascend_hybrid.controller.listwatch import SYNC_TIMEOUT_SECONDS
 
@@ -129,4 +129,13 @@ def device_reaction(controller: Controller) -> Change:
         controller.wake_pending()
         if after:
             controller.wake_all()
+    return changed
+
+
+def plugin_reaction(controller: Controller) -> Change:
+    """A device-plugin DaemonSet changed its mode or its nodes: the waiting jobs try again (a node may take them
+    now, or no longer)."""
+    def changed(name: str, old: dict | None, new: dict | None) -> None:
+        if (old and plugin_daemonset(old)) != (new and plugin_daemonset(new)):
+            controller.wake_pending()
     return changed

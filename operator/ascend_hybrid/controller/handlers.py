@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import kopf
 
 from ascend_hybrid.contracts import names
-from ascend_hybrid.contracts.ascend import device_infos_by_node
+from ascend_hybrid.contracts.ascend import device_infos_by_node, device_plugins
 from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.controller.loop import Controller, Indexes, JobKey
 from ascend_hybrid.controller.records import nodes_by_name
@@ -76,12 +76,16 @@ def configure(settings: kopf.OperatorSettings, memo, **_) -> None:
 @kopf.on.startup()  # type: ignore[arg-type]
 def bind_indexes(memo, ahj_jobs, **_) -> None:
     """kopf's job index, and the stores of the operator's own watches, started by main: memo.pods
-    (podwatch.PodStore), memo.nodes and memo.device_infos (clusterwatch.NamedStore)."""
-    controller_of(memo).indexes = Indexes(
+    (podwatch.PodStore), memo.nodes, memo.device_infos and memo.daemonsets (clusterwatch.NamedStore)."""
+    controller = controller_of(memo)
+    mode = controller.settings.device_plugin_mode
+    forced = None if mode == "auto" else mode
+    controller.indexes = Indexes(
         nodes=memo.nodes.values, npu_pods=memo.pods.npu_pods, job_pods=memo.pods.job_pods,
         device_infos=memo.device_infos.values, jobs=lambda: _copy(ahj_jobs), evicted_pods=memo.pods.evicted_pods,
         node_map=lambda: memo.nodes.derived("by name", nodes_by_name),
-        device_info_map=lambda: memo.device_infos.derived("by node", device_infos_by_node))
+        device_info_map=lambda: memo.device_infos.derived("by node", device_infos_by_node),
+        device_plugins=lambda: memo.daemonsets.derived("plugins", lambda items: device_plugins(items, forced)))
 
 
 @kopf.on.login()

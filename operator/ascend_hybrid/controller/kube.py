@@ -89,6 +89,7 @@ class Kube:
         self.client = api_client or client.ApiClient()
         self.core = client.CoreV1Api(self.client)
         self.custom = client.CustomObjectsApi(self.client)
+        self.apps = client.AppsV1Api(self.client)
         self.extensions = client.ApiextensionsV1Api(self.client)
         self.networking = client.NetworkingV1Api(self.client)
         self.discovery = client.DiscoveryV1Api(self.client)
@@ -318,9 +319,10 @@ class Kube:
         listers: dict[str, tuple[Callable[..., Any] | None, Callable[..., Any] | None]] = {
             "pods": (self.core.list_pod_for_all_namespaces, self.core.list_namespaced_pod),
             "nodes": (self.core.list_node, None),
-            "configmaps": (None, self.core.list_namespaced_config_map)}
+            "configmaps": (None, self.core.list_namespaced_config_map),
+            "daemonsets": (None, self.apps.list_namespaced_daemon_set)}
         cluster_wide, namespaced = listers[resource]
-        # the watches (main.py) list nodes only cluster-wide and ConfigMaps only in a namespace: never None
+        # the watches (main.py) list nodes only cluster-wide, ConfigMaps and DaemonSets only in a namespace
         if namespace is None:
             return cast("Callable[..., Any]", cluster_wide), ()
         return cast("Callable[..., Any]", namespaced), (namespace,)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from ascend_hybrid.contracts.ascend import PLUGIN_MODES
 from ascend_hybrid.controller import hardening, logs
 from ascend_hybrid.controller.settings import OperatorSettings
 
@@ -43,6 +44,12 @@ def register(subparsers) -> None:
                         help="image of the rank-table expander sidecar in the pods of jobs whose hccl.json may "
                              "outgrow its ConfigMap (the operator's own image; it runs python -m "
                              "ascend_hybrid.ranktable_sidecar)")
+    parser.add_argument("--device-plugin-mode", default=defaults.device_plugin_mode,
+                        choices=("auto", *PLUGIN_MODES),
+                        help="how each node's Ascend device plugin hands out chips: auto (read from its DaemonSets' "
+                             "-volcanoType flag), kubelet or volcano for every node (docs/install.md)")
+    parser.add_argument("--device-plugin-namespace", default=defaults.device_plugin_namespace, metavar="NS",
+                        help="where the device plugin's DaemonSets are (auto mode)")
     hardening.add_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -54,6 +61,7 @@ def settings_from(args) -> OperatorSettings:
         node_grace_seconds=args.node_grace_seconds, prometheus_url=args.prometheus_url,
         telemetry_interval=args.telemetry_interval, log_level=args.log_level, log_format=args.log_format,
         hardware_profiles=args.hardware_profiles, ranktable_expander_image=args.ranktable_expander_image,
+        device_plugin_mode=args.device_plugin_mode, device_plugin_namespace=args.device_plugin_namespace,
         **hardening.settings_of(args))
 
 
@@ -87,7 +95,7 @@ def run(args) -> int:
 
     from ascend_hybrid.contracts.ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
     from ascend_hybrid.controller import handlers  # noqa: F401 - registers the kopf handlers
-    from ascend_hybrid.controller.clusterwatch import NamedStore, device_reaction, node_reaction
+    from ascend_hybrid.controller.clusterwatch import NamedStore, device_reaction, node_reaction, plugin_reaction
     from ascend_hybrid.controller.kube import Kube
     from ascend_hybrid.controller.leader import default_lease_namespace
     from ascend_hybrid.controller.listwatch import ListWatch
@@ -152,7 +160,12 @@ def run(args) -> int:
     nodes = NamedStore(node_reaction(controller))
     # watching only some namespaces, placement lists the device plugin's ConfigMaps when it places (placing.py)
     device_infos = NamedStore(device_reaction(controller), sources=1 if settings.watches_cluster else 0)
+    auto_modes = settings.device_plugin_mode == "auto"
+    daemonsets = NamedStore(plugin_reaction(controller), sources=1 if auto_modes else 0)
     watches = [ListWatch(kube, pods, scope, timeout_seconds=seconds) for scope in scopes]
+    if auto_modes:
+        watches.append(ListWatch(kube, daemonsets, settings.device_plugin_namespace, resource="daemonsets",
+                                 timeout_seconds=seconds))
     watches.append(ListWatch(kube, nodes, resource="nodes", timeout_seconds=seconds))
     if settings.watches_cluster:
         watches.append(ListWatch(kube, device_infos, DEVICEINFO_NAMESPACE, resource="configmaps",
@@ -162,7 +175,7 @@ def run(args) -> int:
                      folding_loop(controller, book, settings.telemetry_interval),
                      *(watch.watch_forever for watch in watches))
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
-    memo = kopf.Memo(controller=controller, pods=pods, nodes=nodes, device_infos=device_infos)
+    memo = kopf.Memo(controller=controller, pods=pods, nodes=nodes, device_infos=device_infos, daemonsets=daemonsets)
     kopf.run(standalone=True, clusterwide=settings.watches_cluster, namespaces=list(settings.namespaces),
              liveness_endpoint=liveness, memo=memo)
     return 0

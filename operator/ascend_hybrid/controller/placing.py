@@ -50,7 +50,8 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
         record.held_since = None
         started = time.perf_counter()
         npu_pods, health = cluster_holdings(controller)
-        inventory = build_inventory(controller.indexes.nodes(), npu_pods, health=health,
+        plugins = controller.indexes.device_plugins()
+        inventory = build_inventory(controller.indexes.nodes(), npu_pods, health=health, plugins=plugins,
                                     reserved=reserved(controller, npu_pods, entries, exclude=key))
         placement = place_on(request, inventory)
         placed = resolved
@@ -63,7 +64,7 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
         metrics.PLACEMENT_SECONDS.observe(time.perf_counter() - started)
         # it blocks younger jobs only if the cluster could hold it once others free their chips
         record.waiting = not queued and not placement.ok and place_on(request, build_inventory(
-            controller.indexes.nodes(), [], health=health)).ok
+            controller.indexes.nodes(), [], health=health, plugins=plugins)).ok
         if first_try and not placement.ok and not record.waiting:
             controller.wake_pending()  # it can never fit: the jobs queued behind it while untried go ahead
         tier = request.tier_labels[0] if request.tier_labels else ""
@@ -93,8 +94,9 @@ def probe_grow(controller: Controller, key: JobKey, job: dict, observed: Observe
     pods counted free (a growth deletes them first); the core records the answer. Nothing is promised."""
     with controller.placement_lock:
         npu_pods, health = cluster_holdings(controller)
+        plugins = controller.indexes.device_plugins()
         others = npu_pods if action.keep else elastic_steps.excluded(npu_pods, *key)
-        inventory = build_inventory(controller.indexes.nodes(), others, health=health,
+        inventory = build_inventory(controller.indexes.nodes(), others, health=health, plugins=plugins,
                                     reserved=reserved(controller, npu_pods, controller.indexes.jobs(), exclude=key))
         placement = place_on(action.request, inventory)
     outcome = elastic_steps.probed(decision.status, placement, action.data, observed.now, action.keep)
@@ -111,7 +113,8 @@ def place_replacement(controller: Controller, key: JobKey, job: dict, observed: 
     record = controller.record_of(key)
     with controller.placement_lock:
         npu_pods, health = cluster_holdings(controller)
-        inventory = build_inventory(controller.indexes.nodes(), npu_pods, health=health,
+        plugins = controller.indexes.device_plugins()
+        inventory = build_inventory(controller.indexes.nodes(), npu_pods, health=health, plugins=plugins,
                                     reserved=reserved(controller, npu_pods, controller.indexes.jobs(), exclude=key))
         placement = place_on(action.request, inventory)
         outcome = record_replacement(decision.status, action.index, placement, observed.now)

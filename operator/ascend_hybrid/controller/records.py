@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ascend_hybrid.contracts.ascend import DeviceInfo, device_infos_by_node
+from ascend_hybrid.contracts.ascend import DeviceInfo, DevicePlugins, device_infos_by_node
 from ascend_hybrid.diagnosis.refusals import Refusal
 from ascend_hybrid.gang import backlog
 from ascend_hybrid.monitoring.progress import Sample
@@ -86,6 +86,8 @@ class Indexes:
     # (handlers.bind_indexes); built anew each call where no store is bound (tests)
     node_map: Callable[[], Mapping[str, dict]] | None = None
     device_info_map: Callable[[], Mapping[str, DeviceInfo]] | None = None
+    # each node's device-plugin mode (the DaemonSets' flags, or the operator's setting)
+    device_plugins: Callable[[], DevicePlugins] = DevicePlugins
 
     def nodes_by_name(self) -> Mapping[str, dict]:
         return self.node_map() if self.node_map is not None else nodes_by_name(self.nodes())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ascend_hybrid.contracts.ascend import DEVICE_PLUGIN_NAMESPACE
 from ascend_hybrid.contracts.names import DEFAULT_EXPANDER_IMAGE
 from ascend_hybrid.reconcile.state import NODE_NOT_READY_GRACE_SECONDS
 
@@ -20,6 +21,10 @@ class OperatorSettings:
     prometheus_url: str | None = None
     telemetry_interval: float = 30.0
     hardware_profiles: str | None = None       # a YAML file of planner hardware profiles (--hardware-profiles)
+    # each node's device-plugin mode: auto (from the device plugin's DaemonSets in that namespace), kubelet or
+    # volcano for every node (contracts/ascend.DevicePlugins)
+    device_plugin_mode: str = "auto"
+    device_plugin_namespace: str = DEVICE_PLUGIN_NAMESPACE
     log_level: str = "INFO"
     log_format: str = "text"                   # or json: one object per line (controller/logs.py)
     watch_timeout_seconds: int = 300           # the watches' server timeout (client timeout: +10 %, ≥ 5 s)

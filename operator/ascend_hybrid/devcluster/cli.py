@@ -6,10 +6,11 @@
     dev-cluster up [--nodes 4] [--chip 910B|910A|A3] [--racks 2] [--telemetry] [--prometheus] [--kueue]
                    [--process-runtime | --no-process-runtime]   real local processes for pods by default, or not
                    [--container-runtime | --no-container-runtime]   podman containers of their images, or not
+                   [--device-plugin kubelet|volcano] [--list-watch-period 5]   MindCluster's plugin mode, its period
     dev-cluster down | status | kubeconfig | prometheus-url
     dev-cluster add-nodes N [--chip …]
     dev-cluster fault NODE --not-ready | --ready | --chip-unhealthy ID | --chip-healthy ID
-                           | --chip-ip-unreadable ID | --chip-ip-readable ID
+                           | --chip-ip-unreadable ID | --chip-ip-readable ID | --[no-]straddle-rings
 Each takes --name (default ahj), so several clusters can run side by side.
 """
 
@@ -21,6 +22,7 @@ import sys
 
 from ascend_hybrid.devcluster import cluster
 from ascend_hybrid.devcluster.controlplane import toolchain
+from ascend_hybrid.devcluster.deviceplugin.allocation import MODES, list_watch_period
 from ascend_hybrid.devcluster.kube.waiting import WaitTimeout
 from ascend_hybrid.devcluster.nodes import fleet
 from ascend_hybrid.devcluster.nodes.manifests import PROFILES
@@ -46,7 +48,8 @@ def handle_up(args) -> int:
     try:
         cluster.up(args.name, nodes=args.nodes, chip=args.chip, racks=args.racks, telemetry=args.telemetry,
                    with_prometheus=args.prometheus, process_runtime=args.process_runtime,
-                   container_runtime=args.container_runtime, kueue=args.kueue)
+                   container_runtime=args.container_runtime, kueue=args.kueue, plugin_mode=args.device_plugin,
+                   list_watch_period=args.list_watch_period)
         return 0
     except EXPECTED_ERRORS as error:
         return _fail(error)
@@ -105,6 +108,9 @@ def handle_fault(args) -> int:
         if args.not_ready or args.ready:
             fleet.set_node_ready(core, args.node, ready=args.ready)
             print(f"{args.node}: Ready={'True' if args.ready else 'False'}")
+        elif args.straddle_rings is not None:
+            fleet.set_straddle_rings(core, args.node, args.straddle_rings)
+            print(f"{args.node}: the kubelet {'straddles' if args.straddle_rings else 'may choose any'} HCCS rings")
         elif args.chip_ip_unreadable is not None or args.chip_ip_readable is not None:
             readable = args.chip_ip_unreadable is None
             chip_id = args.chip_ip_readable if readable else args.chip_ip_unreadable
@@ -163,6 +169,13 @@ def register(subparsers) -> None:
                     help="also run Kueue (builds it if missing): its pod integration for `default` and namespaces "
                          "labelled kueue.x-k8s.io/managed=true, a ResourceFlavor per chip type, the ClusterQueue "
                          "`ascend` (the nodes' NPUs as quota) and the LocalQueue default/ascend; kept on later `up`s")
+    up.add_argument("--device-plugin", choices=MODES,
+                    help="the Ascend device plugin's mode, fixed when the cluster is created: kubelet (MindCluster's "
+                         "-volcanoType=false: the kubelet picks the chips) or volcano (-volcanoType=true: the chips "
+                         "the scheduler annotated) (default: the cluster's, else kubelet)")
+    up.add_argument("--list-watch-period", type=list_watch_period,
+                    help="seconds between the device plugin's annotation passes, its -listWatchPeriod in [3, 1800] "
+                         "(default: the cluster's, else 5)")
     up.add_argument("--container-runtime", action=argparse.BooleanOptionalAction, default=None,
                     help="run every new pod's image as a podman container on the host network (the images `make "
                          "images` built; a pod opts in by itself with sim.hybrid.ascend.dev/runtime: container); "
@@ -187,6 +200,9 @@ def register(subparsers) -> None:
     kinds.add_argument("--chip-ip-unreadable", type=int, metavar="ID",
                        help="the device plugin annotates chip ID with device_ip -1 in the pods it allocates next")
     kinds.add_argument("--chip-ip-readable", type=int, metavar="ID", help="undo --chip-ip-unreadable")
+    kinds.add_argument("--straddle-rings", action=argparse.BooleanOptionalAction, default=None,
+                       help="the kubelet takes a 910A pod's chips from both HCCS rings whenever it can "
+                            "(--no-straddle-rings: any free chips again)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,9 +14,11 @@ from typing import cast
 from kubernetes import client
 
 from ascend_hybrid.devcluster.controlplane import kwokctl, ports, toolchain
+from ascend_hybrid.devcluster.deviceplugin import daemonset
+from ascend_hybrid.devcluster.deviceplugin.allocation import KUBELET, LIST_WATCH_PERIOD
 from ascend_hybrid.devcluster.helpers import Helper, recorded_helpers
 from ascend_hybrid.devcluster.kube import processes
-from ascend_hybrid.devcluster.kube.client import api_client
+from ascend_hybrid.devcluster.kube.client import api_client, with_retries
 from ascend_hybrid.devcluster.kube.waiting import wait_until
 from ascend_hybrid.devcluster.kueue import manager as kueue_manager
 from ascend_hybrid.devcluster.nodes import fleet
@@ -66,14 +68,16 @@ class Progress:
 def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks: int = 2,
        log=print, telemetry: bool = False, with_prometheus: bool = False,
        process_runtime: bool | None = None, container_runtime: bool | None = None,
-       kueue: bool = False) -> ClusterPaths:
+       kueue: bool = False, plugin_mode: str | None = None, list_watch_period: float | None = None) -> ClusterPaths:
     """Creates (or resumes) the cluster with nodes 1..`nodes` and returns once it accepts pods. Idempotent: what
     exists is kept (faults too); `chip` defaults to the existing cluster's, else 910B. `telemetry` adds the
     simulated trainer endpoints and npu-exporter (telemetry/exporter.py); `with_prometheus` also a Prometheus scraping them.
     `process_runtime` True makes real local processes the default for new pods, False takes that back, None
     leaves it as it is (devcluster/runtime/service.py; a pod always opts in by annotation); `container_runtime` the
     same for podman containers of the pods' images (devcluster/runtime/container.py). `kueue` adds Kueue
-    (devcluster/kueue/manager.py); a cluster that has it keeps it running on every later `up`."""
+    (devcluster/kueue/manager.py); a cluster that has it keeps it running on every later `up`. `plugin_mode` is
+    the simulated Ascend device plugin's mode (kubelet or volcano) and `list_watch_period` its annotation period,
+    both fixed when the cluster is created (None: the cluster's, else kubelet and 5 s)."""
     if process_runtime and container_runtime:
         raise ValueError("--process-runtime and --container-runtime exclude each other: pods get one default")
     progress = Progress(name, log)
@@ -85,11 +89,13 @@ def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks:
     paths.root.mkdir(parents=True, exist_ok=True)
     if settings is None:
         settings = Settings(chip=chip, racks=racks, nodes_per_rack=nodes_per_rack(nodes, racks),
-                            pod_cidr=free_pod_cidr(other_pod_cidrs(name)))
+                            pod_cidr=free_pod_cidr(other_pod_cidrs(name)), device_plugin=plugin_mode or KUBELET,
+                            list_watch_period=list_watch_period or LIST_WATCH_PERIOD)
         save_settings(paths, settings)
     elif settings.chip != chip:
         raise RuntimeError(f"cluster {name} exists with {settings.chip} nodes; add {chip} nodes with "
                            f"`dev-cluster add-nodes N --chip {chip}` or run `dev-cluster down --name {name}` first")
+    _check_fixed(name, settings, plugin_mode, list_watch_period)
     _ensure_control_plane(paths, bin_dir, progress)
     core = core_api(paths)
     wait_until(lambda: core.read_namespaced_service_account("default", "default", _request_timeout=3),
@@ -99,7 +105,8 @@ def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks:
     existing = fleet.existing_sim_nodes(core)
     created = fleet.create_nodes(core, [n for n in wanted if n.index not in existing])
     progress(f"{created} nodes created, {len(existing)} already there")
-    plugin_pid = ensure_device_plugin(paths)
+    _apply_daemonset(core, settings)
+    plugin_pid = ensure_device_plugin(paths, settings)
     fleet.wait_nodes_ready(core, {n.name for n in wanted}, timeout=120)
     device_plugin(paths).wait_ready(plugin_pid)
     _check_pods_admitted(core)
@@ -195,13 +202,35 @@ def device_plugin(paths: ClusterPaths) -> Helper:
     return Helper("device-plugin", paths)
 
 
-def ensure_device_plugin(paths: ClusterPaths) -> int:
-    """Starts the simulated device plugin unless it runs; `up` waits for it once the nodes are Ready."""
+def ensure_device_plugin(paths: ClusterPaths, settings: Settings | None = None) -> int:
+    """Starts the simulated device plugin unless it runs, in the cluster's mode; `up` waits for it once the nodes
+    are Ready."""
+    settings = settings or load_settings(paths) or Settings(chip="910B", racks=1, nodes_per_rack=1)
     plugin = device_plugin(paths)
     command = processes.python_module_command(
         DEVICE_PLUGIN_MODULE, "--kubeconfig", str(paths.kubeconfig), "--ready-file", str(plugin.ready_file),
+        "--mode", settings.device_plugin, "--list-watch-period", f"{settings.list_watch_period:g}",
         "--cluster-dir", str(paths.root))
     return plugin.ensure(command, wait=False)
+
+
+def _check_fixed(name: str, settings: Settings, device_plugin: str | None, period: float | None) -> None:
+    """The plugin's mode and period are the cluster's: an `up` asking for others is refused, not ignored."""
+    for flag, asked, kept in (("--device-plugin", device_plugin, settings.device_plugin),
+                              ("--list-watch-period", period, settings.list_watch_period)):
+        if asked is not None and asked != kept:
+            raise RuntimeError(f"cluster {name} runs with {flag} {kept}; run `dev-cluster down --name {name}` "
+                               "first to change it")
+
+
+def _apply_daemonset(core: client.CoreV1Api, settings: Settings) -> None:
+    """The plugin's DaemonSet, as MindCluster's manifests make it: what shows the cluster which mode it runs."""
+    manifest = daemonset.daemonset_manifest(settings.device_plugin, settings.list_watch_period)
+    apps = client.AppsV1Api(core.api_client)
+    with_retries(lambda: apps.patch_namespaced_daemon_set(
+        daemonset.NAME, daemonset.NAMESPACE, manifest, field_manager="ascend-hybrid-dev-cluster", force=True,
+        _content_type="application/apply-patch+yaml", _preload_content=False),
+        "apply the device plugin's DaemonSet")
 
 
 def _delete_control_plane(paths: ClusterPaths, bin_dir: Path | None) -> None:

@@ -87,6 +87,9 @@ class Settings:
     # ports on pod IPs (trainer metrics :9400, MindSpore's scheduler) never collide between clusters.
     # None: a cluster made before slices existed, using all of 127.16.0.0/16; it reserves nothing.
     pod_cidr: str | None = None
+    # MindCluster's device plugin mode (deviceplugin/allocation.MODES) and its -listWatchPeriod in seconds
+    device_plugin: str = "kubelet"
+    list_watch_period: float = 5.0
 
 
 POD_NETWORK = "127.16.0.0/16"

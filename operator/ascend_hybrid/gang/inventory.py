@@ -16,10 +16,12 @@ from typing import Any, cast
 from ascend_hybrid.contracts.ascend import (
     DEVICE_ANNOTATION,
     DEVICE_NAME_ANNOTATIONS,
+    KUBELET_MODE,
     RACK_LABEL,
     RESOURCE,
     SUPERPOD_LABEL,
     DeviceInfo,
+    DevicePlugins,
     chip_type_of,
     device_infos_by_node,
     pod_chip_ids,
@@ -56,6 +58,8 @@ class NodeInventory:
     free_ids: frozenset[int] | None  # exact free ids, when no unknown holding blurs them
     # rack / super-pod domains that came from deviceinfo when the node has no such label; labels win
     tiers: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    # its device plugin's mode (contracts/ascend.DevicePlugins): kubelet (the kubelet picks the chips) or volcano
+    plugin_mode: str = KUBELET_MODE
 
     def tier(self, key: str) -> str | None:
         return self.tiers.get(key, self.labels.get(key))
@@ -122,9 +126,10 @@ def build_inventory(
     reserved: Mapping[str, int] | None = None,
     ignore_pods: Callable[[Mapping], bool] | None = None,
     health: Mapping[str, DeviceInfo] | None = None,
+    plugins: DevicePlugins = DevicePlugins(),
 ) -> Inventory:
     """Every node's inventory; `health` is each node's DeviceInfo when the caller holds it already parsed (then
-    `device_infos` is not read)."""
+    `device_infos` is not read); `plugins` tells each node's device-plugin mode (kubelet mode where it says none)."""
     nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
     hostname_to_node = {}
     for node in nodes:
@@ -150,7 +155,7 @@ def build_inventory(
 
     health = device_infos_by_node(device_infos) if health is None else health
     reserved = reserved or {}
-    return Inventory(tuple(_node_inventory(n, requested, used, unknown, reserved, health) for n in nodes))
+    return Inventory(tuple(_node_inventory(n, requested, used, unknown, reserved, health, plugins) for n in nodes))
 
 
 @dataclass(frozen=True)
@@ -215,20 +220,21 @@ class _NodeFacts:
     unhealthy: frozenset[int]
     universe: frozenset[int]
     tiers: Mapping[str, str]
+    plugin_mode: str
 
 
 # Every placement builds the inventory of every node (a 1 000-node cluster placing 1 000 one-pod jobs: a million
 # node reads): a node's facts are kept while its uid, resourceVersion and deviceinfo stay the same. An object the
 # apiserver served has both ids; one without them (a file, a test's) is read each time.
-_FACTS: dict[tuple[str, str, DeviceInfo], _NodeFacts] = {}
+_FACTS: dict[tuple[str, str, DeviceInfo, DevicePlugins], _NodeFacts] = {}
 _FACTS_LIMIT = 65536
 
 
-def _node_facts(node: Mapping, info: DeviceInfo) -> _NodeFacts:
+def _node_facts(node: Mapping, info: DeviceInfo, plugins: DevicePlugins) -> _NodeFacts:
     meta = node["metadata"]
     uid, version = meta.get("uid"), meta.get("resourceVersion")
     cached = uid is not None and version is not None
-    key = (str(uid), str(version), info)
+    key = (str(uid), str(version), info, plugins)
     if cached and (known := _FACTS.get(key)) is not None:
         return known
     spec, status = node.get("spec") or {}, node.get("status") or {}
@@ -236,8 +242,9 @@ def _node_facts(node: Mapping, info: DeviceInfo) -> _NodeFacts:
     capacity = quantity((status.get("capacity") or {}).get(RESOURCE, allocatable))
     tiers = {label: domain for label, domain in ((RACK_LABEL, rack_id(node, info)),
                                                   (SUPERPOD_LABEL, super_pod_id(node, info))) if domain is not None}
+    labels = MappingProxyType(dict(meta.get("labels") or {}))
     facts = _NodeFacts(
-        labels=MappingProxyType(dict(meta.get("labels") or {})),
+        labels=labels,
         chip=chip_type_of(node),
         allocatable=allocatable,
         capacity=capacity,
@@ -247,6 +254,7 @@ def _node_facts(node: Mapping, info: DeviceInfo) -> _NodeFacts:
         unhealthy=info.unusable,
         universe=frozenset(range(max(capacity, allocatable))) | info.listed,
         tiers=MappingProxyType(tiers),
+        plugin_mode=plugins.mode_of(labels),
     )
     if cached:
         if len(_FACTS) >= _FACTS_LIMIT:  # old versions of every node: start again rather than track their age
@@ -264,9 +272,9 @@ KEPT_PER_NODE = 2
 
 def _node_inventory(node: Mapping, requested: Mapping[str, int], used: Mapping[str, Iterable[int]],
                     unknown: Mapping[str, int], reserved: Mapping[str, int],
-                    health: Mapping[str, DeviceInfo]) -> NodeInventory:
+                    health: Mapping[str, DeviceInfo], plugins: DevicePlugins) -> NodeInventory:
     name = node["metadata"]["name"]
-    facts = _node_facts(node, health.get(name) or _without_deviceinfo(name))
+    facts = _node_facts(node, health.get(name) or _without_deviceinfo(name), plugins)
     node_used = frozenset(used.get(name, ()))
     taken = (node_used, requested.get(name, 0), unknown.get(name, 0), reserved.get(name, 0))
     known = _INVENTORIES.get(name, ())
@@ -317,6 +325,7 @@ def _new_node_inventory(name: str, facts: _NodeFacts, node_used: frozenset[int],
         candidate_ids=candidates,
         free_ids=candidates if len(candidates) == free else None,
         tiers=facts.tiers,
+        plugin_mode=facts.plugin_mode,
     )
 
 

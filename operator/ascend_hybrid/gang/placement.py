@@ -18,17 +18,22 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import cast
 
-from ascend_hybrid.contracts.ascend import RACK_LABEL, RESOURCE
+from ascend_hybrid.contracts.ascend import KUBELET_MODE, RACK_LABEL, RESOURCE, VOLCANO_MODE
 from ascend_hybrid.contracts.chips import CHIP_NAMES, CHIPS, ChipSpec
 from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang.inventory import KEPT_PER_NODE, Inventory, NodeInventory, blocking_taints, taint_text
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 # order in which a reason lists why nodes could not take a pod; each node is counted under its first cause
+VOLCANO_PLUGIN = "device plugin in Volcano mode"
+KUBELET_SPLITS = "kubelet may split a ring"
 CAUSES = (
-    "no Ascend chips", "chip type", "excluded by job", "node selector", "NotReady", "cordoned", "tainted",
-    "unhealthy chips", "no free ring", "too few free chips",
+    "no Ascend chips", "chip type", VOLCANO_PLUGIN, "excluded by job", "node selector", "NotReady", "cordoned",
+    "tainted", "unhealthy chips", "no free ring", KUBELET_SPLITS, "too few free chips",
 )
+# Placed=False's reason when a cause of these kept the gang out (the first that did), else UNSCHEDULABLE
+UNSCHEDULABLE = "Unschedulable"
+CAUSE_REASONS = ((VOLCANO_PLUGIN, "DevicePluginVolcanoMode"), (KUBELET_SPLITS, "KubeletMaySplitRings"))
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class Placement:
     ok: bool
     nodes: tuple[str, ...] = ()  # node per pod index; empty when not ok
     reason: str = ""  # empty when ok
+    cause: str = UNSCHEDULABLE  # when not ok: the condition reason naming what kept the gang out (CAUSE_REASONS)
     chips: tuple[tuple[int, ...] | None, ...] = ()  # chip ids per pod when they are determined, else None
     rings: tuple[int | None, ...] = ()  # HCCS ring (910A) per pod that must sit inside one
     racks: tuple[str | None, ...] = ()  # first-tier domain per pod (None: node without the label)
@@ -100,7 +106,7 @@ def place(request: GangRequest, inventory: Inventory) -> Placement:
         return Placement(True, groups=request.groups)
     gang = _Gang(request, inventory)
     if gang.total_slots < request.pod_count:
-        return Placement(False, reason=gang.shortfall_reason())
+        return Placement(False, reason=gang.shortfall_reason(), cause=gang.shortfall_cause())
     return gang.run()
 
 
@@ -271,11 +277,23 @@ class _Gang:
         cause = self._exclusion(inv)
         if cause is not None:
             return _Offer(cause)
+        if self._kubelet_may_split(inv):
+            return _Offer((KUBELET_SPLITS, ""))
         rings = tuple(inv.ring_free(r) for r in range(self.chip.ring_count))
         slots = _slot_count(self.chip, self.k, inv.free, rings)
         if slots == 0:
             return _Offer(self._capacity_cause(inv))
         return _Offer(None, inv.tier(self.tier) if self.tier else None, rings, slots)
+
+    def _kubelet_may_split(self, inv: NodeInventory) -> bool:
+        """A pod of 2 to ring-size chips on a node whose device plugin lets the kubelet pick its chips (kubelet mode:
+        any free chips) can get chips from both 910A HCCS rings, unless every chip still free sits in one ring.
+        Chips held by pods that do not say which, or promised to pods not seen yet, blur that: no slot then."""
+        if inv.plugin_mode != KUBELET_MODE or not self.chip.ring_bound(self.k):
+            return False
+        if inv.free_ids is None:
+            return True
+        return len(set(self.chip.rings(inv.free_ids).values())) > 1
 
     def _exclusion(self, inv: NodeInventory) -> tuple[str, str] | None:
         request = self.request
@@ -283,6 +301,8 @@ class _Gang:
             return ("no Ascend chips", "")
         if inv.chip != request.chip:
             return ("chip type", inv.chip or "unknown")
+        if inv.plugin_mode == VOLCANO_MODE:
+            return (VOLCANO_PLUGIN, inv.name)
         if inv.name in request.excluded_nodes:
             return ("excluded by job", "")
         if any(inv.labels.get(key) != value for key, value in request.node_selector.items()):
@@ -317,6 +337,14 @@ class _Gang:
                 parts.append(f"{total} tainted ({listed})")
             elif cause == "no free ring":
                 parts.append(f"{total} no free ring of {self.k} chips")
+            elif cause == VOLCANO_PLUGIN:
+                named = ", ".join(d for d, _ in details[:3]) + (", …" if total > 3 else "")
+                parts.append(f"{total} run the device plugin in Volcano mode ({named}: a pod bound by the operator "
+                             "gets no chips there, only one whose chips Volcano's Ascend plugin annotated)")
+            elif cause == KUBELET_SPLITS:
+                parts.append(f"{total} let the kubelet pick a pod's {self.k} chips from both HCCS rings (device "
+                             f"plugin in kubelet mode; only a node whose free chips sit in one ring, or "
+                             f"{self.chip.chips_per_node} chips per pod, is safe)")
             else:
                 parts.append(f"{total} {cause}")
         hosts = len(self.nodes)
@@ -325,6 +353,11 @@ class _Gang:
             f"needs {self.request.describe()}; {hosts} of {self.inventory_size} nodes could host a pod{why}; "
             f"gang needs {self.request.pod_count} pod slots, found {self.total_slots}"
         )
+
+    def shortfall_cause(self) -> str:
+        """The condition reason: the first of CAUSE_REASONS that kept nodes out, else UNSCHEDULABLE."""
+        kept_out = {cause for cause, _ in self.causes}
+        return next((reason for cause, reason in CAUSE_REASONS if cause in kept_out), UNSCHEDULABLE)
 
     # --- placing ---------------------------------------------------------------------------------------
 

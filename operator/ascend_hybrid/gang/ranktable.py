@@ -6,6 +6,8 @@ Each rule names the consumer it comes from (docs/architecture.md, "The rank tabl
   MindCluster's ascend-operator writes (its `onePodOneNode` rule) — with `host_ip` beside it;
 - a device IP the device plugin could not read (`"-1"`) keeps the table initializing, naming the device (HCCL
   refuses it; MindCluster's validateDeviceIP): always for v1.0, for v1.2 only when the job spans super-pods;
+- a 910A pod of ≤ 4 chips whose chips straddle the two HCCS rings never gets a table (`ring_splits`): the kubelet
+  may choose such chips when the device plugin runs in kubelet mode, and HCCL fails the job with them;
 - keys in MindCluster's order, written compact as MindCluster's json.Marshal writes them.
 """
 
@@ -20,7 +22,8 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ascend_hybrid.contracts.ascend import DeviceInfo, pod_device_config, pod_devices, super_pod_id
+from ascend_hybrid.contracts.ascend import DeviceInfo, pod_chip_ids, pod_device_config, pod_devices, super_pod_id
+from ascend_hybrid.contracts.chips import ChipSpec
 from ascend_hybrid.contracts.podview import pod_index
 
 FORMAT_V1, FORMAT_V1_2 = "1.0", "1.2"
@@ -111,6 +114,17 @@ def _readiness(pods: list[dict], per_pod: int, pod_count: int | None,
                 else:
                     ready[index] = (pod, devices)
     return problems, ready
+
+
+def ring_splits(pods: Iterable[Mapping], chip: ChipSpec) -> list[tuple[Mapping, tuple[int, ...]]]:
+    """Pods whose chips sit in more than one HCCS ring although they are few enough for one (910A): HCCL fails
+    such a job at its start, so it must never get a completed table. Each with its chips, lowest first."""
+    split = []
+    for pod in pods:
+        ids = pod_chip_ids(pod)
+        if ids and chip.ring_bound(len(ids)) and len(set(chip.rings(ids).values())) > 1:
+            split.append((pod, tuple(sorted(ids))))
+    return split
 
 
 def _needs_device_ips(pods: list[dict], node_super_pods: Mapping[str, str] | None) -> bool:

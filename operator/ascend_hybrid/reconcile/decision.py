@@ -340,6 +340,8 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
     unbound = [pod for pod in pods if not node_of(pod)]
     if unbound:
         return waiting_for_binding(p, pods, unbound)
+    if split := ranktable.ring_splits(pods, CHIPS[e.chip]):
+        return ring_split(p, pods, split)
     node_super_pods = super_pods(p, nodes)
     table, waiting = ranktable.assess(pods, e.per_pod, node_super_pods, pod_count=e.pod_count)
     rank = status.setdefault("rankTable", {})
@@ -415,6 +417,19 @@ def count_refusals(status: dict, nodes: set[str]) -> list[str]:
     if newly:
         status["avoidedNodes"] = sorted(set(status.get("avoidedNodes") or ()) | set(newly))
     return newly
+
+
+def ring_split(p: Pass, pods: list[dict], split: list[tuple]) -> Decision:
+    """A pod the kubelet gave chips from both 910A HCCS rings (the device plugin in kubelet mode lets it choose):
+    HCCL would fail the job at its start, so its table never completes; the attempt is placed anew, not counted as
+    a restart. The placement gives such pods only nodes whose free chips sit in one ring, so this is a rival's
+    pod or chips freed between the placement and the kubelet's admission."""
+    pod, chips = split[0]
+    ids = ",".join(map(str, chips))
+    message = (f"{pod['metadata']['name']} got chips {ids} on {node_of(pod)} from both HCCS rings (the kubelet "
+               f"chose them; HCCL needs a pod of ≤ 4 910A chips inside one ring)"
+               + (f" (and {len(split) - 1} more pods)" if len(split) > 1 else "") + "; placing anew")
+    return place_anew(p, pods, "ChipsSplitAcrossRings", message)
 
 
 def place_anew(p: Pass, pods: list[dict], reason: str, message: str) -> Decision:

@@ -48,10 +48,10 @@ def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: 
         outcome.requeue_after = FAST_REQUEUE_SECONDS
     else:
         status["placement"] = {"attempt": None, "nodes": [], "reason": placement.reason}
-        set_condition(status, "Placed", False, "Unschedulable", placement.reason, now, generation)
+        set_condition(status, "Placed", False, placement.cause, placement.reason, now, generation)
         status["phase"], status["message"] = "Pending", placement.reason
         if placement.reason != previous_reason:
-            outcome.emit("Warning", "Unschedulable", placement.reason)
+            outcome.emit("Warning", placement.cause, placement.reason)
         outcome.requeue_after = SLOW_REQUEUE_SECONDS
     return outcome
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ascend_hybrid.contracts.ascend import (
     DEVICE_ANNOTATION,
     SUPERPOD_LABEL,
     DeviceInfo,
+    NodeSelection,
     device_infos_by_node,
+    device_plugins,
+    plugin_daemonset,
     parse_deviceinfo,
     pod_chip_ids,
     pod_devices,
@@ -70,3 +75,61 @@ def test_pod_chips_come_from_the_device_annotation_else_the_chip_name_annotation
     named = {"metadata": {"annotations": {DEVICE_ANNOTATION: "{broken", "huawei.com/AscendReal": "Ascend910-1"}}}
     assert pod_devices(named) is None and pod_chip_ids(named) == {1}
     assert pod_chip_ids({"metadata": {}}) is None
+
+
+# --- the device plugin's mode, from its DaemonSets -----------------------------------------------------------------
+
+def plugin_daemonset_manifest(args: str, node_selector=None, affinity_terms=None, name="ascend-device-plugin-daemonset"):
+    """A DaemonSet shaped as MindCluster's build/ascendplugin*.yaml: the plugin's flags in one shell argument."""
+    spec = {"nodeSelector": node_selector if node_selector is not None else {"workerselector": "dls-worker-node"},
+            "containers": [{"name": "device-plugin-01", "image": "ascend-k8sdeviceplugin:v7.3.0",
+                            "command": ["/bin/bash", "-c", "--"], "args": [args]}]}
+    if affinity_terms is not None:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": affinity_terms}}}
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "kube-system"},
+            "spec": {"template": {"spec": spec}}}
+
+
+NOT_SOC = [{"matchExpressions": [{"key": "servertype", "operator": "NotIn", "values": ["soc"]}]}]
+WORKER = {"workerselector": "dls-worker-node"}
+
+
+def test_the_plugin_mode_is_read_from_the_daemonsets_volcano_type_flag():
+    volcano = plugin_daemonset_manifest("device-plugin -volcanoType=true -presetVirtualDevice=true "
+                                        "-logFile=/var/log/mindx-dl/devicePlugin/devicePlugin.log -logLevel=0",
+                                        affinity_terms=NOT_SOC)
+    plain = plugin_daemonset_manifest("device-plugin -logFile=/var/log/mindx-dl/devicePlugin/devicePlugin.log")
+    assert plugin_daemonset(volcano).mode == "volcano" and plugin_daemonset(plain).mode == "kubelet"
+    for args, mode in (("device-plugin -volcanoType", "volcano"), ("device-plugin --volcanoType=1", "volcano"),
+                       ("device-plugin -volcanoType=false", "kubelet"),
+                       ("device-plugin -volcanoType=true -volcanoType=F", "kubelet"),  # Go's flags: the last wins
+                       ("/usr/local/bin/device-plugin -volcanoType=True", "volcano")):
+        assert plugin_daemonset(plugin_daemonset_manifest(args)).mode == mode, args
+    other = plugin_daemonset_manifest("npu-exporter -volcanoType=true", name="npu-exporter")
+    assert plugin_daemonset(other) is None
+
+
+def test_each_node_gets_the_mode_of_the_plugin_that_runs_on_it():
+    volcano = plugin_daemonset_manifest("device-plugin -volcanoType=true", node_selector=dict(WORKER, pool="a"),
+                                        affinity_terms=NOT_SOC, name="volcano-pool")
+    plain = plugin_daemonset_manifest("device-plugin", node_selector=dict(WORKER, pool="b"), name="plain-pool")
+    plugins = device_plugins([volcano, plain, {"metadata": {"name": "kube-proxy"}, "spec": {}}])
+    assert [ds.name for ds in plugins.daemonsets] == ["plain-pool", "volcano-pool"]
+    assert plugins.mode_of(dict(WORKER, pool="a")) == "volcano"
+    assert plugins.mode_of(dict(WORKER, pool="a", servertype="soc")) == "kubelet"  # the affinity keeps it off
+    assert plugins.mode_of(dict(WORKER, pool="b")) == "kubelet"
+    assert plugins.mode_of({"pool": "a"}) == "kubelet"  # no plugin of theirs there: the plugin's default
+    assert device_plugins([volcano], forced="kubelet").mode_of(dict(WORKER, pool="a")) == "kubelet"
+    assert "volcano-pool (volcano)" in plugins.source()
+
+
+@pytest.mark.parametrize(("operator", "values", "labels", "holds"), [
+    ("In", ["x"], {"k": "x"}, True), ("In", ["x"], {}, False), ("NotIn", ["x"], {}, True),
+    ("NotIn", ["x"], {"k": "x"}, False), ("Exists", [], {"k": ""}, True), ("DoesNotExist", [], {"k": ""}, False),
+    ("Gt", ["3"], {"k": "4"}, True), ("Gt", ["3"], {"k": "3"}, False), ("Lt", ["3"], {"k": "2"}, True),
+    ("Lt", ["3"], {"k": "x"}, False), ("Bogus", [], {"k": "x"}, False),
+])
+def test_node_affinity_expressions_hold_as_the_scheduler_reads_them(operator, values, labels, holds):
+    selection = NodeSelection(terms=((("k", operator, tuple(values)),),))
+    assert selection.matches(labels) is holds

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from ascend_hybrid.contracts.ascend import DevicePlugins, NodeSelection, PluginDaemonSet
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.gang.inventory import build_inventory
 from ascend_hybrid.gang.placement import GangRequest, place
@@ -48,28 +49,46 @@ def test_tp4_dp2_one_pod_on_one_node():
     assert placement.ok and placement.nodes == ("node-0000",)
 
 
-def test_910a_four_chip_pods_land_inside_rings():
-    # chips 1 and 6 are taken: no ring is whole, a 4-chip pod cannot fit although 6 chips are free
-    used = [pod("u", 2).node("a").devices([1, 6]).build()]
+def test_910a_four_chip_pods_go_only_where_the_kubelet_cannot_split_a_ring():
+    """Kubelet mode: the kubelet picks any free chips. A 4-chip pod on an empty 910A node could straddle the HCCS
+    rings; on a node whose ring 0 is taken by pods that say which chips they hold, ring 1 is all it can get."""
+    used = [pod("u", 4).node("a").devices([0, 1, 2, 3]).build()]
     whole = [node("a").chip("910A").build(), node("b").chip("910A").build()]
-    placement = place(GangRequest(2, 4, "910A"), build_inventory(whole, used))
-    assert placement.ok and placement.nodes == ("b", "b")
-    assert placement.rings == (0, 1) and placement.chips == ((0, 1, 2, 3), (4, 5, 6, 7))
-    failed = place(GangRequest(3, 4, "910A"), build_inventory(whole, used))
-    assert not failed.ok and "1 no free ring of 4 chips" in failed.reason
+    placement = place(GangRequest(1, 4, "910A"), build_inventory(whole, used))
+    assert placement.ok and placement.nodes == ("a",) and placement.chips == ((4, 5, 6, 7),)
+    failed = place(GangRequest(2, 4, "910A"), build_inventory(whole, used))
+    assert not failed.ok and failed.cause == "KubeletMaySplitRings"
+    assert "1 let the kubelet pick a pod's 4 chips from both HCCS rings" in failed.reason
+    # a whole node, or one chip, is never split
+    assert place(GangRequest(1, 8, "910A"), build_inventory(whole, used)).nodes == ("b",)
+    assert place(GangRequest(3, 1, "910A"), build_inventory(whole, used)).ok
 
 
-def test_910a_small_pods_fill_the_fuller_ring_first():
-    used = [pod("u", 2).node("a").devices([0, 1]).build()]
-    placement = place(GangRequest(3, 2, "910A"), build_inventory([node("a").chip("910A").build()], used))
-    assert placement.ok and placement.rings == (0, 1, 1)
-    assert placement.chips[0] == (2, 3) and placement.chips[1:] == (None, None)  # which 2 of 4: plugin decides
+def test_910a_small_pods_share_the_ring_that_is_left():
+    used = [pod("u", 4).node("a").devices([0, 1, 2, 3]).build()]
+    placement = place(GangRequest(2, 2, "910A"), build_inventory([node("a").chip("910A").build()], used))
+    assert placement.ok and placement.rings == (1, 1)
+    assert placement.chips == (None, None)  # which 2 of the 4: the kubelet decides
+    # chips 1 and 6 taken: free chips in both rings, so no 2-chip pod is safe there
+    split = [pod("u", 2).node("a").devices([1, 6]).build()]
+    assert not place(GangRequest(1, 2, "910A"), build_inventory([node("a").chip("910A").build()], split)).ok
 
 
-def test_910a_unknown_holder_blocks_rings_unless_count_rules_it_out():
-    unknown = [pod("u", 1).node("a").build()]
-    assert not place(GangRequest(2, 4, "910A"), build_inventory([node("a").chip("910A").build()], unknown)).ok
-    assert place(GangRequest(1, 2, "910A"), build_inventory([node("a").chip("910A").build()], unknown)).ok
+def test_910a_unknown_holder_leaves_no_safe_ring():
+    unknown = [pod("u", 4).node("a").build()]  # holds 4 chips without saying which (not annotated yet)
+    assert not place(GangRequest(1, 2, "910A"), build_inventory([node("a").chip("910A").build()], unknown)).ok
+    assert place(GangRequest(4, 1, "910A"), build_inventory([node("a").chip("910A").build()], unknown)).ok
+
+
+def test_nodes_whose_device_plugin_runs_in_volcano_mode_are_never_bound_directly():
+    plugins = DevicePlugins(daemonsets=(PluginDaemonSet("ds", "volcano", NodeSelection((("pool", "v"),))),))
+    nodes = [node("a").label("pool", "v").build(), node("b").label("pool", "v").build(), node("c").build()]
+    inventory = build_inventory(nodes, [], plugins=plugins)
+    assert place(GangRequest(1, 8, "910B"), inventory).nodes == ("c",)
+    held = place(GangRequest(2, 8, "910B"), inventory)
+    assert not held.ok and held.cause == "DevicePluginVolcanoMode"
+    assert "2 run the device plugin in Volcano mode (a, b: a pod bound by the operator gets no chips" in held.reason
+    assert place(GangRequest(2, 8, "910B"), build_inventory(nodes, [])).ok  # kubelet mode everywhere: fits
 
 
 def test_several_pods_share_a_node_and_take_the_fewest_nodes():
@@ -232,6 +251,8 @@ def scenarios(draw):
             built.cordoned()
         for taint in taints or ():
             built.taint(**taint)
+        if rng.random() < 0.1:
+            built.label("plugin", "volcano")
         nodes.append(built.label("pool", rng.choice("xy")).build())
         size = 16 if node_chip == "A3" else 8
         free_ids = list(range(size))
@@ -260,15 +281,22 @@ def scenarios(draw):
     return nodes, pods, infos, reserved, request
 
 
+VOLCANO_LABELLED = DevicePlugins(daemonsets=(PluginDaemonSet("ds", "volcano", NodeSelection((("plugin", "volcano"),))),))
+
+
 def eligible(n, request):
     taints = n.taints and not request.tolerations
     return (n.chip == request.chip and n.ready and not n.unschedulable and not taints
+            and n.labels.get("plugin") != "volcano"
             and n.name not in request.excluded_nodes
             and all(n.labels.get(key) == value for key, value in request.node_selector.items()))
 
 
 def slots(n, k):
-    """Independent restatement of a node's capacity for k-chip pods."""
+    """Independent restatement of a node's capacity for k-chip pods: the kubelet picks any free chips, so a pod of
+    2-4 910A chips fits only where every free chip sits in one ring (and is known to be free)."""
+    if CHIPS[n.chip].ring_bound(k) and (n.free_ids is None or len({i // 4 for i in n.free_ids}) > 1):
+        return 0
     if CHIPS[n.chip].ring_bound(k):
         return min(n.free // k, sum(n.ring_free(r) // k for r in range(2)))
     return n.free // k
@@ -278,7 +306,7 @@ def slots(n, k):
 @given(scenarios())
 def test_placement_properties(scenario):
     nodes, pods, infos, reserved, request = scenario
-    inventory = build_inventory(nodes, pods, infos, reserved=reserved)
+    inventory = build_inventory(nodes, pods, infos, reserved=reserved, plugins=VOLCANO_LABELLED)
     placement = place(request, inventory)
     k = request.chips_per_pod
     event(f"{request.chip} ok={placement.ok}")
@@ -315,7 +343,7 @@ def test_placement_properties(scenario):
     rng = random.Random(len(nodes))
     rng.shuffle(nodes)
     rng.shuffle(pods)
-    assert place(request, build_inventory(nodes, pods, infos, reserved=reserved)) == placement
+    assert place(request, build_inventory(nodes, pods, infos, reserved=reserved, plugins=VOLCANO_LABELLED)) == placement
 
 
 def test_kept_offers_place_as_a_fresh_placement_does():

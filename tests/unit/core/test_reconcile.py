@@ -1105,3 +1105,50 @@ def test_every_live_pod_of_an_attempt_goes_in_one_collection_delete_and_the_rest
     assert state.doomed_pods([second[0], going], [second[0], going]) == [state.DeletePods(("demo-a2-0",))]
     assert state.doomed_pods(first[:1], first[:1]) == [state.DeletePods(("demo-a1-0",))], "one pod: by name"
     assert state.doomed_pods([], first) == []
+
+
+def test_a_pod_the_kubelet_gave_chips_from_both_910a_rings_never_gets_a_table():
+    """Kubelet mode lets the kubelet choose the chips: a 4-chip 910A pod with chips 2-5 would make HCCL fail at the
+    job's start. The table stays initializing, the attempt's pods go and the gang is placed anew (no restart
+    counted), a Warning naming the pod and its chips."""
+    body = (JobBuilder("demo", namespace="ns").uid("uid-1").created("2026-11-29T11:59:00Z")
+            .parallelism(data=2, tensor=4).per_pod(4).section("npu", chip="910A").backoff_limit(2).build())
+    status = decide(observe(body)).status
+    status = record_placement(status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
+                              {n: "rack-0" for n in NODES}).status
+    status.update(phase="Starting")
+    body["status"] = status
+    split = pod(1).devices([2, 3, 4, 5]).build()
+    decision = decide(observe(body, pods=[pod(0).build(), split]))
+    assert "write_rank_table" not in kinds(decision)
+    assert decision.status["attempt"] == 2 and decision.status["restarts"] == 0
+    message = (f"demo-a1-1 got chips 2,3,4,5 on {NODES[1]} from both HCCS rings (the kubelet chose them; HCCL needs "
+               "a pod of ≤ 4 910A chips inside one ring); placing anew")
+    assert decision.status["message"] == message
+    assert ("Warning", "ChipsSplitAcrossRings") in events(decision)
+    assert action(decision, "delete_pods").names == ("demo-a1-0", "demo-a1-1")
+    inside = decide(observe(body, pods=both()))  # chips 0-3 each: one ring
+    assert action(inside, "write_rank_table").table["status"] == "completed"
+
+
+def test_a_pod_the_volcano_mode_plugin_could_not_allocate_is_placed_anew_without_a_restart():
+    """UnexpectedAdmissionError ("not get valid pod"): the kubelet never ran a container, so it is no training
+    failure: the gang is placed anew as after any refusal at admission."""
+    refused = (PodBuilder("demo", 1, namespace="ns").attempt(1).created(NOW).node(NODES[1]).phase("Failed")
+               .status(reason="UnexpectedAdmissionError",
+                       message="Allocate failed due to not get valid pod, which is unexpected").build())
+    decision = decide(observe(demo().status(placed_status(phase="Starting")).build(), pods=[pod(0).build(), refused]))
+    assert decision.status["attempt"] == 2 and decision.status["restarts"] == 0
+    assert ("Warning", "RefusedByNode") in events(decision)
+    assert "UnexpectedAdmissionError: Allocate failed due to not get valid pod" in decision.status["message"]
+
+
+def test_a_placement_kept_out_by_the_device_plugins_mode_says_so_in_its_reason():
+    body = demo().build()
+    status = decide(observe(body)).status
+    held = Placement(ok=False, reason="needs 2 pods …: 2 run the device plugin in Volcano mode (…)",
+                     cause="DevicePluginVolcanoMode")
+    outcome = record_placement(status, parse(body), held, NOW, 1, {})
+    assert events(outcome) == [("Warning", "DevicePluginVolcanoMode")]
+    placed = next(c for c in outcome.status["conditions"] if c["type"] == "Placed")
+    assert (placed["status"], placed["reason"]) == ("False", "DevicePluginVolcanoMode")

@@ -72,6 +72,8 @@ KUBE_PY_CALLS = {
     "list_pod_for_all_namespaces": {("", "pods", "list"), ("", "pods", "watch")},
     "list_namespaced_pod": {("", "pods", "list"), ("", "pods", "watch")},
     "list_namespaced_config_map": {("", "configmaps", "list"), ("", "configmaps", "watch")},
+    # devicePlugin.mode auto: the device plugin's DaemonSets tell each node's mode (listwatch.ListWatch).
+    "list_namespaced_daemon_set": {("apps", "daemonsets", "list"), ("apps", "daemonsets", "watch")},
     # --network-policy: <job>-network by server-side apply.
     "patch_namespaced_network_policy": {("networking.k8s.io", "networkpolicies", "patch"),
                                         ("networking.k8s.io", "networkpolicies", "create")},
@@ -270,6 +272,7 @@ def test_deployment_runs_two_locked_down_replicas_behind_a_lease(rendered):
     assert container["args"] == ["run", "--metrics-port=8080", "--health-port=8081", "--log-level=INFO",
                                  "--log-format=text",
                                  "--ranktable-expander-image=ascend-hybrid/operator:0.1.0",  # its own image
+                                 "--device-plugin-mode=auto", "--device-plugin-namespace=kube-system",
                                  "--leader-elect", "--lease-name=ascend-hybrid-operator",
                                  "--lease-duration-seconds=10", "--lease-renew-deadline-seconds=7",
                                  "--lease-retry-seconds=2"]
@@ -368,7 +371,7 @@ RAW_CALLS = {("POST", "pods"): "create_namespaced_pod", ("PATCH", "pods"): "patc
 
 def test_every_api_call_of_kube_py_is_known():
     source = Path(kube.__file__).read_text()
-    calls = set(re.findall(r"self\.(?:core|custom|extensions|networking|discovery|rbac)\.(\w+)", source))
+    calls = set(re.findall(r"self\.(?:core|custom|extensions|networking|discovery|rbac|apps)\.(\w+)", source))
     raw = set(re.findall(r'self\._send, "(\w+)", f"/api/v1/namespaces/\{[^}]+\}/(\w+)', source))
     assert raw <= set(RAW_CALLS), f"kube.py sends requests the chart's RBAC does not know: {raw - set(RAW_CALLS)}"
     calls |= {RAW_CALLS[request] for request in raw}
@@ -437,8 +440,9 @@ def test_kueue_rbac_follows_the_watched_namespaces(tmp_path):
 
 def test_cluster_mode_binds_everything_cluster_wide(rendered):
     objects = objects_of(rendered["chart-default"])
-    namespaced = [o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "RoleBinding")]
-    assert namespaced == ["ascend-hybrid-operator-leader-election"] * 2  # only the Lease is namespaced
+    namespaced = sorted(o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "RoleBinding"))
+    # only the Lease, and the device plugin's DaemonSets in kube-system, are namespaced
+    assert namespaced == ["ascend-hybrid-operator-device-plugin"] * 2 + ["ascend-hybrid-operator-leader-election"] * 2
     account = one(objects, "ServiceAccount")["metadata"]
     for binding in (o for o in objects if o["kind"] == "ClusterRoleBinding"):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"],
@@ -494,7 +498,10 @@ def test_deploy_manifest_is_the_namespace_crd_and_chart():
                                                "pod-security.kubernetes.io/warn": "restricted"}}}
     assert [o for o in objects if o["kind"] == "CustomResourceDefinition"] == [crd.build(), crd.build_channel()]
     namespaced = [o for o in objects if "namespace" in o["metadata"]]
-    assert {o["metadata"]["namespace"] for o in namespaced} == {chartgen.NAMESPACE}
+    elsewhere = {(o["kind"], o["metadata"]["name"], o["metadata"]["namespace"]) for o in namespaced
+                 if o["metadata"]["namespace"] != chartgen.NAMESPACE}
+    # reading the device plugin's DaemonSets where MindCluster installs them is all the operator holds elsewhere
+    assert elsewhere == {(kind, "ascend-hybrid-operator-device-plugin", "kube-system") for kind in ("Role", "RoleBinding")}
     assert {o["kind"] for o in objects} == {"Namespace", "CustomResourceDefinition", "ServiceAccount",
                                            "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
                                            "Deployment", "PodDisruptionBudget"}

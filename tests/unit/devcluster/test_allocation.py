@@ -30,30 +30,74 @@ def test_requested_chips_reads_limits_or_requests_and_init_containers():
     assert allocation.requested_chips(pod().chips(1, requests=False).spec(initContainers=[init]).build()) == 4
 
 
-def test_910a_pods_of_up_to_four_chips_stay_in_one_ring_best_fit():
+def test_the_kubelets_choice_is_any_free_chips_reproducible_by_seed():
     chip = PROFILES["910A"]
-    assert allocation.choose_chips(chip, set(range(8)), 2) == (0, 1)
-    # Ring 0 has 2 free, ring 1 has 4: a 2-chip pod takes ring 0 and keeps ring 1 whole.
-    assert allocation.choose_chips(chip, {2, 3, 4, 5, 6, 7}, 2) == (2, 3)
-    # 3 chips do not fit in ring 0's two, so they go to ring 1 even though 0..3 has lower ids.
-    assert allocation.choose_chips(chip, {2, 3, 4, 5, 6, 7}, 3) == (4, 5, 6)
-    assert allocation.choose_chips(chip, {2, 3, 6, 7}, 4) is None  # 4 free, but no whole ring
-    assert allocation.choose_chips(chip, set(range(8)), 8) == tuple(range(8))
+    free = set(range(8))
+    chosen = {allocation.kubelet_choice(chip, free, 4, allocation.pod_rng(0, f"uid-{i}")) for i in range(40)}
+    assert len(chosen) > 10, "many different sets: the kubelet follows no ring rule"
+    assert any(allocation.straddles_rings(chip, chips) for chips in chosen)
+    again = allocation.kubelet_choice(chip, free, 4, allocation.pod_rng(0, "uid-7"))
+    assert again == allocation.kubelet_choice(chip, free, 4, allocation.pod_rng(0, "uid-7"))
+    assert allocation.kubelet_choice(chip, {1, 2}, 3, allocation.pod_rng(0, "u")) is None
 
 
-@given(st.sets(st.integers(0, 7)), st.integers(1, 4))
-def test_910a_choice_is_free_distinct_and_inside_one_ring(free, count):
-    chips = allocation.choose_chips(PROFILES["910A"], free, count)
-    if chips is None:
-        assert all(len([i for i in free if i // 4 == ring]) < count for ring in (0, 1))
-    else:
-        assert len(set(chips)) == count and set(chips) <= free and len({i // 4 for i in chips}) == 1
+@given(st.sets(st.integers(0, 7)), st.integers(1, 8), st.booleans(), st.integers(0, 1000))
+def test_the_kubelets_choice_is_free_and_distinct_and_straddles_when_forced(free, count, straddle, seed):
+    chip = PROFILES["910A"]
+    chips = allocation.kubelet_choice(chip, free, count, allocation.pod_rng(seed, "u"), straddle=straddle)
+    if count > len(free):
+        assert chips is None
+        return
+    assert chips is not None and len(set(chips)) == count and set(chips) <= free
+    in_both_rings = any(i < 4 for i in free) and any(i >= 4 for i in free)
+    if straddle and in_both_rings and 2 <= count <= 4:
+        assert allocation.straddles_rings(chip, chips)
 
 
-@given(st.sets(st.integers(0, 15)), st.integers(1, 16))
-def test_a3_choice_takes_the_lowest_free_chips(free, count):
-    chips = allocation.choose_chips(PROFILES["A3"], free, count)
-    assert chips == (tuple(sorted(free)[:count]) if count <= len(free) else None)
+def test_straddling_is_a_split_of_a_pod_that_one_ring_could_hold():
+    chip = PROFILES["910A"]
+    assert allocation.straddles_rings(chip, (3, 4))
+    assert not allocation.straddles_rings(chip, (4, 5, 6, 7))
+    assert not allocation.straddles_rings(chip, range(8))  # a whole node is no split
+    assert not allocation.straddles_rings(PROFILES["910B"], (3, 4))
+
+
+def pending(uid: str, chips: int, node: str = "node-001") -> PodBuilder:
+    return PodBuilder.named(f"pod-{uid}", namespace="ns").uid(uid).node(node).chips(chips, requests=False)
+
+
+def test_volcano_mounts_the_oldest_pod_that_names_as_many_chips():
+    young = pending("young", 2).annotations({"huawei.com/Ascend910": "Ascend910-0,Ascend910-1",
+                                             "predicate-time": "200"}).build()
+    old = pending("old", 2).annotations({"huawei.com/Ascend910": "Ascend910-4,Ascend910-5",
+                                         "predicate-time": "100"}).build()
+    four = pending("four", 4).annotations({"huawei.com/Ascend910": "Ascend910-0,Ascend910-1,Ascend910-2,Ascend910-3",
+                                           "predicate-time": "1"}).build()
+    mounted = pending("mounted", 2).annotations({"huawei.com/Ascend910": "Ascend910-6,Ascend910-7",
+                                                 "predicate-time": allocation.MOUNTED}).build()
+    bare = pending("bare", 2).build()
+    assert allocation.volcano_candidate([young, old, four, mounted, bare], 2) is old
+    assert allocation.volcano_candidate([young, four, mounted, bare], 2) is young
+    assert allocation.volcano_candidate([bare, mounted], 2) is None
+    refused = pending("refused", 2).annotations({"huawei.com/Ascend910": "Ascend910-0,Ascend910-1"}).status(
+        phase="Failed", reason="UnexpectedAdmissionError").build()
+    assert allocation.volcano_candidate([refused], 2) is None
+    # no predicate-time counts as the latest of all, yet still counts
+    untimed = pending("untimed", 2).annotations({"huawei.com/Ascend910": "Ascend910-0,Ascend910-1"}).build()
+    assert allocation.volcano_candidate([untimed], 2) is untimed
+
+
+def test_the_annotations_are_written_once_and_not_for_a_volcano_whole_node_pod():
+    chip = PROFILES["910B"]
+    recorded = {allocation.KUBELET_DEVICES_ANNOTATION: "0,1"}
+    assert not allocation.needs_annotation(pending("a", 2).build(), "kubelet", chip)  # not allocated yet
+    assert allocation.needs_annotation(pending("a", 2).annotations(recorded).build(), "kubelet", chip)
+    written = {**recorded, "huawei.com/AscendReal": "Ascend910-0,Ascend910-1"}
+    assert not allocation.needs_annotation(pending("a", 2).annotations(written).build(), "kubelet", chip)
+    whole = {allocation.KUBELET_DEVICES_ANNOTATION: "0,1,2,3,4,5,6,7"}
+    assert allocation.needs_annotation(pending("w", 8).annotations(whole).build(), "kubelet", chip)
+    assert not allocation.needs_annotation(pending("w", 8).annotations(whole).build(), "volcano", chip)
+    assert allocation.needs_annotation(pending("v", 2).annotations(recorded).build(), "volcano", chip)
 
 
 def test_device_annotations_name_server_chips_and_loopback_device_ips():
@@ -72,7 +116,8 @@ def test_device_annotations_name_server_chips_and_loopback_device_ips():
     assert [d["device_id"] for d in configuration["devices"]] == ["2", "3"]
     assert all(d["device_ip"].startswith("127.64.") for d in configuration["devices"])
     assert "super_device_id" not in configuration["devices"][0]
-    assert annotations["huawei.com/Ascend910"] == "Ascend910-2,Ascend910-3"
+    assert annotations["huawei.com/AscendReal"] == annotations["huawei.com/kltDev"] == "Ascend910-2,Ascend910-3"
+    assert "huawei.com/Ascend910" not in annotations  # Volcano's plugin writes that one, not the device plugin
 
 
 def test_a3_device_annotations_carry_super_device_ids():
@@ -83,28 +128,43 @@ def test_a3_device_annotations_carry_super_device_ids():
     assert (configuration["super_pod_id"], configuration["rack_id"], configuration["server_index"]) == (1, 1, "2")
 
 
-def test_held_chips_come_from_the_configuration_or_the_chip_names():
+def test_held_chips_come_from_the_kubelets_record_else_the_plugins_annotations():
     node = SimNode(index=1, chip="910B", rack=0, server_index=0)
     two = pod().chips(2, requests=False)
     assert allocation.held_chips(two.build()) is None
     assert allocation.held_chips(two.annotations(allocation.device_annotations("p", "u", node, (5, 6))).build()) == (
         5, 6)
+    recorded = {allocation.KUBELET_DEVICES_ANNOTATION: "7,3"}
+    assert allocation.held_chips(pod().chips(2, requests=False).annotations(recorded).build()) == (3, 7)
+    real = {"huawei.com/AscendReal": "Ascend910-4,Ascend910-1"}
+    assert allocation.held_chips(pod().chips(2, requests=False).annotations(real).build()) == (1, 4)
+    # the scheduler's choice is not a holding: Allocate has not mounted it yet
     named = {"huawei.com/Ascend910": "Ascend910-4,Ascend910-1"}
-    assert allocation.held_chips(pod().chips(2, requests=False).annotations(named).build()) == (1, 4)
-    garbled = {"huawei.com/Ascend910": "garbage"}
+    assert allocation.held_chips(pod().chips(2, requests=False).annotations(named).build()) is None
+    assert allocation.scheduler_chips(pod().annotations(named).build()) == (1, 4)
+    garbled = {allocation.KUBELET_DEVICES_ANNOTATION: "garbage"}
     assert allocation.held_chips(pod().chips(2, requests=False).annotations(garbled).build()) is None
 
 
-def test_ledger_gives_distinct_chips_skips_unusable_ones_and_frees_on_release():
+def test_the_ledger_admits_by_count_and_frees_on_release():
     ledger = ChipLedger(nodes={"node-001": SimNode(1, "910B", 0, 0)}, unusable={"node-001": frozenset({0})})
-    first = ledger.allocate("a", "node-001", 3)
-    second = ledger.allocate("b", "node-001", 3)
-    assert first == (1, 2, 3) and second == (4, 5, 6)
-    assert ledger.allocate("c", "node-001", 2) is None  # only chip 7 is left
-    assert ledger.allocate("a", "node-001", 3) == first  # idempotent per pod
+    ledger.hold("a", "node-001", (1, 2, 3))
+    assert ledger.fits("node-001", 4) and not ledger.fits("node-001", 5)
+    assert ledger.free("node-001") == {4, 5, 6, 7}
     ledger.release("a")
-    assert ledger.allocate("c", "node-001", 2) == (1, 2)
-    assert ledger.allocate("d", "unknown-node", 1) is None
+    assert ledger.fits("node-001", 7) and not ledger.fits("node-001", 8)
+    assert not ledger.fits("unknown-node", 1)
+
+
+def test_the_list_watch_period_is_refused_outside_the_plugins_range():
+    import argparse
+
+    import pytest
+
+    assert allocation.list_watch_period("3") == 3.0 and allocation.list_watch_period("1800") == 1800.0
+    for bad in ("2", "1801"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"outside \[3, 1800\]"):
+            allocation.list_watch_period(bad)
 
 
 def test_a_chip_whose_ip_the_plugin_cannot_read_is_annotated_minus_one():

@@ -136,10 +136,14 @@ def test_a_deleted_pod_held_by_a_finalizer_is_terminated_first_as_a_kubelet_does
     assert template["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
 
 
-def test_pods_requesting_npus_wait_for_the_device_annotation_and_outcomes_read_the_sim_annotations():
+def test_pods_requesting_npus_wait_for_the_kubelets_allocation_and_outcomes_read_the_sim_annotations():
+    """Containers start once the kubelet allocated the chips, not once the device plugin annotated them (it does so
+    on its own period, after the pod runs)."""
     stages = {s["metadata"]["name"]: s for s in load_stages()}
-    running_keys = " ".join(e["key"] for e in stages["ahj-pod-running"]["spec"]["selector"]["matchExpressions"])
-    assert "ascend.kubectl.kubernetes.io/ascend-910-configuration" in running_keys
+    for stage in ("ahj-pod-running", "ahj-pod-process-address"):
+        keys = " ".join(e["key"] for e in stages[stage]["spec"]["selector"]["matchExpressions"])
+        assert "sim.hybrid.ascend.dev/kubelet-devices" in keys
+        assert "ascend.kubectl.kubernetes.io/ascend-910-configuration" not in keys
     for name, outcome in (("ahj-pod-succeed", "succeed"), ("ahj-pod-fail", "fail")):
         spec = stages[name]["spec"]
         assert {"key": '.metadata.annotations["sim.hybrid.ascend.dev/outcome"]', "operator": "In",

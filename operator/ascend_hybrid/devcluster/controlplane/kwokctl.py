@@ -30,6 +30,8 @@ EXTRA_ARGS = (
     "kwok-controller=node-ip=127.15.0.1",
     # `kubectl logs` reaches kwok's kubelet endpoint at the node's InternalIP (the Hostname resolves nowhere).
     "kube-apiserver=kubelet-preferred-address-types=InternalIP",
+    # The device plugin's DaemonSet (deviceplugin/daemonset.py) describes the simulation's plugin process: no pods.
+    "kube-controller-manager=controllers=*,-daemonset-controller",
     # Every other component listens on 127.0.0.1 only (bindAddress in the config). kwok serves each node's
     # kubelet endpoint at that node's own InternalIP in 127.15.0.0/16, and a socket bound to 127.0.0.1 takes no
     # connection to 127.15.x.y, so kwok alone keeps the wildcard (its flag given last wins).

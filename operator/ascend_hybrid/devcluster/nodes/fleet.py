@@ -15,6 +15,7 @@ from ascend_hybrid.devcluster.nodes.manifests import (
     DEVICEINFO_NAMESPACE,
     NOT_READY_LABEL,
     SIMULATED_LABEL,
+    STRADDLE_RINGS_LABEL,
     UNREADABLE_IPS_ANNOTATION,
     SimNode,
     chip_name,
@@ -138,3 +139,14 @@ def set_device_ip_readable(core: client.CoreV1Api, node_name: str, chip_id: int,
     with_retries(lambda: core.patch_node(node_name, {"metadata": {"annotations": {UNREADABLE_IPS_ANNOTATION: value}}}),
                  f"annotate node {node_name}")
     return frozenset(unreadable)
+
+
+def set_straddle_rings(core: client.CoreV1Api, node_name: str, straddle: bool) -> None:
+    """Makes the kubelet's chip choice on a 910A node take chips from both HCCS rings whenever the free chips allow
+    it (or choose freely again): what a kubelet may do by chance, forced for a test."""
+    node = sim_node_from_manifest(read_raw(core.read_node, node_name))
+    if node is None:
+        raise ValueError(f"{node_name} is not a simulated Ascend node")
+    value = "true" if straddle else None  # None: the merge patch removes the label
+    with_retries(lambda: core.patch_node(node_name, {"metadata": {"labels": {STRADDLE_RINGS_LABEL: value}}}),
+                 f"label node {node_name}")

@@ -21,6 +21,9 @@ SERVER_INDEX_ANNOTATION = f"{SIM_PREFIX}/server-index"
 # Chips whose IP the simulated device plugin "cannot read" ("3,5"): it annotates them `"device_ip": "-1"`, as the
 # real plugin does when it fails to read a chip's IP (`dev-cluster fault NODE --chip-ip-unreadable ID`).
 UNREADABLE_IPS_ANNOTATION = f"{SIM_PREFIX}/unreadable-device-ips"
+# The kubelet's chip choice on this node takes chips from both 910A HCCS rings whenever the free chips allow it
+# (`dev-cluster fault NODE --straddle-rings`): a test's way to force what the kubelet may do by chance.
+STRADDLE_RINGS_LABEL = f"{SIM_PREFIX}/straddle-rings"
 CHIP_LABEL = "node.kubernetes.io/npu.chip.name"
 ACCELERATOR_TYPE_LABEL = "accelerator-type"
 RACK_LABEL = "huawei.com/topotree.rackid"
@@ -76,6 +79,7 @@ class SimNode:
     rack: int
     server_index: int  # position inside the rack (MindCluster's ServerIndex)
     unreadable_ips: frozenset[int] = frozenset()  # chips the device plugin annotates with device_ip "-1"
+    straddle_rings: bool = False  # STRADDLE_RINGS_LABEL
 
     @property
     def name(self) -> str:
@@ -139,6 +143,8 @@ def node_manifest(node: SimNode) -> dict:
         "kubernetes.io/arch": "arm64",
         "type": "kwok",
         "accelerator": "huawei-Ascend910",
+        # what MindCluster's device-plugin DaemonSets select (build/ascendplugin*.yaml nodeSelector)
+        "workerselector": "dls-worker-node",
         ACCELERATOR_TYPE_LABEL: chip.accelerator_type,
         CHIP_LABEL: chip.chip_name,
         RACK_LABEL: str(node.rack),
@@ -259,4 +265,5 @@ def sim_node_from_manifest(node: dict) -> SimNode | None:
         return None
     unreadable = frozenset(int(part) for part in str(annotations.get(UNREADABLE_IPS_ANNOTATION, "")).split(",")
                            if part.strip().isdigit())
-    return SimNode(index=index, chip=chip.chip, rack=rack, server_index=server_index, unreadable_ips=unreadable)
+    return SimNode(index=index, chip=chip.chip, rack=rack, server_index=server_index, unreadable_ips=unreadable,
+                   straddle_rings=labels.get(STRADDLE_RINGS_LABEL) == "true")
