@@ -42,6 +42,7 @@ from ascend_hybrid.devcluster.nodes.manifests import (
 )
 
 RETRY_WAITING_SECONDS = 2.0
+VOLCANO_SCHEDULER = "volcano"
 
 
 class SimulatedDevicePlugin:
@@ -136,6 +137,8 @@ class SimulatedDevicePlugin:
             return
         if uid in self.ledger.holders or uid in self.refused:
             return  # our patch (its chips, or its refusal) is on its way
+        if spec.get("schedulerName") == VOLCANO_SCHEDULER:
+            return  # Volcano's Ascend plugin chooses its chips (devcluster/volcano/); they count once annotated
         chips = self.ledger.allocate(uid, node_name, count)
         if chips is None and node_name in self.ledger.nodes:
             self._refuse(pod, node_name, count)
