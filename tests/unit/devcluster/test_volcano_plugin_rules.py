@@ -149,6 +149,13 @@ def test_the_handler_follows_the_policy_then_sp_block_then_the_accelerator_type_
     assert rules.handler_for({}, {"accelerator-type": "card-910b-2"}) == "huawei.com/Ascend910card"
 
 
+def test_the_podgroups_annotations_win_over_a_pods():
+    podgroup = {"huawei.com/schedule_policy": "chip8-node8", "other": "x"}
+    pod = {"huawei.com/schedule_policy": "chip2-node16", "sp-block": "32", "unread": "y"}
+    assert rules.job_annotations(podgroup, pod) == {"huawei.com/schedule_policy": "chip8-node8", "other": "x",
+                                                    "sp-block": "32"}
+
+
 def test_network_unhealthy_chips_are_left_out_only_for_a_distributed_job():
     infos = json.loads(nodes.device_plugin_node_annotations(SimNode(1, "910B", 0, 0))["baseDeviceInfos"])
     assert rules.free_chips(infos, {0}, {1}, {2}, distributed=False) == frozenset({2, 3, 4, 5, 6, 7})

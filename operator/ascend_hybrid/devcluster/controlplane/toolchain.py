@@ -401,8 +401,8 @@ def _build(todo: list[str], out: Path, log) -> None:
     owners = {"etcd": "etcd", "kwok": "kwok", "kwokctl": "kwok", "helm": "helm", "prometheus": "prometheus",
               "kueue": "kueue", **{name: "kube" for name in KUBE_COMMANDS}, **{name: "volcano" for name in VOLCANO}}
     started = time.monotonic()
-    log(f"[toolchain] building {', '.join(todo)} into {out} (first time only: ~15 min cold on 2 cores, "
-        "~6 GB of Go caches)")
+    log(f"[toolchain] building {', '.join(todo)} into {out} (first time only: ~20 min cold on 2 cores, "
+        "~10 GB of Go caches)")
     for step, what, action in steps:
         if not any(owners[name] == step for name in todo):
             continue

@@ -65,11 +65,22 @@ POLICY_HANDLERS = {"chip8-node8": MODULE_910B_8, "chip2-node16": MODULE_A3_16, "
 BY_NAME = {handler.name: handler for handler in HANDLERS}
 
 
+def job_annotations(podgroup: Mapping[str, str], pod: Mapping[str, str]) -> dict[str, str]:
+    """The job's annotations as the plugin reads them (getJobAnnotationFromJobInfo, plugin/job.go:211-232): the
+    PodGroup's, and a pod's `sp-block` and `huawei.com/schedule_policy` where the PodGroup has none (the plugin
+    takes a few more keys, plugin/type.go:100-108, that no rule here reads)."""
+    merged = dict(podgroup)
+    for key in (SP_BLOCK_ANNOTATION, SCHEDULE_POLICY_ANNOTATION):
+        if key not in merged and key in pod:
+            merged[key] = pod[key]
+    return merged
+
+
 def handler_for(annotations: Mapping[str, str], node_selector: Mapping[str, str]) -> Handler | str:
     """The handler the plugin picks for a job (get910CardHandlerName, internal/npu/factory.go:220-245): its
     `huawei.com/schedule_policy`, else `sp-block` → the A3 super-pod handler, else its pods' nodeSelector
-    `accelerator-type` (none: the 910A `module` handler). `annotations` are the PodGroup's and the pod's together
-    (plugin/job.go:212-230). Returns the handler, or the name of one the stand-in does not restate."""
+    `accelerator-type` (none: the 910A `module` handler). `annotations`: job_annotations(). Returns the handler,
+    or the name of one the stand-in does not restate."""
     policy = annotations.get(SCHEDULE_POLICY_ANNOTATION)
     if policy in POLICY_HANDLERS:
         return POLICY_HANDLERS[policy]

@@ -13,6 +13,7 @@ has opened the `default` Queue the scheduler creates at start.
 
 from __future__ import annotations
 
+import functools
 import json
 import urllib.error
 import urllib.request
@@ -187,7 +188,7 @@ def _start(paths: ClusterPaths, api: client.ApiClient, bin_dir: Path, progress) 
             (scheduler(paths), manifests.scheduler_command(str(bin_dir / "vc-scheduler"), paths.kubeconfig, conf,
                                                            chosen, home(paths)), "scheduler-healthz")):
         pid = helper.start(command)
-        helper.wait_ready(pid, lambda port=port: healthy(chosen[port]), READY_TIMEOUT_SECONDS)
+        helper.wait_ready(pid, functools.partial(healthy, chosen[port]), READY_TIMEOUT_SECONDS)
     plugin = stand_in(paths)
     plugin.ensure(processes.python_module_command(
         STAND_IN_MODULE, "--kubeconfig", str(paths.kubeconfig), "--ready-file", str(plugin.ready_file),

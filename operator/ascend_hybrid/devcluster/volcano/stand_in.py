@@ -129,7 +129,7 @@ def decide(state: State, pod: PodRecord) -> Choice | None:
     if node is None:
         return None
     group = state.groups.get((pod.namespace, pod.group or ""), {})
-    annotations = {**(group.get("annotations") or {}), **pod.annotations}
+    annotations = rules.job_annotations(group.get("annotations") or {}, pod.annotations)
     handler = rules.handler_for(annotations, pod.selector)
     if isinstance(handler, str):
         return Choice(None, f"the stand-in does not restate the Ascend plugin's handler {handler}")
