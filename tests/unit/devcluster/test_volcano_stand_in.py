@@ -138,6 +138,13 @@ def test_a_failed_patch_frees_the_choice_and_is_retried(stand_in):
     assert chosen(stand_in, "a") == (0, 1)
 
 
+def test_a_relist_forgets_choices_for_pods_that_are_gone(stand_in):
+    stand_in.state.chosen["gone"] = ("node-001", (0, 1, 2))  # its patch was on its way when it was deleted
+    stand_in.sync_pods([volcano_pod("a", 1).build()])
+    settle(stand_in)
+    assert chosen(stand_in, "a") == (0,), "chips 0-2 are free again: ring 0-3 has 4 free, as ring 4-7"
+
+
 def test_the_device_plugin_leaves_volcano_pods_to_the_ascend_plugin_and_counts_their_chips():
     plugin = SimulatedDevicePlugin(client.ApiClient(), patch_workers=1, log=lambda message: None)
     plugin.core = FakeCore()
@@ -177,3 +184,17 @@ def test_queue_summary_counts_podgroups_by_phase():
     queues = [{"metadata": {"name": "default"}, "status": {"state": "Open"}}]
     groups = [{"spec": {"queue": "default"}, "status": {"phase": "Running"}}, {"spec": {}, "status": {}}]
     assert manifests.queue_summary(queues, groups) == ["  volcano queue default: Open; 1 Pending, 1 Running"]
+
+
+def test_a_cluster_queues_with_kueue_or_volcano_not_both(tmp_path, monkeypatch):
+    from ascend_hybrid.devcluster import cluster
+    from ascend_hybrid.devcluster.paths import CLUSTERS_ENV
+
+    monkeypatch.setenv(CLUSTERS_ENV, str(tmp_path))
+    with pytest.raises(ValueError, match="both Kueue and Volcano"):
+        cluster.up("both", kueue=True, volcano=True, log=lambda line: None)
+    (tmp_path / "kueued" / "kueue").mkdir(parents=True)
+    (tmp_path / "kueued" / "kueue" / "ports.json").write_text('{"health": 1, "metrics": 2, "webhook": 3}')
+    with pytest.raises(ValueError, match="both Kueue and Volcano"):
+        cluster.up("kueued", volcano=True, log=lambda line: None)
+    assert not (tmp_path / "both").exists()

@@ -101,6 +101,23 @@ class State:
     pods: dict[str, PodRecord] = field(default_factory=dict)  # uid → record (active pods only)
     chosen: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # uid → (node, chips) in flight
     settled: set[str] = field(default_factory=set)  # uids decided without a patch (warned), or patched
+    on_node: dict[str, set[str]] = field(default_factory=dict)  # node → uids of its active pods
+    in_group: dict[tuple[str, str | None], set[str]] = field(default_factory=dict)  # (namespace, group) → uids
+
+    def put(self, record: PodRecord) -> None:
+        self.drop(record.uid)
+        self.pods[record.uid] = record
+        self.on_node.setdefault(record.node, set()).add(record.uid)
+        self.in_group.setdefault((record.namespace, record.group), set()).add(record.uid)
+
+    def drop(self, uid: str) -> None:
+        record = self.pods.pop(uid, None)
+        if record is not None:
+            self.on_node[record.node].discard(uid)
+            self.in_group[(record.namespace, record.group)].discard(uid)
+
+    def clear_pods(self) -> None:
+        self.pods, self.on_node, self.in_group = {}, {}, {}
 
 
 def node_facts(node: dict, health: Health) -> rules.NodeFacts:
@@ -133,8 +150,7 @@ def decide(state: State, pod: PodRecord) -> Choice | None:
     handler = rules.handler_for(annotations, pod.selector)
     if isinstance(handler, str):
         return Choice(None, f"the stand-in does not restate the Ascend plugin's handler {handler}")
-    npu_tasks = sum(1 for other in state.pods.values()
-                    if other.group == pod.group and other.namespace == pod.namespace and other.count > 0)
+    npu_tasks = sum(1 for uid in state.in_group.get((pod.namespace, pod.group), ()) if state.pods[uid].count > 0)
     problem = rules.count_problem(handler, pod.count, npu_tasks)
     if problem:
         return Choice(None, f"the Ascend plugin would refuse this job: {problem}")
@@ -156,9 +172,9 @@ def decide(state: State, pod: PodRecord) -> Choice | None:
 
 def used_on(state: State, node: str, except_uid: str = "") -> set[int]:
     used: set[int] = set()
-    for uid, record in state.pods.items():
-        if record.node == node and uid != except_uid:
-            used |= record.used
+    for uid in state.on_node.get(node, ()):
+        if uid != except_uid:
+            used |= state.pods[uid].used
     for uid, (chosen_node, chips) in state.chosen.items():
         if chosen_node == node and uid != except_uid:
             used |= set(chips)
@@ -235,25 +251,29 @@ class StandIn:
     # Pods -------------------------------------------------------------------------------------------------
     def sync_pods(self, items: list[dict]) -> None:
         with self.lock:
-            self.state.pods = {}
+            self.state.clear_pods()
             for pod in items:
                 if not is_finished(pod):
-                    self.state.pods[pod["metadata"]["uid"]] = pod_record(pod)
+                    self.state.put(pod_record(pod))
             for uid in list(self.state.settled):
                 if uid not in self.state.pods:
                     self.state.settled.discard(uid)
+            for uid in list(self.state.chosen):  # a patch that landed, or a pod deleted while the watch was down
+                record = self.state.pods.get(uid)
+                if record is None or record.annotated:
+                    self.state.chosen.pop(uid)
             self.retry()
 
     def pod_event(self, kind: str, pod: dict) -> None:
         uid = pod["metadata"]["uid"]
         with self.lock:
             if kind == "DELETED" or is_finished(pod):
-                self.state.pods.pop(uid, None)
+                self.state.drop(uid)
                 self.state.settled.discard(uid)
                 self.state.chosen.pop(uid, None)
                 return
             record = pod_record(pod)
-            self.state.pods[uid] = record
+            self.state.put(record)
             if record.annotated:
                 self.state.chosen.pop(uid, None)  # the patch landed: the annotations count now
             self.consider(record)
