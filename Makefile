@@ -40,7 +40,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 toolchain: setup
-	$(BIN)/ascend-hybrid dev-cluster build --with-prometheus --with-kueue
+	$(BIN)/ascend-hybrid dev-cluster build --with-prometheus --with-kueue --with-volcano
 
 lint: setup
 	$(BIN)/ruff check operator trainer tests bench

@@ -3,7 +3,8 @@
     dev-cluster build                    build the pinned binaries that are missing (etcd, kube-*, kwok, helm)
     dev-cluster build --with-prometheus  … and prometheus (for `up --prometheus`)
     dev-cluster build --with-kueue       … and Kueue with its CRDs (for `up --kueue`)
-    dev-cluster up [--nodes 4] [--chip 910B|910A|A3] [--racks 2] [--telemetry] [--prometheus] [--kueue]
+    dev-cluster build --with-volcano     … and Volcano's scheduler and controller manager with its CRDs (`up --volcano`)
+    dev-cluster up [--nodes 4] [--chip 910B|910A|A3] [--racks 2] [--telemetry] [--prometheus] [--kueue] [--volcano]
                    [--process-runtime | --no-process-runtime]   real local processes for pods by default, or not
                    [--container-runtime | --no-container-runtime]   podman containers of their images, or not
                    [--device-plugin kubelet|volcano] [--list-watch-period 5]   MindCluster's plugin mode, its period
@@ -38,7 +39,8 @@ def _fail(error: BaseException) -> int:
 
 def handle_build(args) -> int:
     try:
-        print(toolchain.ensure(with_prometheus=args.with_prometheus, with_kueue=args.with_kueue))
+        print(toolchain.ensure(with_prometheus=args.with_prometheus, with_kueue=args.with_kueue,
+                               with_volcano=args.with_volcano))
         return 0
     except EXPECTED_ERRORS as error:
         return _fail(error)
@@ -48,8 +50,8 @@ def handle_up(args) -> int:
     try:
         cluster.up(args.name, nodes=args.nodes, chip=args.chip, racks=args.racks, telemetry=args.telemetry,
                    with_prometheus=args.prometheus, process_runtime=args.process_runtime,
-                   container_runtime=args.container_runtime, kueue=args.kueue, plugin_mode=args.device_plugin,
-                   list_watch_period=args.list_watch_period)
+                   container_runtime=args.container_runtime, kueue=args.kueue, volcano=args.volcano,
+                   plugin_mode=args.device_plugin, list_watch_period=args.list_watch_period)
         return 0
     except EXPECTED_ERRORS as error:
         return _fail(error)
@@ -152,6 +154,8 @@ def register(subparsers) -> None:
                     f"(or check ${toolchain.BINARIES_ENV})")
     build.add_argument("--with-prometheus", action="store_true", help="also build prometheus")
     build.add_argument("--with-kueue", action="store_true", help="also build Kueue (and copy its CRDs)")
+    build.add_argument("--with-volcano", action="store_true",
+                       help="also build Volcano's scheduler and controller manager (and copy its CRDs)")
 
     up = command("up", handle_up, "create or resume the cluster; returns once it accepts pods")
     up.add_argument("--nodes", type=_positive, default=4, help="nodes 1..N must exist (default %(default)s)")
@@ -176,6 +180,11 @@ def register(subparsers) -> None:
     up.add_argument("--list-watch-period", type=list_watch_period,
                     help="seconds between the device plugin's annotation passes, its -listWatchPeriod in [3, 1800] "
                          "(default: the cluster's, else 5)")
+    up.add_argument("--volcano", action="store_true",
+                    help="also run Volcano (builds it if missing): its CRDs, controller manager and scheduler with "
+                         "MindCluster's configuration less Huawei's plugin, the `default` Queue, and the stand-in "
+                         "for Huawei's Ascend plugin that writes the chips Volcano's pods get (devcluster/volcano/); "
+                         "kept on later `up`s")
     up.add_argument("--container-runtime", action=argparse.BooleanOptionalAction, default=None,
                     help="run every new pod's image as a podman container on the host network (the images `make "
                          "images` built; a pod opts in by itself with sim.hybrid.ascend.dev/runtime: container); "

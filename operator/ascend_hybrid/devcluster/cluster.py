@@ -15,7 +15,7 @@ from kubernetes import client
 
 from ascend_hybrid.devcluster.controlplane import kwokctl, ports, toolchain
 from ascend_hybrid.devcluster.deviceplugin import daemonset
-from ascend_hybrid.devcluster.deviceplugin.allocation import KUBELET, LIST_WATCH_PERIOD
+from ascend_hybrid.devcluster.deviceplugin.allocation import KUBELET, LIST_WATCH_PERIOD, VOLCANO
 from ascend_hybrid.devcluster.helpers import Helper, recorded_helpers
 from ascend_hybrid.devcluster.kube import processes
 from ascend_hybrid.devcluster.kube.client import api_client, with_retries
@@ -37,6 +37,7 @@ from ascend_hybrid.devcluster.paths import (
 from ascend_hybrid.devcluster.runtime import helper as runtime_helper
 from ascend_hybrid.devcluster.runtime import runtime_default
 from ascend_hybrid.devcluster.telemetry import exporter, prometheus
+from ascend_hybrid.devcluster.volcano import manager as volcano_manager
 
 DEVICE_PLUGIN_MODULE = "ascend_hybrid.devcluster.deviceplugin.plugin"
 
@@ -68,20 +69,26 @@ class Progress:
 def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks: int = 2,
        log=print, telemetry: bool = False, with_prometheus: bool = False,
        process_runtime: bool | None = None, container_runtime: bool | None = None,
-       kueue: bool = False, plugin_mode: str | None = None, list_watch_period: float | None = None) -> ClusterPaths:
+       kueue: bool = False, volcano: bool = False, plugin_mode: str | None = None,
+       list_watch_period: float | None = None) -> ClusterPaths:
     """Creates (or resumes) the cluster with nodes 1..`nodes` and returns once it accepts pods. Idempotent: what
     exists is kept (faults too); `chip` defaults to the existing cluster's, else 910B. `telemetry` adds the
     simulated trainer endpoints and npu-exporter (telemetry/exporter.py); `with_prometheus` also a Prometheus scraping them.
     `process_runtime` True makes real local processes the default for new pods, False takes that back, None
     leaves it as it is (devcluster/runtime/service.py; a pod always opts in by annotation); `container_runtime` the
     same for podman containers of the pods' images (devcluster/runtime/container.py). `kueue` adds Kueue
-    (devcluster/kueue/manager.py); a cluster that has it keeps it running on every later `up`. `plugin_mode` is
-    the simulated Ascend device plugin's mode (kubelet or volcano) and `list_watch_period` its annotation period,
-    both fixed when the cluster is created (None: the cluster's, else kubelet and 5 s)."""
+    (devcluster/kueue/manager.py); a cluster that has it keeps it running on every later `up`. `volcano` adds
+    Volcano and the stand-in for Huawei's Ascend plugin (devcluster/volcano/manager.py), kept the same way.
+    `plugin_mode` is the simulated Ascend device plugin's mode (kubelet or volcano; a new cluster with Volcano
+    defaults to volcano, as MindCluster deploys it) and `list_watch_period` its annotation period, both fixed when
+    the cluster is created (None: the cluster's, else kubelet and 5 s)."""
     if process_runtime and container_runtime:
         raise ValueError("--process-runtime and --container-runtime exclude each other: pods get one default")
     progress = Progress(name, log)
     paths = cluster_paths(name)
+    if (kueue or kueue_manager.configured(paths)) and (volcano or volcano_manager.configured(paths)):
+        raise ValueError(f"cluster {name} would run both Kueue and Volcano: a cluster queues its jobs with one of "
+                         "them (`down`, then `up` with the other)")
     settings = load_settings(paths)
     chip = chip or (settings.chip if settings else "910B")
     profile(chip)
@@ -89,7 +96,8 @@ def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks:
     paths.root.mkdir(parents=True, exist_ok=True)
     if settings is None:
         settings = Settings(chip=chip, racks=racks, nodes_per_rack=nodes_per_rack(nodes, racks),
-                            pod_cidr=free_pod_cidr(other_pod_cidrs(name)), device_plugin=plugin_mode or KUBELET,
+                            pod_cidr=free_pod_cidr(other_pod_cidrs(name)),
+                            device_plugin=plugin_mode or (VOLCANO if volcano else KUBELET),
                             list_watch_period=list_watch_period or LIST_WATCH_PERIOD)
         save_settings(paths, settings)
     elif settings.chip != chip:
@@ -116,6 +124,8 @@ def up(name: str = DEFAULT_NAME, nodes: int = 4, chip: str | None = None, racks:
             progress("warning: this cluster's kwok stages predate ahj-pod-terminate: Running pods of queued jobs "
                      "would stay Terminating once deleted (`down`, then `up --kueue`, to get it)")
         kueue_manager.ensure_running(paths, core.api_client, fleet.simulated_nodes(core), progress)
+    if volcano or volcano_manager.configured(paths):
+        volcano_manager.ensure_running(paths, core.api_client, progress)
     if telemetry or with_prometheus:
         exporter.ensure_running(paths)
         progress(f"telemetry simulation serving; npu-exporter at {exporter.exporter_address(paths)}")
@@ -134,6 +144,7 @@ def _ensure_control_plane(paths: ClusterPaths, bin_dir: Path, progress) -> None:
         device_plugin(paths).stop()
         runtime_helper.stop_running(paths)  # the same for the process runtime
         kueue_manager.helper(paths).stop()  # and for Kueue
+        volcano_manager.stop(paths)  # and for Volcano
         if _restart_control_plane(paths, bin_dir, progress):
             return
         progress("its ports are taken by other processes now: creating the control plane afresh (state lost)")
@@ -324,6 +335,9 @@ def status(name: str = DEFAULT_NAME) -> tuple[bool, list[str]]:
             healthy = False
         lines += kueue_manager.status_lines(paths, core.api_client)
         healthy &= not kueue_manager.configured(paths) or "kueue" in alive
+        lines += volcano_manager.status_lines(paths, core.api_client)
+        healthy &= not volcano_manager.configured(paths) or all(
+            helper.name in alive for helper in volcano_manager.helpers(paths))
     else:
         lines.append("  apiserver: not answering")
         healthy = False

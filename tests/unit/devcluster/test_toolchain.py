@@ -170,3 +170,81 @@ def test_a_kueue_built_from_another_pin_or_without_its_crds_is_rebuilt(cache, fa
 def test_a_module_without_kueues_files_is_a_clear_error(tmp_path):
     with pytest.raises(RuntimeError, match="recipe needs updating"):
         toolchain._copy_kueue_manifests(tmp_path, tmp_path / "out")
+
+
+def fake_volcano_module(tmp_path: Path) -> dict:
+    """What `go mod download -json volcano.sh/volcano@…` answers, over a read-only tree as the module cache keeps
+    it: a go.mod with the staging replace and the CRDs."""
+    module = tmp_path / "volcano-module"
+    (module / "config/crd/volcano/bases").mkdir(parents=True)
+    for name in ("scheduling.volcano.sh_podgroups.yaml", "nodeinfo.volcano.sh_numatopologies.yaml"):
+        (module / "config/crd/volcano/bases" / name).write_text(f"kind: CustomResourceDefinition # {name}\n")
+    (module / "go.mod").write_text("module volcano.sh/volcano\nreplace volcano.sh/apis => ./staging/src/volcano.sh/apis\n")
+    for directory, _, files in os.walk(module):
+        for name in files:
+            os.chmod(Path(directory) / name, 0o444)
+    for directory, _, _ in sorted(os.walk(module), reverse=True):
+        os.chmod(directory, 0o555)
+    info = tmp_path / "v.info"
+    info.write_text('{"Version": "v1.14.1", "Time": "2026-02-11T08:00:00Z"}')
+    return {"Dir": str(module), "Info": str(info), "Sum": "h1:vc="}
+
+
+@pytest.fixture
+def go_steps(monkeypatch, tmp_path):
+    """Replaces the Go commands of the Volcano build: records each, `go build -o X` leaves an executable X, and
+    the copied tree must be writable when `go mod` edits it."""
+    commands: list[tuple[list[str], Path]] = []
+
+    def fake_run(args, cwd, log):
+        commands.append((list(args), Path(cwd)))
+        if args[:3] == ["go", "mod", "edit"]:
+            # permission bits, not a write attempt: root writes through read-only modes
+            assert os.stat(cwd).st_mode & 0o200 and os.stat(Path(cwd) / "go.mod").st_mode & 0o200
+            assert os.stat(Path(cwd) / "config/crd").st_mode & 0o200
+            (Path(cwd) / "go.mod").write_text((Path(cwd) / "go.mod").read_text() + "edited\n")
+            (Path(cwd) / "go.sum").write_text("")
+        if args[:2] == ["go", "build"]:
+            output = Path(args[args.index("-o") + 1])
+            make_executables(output.parent, [output.name])
+
+    monkeypatch.setattr(toolchain, "_run", fake_run)
+    yield commands
+    for directory, _, _ in os.walk(tmp_path):  # let pytest remove the read-only fake module
+        os.chmod(directory, 0o755)
+
+
+def test_volcano_is_built_from_a_writable_copy_with_the_published_apis_and_its_crds(
+        cache, fake_steps, go_steps, monkeypatch, tmp_path):
+    make_executables(toolchain.bin_dir(), toolchain.REQUIRED)
+    module = fake_volcano_module(tmp_path)
+    monkeypatch.setattr(toolchain, "_module_download", lambda name, version, cwd, log: module)
+    assert toolchain.missing(toolchain.VOLCANO) == ["vc-scheduler", "vc-controller-manager"]
+    lines = []
+    toolchain.ensure(with_volcano=True, log=lines.append)
+    assert toolchain.missing(toolchain.VOLCANO) == []
+    assert any(line.startswith("[toolchain] built volcano v1.14.1") for line in lines)
+    commands = [args for args, _ in go_steps]
+    assert ["go", "mod", "edit", "-replace=volcano.sh/apis=volcano.sh/apis@v1.14.0"] in commands
+    assert commands.index(["go", "mod", "tidy"]) < min(i for i, c in enumerate(commands) if c[:2] == ["go", "build"])
+    builds = {args[-1]: args for args in commands if args[:2] == ["go", "build"]}
+    assert set(builds) == {"./cmd/scheduler", "./cmd/controller-manager"}
+    ldflags = builds["./cmd/scheduler"][builds["./cmd/scheduler"].index("-ldflags") + 1]
+    assert "-X volcano.sh/volcano/pkg/version.Version=v1.14.1" in ldflags
+    assert "-X volcano.sh/volcano/pkg/version.GitSHA=h1:vc=" in ldflags
+    tree = {cwd for _, cwd in go_steps}.pop()
+    assert tree != Path(module["Dir"]) and not tree.exists(), "built in a copy, removed afterwards"
+    assert sorted(p.name for p in (toolchain.volcano_manifests_dir() / "crds").iterdir()) == [
+        "nodeinfo.volcano.sh_numatopologies.yaml", "scheduling.volcano.sh_podgroups.yaml"]
+    (toolchain.bin_dir() / ".vc-scheduler.version").write_text("v1.10.0\n")
+    assert toolchain.missing(toolchain.VOLCANO) == ["vc-scheduler"]
+    toolchain.ensure(with_volcano=True, log=lambda line: None)
+    assert toolchain.missing(toolchain.VOLCANO) == []
+    for crd in (toolchain.volcano_manifests_dir() / "crds").iterdir():
+        crd.unlink()
+    assert toolchain.missing(toolchain.VOLCANO) == ["vc-scheduler", "vc-controller-manager"]
+
+
+def test_a_module_without_volcanos_crds_is_a_clear_error(tmp_path):
+    with pytest.raises(RuntimeError, match="recipe needs updating"):
+        toolchain._copy_volcano_crds(tmp_path, tmp_path / "out")

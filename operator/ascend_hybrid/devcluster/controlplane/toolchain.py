@@ -2,8 +2,8 @@
 
 No container engine and no binary downloads exist on the machines we target, so the real control plane
 (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), kubectl, kwok/kwokctl and helm are
-compiled from the Go module proxy; so is the optional Kueue (whose CRDs and webhook manifest are copied out of the
-same module). The optional Prometheus is Debian's package, unpacked into the cache (`apt-get download`, no
+compiled from the Go module proxy; so are the optional Kueue (whose CRDs and webhook manifest are copied out of the
+same module) and Volcano's scheduler and controller manager (built as the main module, its CRDs copied out). The optional Prometheus is Debian's package, unpacked into the cache (`apt-get download`, no
 install): building it from its module took 9.5 min of a cold CI run; where apt-get is missing it is built from
 the module instead. Versions are pinned here and nowhere else.
 """
@@ -30,15 +30,23 @@ PROMETHEUS_MODULE_VERSION = "v0.316.0"  # the Go build, where Debian's package c
 PROMETHEUS_DEBIAN_PACKAGE = "prometheus=2.42.0+ds-5+deb12u1"  # bookworm's
 KUEUE_VERSION = "v0.17.0"
 KUEUE_MODULE = "sigs.k8s.io/kueue"
+VOLCANO_VERSION = "v1.14.1"
+VOLCANO_MODULE = "volcano.sh/volcano"
+# v1.14.1 replaces its API module with a staging directory its module zip lacks, and the proxy serves no apis
+# v1.14.1: the published v1.14.0 stands in for it (../shared/verified-recipes.md, "Volcano").
+VOLCANO_APIS_VERSION = "v1.14.0"
+VOLCANO_APIS_MODULE = "volcano.sh/apis"
 
 BINARIES_ENV = "AHJ_TOOLCHAIN_BIN"
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 REQUIRED = (*KUBE_COMMANDS, "etcd", "kwok", "kwokctl", "helm")
 OPTIONAL = ("prometheus",)
 KUEUE = ("kueue",)
+VOLCANO = ("vc-scheduler", "vc-controller-manager")
 # Optional binaries whose version is not part of the cache's tag: a stamp file beside them names the version they
 # were built from, and a binary whose stamp differs from the pin counts as missing (it is rebuilt).
-STAMPED = {"kueue": KUEUE_VERSION, "prometheus": PROMETHEUS_DEBIAN_PACKAGE}
+STAMPED = {"kueue": KUEUE_VERSION, "prometheus": PROMETHEUS_DEBIAN_PACKAGE,
+           **{name: VOLCANO_VERSION for name in VOLCANO}}
 
 
 def versions_tag() -> str:
@@ -70,6 +78,8 @@ def _stale(directory: Path, name: str) -> bool:
         return False
     if name == "kueue" and not (kueue_manifests_dir() / "webhooks.yaml").is_file():
         return True
+    if name in VOLCANO and not any((volcano_manifests_dir() / "crds").glob("*.yaml")):
+        return True
     try:
         return _stamp(directory, name).read_text().strip() != STAMPED[name]
     except FileNotFoundError:
@@ -79,6 +89,11 @@ def _stale(directory: Path, name: str) -> bool:
 def kueue_manifests_dir() -> Path:
     """Kueue's CRDs (crds/*.yaml) and webhook manifest (webhooks.yaml), copied from the module it was built from."""
     return bin_dir().parent / f"kueue-{KUEUE_VERSION}"
+
+
+def volcano_manifests_dir() -> Path:
+    """Volcano's CRDs (crds/*.yaml, all of config/crd/volcano/bases), copied from the module it was built from."""
+    return bin_dir().parent / f"volcano-{VOLCANO_VERSION}"
 
 
 def binary(name: str) -> str:
@@ -294,12 +309,67 @@ def _copy_kueue_manifests(module_dir: Path, target: Path) -> None:
     staging.rename(target)
 
 
-def ensure(with_prometheus: bool = False, log=None, with_kueue: bool = False) -> Path:
+VOLCANO_CRDS = "config/crd/volcano/bases"
+VOLCANO_COMMANDS = {"vc-scheduler": "./cmd/scheduler", "vc-controller-manager": "./cmd/controller-manager"}
+
+
+def _build_volcano(src: Path, out: Path, log) -> None:
+    """vc-scheduler and vc-controller-manager from a writable copy of the module, its apis replace pointed at the
+    published module; the version variables as its Makefile sets them (the commit: the module's checksum)."""
+    src.mkdir(parents=True, exist_ok=True)
+    module = _module_download(VOLCANO_MODULE, VOLCANO_VERSION, src, log)
+    released = json.loads(Path(module["Info"]).read_text()).get("Time", "")
+    tree = src / f"volcano-{VOLCANO_VERSION}"
+    _writable_copy(Path(module["Dir"]), tree)
+    _run(["go", "mod", "edit", f"-replace={VOLCANO_APIS_MODULE}={VOLCANO_APIS_MODULE}@{VOLCANO_APIS_VERSION}"],
+         tree, log)
+    _run(["go", "mod", "tidy"], tree, log)
+    version_package = f"{VOLCANO_MODULE}/pkg/version"
+    ldflags = (f"-s -w -X {version_package}.Version={VOLCANO_VERSION} -X {version_package}.GitSHA={module['Sum']}"
+               f" -X {version_package}.Built={released}")
+    for name, package in VOLCANO_COMMANDS.items():
+        _run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / f".{name}.tmp"), package], tree, log)
+        (out / f".{name}.tmp").rename(out / name)
+    _copy_volcano_crds(tree, volcano_manifests_dir())
+    for name in VOLCANO:
+        _stamp(out, name).write_text(VOLCANO_VERSION + "\n")
+    shutil.rmtree(tree, ignore_errors=True)  # the module cache keeps the source; the CRDs are copied out
+
+
+def _writable_copy(source: Path, target: Path) -> None:
+    """The module cache's tree is read-only: copied file by file (no permission bits), directories made writable."""
+    if target.exists():
+        _make_writable(target)
+        shutil.rmtree(target)
+    shutil.copytree(source, target, copy_function=shutil.copyfile)
+    _make_writable(target)
+
+
+def _make_writable(tree: Path) -> None:
+    for directory, _, _ in os.walk(tree):
+        os.chmod(directory, 0o755)
+
+
+def _copy_volcano_crds(tree: Path, target: Path) -> None:
+    crds = sorted((tree / VOLCANO_CRDS).glob("*.yaml"))
+    if not crds:
+        raise RuntimeError(f"{tree} lacks {VOLCANO_CRDS}/*.yaml: the recipe needs updating")
+    staging = target.with_name(target.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "crds").mkdir(parents=True)
+    for crd in crds:
+        (staging / "crds" / crd.name).write_bytes(crd.read_bytes())
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+
+
+def ensure(with_prometheus: bool = False, log=None, with_kueue: bool = False, with_volcano: bool = False) -> Path:
     """Builds every binary that is missing; returns the bin directory. Idempotent, resumable, and safe to call
     from several processes at once (they wait on a lock)."""
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     out = bin_dir()
-    wanted = REQUIRED + (OPTIONAL if with_prometheus else ()) + (KUEUE if with_kueue else ())
+    wanted = (REQUIRED + (OPTIONAL if with_prometheus else ()) + (KUEUE if with_kueue else ())
+              + (VOLCANO if with_volcano else ()))
     if not missing(wanted):
         return out
     if os.environ.get(BINARIES_ENV):
@@ -325,12 +395,14 @@ def _build(todo: list[str], out: Path, log) -> None:
         ("kube", None, lambda: _build_kubernetes(src, out, log)),  # announces each of its four binaries
         ("prometheus", f"prometheus ({PROMETHEUS_DEBIAN_PACKAGE} from Debian)", lambda: _build_prometheus(src, out, log)),
         ("kueue", f"kueue {KUEUE_VERSION} (and its CRDs)", lambda: _build_kueue(src / "kueue", out, log)),
+        ("volcano", f"volcano {VOLCANO_VERSION} scheduler + controller manager (and its CRDs)",
+         lambda: _build_volcano(src / "volcano", out, log)),
     ]
     owners = {"etcd": "etcd", "kwok": "kwok", "kwokctl": "kwok", "helm": "helm", "prometheus": "prometheus",
-              "kueue": "kueue", **{name: "kube" for name in KUBE_COMMANDS}}
+              "kueue": "kueue", **{name: "kube" for name in KUBE_COMMANDS}, **{name: "volcano" for name in VOLCANO}}
     started = time.monotonic()
-    log(f"[toolchain] building {', '.join(todo)} into {out} (first time only: ~15 min cold on 2 cores, "
-        "~6 GB of Go caches)")
+    log(f"[toolchain] building {', '.join(todo)} into {out} (first time only: ~20 min cold on 2 cores, "
+        "~10 GB of Go caches)")
     for step, what, action in steps:
         if not any(owners[name] == step for name in todo):
             continue
@@ -346,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with_prometheus = "--with-prometheus" in argv
     try:
-        path = ensure(with_prometheus=with_prometheus, with_kueue="--with-kueue" in argv)
+        path = ensure(with_prometheus=with_prometheus, with_kueue="--with-kueue" in argv,
+                      with_volcano="--with-volcano" in argv)
     except (RuntimeError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

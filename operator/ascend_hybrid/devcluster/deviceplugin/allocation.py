@@ -25,6 +25,7 @@ from ascend_hybrid.devcluster.nodes.manifests import (
     chip_name,
     device_ip,
     profile,
+    super_device_id,
 )
 
 CONFIG_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
@@ -231,8 +232,7 @@ def configuration(pod_name: str, pod_uid: str, node: SimNode, chips: tuple[int, 
         ip = "-1" if chip_id in node.unreadable_ips else device_ip(node.index, chip_id)
         device = {"device_id": str(chip_id), "device_ip": ip}
         if chip.super_pod:
-            # Unique inside the super-pod: this server's position in it times its chip count, plus the chip.
-            device["super_device_id"] = str(node.server_index * chip.chips_per_node + chip_id)
+            device["super_device_id"] = str(super_device_id(node, chip_id))
         devices.append(device)
     config = {"pod_name": pod_name, "server_id": pod_uid, "host_ip": node.ip,
               "super_pod_id": node.rack if chip.super_pod else NO_DOMAIN, "devices": devices,

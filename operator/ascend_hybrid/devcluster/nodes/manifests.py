@@ -33,6 +33,11 @@ DEVICEINFO_PREFIX = "mindx-dl-deviceinfo-"
 DEVICEINFO_KEY = "DeviceInfoCfg"
 SEPARATED_KEY = "ManuallySeparateNPU"
 HEALTH_LISTS = ("Unhealthy", "NetworkUnhealthy", "Recovering")
+# Node annotations MindCluster's device plugin writes (ascend-device-plugin pkg/server/manager.go:258-285) and
+# Volcano's Ascend plugin reads: each chip's IP and super-device id, the super-pod and the server index.
+BASE_DEVICE_INFOS_ANNOTATION = "baseDeviceInfos"
+SUPER_POD_ID_ANNOTATION = "superPodID"
+SERVER_INDEX_ANNOTATION_MINDCLUSTER = "serverIndex"
 
 NODE_IP_BASE = ipaddress.IPv4Address("127.15.0.0")
 DEVICE_IP_BASE = ipaddress.IPv4Address("127.64.0.0")
@@ -165,6 +170,7 @@ def node_manifest(node: SimNode) -> dict:
                 "node.alpha.kubernetes.io/ttl": "0",
                 NODE_INDEX_ANNOTATION: str(node.index),
                 SERVER_INDEX_ANNOTATION: str(node.server_index),
+                **device_plugin_node_annotations(node),
             },
         },
         "spec": {},
@@ -173,6 +179,26 @@ def node_manifest(node: SimNode) -> dict:
             "capacity": dict(resources),
             "allocatable": dict(resources),
         },
+    }
+
+
+def super_device_id(node: SimNode, chip_id: int) -> int:
+    """A chip's id inside its super-pod (A3): the server's position in it times its chip count, plus the chip;
+    0 where there are no super-pods (the driver reports none)."""
+    chip = profile(node.chip)
+    return node.server_index * chip.chips_per_node + chip_id if chip.super_pod else 0
+
+
+def device_plugin_node_annotations(node: SimNode) -> dict[str, str]:
+    """`baseDeviceInfos` (chip name → {"IP", "SuperDeviceID"}, as Go marshals the plugin's map: sorted keys),
+    `superPodID` and `serverIndex` (-1 off super-pods, the simulation's "not part of one")."""
+    chip = profile(node.chip)
+    infos = {chip_name(i): {"IP": device_ip(node.index, i), "SuperDeviceID": super_device_id(node, i)}
+             for i in range(chip.chips_per_node)}
+    return {
+        BASE_DEVICE_INFOS_ANNOTATION: json.dumps(dict(sorted(infos.items())), separators=(",", ":")),
+        SUPER_POD_ID_ANNOTATION: str(node.rack if chip.super_pod else -1),
+        SERVER_INDEX_ANNOTATION_MINDCLUSTER: str(node.server_index if chip.super_pod else -1),
     }
 
 
@@ -225,19 +251,29 @@ def _ids(names: str) -> set[int]:
     return ids
 
 
-def unusable_chips(configmap_data: dict | None) -> frozenset[int]:
-    """Chips a deviceinfo ConfigMap marks unhealthy, network-unhealthy, recovering or separated by hand.
-    Missing or unparsable data means no extra health information."""
+def unusable_chips(configmap_data: dict | None, lists: tuple[str, ...] = HEALTH_LISTS,
+                   separated: bool = True) -> frozenset[int]:
+    """Chips a deviceinfo ConfigMap marks unhealthy, network-unhealthy, recovering or separated by hand (`lists`
+    and `separated` narrow it). Missing or unparsable data means no extra health information."""
     data = configmap_data or {}
-    ids = _ids(data.get(SEPARATED_KEY, ""))
+    ids = _ids(data.get(SEPARATED_KEY, "")) if separated else set()
     try:
         device_list = json.loads(data.get(DEVICEINFO_KEY) or "{}")["DeviceInfo"]["DeviceList"]
     except (ValueError, KeyError, TypeError):
         return frozenset(ids)
-    for suffix in HEALTH_LISTS:
+    for suffix in lists:
         value = device_list.get(f"{RESOURCE}-{suffix}", "") if isinstance(device_list, dict) else ""
         ids |= _ids(value if isinstance(value, str) else "")
     return frozenset(ids)
+
+
+def deviceinfo_domains(configmap_data: dict | None) -> tuple[int, int]:
+    """(SuperPodID, RackID) of a deviceinfo ConfigMap; 0 for what is missing (Go's zero values)."""
+    try:
+        payload = json.loads((configmap_data or {}).get(DEVICEINFO_KEY) or "{}")
+        return int(payload.get("SuperPodID") or 0), int(payload.get("RackID") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return 0, 0
 
 
 def reported_unhealthy(configmap_data: dict | None) -> frozenset[int]:
