@@ -11,7 +11,6 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ascend_hybrid.devcluster.deviceplugin.plugin import SimulatedDevicePlugin
 from ascend_hybrid.devcluster.nodes import manifests as nodes
 from ascend_hybrid.devcluster.nodes.manifests import SimNode
 from ascend_hybrid.devcluster.volcano import ascend_plugin as rules
@@ -143,20 +142,6 @@ def test_a_relist_forgets_choices_for_pods_that_are_gone(stand_in):
     stand_in.sync_pods([volcano_pod("a", 1).build()])
     settle(stand_in)
     assert chosen(stand_in, "a") == (0,), "chips 0-2 are free again: ring 0-3 has 4 free, as ring 4-7"
-
-
-def test_the_device_plugin_leaves_volcano_pods_to_the_ascend_plugin_and_counts_their_chips():
-    plugin = SimulatedDevicePlugin(client.ApiClient(), patch_workers=1, log=lambda message: None)
-    plugin.core = FakeCore()
-    plugin.sync_nodes([nodes.node_manifest(SimNode(2, "910B", 0, 1))])
-    plugin.sync_health([])
-    plugin.pod_event("ADDED", volcano_pod("v", 2, node="node-002").build())
-    plugin.pool.submit(lambda: None).result()
-    assert plugin.core.patches == [] and "v" not in plugin.ledger.holders
-    plugin.pod_event("MODIFIED", volcano_pod("v", 2, node="node-002")
-                     .annotation(rules.CHIPS_ANNOTATION, "Ascend910-0,Ascend910-1").build())
-    assert plugin.ledger.holders["v"] == ("node-002", (0, 1))
-    plugin.pool.shutdown(wait=True)
 
 
 # --- Volcano's configuration and command lines ----------------------------------------------------------------
