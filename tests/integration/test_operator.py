@@ -107,22 +107,109 @@ def test_example_job_runs_with_a_completed_rank_table(jobs, ascend_cluster):
     assert "2/2" in row
 
 
-def test_a_910a_job_of_two_4_chip_pods_on_one_node_gets_a_table_hccl_accepts(jobs):
-    """Each pod's TP group fills one 4-chip HCCS ring, so both pods share one 910A node: their server ids must
-    differ (HCCL's EI0004), as the device plugin's server_id (the pod's UID) makes them, with the node's IP as
-    host_ip. The ConfigMap's version counts the tables written."""
+def test_a_910a_job_of_4_chip_pods_is_held_where_the_kubelet_could_split_a_ring(jobs):
+    """Kubelet mode (the cluster's plugin, as its DaemonSet says): the kubelet picks any free chips, so a 4-chip
+    pod on a 910A node whose free chips span both HCCS rings could get chips of both, and HCCL would fail the job.
+    The operator creates no pod and says why; a whole-node 910A job of the same degrees runs."""
     jobs.create(job_manifest("ring-pair", data=2, tensor=4, per_pod=4, npu={"chip": "910A"}))
-    status = jobs.wait_running("ring-pair")
-    pods = jobs.pods("ring-pair", attempt=status["attempt"])
-    assert len(pods) == 2 and len({pod["spec"]["nodeName"] for pod in pods}) == 1, "both rings of one node"
-    table = jobs.rank_table("ring-pair")
+
+    def held():
+        placed = next((c for c in jobs.status("ring-pair").get("conditions") or [] if c["type"] == "Placed"), {})
+        return placed.get("reason") == "KubeletMaySplitRings" and placed
+    placed = wait_for(held, 30, "ring-pair held for a possible ring split", lambda: jobs.describe("ring-pair"))
+    assert "2 let the kubelet pick a pod's 4 chips from both HCCS rings" in placed["message"]
+    assert jobs.pods("ring-pair") == [] and jobs.status("ring-pair")["phase"] == "Pending"
+    assert ("Warning", "KubeletMaySplitRings") in {(t, r) for t, r, _ in jobs.events("ring-pair")}
+    jobs.create(job_manifest("ring-whole", data=2, tensor=4, per_pod=8, npu={"chip": "910A"}))
+    jobs.wait_running("ring-whole")
+    table = jobs.rank_table("ring-whole")
     assert hccl_problems(table, "910A") == []
-    by_ip = {pod["status"]["podIP"]: pod for pod in pods}
-    for server in table["server_list"]:
-        pod = by_ip[server["container_ip"]]
-        assert (server["server_id"], server["host_ip"]) == (pod["metadata"]["uid"], pod["status"]["hostIP"])
-    config_map = jobs.core.read_namespaced_config_map(names.rank_table_config_map("ring-pair"), jobs.namespace)
-    assert int(config_map.data["version"]) >= 1
+    (pod,) = jobs.pods("ring-whole")
+    (server,) = table["server_list"]
+    assert [d["device_id"] for d in server["device"]] == [str(i) for i in range(8)]
+    assert server["host_ip"] == pod["status"]["hostIP"]
+
+
+def test_a_ring_split_the_kubelet_made_after_placement_never_starts_the_job(jobs, ascend_cluster):
+    """The placement gives a 4-chip 910A pod only a node whose free chips sit in one ring, but the chips can change
+    before the kubelet admits it: here ring 0 of node-006 is out of service at placement and back before admission
+    (the device plugin stopped meanwhile, as a slow kubelet), and the kubelet, forced to straddle, takes chips of
+    both rings. The operator never completes that table: the attempt is placed anew (no restart counted)."""
+    paths = ascend_cluster.paths
+    if paths is None:
+        pytest.fail("needs a cluster the tests brought up (the device plugin is restarted)")
+    from ascend_hybrid.devcluster import cluster
+
+    plugin = cluster.device_plugin(paths)
+    core = ascend_cluster.core
+    try:
+        fleet.set_straddle_rings(core, "node-006", True)
+        for chip in range(4):
+            fleet.set_chip_health(core, "node-006", chip, healthy=False)
+        for chip in range(8):
+            fleet.set_chip_health(core, "node-005", chip, healthy=False)  # node-006 is the only place
+        time.sleep(1)
+        assert plugin.stop()
+        jobs.create(job_manifest("late-split", data=1, tensor=4, per_pod=4, npu={"chip": "910A"}))
+        wait_for(lambda: jobs.pods("late-split"), 30, "the pod created on node-006", lambda: jobs.describe("late-split"))
+        assert jobs.pods("late-split")[0]["spec"]["nodeName"] == "node-006"
+        for chip in range(4):
+            fleet.set_chip_health(core, "node-006", chip, healthy=True)
+        plugin.wait_ready(cluster.ensure_device_plugin(paths), timeout=30)
+
+        def split_seen():
+            return ("Warning", "ChipsSplitAcrossRings") in {(t, r) for t, r, _ in jobs.events("late-split")}
+        wait_for(split_seen, 40, "the split to be seen", lambda: jobs.describe("late-split"))
+        status = jobs.status("late-split")
+        assert status["restarts"] == 0 and status["attempt"] >= 2
+        assert jobs.rank_table("late-split")["status"] == "initializing"
+        assert all(c["status"] != "True" for c in status["conditions"] if c["type"] == "RankTableReady")
+        # placed anew: node-006's free chips now span both rings, so it is held, never started
+        wait_for(lambda: (jobs.status("late-split").get("placement") or {}).get("reason", "").find("HCCS") >= 0,
+                 30, "the job held", lambda: jobs.describe("late-split"))
+    finally:
+        if not plugin.running():
+            plugin.wait_ready(cluster.ensure_device_plugin(paths), timeout=30)
+        fleet.set_straddle_rings(core, "node-006", False)
+        for node, chips in (("node-006", range(4)), ("node-005", range(8))):
+            for chip in chips:
+                fleet.set_chip_health(core, node, chip, healthy=True)
+
+
+def test_a_job_is_held_off_nodes_whose_device_plugin_runs_in_volcano_mode(jobs, ascend_cluster):
+    """The operator reads each node's plugin mode from the plugin's DaemonSets: a node a -volcanoType=true plugin
+    serves would refuse a pod bound by spec.nodeName (UnexpectedAdmissionError), so no pod goes there and the job
+    says which nodes and why."""
+    apps = client.AppsV1Api(ascend_cluster.api)
+    core = ascend_cluster.core
+    volcano = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+               "metadata": {"name": "test-volcano-pool", "namespace": "kube-system"},
+               "spec": {"selector": {"matchLabels": {"name": "test-volcano-pool"}},
+                        "template": {"metadata": {"labels": {"name": "test-volcano-pool"}},
+                                     "spec": {"nodeSelector": {"test-pool": "volcano"},
+                                              "containers": [{"name": "device-plugin-01", "image": "x",
+                                                              "command": ["/bin/bash", "-c", "--"],
+                                                              "args": ["device-plugin -volcanoType=true"]}]}}}}
+    apps.create_namespaced_daemon_set("kube-system", volcano)
+    try:
+        core.patch_node("node-004", {"metadata": {"labels": {"test-pool": "volcano"}}})
+        jobs.create(job_manifest("on-volcano", data=1, tensor=8, per_pod=8,
+                                 template={"nodeSelector": {"test-pool": "volcano"}}))
+
+        def held():
+            placed = next((c for c in jobs.status("on-volcano").get("conditions") or [] if c["type"] == "Placed"), {})
+            return placed.get("reason") == "DevicePluginVolcanoMode" and placed
+        placed = wait_for(held, 30, "the job held off the Volcano-mode node", lambda: jobs.describe("on-volcano"))
+        assert "run the device plugin in Volcano mode (node-004" in placed["message"]
+        assert jobs.pods("on-volcano") == []
+        core.patch_node("node-004", {"metadata": {"labels": {"test-pool": None}}})
+        apps.delete_namespaced_daemon_set("test-volcano-pool", "kube-system")
+    finally:
+        core.patch_node("node-004", {"metadata": {"labels": {"test-pool": None}}})
+        try:
+            apps.delete_namespaced_daemon_set("test-volcano-pool", "kube-system")
+        except client.ApiException:
+            pass
 
 
 def test_a_chip_ip_the_device_plugin_could_not_read_keeps_the_table_initializing_naming_it(jobs, ascend_cluster):
@@ -133,7 +220,7 @@ def test_a_chip_ip_the_device_plugin_could_not_read_keeps_the_table_initializing
         fleet.set_device_ip_readable(ascend_cluster.core, node, 5, readable=False)
     try:
         time.sleep(1)  # the device plugin's node watch sees the annotation before the gang is released
-        jobs.create(job_manifest("lost-ip", data=2, tensor=4, per_pod=4, npu={"chip": "910A"}))
+        jobs.create(job_manifest("lost-ip", data=2, tensor=4, per_pod=8, npu={"chip": "910A"}))
 
         def names_the_chip():
             ready = next((c for c in jobs.status("lost-ip").get("conditions") or []
@@ -141,7 +228,7 @@ def test_a_chip_ip_the_device_plugin_could_not_read_keeps_the_table_initializing
             return ready.get("status") == "False" and "device 5 has device_ip '-1'" in ready.get("message", "") \
                 and ready
         ready = wait_for(names_the_chip, 60, "RankTableReady to name chip 5", lambda: jobs.describe("lost-ip"))
-        assert "lost-ip-a1-" in ready["message"]  # the pod that holds ring 4-7 of the node
+        assert "lost-ip-a1-0" in ready["message"]  # the one pod, on a whole node
         assert jobs.rank_table("lost-ip") == {"status": "initializing", "version": "1.0"}
         assert all(pod["status"]["phase"] == "Running" for pod in jobs.pods("lost-ip"))
     finally:
