@@ -148,7 +148,8 @@ class Pass:
             workloads = workloads_of(pods)
             if workloads:
                 self.d.act(workloads)
-            self.d.act(*doomed_pods(pods, self.o.pods))
+            for delete in doomed_pods(pods, self.o.pods):  # a lone pod and a whole attempt are two actions
+                self.d.act(delete)
 
     def new_attempt(self) -> None:
         self.status["attempt"] = int(self.status.get("attempt") or 0) + 1

@@ -1107,6 +1107,17 @@ def test_every_live_pod_of_an_attempt_goes_in_one_collection_delete_and_the_rest
     assert state.doomed_pods([], first) == []
 
 
+def test_a_pass_deletes_a_lone_pod_and_a_whole_attempt_in_one_step():
+    """Pass.delete hands each of doomed_pods' deletes to the decision: a pod of a new attempt whose sibling stays and
+    every pod of the old one are two actions in one call (they once went to Decision.act as two arguments)."""
+    first = [pod(0).build(), pod(1).build()]
+    second = [pod(0, attempt=2).build(), pod(1, attempt=2).build()]
+    step = state.Pass(observe(demo().status(placed_status(attempt=2, phase="Running")).build(), pods=first + second))
+    step.delete(first + second[:1])
+    assert step.d.actions == [state.DeletePods(("demo-a2-0",)),
+                              state.DeletePods(("demo-a1-0", "demo-a1-1"), attempt=1, indexes=(0, 1))]
+
+
 def test_a_pod_the_kubelet_gave_chips_from_both_910a_rings_never_gets_a_table():
     """Kubelet mode lets the kubelet choose the chips: a 4-chip 910A pod with chips 2-5 would make HCCL fail at the
     job's start. The table stays initializing, the attempt's pods go and the gang is placed anew (no restart
