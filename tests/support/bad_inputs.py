@@ -95,7 +95,17 @@ BAD_INPUTS = [
     BadInput("binary.bin", VALIDATE,
              ("{file}: not valid YAML at line 1, column 1: unacceptable character #x007f: special characters are not "
               "allowed (a binary file?)",), "{file}"),
-    BadInput("no-job.yaml", VALIDATE, ("{file}: no AscendHybridJob object found",), "{file}"),
+    BadInput("no-job.yaml", VALIDATE,
+             ("{file}: no AscendHybridJob object found: document 1 (line 2) has kind 'ConfigMap'; expected kind: "
+              "AscendHybridJob, apiVersion: hybrid.ascend.dev/v1alpha1",), "{file}"),
+    BadInput("misspelled-kind.yaml", VALIDATE,
+             ("{file}: no AscendHybridJob object found: document 1 (line 2) has kind 'AscendHybridjob'; expected "
+              "kind: AscendHybridJob (kinds are case-sensitive), apiVersion: hybrid.ascend.dev/v1alpha1",), "kind"),
+    BadInput("python-field-name.yaml", VALIDATE, ("spec.parallelism.micro_batches: unknown field",),
+             "spec.parallelism.micro_batches"),
+    BadInput("top-k-above-experts.yaml", VALIDATE,
+             ("spec.model.topK=4 must not exceed spec.model.experts=2 (each token goes to topK distinct experts)",),
+             "spec.model.topK"),
     BadInput("a-directory", VALIDATE, ("{file}: Is a directory",), "{file}"),
     BadInput("garbage.txt", ("validate", "-f", "-"),
              ("-: not valid YAML at line 2, column 1: unacceptable character #x0001: special characters are not "

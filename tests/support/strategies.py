@@ -37,6 +37,8 @@ def valid_specs(draw) -> dict:
     model = {"preset": draw(st.sampled_from(["tiny", "gpt-1b", "moe-100b"])), "layers": pipeline * draw(st.integers(1, 3)),
              "heads": heads, "hidden": heads * draw(st.sampled_from([8, 16])),
              "experts": expert * draw(st.integers(1 if expert > 1 else 0, 2))}
+    if model["experts"]:  # each token goes to topK distinct experts
+        model["topK"] = draw(st.integers(1, model["experts"]))
     spec: dict = {"parallelism": parallelism, "model": model}
     npu = {"chip": chip}
     if per_pod != CHIPS[chip].chips_per_node or draw(st.booleans()):

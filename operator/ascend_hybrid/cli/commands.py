@@ -20,6 +20,7 @@ from ascend_hybrid.cli.inputs import (
     InputError,
     check_job,
     job_label,
+    jobs_of,
     load_documents,
     load_job,
     load_objects,
@@ -52,9 +53,7 @@ def cmd_validate(args) -> int:
     """Every AscendHybridJob of the file, each reported by name: `name: valid (…)` on stdout, its problems as
     `error:` lines on stderr (prefixed with the job's name when the file holds several); exit 2 if any is bad."""
     documents = load_documents(args.file)
-    jobs = [document for document in documents if document.obj.get("kind") == api.KIND]
-    if not jobs:
-        raise InputError(f"{args.file}: no {api.KIND} object found")
+    jobs = jobs_of(args.file, documents)
     first: dict[tuple[Any, Any], str]  # (namespace, name) → where that job was
     several, bad, first = len(jobs) > 1, 0, {}
     for document in documents:

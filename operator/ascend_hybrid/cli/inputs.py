@@ -209,10 +209,27 @@ def load_objects(path: str, kinds: tuple[str, ...] = ("Node", "Pod", "ConfigMap"
 
 
 def job_documents(path: str) -> list[Document]:
-    jobs = [document for document in load_documents(path) if document.obj.get("kind") == api.KIND]
+    return jobs_of(path, load_documents(path))
+
+
+def jobs_of(path: str, documents: list[Document]) -> list[Document]:
+    """The AscendHybridJob documents of a file; none is an error that says what the file holds instead."""
+    jobs = [document for document in documents if document.obj.get("kind") == api.KIND]
     if not jobs:
-        raise InputError(f"{path}: no {api.KIND} object found")
+        raise InputError(f"{path}: no {api.KIND} object found{_kinds_found(documents)}")
     return jobs
+
+
+def _kinds_found(documents: list[Document]) -> str:
+    """What the file holds instead, naming `kind` and the kind expected (a near miss as such)."""
+    if not documents:
+        return ""
+    found = [f"{document.where} has kind {document.obj.get('kind')!r}" for document in documents[:3]]
+    more = f" (and {len(documents) - 3} more)" if len(documents) > 3 else ""
+    near = [document for document in documents if str(document.obj.get("kind")).lower() == api.KIND.lower()]
+    hint = " (kinds are case-sensitive)" if near else ""
+    return (f": {'; '.join(found)}{more}; expected kind: {api.KIND}{hint}, apiVersion: "
+            f"{names.GROUP}/{api.VERSION}")
 
 
 def check_job(path: str, document: Document) -> ResolvedJob:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ascend_hybrid.contracts.chips import cel_chips_per_node
-from ascend_hybrid.spec.models import MODEL_PRESETS
+from ascend_hybrid.spec.models import DEFAULT_TOP_K, MODEL_PRESETS
 
 # The degrees have no schema defaults (an auto job leaves them unset), so every CEL rule reads them through a
 # has() view with rules.resolve's default; Rule rewrites its expressions to those views.
@@ -40,6 +40,12 @@ def cel_model_or_zero(field: str) -> str:
     """Like cel_model, with custom's default of 0 for fields (experts) that custom may leave out."""
     presets = ", ".join(f"'{preset}': {values[field] or 0}" for preset, values in MODEL_PRESETS.items())
     return f"(has(self.model.{field}) ? self.model.{field} : {{{presets}, 'custom': 0}}[self.model.preset])"
+
+
+def cel_top_k() -> str:
+    """The topK a job routes with: the spec's, else its preset's, else the default (custom, or a dense preset)."""
+    presets = ", ".join(f"'{preset}': {values['topK'] or DEFAULT_TOP_K}" for preset, values in MODEL_PRESETS.items())
+    return f"(has(self.model.topK) ? self.model.topK : {{{presets}, 'custom': {DEFAULT_TOP_K}}}[self.model.preset])"
 
 
 def cel_known(field: str) -> str:

@@ -13,12 +13,14 @@ MODEL_PRESETS: dict[str, dict[str, int | None]] = {
     "moe-100b": {"layers": 64, "hidden": 5120, "heads": 40, "ffnHidden": 20480, "vocab": 64000, "experts": 8, "topK": 2},
 }
 CUSTOM_REQUIRED = ("layers", "hidden", "heads", "vocab")
+# the experts each token is routed to where neither the spec nor the preset says (the trainer's default too)
+DEFAULT_TOP_K = 2
 
 
 def resolved_model(model: Model) -> dict[str, Any]:
     explicit = model.model_dump(by_alias=True, exclude={"preset"}, exclude_none=True)
     if model.preset == "custom":
-        base: dict[str, Any] = {"experts": 0, "topK": 2}
+        base: dict[str, Any] = {"experts": 0, "topK": DEFAULT_TOP_K}
         if "hidden" in explicit:
             base["ffnHidden"] = 4 * explicit["hidden"]
     else:

@@ -29,9 +29,10 @@ from ascend_hybrid.spec.cel import (
     cel_known,
     cel_model,
     cel_model_or_zero,
+    cel_top_k,
 )
 from ascend_hybrid.spec.field_rules import FIELD_RULES, IMAGE_EMPTY  # noqa: F401 - IMAGE_EMPTY: part of the rules' surface
-from ascend_hybrid.spec.models import CUSTOM_REQUIRED
+from ascend_hybrid.spec.models import CUSTOM_REQUIRED, DEFAULT_TOP_K
 from ascend_hybrid.spec.resolved import ResolvedJob, Rule, SpecError, planned_spec, resolve  # noqa: F401 - the rules' surface
 
 
@@ -103,6 +104,15 @@ def _experts_divisible(e: ResolvedJob) -> str | None:
     experts = e.model.get("experts") or 0
     if e.expert > 1 and experts and experts % e.expert:
         return f"spec.model.experts={experts} must be divisible by spec.parallelism.expert={e.expert}"
+    return None
+
+
+def _top_k_within_experts(e: ResolvedJob) -> str | None:
+    experts = e.model.get("experts") or 0
+    top_k = e.model.get("topK") or DEFAULT_TOP_K
+    if experts and top_k > experts:
+        return (f"spec.model.topK={top_k} must not exceed spec.model.experts={experts} (each token goes to topK "
+                "distinct experts)")
     return None
 
 
@@ -346,6 +356,10 @@ RULES: tuple[Rule, ...] = _AUTO_RULES + (
          f"{cel_model_or_zero('experts')} % self.parallelism.expert == 0",
          cel_format("spec.model.experts=%d must be divisible by spec.parallelism.expert=%d", cel_model_or_zero("experts"),
               "self.parallelism.expert")),
+    Rule(_top_k_within_experts,
+         f"{cel_model_or_zero('experts')} == 0 || {cel_top_k()} <= {cel_model_or_zero('experts')}",
+         cel_format("spec.model.topK=%d must not exceed spec.model.experts=%d (each token goes to topK distinct "
+                    "experts)", cel_top_k(), cel_model_or_zero("experts"))),
     Rule(_expert_divides_group,
          "self.parallelism.expert == 1 || (self.parallelism.expertPlacement == 'intraNode' ? "
          f"{CEL_PER_POD} % self.parallelism.expert == 0 : self.parallelism.data % self.parallelism.expert == 0)",
@@ -470,9 +484,10 @@ def parse(body: Mapping) -> ResolvedJob:
     numbers = number_problems(spec_body)
     problems += numbers.values()
     try:
-        # Strict JSON validation sees the spec as the apiserver does: "2" or true is no integer, 1 is no string.
+        # Strict JSON validation sees the spec as the apiserver does: "2" or true is no integer, 1 is no string, and
+        # only the CRD's (camelCase) names are fields: `micro_batches` is unknown, as `kubectl apply` would say.
         text = json.dumps(sanitized(spec_body, numbers) if numbers else spec_body, default=json_default)
-        spec = AscendHybridJobSpec.model_validate_json(text, strict=True)
+        spec = AscendHybridJobSpec.model_validate_json(text, strict=True, by_alias=True, by_name=False)
     except ValidationError as error:
         raise SpecError([*problems, *(pydantic_problem(item) for item in error.errors()
                                       if tuple(item["loc"]) not in numbers)]) from None

@@ -60,7 +60,9 @@ BAD_INPUTS = [
     ("scalar-document", "just a string\n", ["{path}: document 1 (line 1) is a string, not a Kubernetes object"]),
     ("kind-null", "kind: null\n",
      ["{path}: document 1 (line 1): not a Kubernetes object: apiVersion and kind are required"]),
-    ("wrong-kind", {**GOOD, "kind": "PyTorchJob"}, ["{path}: no AscendHybridJob object found"]),
+    ("wrong-kind", {**GOOD, "kind": "PyTorchJob"},
+     ["{path}: no AscendHybridJob object found: document 1 (line 1) has kind 'PyTorchJob'; expected kind: "
+      "AscendHybridJob, apiVersion: hybrid.ascend.dev/v1alpha1"]),
     ("wrong-apiVersion", {**GOOD, "apiVersion": "hybrid.ascend.dev/v1"},
      ["{path}: apiVersion must be hybrid.ascend.dev/v1alpha1, got 'hybrid.ascend.dev/v1'"]),
     ("no-metadata", {key: value for key, value in GOOD.items() if key != "metadata"},
