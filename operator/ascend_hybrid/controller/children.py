@@ -19,14 +19,18 @@ from typing import TYPE_CHECKING
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.conditions import parse_time
-from ascend_hybrid.controller.kube import rank_table_of, service_ip
+from ascend_hybrid.controller import metrics
+from ascend_hybrid.controller.kube import service_ip
 from ascend_hybrid.controller.refused import Refused
+from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.gang import ranktable, render
+from ascend_hybrid.reconcile import membership
+from ascend_hybrid.reconcile.actions import PostEvent
 from ascend_hybrid.spec import api
 
 if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
     from ascend_hybrid.controller.loop import Controller
-    from ascend_hybrid.controller.records import JobKey
+    from ascend_hybrid.controller.records import JobKey, JobRecord
     from ascend_hybrid.spec.resolved import ResolvedJob
 
 log = logging.getLogger(__name__)
@@ -126,14 +130,50 @@ def child_changed(controller: Controller, key: JobKey, kind: str, name: str, eve
     if kind == api.CHANNEL_KIND and name == names.launcher_channel(job):
         data = dict(body.get("data") or {})
         if data != record.recovery_data:  # a launcher reported: the job's next pass reads it
+            if record.recovery_read:  # what changed since the data this process read (none before its first read)
+                screen_reports(controller, key, record, data)
             record.recovery_data = data
             controller.enqueue(key, 0.0)
         return
     if kind == "ConfigMap" and name == names.rank_table_config_map(job):
-        table, revision = rank_table_of(body), ranktable.config_map_revision(body)
+        table, revision = read_rank_table(controller, key, body), ranktable.config_map_revision(body)
         if table != record.rank_table or revision != record.rank_table_revision:
             record.rank_table, record.rank_table_revision = table, revision
             controller.enqueue(key, 0.0)
+
+
+MAX_REFUSAL_EVENTS = 3  # per change of a channel: a pod that writes junk in a loop fills no event stream
+
+
+def screen_reports(controller: Controller, key: JobKey, record: JobRecord, data: dict) -> None:
+    """The reports that just changed on `<job>-recovery` and are ignored, counted in
+    ascend_hybrid_rejected_inputs_total{kind="launcher-report"}: a malformed one (with a Warning event), and one of
+    a pod that is not of the current attempt (an earlier attempt's pod, late; or a writer naming another pod)."""
+    status = (record.job or {}).get("status") or {"attempt": record.attempt}
+    ignored = recovery.screen_reports(record.recovery_data, data,
+                                      membership.members(status, controller.indexes.job_pods(key)))
+    for item in ignored:
+        metrics.REJECTED_INPUTS.labels(kind="launcher-report", reason=item.reason).inc()
+    refused = [item for item in ignored if item.reason != recovery.STALE]
+    for item in refused[:MAX_REFUSAL_EVENTS]:
+        record.events.append(PostEvent("Warning", "LauncherReportRefused",
+                                       f"LauncherChannel {names.launcher_channel(key[1])}: {item.message}; ignored"))
+    if len(ignored) > len(refused):
+        log.info("%s/%s: %d reports of pods not of the current attempt ignored", *key, len(ignored) - len(refused))
+
+
+def read_rank_table(controller: Controller, key: JobKey, config_map: dict | None) -> dict | None:
+    """The table `rings-config-<job>` holds (ranktable.read_config_map). A table refused (too large, expanding past
+    its bound, not JSON) reads as {}, so the next pass writes the right one again; it is counted in
+    ascend_hybrid_rejected_inputs_total{kind="rank-table"} and said in a Warning event on the job."""
+    table, rejected = ranktable.read_config_map(config_map)
+    if rejected is not None:
+        metrics.REJECTED_INPUTS.labels(kind="rank-table", reason=rejected.reason).inc()
+        log.warning("%s/%s: rank table refused: %s", *key, rejected)
+        controller.record_of(key).events.append(PostEvent(
+            "Warning", "RankTableUnreadable", f"ConfigMap {names.rank_table_config_map(key[1])}: {rejected}; "
+                                              "the operator writes its table again"))
+    return table
 
 
 # How long an applied grant is trusted before a job's pass applies it again: a Role or RoleBinding deleted (or its

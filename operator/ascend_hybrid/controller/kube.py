@@ -23,7 +23,6 @@ from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts.podview import holds_npus, project_pod
 from ascend_hybrid.controller.metrics import API_CALLS
 from ascend_hybrid.controller.refused import Refused, is_refusal
-from ascend_hybrid.gang import ranktable
 from ascend_hybrid.spec import api
 
 log = logging.getLogger(__name__)
@@ -385,10 +384,6 @@ def _warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
         log.warning(message)
-
-
-def rank_table_of(config_map: dict | None) -> dict | None:
-    return ranktable.from_config_map(config_map)
 
 
 def service_ip(service: dict | None) -> str | None:
