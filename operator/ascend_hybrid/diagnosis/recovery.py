@@ -326,7 +326,7 @@ def screen_reports(before: Mapping[str, str] | None, after: Mapping[str, str],
         try:
             report = parse_report(value)
         except untrusted.Rejected as rejected:
-            ignored.append(IgnoredReport(key[:253], rejected.reason, str(rejected)))
+            ignored.append(IgnoredReport(key[:253], rejected.reason, f"the report of {key[:253]}: {rejected}"))
             continue
         if members.get(key) != report.uid:
             ignored.append(IgnoredReport(key[:253], STALE, f"report of {key[:253]} (uid {report.uid[:64]}) is not of "

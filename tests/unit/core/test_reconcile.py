@@ -1152,3 +1152,19 @@ def test_a_placement_kept_out_by_the_device_plugins_mode_says_so_in_its_reason()
     assert events(outcome) == [("Warning", "DevicePluginVolcanoMode")]
     placed = next(c for c in outcome.status["conditions"] if c["type"] == "Placed")
     assert (placed["status"], placed["reason"]) == ("False", "DevicePluginVolcanoMode")
+
+
+def test_a_metrics_page_with_refused_lines_is_read_and_says_so_once():
+    from ascend_hybrid.monitoring.progress import from_trainer_text
+    body = demo().section("training", steps=200).status(placed_status(phase="Running")).build()
+    completed = next(a.table for a in decide(observe(body, pods=both())).actions if isinstance(a, WriteRankTable))
+    page = "ascend_trainer_step abc\nascend_trainer_loss 2.5\n"
+    sample = from_trainer_text({0: page}, NOW, {0: "job-a1-0"})
+    first = decide(Observed(**{**observe(body, pods=both(), rank_table=completed).__dict__, "telemetry": sample}))
+    assert first.status["training"]["loss"] == 2.5 and first.status["phase"] == "Running"
+    metrics = next(c for c in first.status["conditions"] if c["type"] == "MetricsAvailable")
+    assert (metrics["status"], metrics["reason"]) == ("True", "PartlyRefused") and "job-a1-0 line 1" in metrics["message"]
+    assert [e for e in events(first) if e[1] == "MetricsRefused"] == [("Warning", "MetricsRefused")]
+    again = decide(Observed(**{**observe(demo().section("training", steps=200).status(first.status).build(),
+                                         pods=both(), rank_table=completed).__dict__, "telemetry": sample}))
+    assert not [e for e in events(again) if e[1] == "MetricsRefused"]  # one event, not one per reading
