@@ -28,6 +28,14 @@ CHIP_NAME_LABEL = "node.kubernetes.io/npu.chip.name"
 DEVICE_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
 DEVICE_NAME_ANNOTATIONS = ("huawei.com/AscendReal", RESOURCE)
 
+# What the device plugin and Volcano (MindCluster's scheduler) write on a pod: the device plugin's configuration
+# and chip annotations (the prefixes of the two above), Volcano's pod group and its own keys, and the allocation time
+# the device plugin and Volcano's Ascend plugin stamp. A pod's template may set none of them (spec/field_rules.py).
+DEVICE_PLUGIN_PREFIXES = (DEVICE_ANNOTATION.split("/")[0] + "/", RESOURCE.split("/")[0] + "/")
+VOLCANO_PREFIX = "volcano.sh/"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+PREDICATE_TIME_ANNOTATION = "predicate-time"
+
 # node health ConfigMaps
 DEVICEINFO_PREFIX = "mindx-dl-deviceinfo-"
 DEVICEINFO_NAMESPACE = "kube-system"

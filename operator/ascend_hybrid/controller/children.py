@@ -59,8 +59,12 @@ def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: Re
     if controller.settings.network_policy:
         manifests.append(render.network_policy(name, namespace, uid, list(controller.settings.metrics_peers)))
     live: dict[str, dict] = {}
-    controller.each(lambda manifest: live.__setitem__(manifest["metadata"]["name"], controller.kube.apply(manifest)),
-                    manifests)
+    # the launchers' grant is created beside the applies: the pods cannot be made before their ServiceAccount
+    grant = launcher_grant(controller, key, uid, render.service_account(resolved))
+    controller.each(lambda item: item[0](item[1]), [
+        *((lambda manifest: live.__setitem__(manifest["metadata"]["name"], controller.kube.apply(manifest)), manifest)
+          for manifest in manifests),
+        *((controller.kube.create, manifest) for manifest in grant)])
     record.rank_table, record.rank_table_revision, record.job_config = table, revision, job_json
     record.sched_ip = service_ip(live[names.sched_service(name)]) if services else None
     if services and not record.old_slices_gone:
@@ -176,37 +180,62 @@ def read_rank_table(controller: Controller, key: JobKey, config_map: dict | None
     return table
 
 
-# How long an applied grant is trusted before a job's pass applies it again: a Role or RoleBinding deleted (or its
-# namespace deleted and made again) while the operator runs is back within this, at two applies per namespace and
-# ServiceAccount per period instead of two per job.
+# How long a created grant is trusted before a job's pass creates it again (each create of one that exists is a
+# 409): a ServiceAccount, Role or RoleBinding someone deleted while the job runs is back within this, checked when
+# the rank table completes and with every restart's signal, not on every pass.
 GRANT_RECHECK_SECONDS = 60.0
 
 
+def launcher_grant(controller: Controller, key: JobKey, uid: str, service_account: str) -> list[dict]:
+    """What to create for the job's launchers (render.launcher_grant, with the empty channel): everything, the
+    first time in a while (GRANT_RECHECK_SECONDS), else nothing. Where the operator grants a namespace's first job,
+    the namespace-wide Role of older operators goes (delete_legacy_grant)."""
+    namespace, name = key
+    record = controller.record_of(key)
+    if record.granted is not None and record.granted[0] == uid \
+            and time.monotonic() - record.granted[1] < GRANT_RECHECK_SECONDS:
+        return []
+    record.granted = (uid, time.monotonic())
+    if namespace not in controller.legacy_grants_gone:
+        delete_legacy_grant(controller, namespace)
+    return [render.new_launcher_channel(name, namespace, uid),
+            *render.launcher_grant(name, namespace, uid, service_account)]
+
+
+def delete_legacy_grant(controller: Controller, namespace: str) -> None:
+    """The namespace-wide launcher Role an older operator made (names.LEGACY_LAUNCHER_ROLE): it let any pod of the
+    namespace running as a ServiceAccount it was bound to (`default` among them) write every job's channel. Pods of
+    jobs started before the upgrade lose their channel with it (their next failure restarts the gang). Refused (an
+    installation whose RBAC does not allow it): logged once."""
+    controller.legacy_grants_gone.add(namespace)
+    try:
+        controller.kube.delete_legacy_launcher_role(namespace)
+    except Refused as refused:
+        log.warning("%s: the namespace-wide Role %s of an older operator could not be deleted; delete it by hand: "
+                    "%s", namespace, names.LEGACY_LAUNCHER_ROLE, refused)
+
+
+def grant_launchers(controller: Controller, key: JobKey, job: dict, service_account: str) -> None:
+    """The launchers' channel and grant (launcher_grant), created where missing. A create the apiserver refuses (an
+    operator not allowed to manage roles) is logged and only costs the in-place rungs: launchers that never report
+    get RestartGang."""
+    try:
+        controller.each(controller.kube.create, launcher_grant(controller, key, job["metadata"]["uid"],
+                                                               service_account))
+    except Refused as refused:
+        log.warning("%s/%s: the launchers' grant for ServiceAccount %s was refused, ranks cannot restart in place: "
+                    "%s", *key, service_account, refused)
+
+
 def signal_launchers(controller, key, job: dict, action) -> None:
-    """The rank generation into LauncherChannel <job>-recovery (made by this apply when no launcher reported yet),
-    and the launchers' grant (grant_launchers)."""
+    """The rank generation into LauncherChannel <job>-recovery (made by this apply when it went missing), and the
+    launchers' grant (grant_launchers)."""
     namespace, name = key
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
+    grant_launchers(controller, key, job, action.service_account)
     live = controller.kube.apply(render.launcher_channel(name, namespace, uid, action.generation, action.world))
     record.recovery_data = dict(live.get("data") or {})
-    grant_launchers(controller, namespace, action.service_account)
-
-
-def grant_launchers(controller, namespace: str, service_account: str) -> None:
-    """The namespace's launcher Role and the ServiceAccount's RoleBinding to it, unless applied less than
-    GRANT_RECHECK_SECONDS ago. A grant the apiserver refuses (the operator not allowed to manage roles) is logged
-    and only costs the in-place rungs: pods that never report get RestartGang."""
-    grant = (namespace, service_account)
-    if time.monotonic() - controller.launcher_grants.get(grant, -GRANT_RECHECK_SECONDS) < GRANT_RECHECK_SECONDS:
-        return
-    try:
-        for manifest in render.launcher_grant(namespace, service_account):
-            controller.kube.apply(manifest)
-    except Refused as refused:
-        log.warning("%s: the launchers' Role for ServiceAccount %s was refused, ranks cannot restart in place: %s",
-                    namespace, service_account, refused)
-    controller.launcher_grants[grant] = time.monotonic()  # a refusal too: not tried again every pass
 
 
 def recovery_data(controller, key, job: dict) -> dict | None:

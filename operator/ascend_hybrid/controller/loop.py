@@ -114,8 +114,8 @@ class Controller:
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))  # jobs made before: an older one's too
     hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
     observed_efficiency: dict = field(default_factory=dict)  # profile → the cluster's factor (observed.py's loop)
-    # (namespace, ServiceAccount) → when the launchers' Role and its RoleBinding were last applied (children.py)
-    launcher_grants: dict[tuple[str, str], float] = field(default_factory=dict)
+    # namespaces where an older operator's namespace-wide launcher Role was deleted (children.delete_legacy_grant)
+    legacy_grants_gone: set[str] = field(default_factory=set)
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
     # leader.LeaderElector under --leader-elect: workers take keys only while leading
@@ -533,7 +533,7 @@ class Controller:
                                                                  action.table, action.revision))
                     record.rank_table, record.rank_table_revision = action.table, action.revision
                 case GrantLaunchers():
-                    children.grant_launchers(self, namespace, action.service_account)
+                    children.grant_launchers(self, key, job, action.service_account)
                 case SignalLaunchers():
                     self.signal_launchers(key, job, action)
                 case DeleteJob():

@@ -126,7 +126,7 @@ def launcher_world(p: Pass, pods: Iterable[dict]) -> str | None:
 
 
 def service_account(p: Pass) -> str:
-    return p.resolved.spec.template.service_account_name or "default"
+    return render.service_account(p.resolved)
 
 
 def signal(p: Pass, generation: int) -> SignalLaunchers:
