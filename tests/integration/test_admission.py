@@ -27,7 +27,8 @@ CEL_CASES = {"image-empty", "image-whitespace", "image-uppercase", "serviceAccou
              # annotations the device plugin, Volcano, Kueue and the operator write on the pods
              "annotation-reserved", "annotation-reserved-key"}
 SCHEMA_CASES = {"imagePullPolicy-enum": "spec.template.imagePullPolicy", "tiers-at-most-16": "spec.scheduling.topologyTiers",
-                "seed-32-bit": "spec.training.seed"}
+                "seed-32-bit": "spec.training.seed",
+                "annotations-at-most-256": "spec.template.metadata.annotations"}
 
 
 @pytest.fixture(scope="module")

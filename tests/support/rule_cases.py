@@ -230,6 +230,9 @@ RULE_CASES = [
      "ascend.kubectl.kubernetes.io/, huawei.com/, volcano.sh/, kueue.x-k8s.io/, hybrid.ascend.dev/; keys "
      "scheduling.k8s.io/group-name, predicate-time, hccl/rankIndex)",
      spec_with(template={"metadata": {"annotations": {"team": "nlp", "sim.hybrid.ascend.dev/runtime": "process"}}})),
+    ("annotations-at-most-256", spec_with(template={"metadata": {"annotations": {f"a{i}": "x" for i in range(257)}}}),
+     "spec.template.metadata.annotations: must have at most 256 items",
+     spec_with(template={"metadata": {"annotations": {f"a{i}": "x" for i in range(256)}}})),
     ("annotation-reserved-key", spec_with(template={"metadata": {"annotations": {"predicate-time": "1"}}}),
      'spec.template.metadata.annotations: key "predicate-time" is reserved: the Ascend device plugin, Volcano, '
      "Kueue and the operator write it on the pods themselves (prefixes ascend.kubectl.kubernetes.io/, huawei.com/, "
