@@ -64,7 +64,7 @@ def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: Re
     controller.each(lambda item: item[0](item[1]), [
         *((lambda manifest: live.__setitem__(manifest["metadata"]["name"], controller.kube.apply(manifest)), manifest)
           for manifest in manifests),
-        *((controller.kube.create, manifest) for manifest in grant)])
+        *((lambda manifest: create_grant(controller, key, manifest, needed=True), manifest) for manifest in grant)])
     record.rank_table, record.rank_table_revision, record.job_config = table, revision, job_json
     record.sched_ip = service_ip(live[names.sched_service(name)]) if services else None
     if services and not record.old_slices_gone:
@@ -216,15 +216,23 @@ def delete_legacy_grant(controller: Controller, namespace: str) -> None:
 
 
 def grant_launchers(controller: Controller, key: JobKey, job: dict, service_account: str) -> None:
-    """The launchers' channel and grant (launcher_grant), created where missing. A create the apiserver refuses (an
-    operator not allowed to manage roles) is logged and only costs the in-place rungs: launchers that never report
-    get RestartGang."""
+    """The launchers' channel and grant (launcher_grant), created where missing (create_grant)."""
+    controller.each(lambda manifest: create_grant(controller, key, manifest),
+                    launcher_grant(controller, key, job["metadata"]["uid"], service_account))
+
+
+def create_grant(controller: Controller, key: JobKey, manifest: dict, needed: bool = False) -> None:
+    """One part of the launchers' grant. A create the apiserver refuses (an operator not allowed to manage roles)
+    is logged and only costs the in-place rungs (launchers that never report get RestartGang) — but for the job's
+    own ServiceAccount before its pods (`needed`): without it they cannot be made, and the refusal is the job's
+    (Authorized=False, naming the verb and resource)."""
     try:
-        controller.each(controller.kube.create, launcher_grant(controller, key, job["metadata"]["uid"],
-                                                               service_account))
+        controller.kube.create(manifest)
     except Refused as refused:
-        log.warning("%s/%s: the launchers' grant for ServiceAccount %s was refused, ranks cannot restart in place: "
-                    "%s", *key, service_account, refused)
+        if needed and manifest["kind"] == "ServiceAccount":
+            raise
+        log.warning("%s/%s: %s %s of the launchers' grant was refused, ranks cannot restart in place: %s", *key,
+                    manifest["kind"], manifest["metadata"]["name"], refused)
 
 
 def signal_launchers(controller, key, job: dict, action) -> None:

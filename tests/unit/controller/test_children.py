@@ -289,3 +289,28 @@ def test_a_refused_grant_costs_the_in_place_rungs_only(monkeypatch):
     made = len(kube.made)
     children.signal_launchers(ctl, KEY, two_pod_body(1), a_signal(2))
     assert [m["kind"] for m in kube.applied] == ["LauncherChannel"] * 2 and len(kube.made) == made  # not every pass
+
+
+def test_a_refused_service_account_is_the_jobs_refusal_and_a_refused_role_is_not():
+    """Without its ServiceAccount no pod of the job can be made: that refusal is the job's (Authorized=False). A
+    Role or RoleBinding refused costs only the in-place rungs: the children are applied all the same."""
+    import pytest
+
+    def refusing(kind: str) -> FakeKube:
+        kube = FakeKube()
+
+        def create(manifest):
+            if manifest["kind"] == kind:
+                raise Refused(ApiException(status=403, reason="Forbidden"), "create", kind.lower() + "s")
+            kube.made.append(manifest)
+        kube.create = create
+        return kube
+    body = two_pod_body(1)
+    kube = refusing("ServiceAccount")
+    with pytest.raises(Refused):
+        children.ensure_children(controller(kube), KEY, body, resolved(body))
+    kube = refusing("Role")
+    ctl = controller(kube)
+    children.ensure_children(ctl, KEY, body, resolved(body))
+    assert ctl.record_of(KEY).children_generation == 1
+    assert [m["kind"] for m in kube.made] == ["LauncherChannel", "ServiceAccount", "RoleBinding"]
