@@ -206,7 +206,8 @@ def full_spec() -> dict:
         "scheduling": {"schedulerName": "volcano", "queue": "research"},
         "template": {
             "metadata": {"labels": {"team": "nlp", "hybrid.ascend.dev/job": "spoofed"},
-                         "annotations": {"owner": "alice", "hccl/rankIndex": "77"}},
+                         # (a template's hccl/rankIndex is refused: rule_cases "annotation-reserved-key")
+                         "annotations": {"owner": "alice"}},
             "image": "registry.example/trainer:1", "imagePullPolicy": "IfNotPresent",
             "command": ["python", "-m", "train"], "args": ["--fast"],
             "env": [{"name": "HCCL_CONNECT_TIMEOUT", "value": "30"}, {"name": "EXTRA", "value": "1"},
