@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascend_hybrid.gang.ranktable import COMPRESSED_KEY, TABLE_KEY, VERSION_KEY, expand
+from ascend_hybrid.contracts import untrusted
+from ascend_hybrid.gang.ranktable import COMPRESSED_KEY, ENCODED_LIMIT, TABLE_KEY, VERSION_KEY, MissingCopy, expand
 
 POLL_SECONDS = 1.0
 
@@ -37,16 +38,30 @@ class Expanded:
     status: str    # the table's status (initializing / completed), for the log
 
 
+def _read(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes of the file; untrusted.Rejected when it holds more (the kubelet projects at most a
+    ConfigMap's 1 MiB: more is not a ConfigMap)."""
+    with path.open("rb") as handle:
+        content = handle.read(limit + 1)
+    if len(content) > limit:
+        raise untrusted.Rejected(untrusted.TOO_LARGE, f"{path.name} is more than the {limit} bytes read")
+    return content
+
+
 def read_source(source: Path) -> Expanded | None:
     """The complete table and version from the projected ConfigMap at `source`; None while it is absent, or caught
-    between a pointer and its gzipped copy (the next poll sees both)."""
+    between a pointer and its gzipped copy (the next poll sees both). Raises untrusted.Rejected for a table refused
+    (over its size, expanding past ranktable.EXPANDED_LIMIT, not gzip, not JSON)."""
     try:
-        text = (source / TABLE_KEY).read_text(encoding="utf-8")
-        version = (source / VERSION_KEY).read_text(encoding="utf-8").strip() if (source / VERSION_KEY).exists() else ""
+        text = _read(source / TABLE_KEY, ENCODED_LIMIT).decode("utf-8")
+        version = _read(source / VERSION_KEY, 64).decode("utf-8").strip() if (source / VERSION_KEY).exists() else ""
         packed = source / COMPRESSED_KEY
-        binary = {COMPRESSED_KEY: packed.read_bytes()} if packed.exists() else {}
+        binary = {COMPRESSED_KEY: _read(packed, ENCODED_LIMIT)} if packed.exists() else {}
+    except (OSError, UnicodeDecodeError):
+        return None
+    try:
         table = expand(text, binary)
-    except (OSError, ValueError):
+    except MissingCopy:
         return None
     return Expanded(table, version, _status_of(table))
 
@@ -91,13 +106,21 @@ def write_target(target: Path, expanded: Expanded) -> None:
     _replace(target / VERSION_KEY, expanded.version)
 
 
-def sync_once(source: Path, target: Path, last: str | None) -> tuple[str | None, Expanded | None]:
+def sync_once(source: Path, target: Path, last: str | None,
+              say=lambda line: print(line, file=sys.stderr, flush=True)) -> tuple[str | None, Expanded | None]:
     """One poll: (the fingerprint now in step, what was written or None). A source caught mid-update is tried
-    again at the next poll (its fingerprint is not recorded)."""
+    again at the next poll (its fingerprint is not recorded); a table refused is said once and not read again
+    until the ConfigMap changes (the file keeps the last good table)."""
     seen = fingerprint(source)
     if seen == last:
         return last, None
-    expanded = read_source(source)
+    try:
+        expanded = read_source(source)
+    except untrusted.Rejected as rejected:
+        if fingerprint(source) != seen:  # changed while read: read the new one at the next poll
+            return last, None
+        say(f"ranktable-expander: the ConfigMap's table is refused, {target / TABLE_KEY} kept: {rejected}")
+        return seen, None
     if expanded is None:
         return last, None
     current = target / TABLE_KEY

@@ -54,7 +54,7 @@ class Launchers:
 def started(jobs, name: str, pods: int) -> Launchers:
     converge(jobs, name, timeout=120)
     launchers = Launchers(jobs, name)
-    launchers.all(0, "Started", resumedFrom=0)  # the first report makes the channel (generation 0)
+    launchers.all(0, "Started", resumedFrom=0)  # into the channel the operator made (generation 0)
     wait_for(lambda: len(launchers.pods()) == pods, 30, "the pods")
     return launchers
 

@@ -105,9 +105,13 @@ def test_a_forbidden_pod_creation_is_a_condition_naming_verb_and_resource(fault_
              (["hybrid.ascend.dev"], ["ascendhybridjobs/status"], ["patch"]),
              (["hybrid.ascend.dev"], ["ascendhybridjobs/finalizers"], ["update"]),
              ([""], ["pods"], ["list", "watch", "patch", "delete"]),  # everything but create
+             ([""], ["serviceaccounts"], ["create"]),  # the launchers' grant, as the chart
+             (["rbac.authorization.k8s.io"], ["roles", "rolebindings"], ["create"]),
+             (["hybrid.ascend.dev"], ["launcherchannels"], ["get", "list", "watch", "create", "patch"]),
              ([""], ["services"], ["list", "watch", "create", "patch"]),
              ([""], ["configmaps"], ["get", "list", "watch", "create", "patch"]),
-             ([""], ["events"], ["create"])]
+             ([""], ["events"], ["create"]),
+             (["apps"], ["daemonsets"], ["list", "watch"])]  # the device plugin's mode, as the chart (kube-system)
     rbac.create_cluster_role({"metadata": {"name": role}, "rules": [
         {"apiGroups": groups, "resources": resources, "verbs": verbs} for groups, resources, verbs in rules]})
     rbac.create_cluster_role_binding({"metadata": {"name": role}, "roleRef": {

@@ -23,9 +23,12 @@ CEL_CASES = {"image-empty", "image-whitespace", "image-uppercase", "serviceAccou
              # issue 28: uneven stages (a list's sum: Kubernetes' CEL lists library), context parallelism, MoE knobs
              "pipelineLayers-per-stage", "pipelineLayers-sum", "pipelineLayers-even-model",
              "pipelineLayers-not-interleaved", "context-world", "context-flash-attention", "context-sequence",
-             "capacityFactor-moe-only", "auxLossWeight-moe-only", "slidingWindow-context"}
+             "capacityFactor-moe-only", "auxLossWeight-moe-only", "slidingWindow-context",
+             # annotations the device plugin, Volcano, Kueue and the operator write on the pods
+             "annotation-reserved", "annotation-reserved-key"}
 SCHEMA_CASES = {"imagePullPolicy-enum": "spec.template.imagePullPolicy", "tiers-at-most-16": "spec.scheduling.topologyTiers",
-                "seed-32-bit": "spec.training.seed"}
+                "seed-32-bit": "spec.training.seed",
+                "annotations-at-most-256": "spec.template.metadata.annotations"}
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,7 @@ from kubernetes import client
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.names import GROUP
 from ascend_hybrid.devcluster.controlplane import ports
-from ascend_hybrid.gang import render
-from ascend_hybrid.spec.api import CHANNEL_KIND, CHANNEL_PLURAL, PLURAL, VERSION
+from ascend_hybrid.spec.api import CHANNEL_PLURAL, PLURAL, VERSION
 from support.builders import JobBuilder
 from support.paths import REPO_ROOT as REPO
 
@@ -63,25 +62,10 @@ def channel_data(custom: client.CustomObjectsApi, namespace: str, job: str) -> d
 
 
 def patch_channel(custom: client.CustomObjectsApi, namespace: str, job: str, data: dict[str, str]) -> None:
-    """Merge-patches keys into the job's LauncherChannel, as the launchers do: the first report makes the channel
-    (with the labels and owner the operator gives the launchers) when the operator has not written it."""
-    channel = names.launcher_channel(job)
-    try:
-        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, CHANNEL_PLURAL, channel, {"data": data},
-                                              _content_type="application/merge-patch+json")
-        return
-    except client.ApiException as error:
-        if error.status != 404:
-            raise
-    uid = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)["metadata"]["uid"]
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": CHANNEL_KIND, "data": data,
-            "metadata": {**render.launcher_channel_metadata(job, uid), "name": channel, "namespace": namespace}}
-    try:
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, CHANNEL_PLURAL, body)
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
-        patch_channel(custom, namespace, job, data)  # made meanwhile: written into
+    """Merge-patches keys into the job's LauncherChannel, as the launchers do (the operator made it before the
+    pods; a launcher may not make one)."""
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, CHANNEL_PLURAL, names.launcher_channel(job),
+                                          {"data": data}, _content_type="application/merge-patch+json")
 
 
 def free_port() -> int:
@@ -150,6 +134,11 @@ class OperatorProcess:
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
             return response.read().decode()
+
+    def healthz(self) -> int:
+        """What a liveness probe asks."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5) as response:
+            return response.status
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -230,6 +230,22 @@ RULE_CASES = [
      "characters, '-', '_' or '.', and must start and end with an alphanumeric character "
      "(e.g. 'huawei.com/topotree.rackid')",
      spec_with(scheduling={"topologyTiers": ["huawei.com/topotree.rackid", "topology.kubernetes.io/zone"]})),
+    # --- annotations the device plugin, Volcano, Kueue and the operator write on the pods (CEL and Python) -------
+    ("annotation-reserved", spec_with(template={"metadata": {"annotations": {
+        "team": "nlp", "ascend.kubectl.kubernetes.io/ascend-910-configuration": '{"devices": []}'}}}),
+     'spec.template.metadata.annotations: key "ascend.kubectl.kubernetes.io/ascend-910-configuration" is reserved: '
+     "the Ascend device plugin, Volcano, Kueue and the operator write it on the pods themselves (prefixes "
+     "ascend.kubectl.kubernetes.io/, huawei.com/, volcano.sh/, kueue.x-k8s.io/, hybrid.ascend.dev/; keys "
+     "scheduling.k8s.io/group-name, predicate-time, hccl/rankIndex)",
+     spec_with(template={"metadata": {"annotations": {"team": "nlp", "sim.hybrid.ascend.dev/runtime": "process"}}})),
+    ("annotations-at-most-256", spec_with(template={"metadata": {"annotations": {f"a{i}": "x" for i in range(257)}}}),
+     "spec.template.metadata.annotations: must have at most 256 items",
+     spec_with(template={"metadata": {"annotations": {f"a{i}": "x" for i in range(256)}}})),
+    ("annotation-reserved-key", spec_with(template={"metadata": {"annotations": {"predicate-time": "1"}}}),
+     'spec.template.metadata.annotations: key "predicate-time" is reserved: the Ascend device plugin, Volcano, '
+     "Kueue and the operator write it on the pods themselves (prefixes ascend.kubectl.kubernetes.io/, huawei.com/, "
+     "volcano.sh/, kueue.x-k8s.io/, hybrid.ascend.dev/; keys scheduling.k8s.io/group-name, predicate-time, "
+     "hccl/rankIndex)", spec_with(template={"metadata": {"annotations": {"example.com/predicate-time": "1"}}})),
     # --- Kubernetes' own rules, Python only (map keys and free-form objects) ---------------------------------
     ("label-key", spec_with(template={"metadata": {"labels": {"team/": "nlp"}}}),
      'spec.template.metadata.labels: key "team/" is not a valid label key: name part must be non-empty; name part '

@@ -1,6 +1,7 @@
 """The launcher's end of the recovery channel (control.py) against a stand-in apiserver on 127.0.0.1: the bearer
-token on every call, the one LauncherChannel read and watched, this pod's report written by merge patch (the channel
-made with it when there is none yet), and what makes the channel unusable. No MindSpore here."""
+token on every call, the one LauncherChannel read and watched by name, this pod's report written by merge patch —
+the only verbs its Role grants (get, watch, patch on that one object: never a list, never a create) — and what
+makes the channel unusable. No MindSpore here."""
 
 from __future__ import annotations
 
@@ -117,9 +118,8 @@ def token(tmp_path):
     return path
 
 
-def channel(server: FakeApiserver, token, pod: str = "job-a1-1", metadata: dict | None = None) -> control.Channel:
-    return control.Channel(server.url, str(token), None, "ns", "job-recovery", pod, "uid-1", lambda m: None,
-                           metadata)
+def channel(server: FakeApiserver, token, pod: str = "job-a1-1") -> control.Channel:
+    return control.Channel(server.url, str(token), None, "ns", "job-recovery", pod, "uid-1", lambda m: None)
 
 
 def test_the_channel_reads_watches_and_reports(token):
@@ -147,41 +147,21 @@ def test_a_forbidden_channel_makes_the_channel_unavailable(token, monkeypatch):
         channel(FakeApiserver({"generation": "0"}, token="other"), token).start()
 
 
-def test_no_channel_yet_is_generation_0_and_the_first_report_makes_it(token):
-    """The operator writes the channel only for a restart: the first launcher's report makes it, with the labels
-    and owner the operator gave; a second launcher finding it made meanwhile (409) writes into it."""
-    server = FakeApiserver(None)
-    metadata = {"labels": {"hybrid.ascend.dev/job": "job"},
-                "ownerReferences": [{"kind": "AscendHybridJob", "name": "job", "uid": "job-uid"}]}
-    first = channel(server, token, metadata=metadata)
-    second = channel(server, token, pod="job-a1-0")
-    try:
-        assert first.start() == 0 and second.start() == 0
-        assert first.report(control.STARTED, 0, resumedFrom=0)
-        assert server.made is not None and server.made["kind"] == "LauncherChannel"
-        assert server.made["metadata"] == {**metadata, "name": "job-recovery", "namespace": "ns"}
-        assert second.wait(lambda: second.report_of("job-a1-1").get("state") == "Started", 5)  # by the watch
-        server.made = None
-        assert second.report(control.STEPPING, 0, step=1)
-        assert server.made is None and set(server.data) == {"job-a1-1", "job-a1-0"}  # patched, not made again
-    finally:
-        first.close()
-        second.close()
-
-
-def test_a_report_made_into_a_channel_made_meanwhile_is_patched_in(token):
-    """404 on the patch, then 409 on the create (another launcher was quicker): the patch again."""
+def test_no_channel_is_generation_0_and_a_launcher_never_makes_one(token, monkeypatch):
+    """The operator makes the channel before the pods; a launcher whose channel is missing reads generation 0 and
+    its report is not written (the operator's rung then times out): it never POSTs one, which its Role refuses."""
+    monkeypatch.setattr(control, "RETRY_SECONDS", 0.001)
     server = FakeApiserver(None)
     end = channel(server, token)
-    original = end._create
-
-    def quicker(data):
-        server.set({"job-a1-0": "{}"})  # another launcher made it between this pod's patch and create
-        return original(data)
-
-    end._create = quicker  # type: ignore[method-assign]
-    assert end.report(control.STARTED, 0)
-    assert set(server.data) == {"job-a1-0", "job-a1-1"} and server.made is None
+    try:
+        assert end.start() == 0
+        assert not end.report(control.STARTED, 0, resumedFrom=0)
+        assert server.made is None and server.data is None
+        assert {method for method, _, _ in server.calls} <= {"GET", "PATCH"}
+        assert all(path.startswith(PATH) or "fieldSelector=metadata.name%3Djob-recovery" in path
+                   for _, path, _ in server.calls)  # the one object, or a watch narrowed to it by name
+    finally:
+        end.close()
 
 
 def test_a_refusal_that_ends_while_the_channel_starts_is_waited_out(token, monkeypatch):
@@ -203,9 +183,7 @@ def test_from_env_needs_every_piece(tmp_path):
     assert control.Channel.from_env(env, said.append) is None and "token" in said[-1]
     (tmp_path / "token").write_text("t")
     made = control.Channel.from_env(env, said.append)
-    assert made is not None and made.base_url == "https://127.0.0.1:6443" and made.metadata == {}
-    owned = control.Channel.from_env({**env, "AHJ_LAUNCHER_CHANNEL_METADATA": '{"labels":{"a":"b"}}'}, said.append)
-    assert owned is not None and owned.metadata == {"labels": {"a": "b"}}
+    assert made is not None and made.base_url == "https://127.0.0.1:6443"
     assert control.Channel.from_env({**env, "POD_UID": ""}, said.append) is None and "POD_UID" in said[-1]
 
 

@@ -7,10 +7,10 @@ a new generation arrives within a second) and writes the key of its own pod, a J
 generation `Started` (with the checkpoint step they resume from), `Stepping` (they trained a step) or `Failed` (the
 pod's cause, rank and step). Beside the generation, while pods an elastic shrink or growth kept run, the operator
 writes `world`: the index each pod runs as now, the world size, degrees and job.json (generations.py moves a kept
-pod into it). The first launcher to report makes the channel when the operator has not, with the labels and owner
-the operator gives in AHJ_LAUNCHER_CHANNEL_METADATA. The apiserver authenticates the token and its RBAC lets the
-pod's ServiceAccount get, watch, patch and create the LauncherChannels of its namespace and nothing else (the
-operator's `ascend-hybrid-launcher` Role). Standard library only: the trainer image needs no Kubernetes client.
+pod into it). The operator makes the channel before the pods; the apiserver authenticates the token, and its RBAC
+(the job's `<job>-launcher` Role) lets the pod's ServiceAccount get, watch and patch that one channel by name and
+nothing else — no other job's channel, no list, no create. Standard library only: the trainer image needs no
+Kubernetes client.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ PRESENT_SECONDS = 30.0        # how long a refused or unreachable channel is tri
 # The channel's kind (the operator's contracts/names.py and spec/api.py spell it again: the wire is the contract)
 CHANNEL_API = "/apis/hybrid.ascend.dev/v1alpha1"
 CHANNEL_PLURAL = "launcherchannels"
-CHANNEL_KIND = "LauncherChannel"
 
 
 def now_text() -> str:
@@ -51,12 +50,10 @@ class ChannelUnavailable(Exception):
 
 class Channel:
     def __init__(self, base_url: str, token_file: str, context: ssl.SSLContext | None, namespace: str,
-                 channel: str, pod_name: str, pod_uid: str, log: Callable[[str], None],
-                 metadata: Mapping | None = None):
+                 channel: str, pod_name: str, pod_uid: str, log: Callable[[str], None]):
         self.base_url, self.token_file, self.context = base_url.rstrip("/"), token_file, context
         self.namespace, self.channel, self.pod_name, self.pod_uid, self.log = (namespace, channel, pod_name,
                                                                                 pod_uid, log)
-        self.metadata = dict(metadata or {})  # labels and ownerReferences of a channel this launcher makes
         self.data: dict[str, str] = {}
         self.changed = threading.Condition()
         self.closed = False
@@ -81,17 +78,12 @@ class Channel:
         ca = os.path.join(account, "ca.crt")
         context = ssl.create_default_context(cafile=ca if os.path.exists(ca) else None)
         address = f"[{host}]" if ":" in host else host
-        try:
-            metadata = json.loads(env.get("AHJ_LAUNCHER_CHANNEL_METADATA") or "{}")
-        except ValueError:
-            metadata = {}
-        if not isinstance(metadata, dict):
-            metadata = {}
-        return cls(f"https://{address}:{port or 443}", token, context, namespace, channel, pod_name, pod_uid, log,
-                   metadata)
+        return cls(f"https://{address}:{port or 443}", token, context, namespace, channel, pod_name, pod_uid, log)
 
     # -- HTTP ----------------------------------------------------------------------------------------------------
     def _path(self, query: dict | None = None) -> str:
+        """The channel's own URL; with a query, the collection's (a watch narrowed to the channel by its name, which
+        the apiserver authorizes as a watch of that one object)."""
         path = f"{self.base_url}{CHANNEL_API}/namespaces/{self.namespace}/{CHANNEL_PLURAL}"
         if query is None:
             return f"{path}/{self.channel}"
@@ -104,7 +96,7 @@ class Channel:
         return urllib.request.urlopen(request, timeout=timeout, context=self.context)
 
     def read(self) -> dict[str, str] | None:
-        """The channel's data; None when it does not exist (yet)."""
+        """The channel's data; None when it does not exist (an operator that made none: generation 0)."""
         try:
             with self._open(urllib.request.Request(self._path()), REQUEST_TIMEOUT_SECONDS) as reply:
                 return dict(json.loads(reply.read()).get("data") or {})
@@ -117,10 +109,9 @@ class Channel:
             raise
 
     def start(self) -> int:
-        """Reads the channel and starts watching it; the generation to run now. A channel not found (404: this pod
-        may read it, none exists yet) is generation 0. A refusal is tried again for PRESENT_SECONDS: the RoleBinding
-        that lets this pod read it may be made just before the ranks start, and the apiserver's authorizer learns it
-        from a watch that can lag behind."""
+        """Reads the channel and starts watching it; the generation to run now. A channel not found (404) is
+        generation 0. A refusal is tried again for PRESENT_SECONDS: the apiserver's authorizer learns the job's
+        RoleBinding from a watch that can lag behind its creation."""
         deadline = time.monotonic() + PRESENT_SECONDS
         while True:
             try:
@@ -213,9 +204,8 @@ class Channel:
 
     # -- this pod's report -----------------------------------------------------------------------------------------
     def report(self, state: str, generation: int, **fields) -> bool:
-        """Writes this pod's report (a merge patch of its one key; the channel made with it when there is none yet);
-        tried for a while, never raises: a report that cannot be written makes the operator's rung time out and
-        escalate."""
+        """Writes this pod's report (a merge patch of its one key of the channel the operator made); tried for a
+        while, never raises: a report that cannot be written makes the operator's rung time out and escalate."""
         report = {"uid": self.pod_uid, "generation": generation, "state": state, "time": now_text(),
                   **{key: value for key, value in fields.items() if value is not None}}
         data = {self.pod_name: json.dumps(report, sort_keys=True)}
@@ -229,33 +219,9 @@ class Channel:
         return False
 
     def _write(self, data: dict[str, str]) -> None:
-        try:
-            self._patch(data)
-        except urllib.error.HTTPError as error:
-            if error.code != 404:
-                raise
-            if not self._create(data):  # another launcher (or the operator) made it meanwhile
-                self._patch(data)
-
-    def _patch(self, data: dict[str, str]) -> None:
+        """A merge patch of `data` into the channel: this pod's own key, nothing else."""
         query = urllib.parse.urlencode({"fieldManager": FIELD_MANAGER})
         request = urllib.request.Request(f"{self._path()}?{query}", data=json.dumps({"data": data}).encode(),
                                          method="PATCH", headers={"Content-Type": "application/merge-patch+json"})
         with self._open(request, REQUEST_TIMEOUT_SECONDS):
             pass
-
-    def _create(self, data: dict[str, str]) -> bool:
-        """Makes the channel holding `data`: True when made, False when another launcher (or the operator) made it
-        first (409) — the caller's patch then writes into theirs. Other errors raise, as a patch's do."""
-        body = {"apiVersion": CHANNEL_API.removeprefix("/apis/"), "kind": CHANNEL_KIND,
-                "metadata": {**self.metadata, "name": self.channel, "namespace": self.namespace}, "data": data}
-        request = urllib.request.Request(self._path({"fieldManager": FIELD_MANAGER}),
-                                         data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with self._open(request, REQUEST_TIMEOUT_SECONDS):
-                return True
-        except urllib.error.HTTPError as error:
-            if error.code == 409:
-                return False
-            raise

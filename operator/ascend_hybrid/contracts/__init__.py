@@ -3,4 +3,5 @@
 `ascend` — MindCluster's and the Ascend device plugin's names and annotations and their one parser; `chips` — what
 each chip generation offers (the table the API, rules, inventory, placement and planner read); `kueue` — Kueue's
 pod-group contract; `names` — the API group, child names, labels, gates and paths; `conditions` — metav1.Condition
-bookkeeping, job phases, RFC 3339; `podview` — every accessor of an observed Pod or Node."""
+bookkeeping, job phases, RFC 3339; `podview` — every accessor of an observed Pod or Node; `untrusted` — reading
+what pods and ConfigMaps write within bounds (sizes, depth, integers, times, gzip), refusing the rest by name."""

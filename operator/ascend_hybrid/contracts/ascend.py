@@ -28,6 +28,14 @@ CHIP_NAME_LABEL = "node.kubernetes.io/npu.chip.name"
 DEVICE_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
 DEVICE_NAME_ANNOTATIONS = ("huawei.com/AscendReal", RESOURCE)
 
+# What the device plugin and Volcano (MindCluster's scheduler) write on a pod: the device plugin's configuration
+# and chip annotations (the prefixes of the two above), Volcano's pod group and its own keys, and the allocation time
+# the device plugin and Volcano's Ascend plugin stamp. A pod's template may set none of them (spec/field_rules.py).
+DEVICE_PLUGIN_PREFIXES = (DEVICE_ANNOTATION.split("/")[0] + "/", RESOURCE.split("/")[0] + "/")
+VOLCANO_PREFIX = "volcano.sh/"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+PREDICATE_TIME_ANNOTATION = "predicate-time"
+
 # node health ConfigMaps
 DEVICEINFO_PREFIX = "mindx-dl-deviceinfo-"
 DEVICEINFO_NAMESPACE = "kube-system"
@@ -59,12 +67,15 @@ def chip_type_of(node: Mapping) -> str | None:
     return None
 
 
+MAX_CHIP_ID_DIGITS = 5  # a chip's id on its node (0-15 today); a longer run of digits is junk
+
+
 def chip_ids(names: str) -> frozenset[int]:
     """'Ascend910-3,Ascend910-4' -> {3, 4}; bare numbers are accepted too, junk is skipped."""
     ids = set()
     for item in str(names).split(","):
         tail = item.strip().rsplit("-", 1)[-1]
-        if tail.isdigit():
+        if tail.isascii() and tail.isdigit() and len(tail) <= MAX_CHIP_ID_DIGITS:  # not '²', which int() refuses
             ids.add(int(tail))
     return frozenset(ids)
 
@@ -75,10 +86,18 @@ def _parsed_devices(raw: str) -> tuple[Mapping[str, Any], ...] | None:
     shared read-only (copying them was a tenth of the operator's CPU in a 2 048-pod gang's start)."""
     try:
         devices = json.loads(raw).get("devices") or []
-        ordered = sorted(devices, key=lambda device: int(device["device_id"]))
+        ordered = sorted(devices, key=lambda device: _device_id(device["device_id"]))
         return tuple(MappingProxyType(dict(device)) for device in ordered)
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # nested deeper than JSON is read
         return None
+
+
+def _device_id(value: object) -> int:
+    """A chip's id on its node; ValueError for anything else (a negative id, or one of thousands of digits)."""
+    text = str(value)
+    if not (text.isascii() and text.isdigit() and len(text) <= MAX_CHIP_ID_DIGITS):
+        raise ValueError(f"device_id {text[:16]!r} is not a chip id")
+    return int(text)
 
 
 def pod_devices(pod: Mapping) -> tuple[Mapping[str, Any], ...] | None:
@@ -96,7 +115,7 @@ def _parsed_config(raw: str) -> tuple[tuple[str, str], ...] | None:
     try:
         config = json.loads(raw)
         return tuple((str(key), str(value)) for key, value in config.items() if key != "devices")
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, RecursionError):
         return None
 
 
@@ -156,7 +175,7 @@ def _parse_deviceinfo(name: str, device_info: str, separated: str) -> DeviceInfo
     try:
         cfg = json.loads(data.get(DEVICEINFO_KEY) or "{}")
         device_list = (cfg.get("DeviceInfo") or {}).get("DeviceList") or {}
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, RecursionError):
         cfg, device_list = {}, {}
     if not isinstance(cfg, dict) or not isinstance(device_list, dict):
         cfg, device_list = {}, {}

@@ -75,14 +75,29 @@ def launcher_channel(job: str) -> str:
     return f"{job}-recovery"
 
 
-# One Role per namespace lets pods read and report into the namespace's LauncherChannels; one RoleBinding per
-# ServiceAccount the namespace's jobs run as binds it (gang/render.launcher_grant). Not per job: a one-pod job's
-# start writes neither.
-LAUNCHER_ROLE = "ascend-hybrid-launcher"
+# Each job's launchers reach their own channel and no other (gang/render.launcher_grant, docs/reliability.md
+# "Security"): Role `<job>-launcher` allows get, watch and patch of LauncherChannel `<job>-recovery` by name, bound
+# to the ServiceAccount the pods run as — `<job>-launcher`, made for the job, when its template names none.
+def launcher_role(job: str) -> str:
+    return f"{job}-launcher"
 
 
-def launcher_binding(service_account: str) -> str:
-    return f"{LAUNCHER_ROLE}-{service_account}"
+def job_service_account(job: str) -> str:
+    """The ServiceAccount of the pods of a job whose template names none: the job's own, so that no other pod of
+    the namespace (which all run as `default` unless told otherwise) shares its launchers' grant."""
+    return f"{job}-launcher"
+
+
+def launcher_binding(job: str, service_account: str) -> str:
+    """The RoleBinding of the job's launcher Role to one ServiceAccount: its name says whom it binds, so it is only
+    ever created, never changed (a template naming another ServiceAccount gets a binding of its own)."""
+    own = launcher_role(job)
+    return own if service_account == job_service_account(job) else f"{own}-{service_account}"
+
+
+# Before each job had its own, one Role per namespace let the ServiceAccounts of all its jobs (`default` among them)
+# write every channel there; the operator deletes it wherever it grants a job's launchers.
+LEGACY_LAUNCHER_ROLE = "ascend-hybrid-launcher"
 
 
 # The launchers' channel, LauncherChannel <job>-recovery (docs/reliability.md): the operator writes the rank

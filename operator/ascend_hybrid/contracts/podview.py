@@ -145,7 +145,7 @@ def quantity(value: object) -> int:
     except ValueError:
         try:
             return int(float(str(value).strip()))
-        except ValueError:
+        except (ValueError, OverflowError):  # NaN, or 1e999 read as infinity
             return 0
 
 

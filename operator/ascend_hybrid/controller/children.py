@@ -19,14 +19,18 @@ from typing import TYPE_CHECKING
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.conditions import parse_time
-from ascend_hybrid.controller.kube import rank_table_of, service_ip
+from ascend_hybrid.controller import metrics
+from ascend_hybrid.controller.kube import service_ip
 from ascend_hybrid.controller.refused import Refused
+from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.gang import ranktable, render
+from ascend_hybrid.reconcile import membership
+from ascend_hybrid.reconcile.actions import PostEvent
 from ascend_hybrid.spec import api
 
 if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
     from ascend_hybrid.controller.loop import Controller
-    from ascend_hybrid.controller.records import JobKey
+    from ascend_hybrid.controller.records import JobKey, JobRecord
     from ascend_hybrid.spec.resolved import ResolvedJob
 
 log = logging.getLogger(__name__)
@@ -55,8 +59,12 @@ def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: Re
     if controller.settings.network_policy:
         manifests.append(render.network_policy(name, namespace, uid, list(controller.settings.metrics_peers)))
     live: dict[str, dict] = {}
-    controller.each(lambda manifest: live.__setitem__(manifest["metadata"]["name"], controller.kube.apply(manifest)),
-                    manifests)
+    # the launchers' grant is created beside the applies: the pods cannot be made before their ServiceAccount
+    grant = launcher_grant(controller, key, uid, render.service_account(resolved))
+    controller.each(lambda item: item[0](item[1]), [
+        *((lambda manifest: live.__setitem__(manifest["metadata"]["name"], controller.kube.apply(manifest)), manifest)
+          for manifest in manifests),
+        *((lambda manifest: create_grant(controller, key, manifest, needed=True), manifest) for manifest in grant)])
     record.rank_table, record.rank_table_revision, record.job_config = table, revision, job_json
     record.sched_ip = service_ip(live[names.sched_service(name)]) if services else None
     if services and not record.old_slices_gone:
@@ -126,47 +134,116 @@ def child_changed(controller: Controller, key: JobKey, kind: str, name: str, eve
     if kind == api.CHANNEL_KIND and name == names.launcher_channel(job):
         data = dict(body.get("data") or {})
         if data != record.recovery_data:  # a launcher reported: the job's next pass reads it
+            if record.recovery_read:  # what changed since the data this process read (none before its first read)
+                screen_reports(controller, key, record, data)
             record.recovery_data = data
             controller.enqueue(key, 0.0)
         return
     if kind == "ConfigMap" and name == names.rank_table_config_map(job):
-        table, revision = rank_table_of(body), ranktable.config_map_revision(body)
+        table, revision = read_rank_table(controller, key, body), ranktable.config_map_revision(body)
         if table != record.rank_table or revision != record.rank_table_revision:
             record.rank_table, record.rank_table_revision = table, revision
             controller.enqueue(key, 0.0)
 
 
-# How long an applied grant is trusted before a job's pass applies it again: a Role or RoleBinding deleted (or its
-# namespace deleted and made again) while the operator runs is back within this, at two applies per namespace and
-# ServiceAccount per period instead of two per job.
+MAX_REFUSAL_EVENTS = 3  # per change of a channel: a pod that writes junk in a loop fills no event stream
+
+
+def screen_reports(controller: Controller, key: JobKey, record: JobRecord, data: dict) -> None:
+    """The reports that just changed on `<job>-recovery` and are ignored, counted in
+    ascend_hybrid_rejected_inputs_total{kind="launcher-report"}: a malformed one (with a Warning event), and one of
+    a pod that is not of the current attempt (an earlier attempt's pod, late; or a writer naming another pod)."""
+    status = (record.job or {}).get("status") or {"attempt": record.attempt}
+    ignored = recovery.screen_reports(record.recovery_data, data,
+                                      membership.members(status, controller.indexes.job_pods(key)))
+    for item in ignored:
+        metrics.REJECTED_INPUTS.labels(kind="launcher-report", reason=item.reason).inc()
+    refused = [item for item in ignored if item.reason != recovery.STALE]
+    for item in refused[:MAX_REFUSAL_EVENTS]:
+        record.events.append(PostEvent("Warning", "LauncherReportRefused",
+                                       f"LauncherChannel {names.launcher_channel(key[1])}: {item.message}; ignored"))
+    if len(ignored) > len(refused):
+        log.info("%s/%s: %d reports of pods not of the current attempt ignored", *key, len(ignored) - len(refused))
+
+
+def read_rank_table(controller: Controller, key: JobKey, config_map: dict | None) -> dict | None:
+    """The table `rings-config-<job>` holds (ranktable.read_config_map). A table refused (too large, expanding past
+    its bound, not JSON) reads as {}, so the next pass writes the right one again; it is counted in
+    ascend_hybrid_rejected_inputs_total{kind="rank-table"} and said in a Warning event on the job."""
+    table, rejected = ranktable.read_config_map(config_map)
+    if rejected is not None:
+        metrics.REJECTED_INPUTS.labels(kind="rank-table", reason=rejected.reason).inc()
+        log.warning("%s/%s: rank table refused: %s", *key, rejected)
+        controller.record_of(key).events.append(PostEvent(
+            "Warning", "RankTableUnreadable", f"ConfigMap {names.rank_table_config_map(key[1])}: {rejected}; "
+                                              "the operator writes its table again"))
+    return table
+
+
+# How long a created grant is trusted before a job's pass creates it again (each create of one that exists is a
+# 409): a ServiceAccount, Role or RoleBinding someone deleted while the job runs is back within this, checked when
+# the rank table completes and with every restart's signal, not on every pass.
 GRANT_RECHECK_SECONDS = 60.0
 
 
+def launcher_grant(controller: Controller, key: JobKey, uid: str, service_account: str) -> list[dict]:
+    """What to create for the job's launchers (render.launcher_grant, with the empty channel): everything, the
+    first time in a while (GRANT_RECHECK_SECONDS), else nothing. Where the operator grants a namespace's first job,
+    the namespace-wide Role of older operators goes (delete_legacy_grant)."""
+    namespace, name = key
+    record = controller.record_of(key)
+    if record.granted is not None and record.granted[0] == uid \
+            and time.monotonic() - record.granted[1] < GRANT_RECHECK_SECONDS:
+        return []
+    record.granted = (uid, time.monotonic())
+    if namespace not in controller.legacy_grants_gone:
+        delete_legacy_grant(controller, namespace)
+    return [render.new_launcher_channel(name, namespace, uid),
+            *render.launcher_grant(name, namespace, uid, service_account)]
+
+
+def delete_legacy_grant(controller: Controller, namespace: str) -> None:
+    """The namespace-wide launcher Role an older operator made (names.LEGACY_LAUNCHER_ROLE): it let any pod of the
+    namespace running as a ServiceAccount it was bound to (`default` among them) write every job's channel. Pods of
+    jobs started before the upgrade lose their channel with it (their next failure restarts the gang). Refused (an
+    installation whose RBAC does not allow it): logged once."""
+    controller.legacy_grants_gone.add(namespace)
+    try:
+        controller.kube.delete_legacy_launcher_role(namespace)
+    except Refused as refused:
+        log.warning("%s: the namespace-wide Role %s of an older operator could not be deleted; delete it by hand: "
+                    "%s", namespace, names.LEGACY_LAUNCHER_ROLE, refused)
+
+
+def grant_launchers(controller: Controller, key: JobKey, job: dict, service_account: str) -> None:
+    """The launchers' channel and grant (launcher_grant), created where missing (create_grant)."""
+    controller.each(lambda manifest: create_grant(controller, key, manifest),
+                    launcher_grant(controller, key, job["metadata"]["uid"], service_account))
+
+
+def create_grant(controller: Controller, key: JobKey, manifest: dict, needed: bool = False) -> None:
+    """One part of the launchers' grant. A create the apiserver refuses (an operator not allowed to manage roles)
+    is logged and only costs the in-place rungs (launchers that never report get RestartGang) — but for the job's
+    own ServiceAccount before its pods (`needed`): without it they cannot be made, and the refusal is the job's
+    (Authorized=False, naming the verb and resource)."""
+    try:
+        controller.kube.create(manifest)
+    except Refused as refused:
+        if needed and manifest["kind"] == "ServiceAccount":
+            raise
+        log.warning("%s/%s: %s %s of the launchers' grant was refused, ranks cannot restart in place: %s", *key,
+                    manifest["kind"], manifest["metadata"]["name"], refused)
+
+
 def signal_launchers(controller, key, job: dict, action) -> None:
-    """The rank generation into LauncherChannel <job>-recovery (made by this apply when no launcher reported yet),
-    and the launchers' grant (grant_launchers)."""
+    """The rank generation into LauncherChannel <job>-recovery (made by this apply when it went missing), and the
+    launchers' grant (grant_launchers)."""
     namespace, name = key
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
+    grant_launchers(controller, key, job, action.service_account)
     live = controller.kube.apply(render.launcher_channel(name, namespace, uid, action.generation, action.world))
     record.recovery_data = dict(live.get("data") or {})
-    grant_launchers(controller, namespace, action.service_account)
-
-
-def grant_launchers(controller, namespace: str, service_account: str) -> None:
-    """The namespace's launcher Role and the ServiceAccount's RoleBinding to it, unless applied less than
-    GRANT_RECHECK_SECONDS ago. A grant the apiserver refuses (the operator not allowed to manage roles) is logged
-    and only costs the in-place rungs: pods that never report get RestartGang."""
-    grant = (namespace, service_account)
-    if time.monotonic() - controller.launcher_grants.get(grant, -GRANT_RECHECK_SECONDS) < GRANT_RECHECK_SECONDS:
-        return
-    try:
-        for manifest in render.launcher_grant(namespace, service_account):
-            controller.kube.apply(manifest)
-    except Refused as refused:
-        log.warning("%s: the launchers' Role for ServiceAccount %s was refused, ranks cannot restart in place: %s",
-                    namespace, service_account, refused)
-    controller.launcher_grants[grant] = time.monotonic()  # a refusal too: not tried again every pass
 
 
 def recovery_data(controller, key, job: dict) -> dict | None:

@@ -23,7 +23,6 @@ from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts.podview import holds_npus, project_pod
 from ascend_hybrid.controller.metrics import API_CALLS
 from ascend_hybrid.controller.refused import Refused, is_refusal
-from ascend_hybrid.gang import ranktable
 from ascend_hybrid.spec import api
 
 log = logging.getLogger(__name__)
@@ -79,6 +78,9 @@ def collection_chunks(indexes: Sequence[int], parallel: int) -> list[tuple[int, 
         return [()]
     size = max(COLLECTION_CHUNK_MIN, -(-len(indexes) // max(parallel, 1)))
     return [tuple(indexes[start:start + size]) for start in range(0, len(indexes), size)]
+
+
+RESOURCES = {"ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings"}
 
 
 class Kube:
@@ -187,11 +189,31 @@ class Kube:
         patch = {"Service": self.core.patch_namespaced_service,
                  "ConfigMap": self.core.patch_namespaced_config_map,
                  "EndpointSlice": self.discovery.patch_namespaced_endpoint_slice,
-                 "NetworkPolicy": self.networking.patch_namespaced_network_policy,
-                 "Role": self.rbac.patch_namespaced_role,
-                 "RoleBinding": self.rbac.patch_namespaced_role_binding}[kind]
+                 "NetworkPolicy": self.networking.patch_namespaced_network_policy}[kind]
         result = self._call("apply", kind.lower() + "s", patch, meta["name"], meta["namespace"], manifest, **APPLY)
         return self.client.sanitize_for_serialization(result)
+
+    def create(self, manifest: dict) -> None:
+        """Creates a ServiceAccount, Role, RoleBinding or LauncherChannel of a job's launchers' grant; one that
+        exists is left as it is (409): their names fix what they hold, so the operator never needs to change one,
+        nor the right to."""
+        kind, namespace = manifest["kind"], manifest["metadata"]["namespace"]
+        if kind == api.CHANNEL_KIND:
+            self._call("create", api.CHANNEL_PLURAL, self.custom.create_namespaced_custom_object, names.GROUP,
+                       api.VERSION, namespace, api.CHANNEL_PLURAL, manifest, field_manager=names.FIELD_MANAGER,
+                       ok=(409,))
+            return
+        create = cast(Callable[..., object], {"ServiceAccount": self.core.create_namespaced_service_account,
+                                              "Role": self.rbac.create_namespaced_role,
+                                              "RoleBinding": self.rbac.create_namespaced_role_binding}[kind])
+        self._call("create", RESOURCES[kind], create, namespace, manifest, field_manager=names.FIELD_MANAGER,
+                   ok=(409,))
+
+    def delete_legacy_launcher_role(self, namespace: str) -> None:
+        """The namespace-wide launcher Role of operators before per-job grants (names.LEGACY_LAUNCHER_ROLE); its
+        RoleBindings then grant nothing. Gone already: fine."""
+        self._call("delete", "roles", self.rbac.delete_namespaced_role, names.LEGACY_LAUNCHER_ROLE, namespace,
+                   ok=(404,))
 
     def delete_controller_slices(self, namespace: str, service: str) -> None:
         """The EndpointSlices Kubernetes' controller wrote for `service` (one collection delete by their labels)."""
@@ -385,10 +407,6 @@ def _warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
         log.warning(message)
-
-
-def rank_table_of(config_map: dict | None) -> dict | None:
-    return ranktable.from_config_map(config_map)
 
 
 def service_ip(service: dict | None) -> str | None:

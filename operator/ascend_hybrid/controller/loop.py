@@ -23,7 +23,7 @@ from typing import Protocol, cast
 from ascend_hybrid.contracts import conditions, kueue, names
 from ascend_hybrid.contracts.podview import attempt_of, only_progress, ready_for_table
 from ascend_hybrid.controller import children, metrics, placing
-from ascend_hybrid.controller.kube import Kube, collection_chunks, rank_table_of
+from ascend_hybrid.controller.kube import Kube, collection_chunks
 from ascend_hybrid.controller.logs import job_fields
 from ascend_hybrid.controller.records import Indexes, JobKey, JobRecord
 from ascend_hybrid.controller.refused import Refused
@@ -114,8 +114,8 @@ class Controller:
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))  # jobs made before: an older one's too
     hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
     observed_efficiency: dict = field(default_factory=dict)  # profile → the cluster's factor (observed.py's loop)
-    # (namespace, ServiceAccount) → when the launchers' Role and its RoleBinding were last applied (children.py)
-    launcher_grants: dict[tuple[str, str], float] = field(default_factory=dict)
+    # namespaces where an older operator's namespace-wide launcher Role was deleted (children.delete_legacy_grant)
+    legacy_grants_gone: set[str] = field(default_factory=set)
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
     # leader.LeaderElector under --leader-elect: workers take keys only while leading
@@ -440,7 +440,7 @@ class Controller:
             # dying unrecorded is applied "initializing" again with the other children, as a missing one would be.
             if (job.get("status") or {}).get("rankTable"):
                 config_map = self.kube.read_config_map(key[0], names.rank_table_config_map(key[1]))
-                record.rank_table = rank_table_of(config_map)
+                record.rank_table = children.read_rank_table(self, key, config_map)
                 record.rank_table_revision = ranktable.config_map_revision(config_map)
                 # job.json as the pods read it, for the table's next write (None in one an older operator wrote)
                 record.job_config = ((config_map or {}).get("data") or {}).get(names.JOB_CONFIG_KEY)
@@ -533,7 +533,7 @@ class Controller:
                                                                  action.table, action.revision))
                     record.rank_table, record.rank_table_revision = action.table, action.revision
                 case GrantLaunchers():
-                    children.grant_launchers(self, namespace, action.service_account)
+                    children.grant_launchers(self, key, job, action.service_account)
                 case SignalLaunchers():
                     self.signal_launchers(key, job, action)
                 case DeleteJob():

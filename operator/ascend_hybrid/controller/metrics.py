@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from prometheus_client import Counter, Gauge, Histogram
 
 from ascend_hybrid.contracts.conditions import parse_time
+from ascend_hybrid.spec.causes import CAUSES
 
 SECONDS_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 
@@ -40,6 +41,10 @@ RECOVERY_SECONDS = Histogram("ascend_hybrid_recovery_seconds",
 GOODPUT_RATIO = Gauge("ascend_hybrid_goodput_ratio",
                       "Fraction of wall time since each running job first ran that went to steps that were kept "
                       "(status.goodput)", ["namespace", "job"])
+REJECTED_INPUTS = Counter("ascend_hybrid_rejected_inputs_total",
+                          "Inputs from pods and ConfigMaps ignored: launcher reports (malformed, or not of a pod of "
+                          "the current attempt), rank tables, trainer metrics pages and lines, Prometheus answers; "
+                          "by kind and reason", ["kind", "reason"])
 PLAN_STEP_TIME_RATIO = Gauge("ascend_hybrid_plan_step_time_ratio",
                              "Measured / predicted step seconds of each running job (status.plan.stepTimeRatio)",
                              ["namespace", "job"])
@@ -50,7 +55,8 @@ def record_transition(namespace: str, job: dict, old: dict, new: dict) -> None:
     job's phase changes."""
     failure = new.get("lastFailure")
     if failure and failure != old.get("lastFailure"):
-        FAILURES.labels(namespace=namespace, cause=failure.get("cause", "Unknown")).inc()
+        cause = failure.get("cause")
+        FAILURES.labels(namespace=namespace, cause=cause if cause in CAUSES else "Unknown").inc()
     for record in newly_recovered(old.get("recoveries") or [], new.get("recoveries") or []):
         RECOVERY_SECONDS.labels(rung=record["recoveredBy"], cause=record.get("cause", "Unknown")).observe(
             float(record["seconds"]))

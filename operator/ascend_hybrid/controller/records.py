@@ -47,6 +47,7 @@ class JobRecord:
     job_config: str | None = None               # job.json as last applied beside the table (rings-config-<job>)
     recovery_data: dict | None = None           # data of LauncherChannel <job>-recovery (recovery.py)
     recovery_read: bool = False
+    granted: tuple[str, float] | None = None    # (job uid, when) its launchers' grant was last created (children.py)
     old_slices_gone: bool = False               # Kubernetes' slices of a headless <job> that had a selector: deleted
     in_flight: dict[str, float] = field(default_factory=dict)  # pod name → when this process created/released it
     refusal: Refusal | None = None              # the apiserver's last refusal of a write, until one succeeds

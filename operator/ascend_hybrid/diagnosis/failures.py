@@ -35,6 +35,7 @@ from ascend_hybrid.spec.causes import ECHO_CAUSE, FAULT_CAUSES
 
 PEER_GRACE_SECONDS = 10.0
 MAX_DETAIL = 1024
+MAX_REPORTED = 2 ** 53  # ranks, steps and exit codes a termination record may state (JSON's exact integers)
 _CAUSE_NAME = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
 
 
@@ -86,7 +87,8 @@ def terminated_state(pod: Mapping) -> Mapping | None:
 
 
 def _integer(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """An int within what the status can hold (a rank or step past int64 would make every status write fail)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_REPORTED else None
 
 
 def parse_termination_message(message: str | None) -> dict | None:
@@ -98,7 +100,7 @@ def parse_termination_message(message: str | None) -> dict | None:
             continue
         try:
             report = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
             continue
         if isinstance(report, dict) and isinstance(report.get("cause"), str):
             cause = report["cause"] if _CAUSE_NAME.match(report["cause"]) else "Unknown"

@@ -17,11 +17,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ascend_hybrid.contracts import untrusted
 from ascend_hybrid.contracts.conditions import parse_time, timestamp
 from ascend_hybrid.contracts.names import RECOVERY_GENERATION_KEY as GENERATION_KEY
 from ascend_hybrid.contracts.names import RECOVERY_WORLD_KEY as WORLD_KEY
+from ascend_hybrid.spec.api import MAX_WORLD_SIZE
 from ascend_hybrid.spec.api import Recovery as RecoverySpec
 from ascend_hybrid.spec.causes import (
+    CAUSES,
     FAIL_JOB,
     IGNORE,
     RESTART_AVOIDING_NODE,
@@ -239,41 +242,93 @@ class LauncherReport:
     detail: str = ""
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+# Bounds of a report (contracts/untrusted.py): what a launcher can mean, no more. A report is small (its detail is
+# cut at 1 KiB by the trainer); steps are within what JSON numbers hold exactly.
+REPORT_LIMIT = 8 * 1024
+MAX_GENERATION = 2 ** 31 - 1
+MAX_STEP = 2 ** 53
+MAX_DETAIL = 1024
 
 
-def parse_report(text: str | None) -> LauncherReport | None:
-    """A launcher's report, or None when it is not one (anything malformed is ignored, never trusted)."""
-    import json
+def _report_cause(value: object) -> str | None:
+    """A known cause (spec/causes.py) as is; any other text becomes Unknown: a launcher's word becomes a metric
+    label and a failure-policy match, so only the closed set gets through."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) and value in CAUSES else "Unknown"
 
+
+def parse_report(text: str | None) -> LauncherReport:
+    """A launcher's report; raises untrusted.Rejected (a ValueError naming why) for anything that is not one: over
+    REPORT_LIMIT bytes, not a flat JSON object, an unknown state, a generation, step, checkpoint or rank out of
+    range, a time without its zone. A cause outside the known ones is read as Unknown."""
+    raw = untrusted.json_value(text or "", REPORT_LIMIT, "report")
+    if not isinstance(raw, dict):
+        raise untrusted.Rejected(untrusted.MALFORMED, "report is not a JSON object")
+    if raw.get("state") not in REPORT_STATES:
+        raise untrusted.Rejected(untrusted.MALFORMED, f"report state {str(raw.get('state'))[:32]!r} is not one of "
+                                                      f"{', '.join(REPORT_STATES)}")
+    uid = raw.get("uid")
+    if not isinstance(uid, str) or not 0 < len(uid) <= 128:
+        raise untrusted.Rejected(untrusted.MALFORMED, "report uid is not a pod UID")
+    moment = untrusted.aware_time(raw["time"], "report time") if raw.get("time") is not None else None
+    detail = raw.get("detail")
+    return LauncherReport(
+        uid, untrusted.integer(raw.get("generation"), 0, MAX_GENERATION, "report generation"), raw["state"],
+        moment, untrusted.optional_integer(raw.get("resumedFrom"), 0, MAX_STEP, "report resumedFrom"),
+        untrusted.optional_integer(raw.get("step"), 0, MAX_STEP, "report step"), _report_cause(raw.get("cause")),
+        untrusted.optional_integer(raw.get("rank"), 0, MAX_WORLD_SIZE - 1, "report rank"),
+        detail[:MAX_DETAIL] if isinstance(detail, str) else "")
+
+
+def report_or_none(text: str | None) -> LauncherReport | None:
+    """parse_report, with None for what it rejects (the shell counts those when the channel changes)."""
     try:
-        raw = json.loads(text or "")
-    except ValueError:
+        return parse_report(text)
+    except untrusted.Rejected:
         return None
-    if not isinstance(raw, dict) or raw.get("state") not in REPORT_STATES or not isinstance(raw.get("uid"), str):
-        return None
-    generation = _int(raw.get("generation"))
-    if generation is None or generation < 0:
-        return None
-    try:
-        moment = parse_time(raw.get("time")) if isinstance(raw.get("time"), str) else None
-    except ValueError:
-        moment = None
-    cause = raw["cause"] if isinstance(raw.get("cause"), str) else None
-    detail = raw["detail"] if isinstance(raw.get("detail"), str) else ""
-    return LauncherReport(raw["uid"], generation, raw["state"], moment, _int(raw.get("resumedFrom")),
-                          _int(raw.get("step")), cause, _int(raw.get("rank")), detail[:1024])
 
 
 def read_channel(data: Mapping[str, str] | None) -> tuple[int | None, dict[str, LauncherReport]]:
     """The generation the channel holds (None when it or the key is missing) and the reports by pod name."""
     if data is None:
         return None, {}
-    try:
-        generation = int(data[GENERATION_KEY]) if GENERATION_KEY in data else None
-    except ValueError:
+    raw = data.get(GENERATION_KEY)
+    generation = int(raw) if isinstance(raw, str) and raw.isdecimal() and len(raw) <= 10 else None
+    if generation is not None and generation > MAX_GENERATION:
         generation = None
     reports = {key: report for key, value in data.items() if key not in (GENERATION_KEY, WORLD_KEY)
-               and (report := parse_report(value)) is not None}
+               and (report := report_or_none(value)) is not None}
     return generation, reports
+
+
+STALE = "not-current-attempt"  # a well-formed report of a pod that is not one of the attempt's members
+
+
+@dataclass(frozen=True)
+class IgnoredReport:
+    """A report the operator will not read: malformed (`reason` an untrusted reason) or STALE."""
+
+    pod: str
+    reason: str
+    message: str
+
+
+def screen_reports(before: Mapping[str, str] | None, after: Mapping[str, str],
+                   members: Mapping[str, str]) -> list[IgnoredReport]:
+    """The reports that changed from `before` to `after` and are ignored: malformed ones, and well-formed ones of a
+    pod that is not a member of the job's current attempt (`members`: pod name → UID) — a pod of an earlier
+    attempt, or a writer that names a pod it is not. Each change is screened once, when it arrives."""
+    ignored = []
+    for key, value in after.items():
+        if key in (GENERATION_KEY, WORLD_KEY) or (before or {}).get(key) == value:
+            continue
+        try:
+            report = parse_report(value)
+        except untrusted.Rejected as rejected:
+            ignored.append(IgnoredReport(key[:253], rejected.reason, f"the report of {key[:253]}: {rejected}"))
+            continue
+        if members.get(key) != report.uid:
+            ignored.append(IgnoredReport(key[:253], STALE, f"report of {key[:253]} (uid {report.uid[:64]}) is not of "
+                                                           "a pod of the current attempt"))
+    return ignored

@@ -18,10 +18,10 @@ import gzip
 import ipaddress
 import json
 import re
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ascend_hybrid.contracts import untrusted
 from ascend_hybrid.contracts.ascend import DeviceInfo, pod_chip_ids, pod_device_config, pod_devices, super_pod_id
 from ascend_hybrid.contracts.chips import ChipSpec
 from ascend_hybrid.contracts.podview import pod_index
@@ -242,6 +242,9 @@ def config_map_data(table: dict[str, Any], revision: int = 0) -> tuple[dict[str,
     server_count and `"compressed": "hccl.json.gz"`: the pods of such a job get the rank-table expander
     (ranktable_sidecar.py), which writes the complete table at RANK_TABLE_FILE (docs/architecture.md)."""
     text = compact(table)
+    if len(text.encode()) > EXPANDED_LIMIT:
+        raise ValueError(f"the rank table is {len(text.encode())} bytes: more than the {EXPANDED_LIMIT} its readers "
+                         "expand")
     counter = {VERSION_KEY: str(revision)}
     if len(text.encode()) <= CONFIG_MAP_BUDGET:
         return {TABLE_KEY: text, **counter}, {}
@@ -265,9 +268,7 @@ _SUPER_POD_MEMBER_BOUND = len('{"server_id":""},') + _ADDRESS
 def may_exceed_config_map(world_size: int, per_pod: int) -> bool:
     """Whether a completed table of this size could be too large for hccl.json in the ConfigMap (decided when the
     pods are made, before any address is known): such a job's pods get the rank-table expander."""
-    servers = -(-world_size // max(per_pod, 1))
-    bound = 256 + world_size * _DEVICE_BOUND + servers * (_SERVER_BOUND + _SUPER_POD_MEMBER_BOUND)
-    return bound > CONFIG_MAP_BUDGET
+    return table_size_bound(world_size, per_pod) > CONFIG_MAP_BUDGET
 
 
 def config_map_revision(config_map: Mapping | None) -> int:
@@ -276,33 +277,65 @@ def config_map_revision(config_map: Mapping | None) -> int:
     return int(raw) if raw.isdigit() else 0
 
 
+def table_size_bound(world_size: int, per_pod: int) -> int:
+    """An upper bound of the compact table's bytes for a world of this size, whatever its addresses and ids."""
+    servers = -(-world_size // max(per_pod, 1))
+    return 256 + world_size * _DEVICE_BOUND + servers * (_SERVER_BOUND + _SUPER_POD_MEMBER_BOUND)
+
+
+# What a rank table may expand to, checked while it is decompressed (an apiserver-sized 1 MiB of gzip can expand to
+# a gigabyte) and before it is parsed. The largest table a job can have is that of MAX_WORLD_SIZE one-chip pods with
+# the longest addresses: table_size_bound(65 536, 1) = 23.5 MiB; a real 16 384-rank table is 1.2 MB compact (8 chips
+# a pod; 2.6 MB with one), 5.9 MiB at most with the longest addresses: 32 MiB leaves 1.36 times the worst case of
+# the largest job and at least 5 times that of a 16 384-rank one.
+EXPANDED_LIMIT = 32 * 1024 * 1024
+# binaryData as the apiserver holds it: base64 of at most a ConfigMap's 1 MiB (4/3 of it), with room.
+ENCODED_LIMIT = 2 * 1024 * 1024
+
+
+class MissingCopy(untrusted.Rejected):
+    """hccl.json points to a binaryData key that is not there (a reader of files may see the pointer first)."""
+
+
 def expand(hccl_json: str, binary: Mapping[str, bytes]) -> str:
     """The complete hccl.json from a ConfigMap's hccl.json text and its binaryData (decoded bytes by key): the text
-    itself unless it points to a gzipped copy. Raises ValueError when the pointer's target is missing or broken."""
-    try:
-        pointer = json.loads(hccl_json)
-    except ValueError as error:
-        raise ValueError(f"hccl.json is not JSON: {error}") from error
+    itself unless it points to a gzipped copy. Raises untrusted.Rejected (a ValueError) when the pointer's target
+    is missing, broken or expands past EXPANDED_LIMIT, or the text is not JSON."""
+    pointer = untrusted.json_value(hccl_json, EXPANDED_LIMIT, TABLE_KEY)
     if not (isinstance(pointer, dict) and pointer.get(COMPRESSED_FIELD)):
         return hccl_json
     key = str(pointer[COMPRESSED_FIELD])
     if key not in binary:
-        raise ValueError(f"hccl.json points to {key}, which the ConfigMap does not hold")
+        raise MissingCopy(untrusted.MALFORMED, f"hccl.json points to {key[:64]}, which the ConfigMap does not hold")
+    expanded = untrusted.gunzip(binary[key], EXPANDED_LIMIT, key)
     try:
-        return gzip.decompress(binary[key]).decode()
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as error:
-        raise ValueError(f"{key} is not a gzipped table: {error}") from error
+        return expanded.decode()
+    except UnicodeDecodeError as error:
+        raise untrusted.Rejected(untrusted.MALFORMED, f"{key} is not UTF-8 text: {error}") from None
+
+
+def read_config_map(config_map: Mapping | None) -> tuple[dict[str, Any] | None, untrusted.Rejected | None]:
+    """(the table a rank-table ConfigMap holds, decompressed when it points to binaryData; why it was refused).
+    No ConfigMap: (None, None). A table that is too large, expands too far, is not JSON or not an object: ({},
+    the rejection) — the next pass writes the right one again."""
+    if config_map is None:
+        return None, None
+    data, binary = config_map.get("data") or {}, config_map.get("binaryData") or {}
+    try:
+        if any(len(value) > ENCODED_LIMIT for value in binary.values()):
+            raise untrusted.Rejected(untrusted.TOO_LARGE, f"binaryData is more than the {ENCODED_LIMIT} bytes read")
+        decoded = {key: base64.b64decode(value) for key, value in binary.items()}
+        table = untrusted.json_value(expand(data.get(TABLE_KEY) or "{}", decoded), EXPANDED_LIMIT, TABLE_KEY)
+    except untrusted.Rejected as rejected:
+        return {}, rejected
+    except (ValueError, TypeError) as error:  # binaryData that is not base64
+        return {}, untrusted.Rejected(untrusted.MALFORMED, f"binaryData is not base64: {str(error)[:120]}")
+    if not isinstance(table, dict):
+        return {}, untrusted.Rejected(untrusted.MALFORMED, "hccl.json is not a JSON object")
+    return table, None
 
 
 def from_config_map(config_map: Mapping | None) -> dict[str, Any] | None:
-    """The table a rank-table ConfigMap holds (decompressed when it points to binaryData); None without a
-    ConfigMap, {} when it is unreadable (the next pass writes it again)."""
-    if config_map is None:
-        return None
-    data, binary = config_map.get("data") or {}, config_map.get("binaryData") or {}
-    try:
-        decoded = {key: base64.b64decode(value) for key, value in binary.items()}
-        table = json.loads(expand(data.get(TABLE_KEY) or "{}", decoded))
-    except (ValueError, TypeError):
-        return {}
-    return table if isinstance(table, dict) else {}
+    """The table a rank-table ConfigMap holds; None without a ConfigMap, {} when it is unreadable (read_config_map
+    says why)."""
+    return read_config_map(config_map)[0]

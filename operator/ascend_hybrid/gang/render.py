@@ -217,56 +217,63 @@ def rank_table_config_map(job: str, namespace: str, uid: str, job_json: str, tab
 
 
 def launcher_channel(job: str, namespace: str, uid: str, generation: int, world: str | None = None) -> dict:
-    """The launchers' channel (recovery.py), LauncherChannel `<job>-recovery`: the operator applies only the
-    `generation` key (and `world` while pods a shrink kept run), and only for a restart: a missing channel means
-    generation 0. Each launcher merge-patches the key of its own pod (so the operator's apply never removes a
-    report), and the first to report makes the channel when the operator has not."""
+    """The launchers' channel (recovery.py), LauncherChannel `<job>-recovery`, as a restart applies it: only the
+    `generation` key (and `world` while pods a shrink kept run), so the apply never removes a report (each launcher
+    merge-patches the key of its own pod). The channel itself is made empty with the job's children
+    (new_launcher_channel): the launchers may only patch it, never make one."""
     data = {names.RECOVERY_GENERATION_KEY: str(generation)}
     if world is not None:
         data[names.RECOVERY_WORLD_KEY] = world
+    return {**new_launcher_channel(job, namespace, uid), "data": data}
+
+
+def new_launcher_channel(job: str, namespace: str, uid: str) -> dict:
+    """The empty channel the operator creates before the pods (a missing `generation` is generation 0), with the
+    job's labels, so the operator's watch sees it, and the job as owner, so it goes with the job."""
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": CHANNEL_KIND,
             "metadata": {"name": names.launcher_channel(job), "namespace": namespace, "labels": names.job_labels(job),
                          "ownerReferences": owner_references(job, uid)},
-            "data": data}
+            "data": {}}
 
 
-def launcher_channel_metadata(job: str, uid: str) -> dict:
-    """The labels and owner a launcher gives the channel it makes (env AHJ_LAUNCHER_CHANNEL_METADATA): the job's
-    labels, so the operator's watch sees it, and the job as owner, so it goes with the job. Without
-    blockOwnerDeletion: setting that needs a right on the job the pods do not have (OwnerReferencesPermission-
-    Enforcement); the operator's own apply of the channel adds it."""
-    owner = {key: value for key, value in owner_references(job, uid)[0].items() if key != "blockOwnerDeletion"}
-    return {"labels": names.job_labels(job), "ownerReferences": [owner]}
+# The launcher reads and watches its channel (a watch with the field selector metadata.name=<job>-recovery, which
+# the apiserver authorizes against resourceNames) and merge-patches its pod's report into it: nothing more, and on
+# that one object.
+LAUNCHER_VERBS = ["get", "watch", "patch"]
 
 
-# the generation read and watched; the pod's report written (the first report makes the channel)
-LAUNCHER_VERBS = ["get", "list", "watch", "patch", "create"]
+def service_account(resolved: ResolvedJob) -> str:
+    """The ServiceAccount the job's pods run as: the template's, else the job's own (names.job_service_account)."""
+    return resolved.spec.template.service_account_name or names.job_service_account(resolved.name)
 
 
-def launcher_grant(namespace: str, service_account: str) -> list[dict]:
-    """The namespace's Role on its LauncherChannels and the RoleBinding of one ServiceAccount to it: the launchers
-    reach their channel with the pod's own identity, authenticated and authorized by the apiserver. Owned by no
-    job: every job of the namespace that runs as that ServiceAccount uses them (docs/reliability.md)."""
-    labels = dict(names.MANAGED_BY)
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": names.LAUNCHER_ROLE, "namespace": namespace, "labels": labels},
-            "rules": [{"apiGroups": [GROUP], "resources": [CHANNEL_PLURAL], "verbs": LAUNCHER_VERBS}]}
+def launcher_grant(job: str, namespace: str, uid: str, account: str) -> list[dict]:
+    """What lets the job's launchers, and only them, use its channel: the job's own ServiceAccount (when `account`
+    is it), Role `<job>-launcher` on LauncherChannel `<job>-recovery` by name, and the RoleBinding of `account` to
+    it. All owned by the job, so they go with it. Each is only ever created: its name fixes its content."""
+    labels, owners = names.job_labels(job), owner_references(job, uid)
+
+    def meta(name: str) -> dict:
+        return {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": owners}
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(names.launcher_role(job)),
+            "rules": [{"apiGroups": [GROUP], "resources": [CHANNEL_PLURAL],
+                       "resourceNames": [names.launcher_channel(job)], "verbs": LAUNCHER_VERBS}]}
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": names.launcher_binding(service_account), "namespace": namespace,
-                            "labels": labels},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.LAUNCHER_ROLE},
-               "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]}
-    return [role, binding]
+               "metadata": meta(names.launcher_binding(job, account)),
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.launcher_role(job)},
+               "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]}
+    own = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(account)}] \
+        if account == names.job_service_account(job) else []
+    return [*own, role, binding]
 
 
 def _field_env(name: str, path: str) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def pod_env(resolved: ResolvedJob, index: int, sched_ip: str | None, uid: str) -> list[dict]:
+def pod_env(resolved: ResolvedJob, index: int, sched_ip: str | None) -> list[dict]:
     """Design §8. User env wins over defaults, except the rank variables, which only the operator may set.
-    `sched_ip` None: the job has no `<job>-sched` (needs_services), its one pod's own IP is the scheduler's. `uid`:
-    the job's, for the metadata of the channel a launcher makes (launcher_channel_metadata)."""
+    `sched_ip` None: the job has no `<job>-sched` (needs_services), its one pod's own IP is the scheduler's."""
     spec, k = resolved.spec, resolved.per_pod
     hccl = spec.hccl
     defaults: list[dict] = [
@@ -292,8 +299,6 @@ def pod_env(resolved: ResolvedJob, index: int, sched_ip: str | None, uid: str) -
     values["AHJ_JOB_CONFIG"] = names.JOB_CONFIG_FILE
     values["AHJ_TERMINATION_LOG"] = names.TERMINATION_LOG  # where the trainer writes why it ended
     values["AHJ_LAUNCHER_CHANNEL"] = names.launcher_channel(resolved.name)
-    values["AHJ_LAUNCHER_CHANNEL_METADATA"] = json.dumps(launcher_channel_metadata(resolved.name, uid),
-                                                         separators=(",", ":"), sort_keys=True)
     values["AHJ_SERVICE_ACCOUNT_DIR"] = names.SERVICE_ACCOUNT_DIR  # the pod's token to reach it with
     if spec.training.checkpoint:
         values["AHJ_CHECKPOINT_DIR"] = names.CHECKPOINT_DIR
@@ -396,10 +401,10 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
         subdomain=names.headless_service(job) if needs_services(resolved) else None,
         gate=names.GANG_GATE if spec.scheduling.queue else None, node_name=bound_node(resolved, node),
         node_requirements=requirements, scheduler_name=spec.scheduling.scheduler_name,
-        service_account_name=template.service_account_name, priority_class_name=template.priority_class_name,
+        service_account_name=service_account(resolved), priority_class_name=template.priority_class_name,
         node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
         image_pull_policy=template.image_pull_policy, command=template.command, args=template.args,
-        env=pod_env(resolved, index, sched_ip, uid), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,
+        env=pod_env(resolved, index, sched_ip), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,
         resources=_resources(resolved), volume_mounts=mounts, volumes=volumes, termination_log=names.TERMINATION_LOG,
     )
     if needs_expander(resolved):
@@ -433,7 +438,7 @@ def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, pla
         manifest["metadata"]["name"] = manifest["spec"]["hostname"] = name
         manifest["metadata"]["labels"][names.POD_INDEX_LABEL] = str(index)
         manifest["metadata"]["annotations"][names.RANK_INDEX_ANNOTATION] = str(index)
-        manifest["spec"]["containers"][0]["env"] = pod_env(resolved, index, sched_ip, uid)
+        manifest["spec"]["containers"][0]["env"] = pod_env(resolved, index, sched_ip)
         if node:
             terms = manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             terms["nodeSelectorTerms"][0]["matchExpressions"] = [

@@ -39,6 +39,8 @@ class Sample:
     pod_step_seconds: tuple[tuple[str, float], ...] = ()  # (pod, seconds per step) where a pod says
     step_seconds_sum: float | None = None  # the lead pod's cumulative step time and step count (this process):
     step_count: float | None = None        # steps after a mark of them exclude warm-up (strategy.measured)
+    rejected_lines: int = 0                # lines or pages of the source refused (read_page; the shell's caps)
+    rejected: tuple[str, ...] = ()         # the first of them, for a person
 
     @property
     def ok(self) -> bool:
@@ -53,23 +55,67 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator if numerator is not None and denominator else None
 
 
-def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: dict[int, str] | None = None) -> Sample:
+# The series read off a trainer's page; every other line is skipped unparsed.
+UTILIZATION = "ascend_trainer_npu_utilization_percent"
+FIGURES = ("ascend_trainer_step", "ascend_trainer_loss", "ascend_trainer_tokens_per_second",
+           "ascend_trainer_step_seconds_sum", "ascend_trainer_step_seconds_count")
+READ_SERIES = frozenset({UTILIZATION, *FIGURES})
+# A figure beyond this is refused: a step or count past it cannot be written into the status (int64, JSON's exact
+# integers), and no utilization, loss or throughput means it.
+MAX_FIGURE = 2.0 ** 53
+KEPT_REJECTIONS = 3  # what a Sample says of its rejected lines (all are counted)
+
+
+def _series_of(line: str) -> str:
+    return line.split("{", 1)[0].split(None, 1)[0] if line else ""
+
+
+def read_page(text: str, pod: str) -> tuple[list[tuple[str, dict[str, str], float]], list[str]]:
+    """The samples of the series this reads (READ_SERIES) on one page, one line at a time, and the lines refused:
+    a line that does not parse, or whose value is out of range, is skipped alone (the page's other lines count).
+    NaN and ±Inf, which the format allows, are read as no value."""
+    samples: list[tuple[str, dict[str, str], float]] = []
+    rejected: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if line.startswith("#") or _series_of(line) not in READ_SERIES:
+            continue
+        try:
+            parsed = [(sample.name, dict(sample.labels), float(sample.value))
+                      for family in text_string_to_metric_families(line + "\n") for sample in family.samples]
+        except (ValueError, TypeError, IndexError, KeyError) as error:  # the parser's word for a malformed line
+            rejected.append(f"{pod} line {number}: {str(error)[:80] or 'malformed'}")
+            continue
+        for name, labels, value in parsed:
+            if not _finite(value):
+                continue
+            if abs(value) > MAX_FIGURE:
+                rejected.append(f"{pod} line {number}: {name}={value:g} out of range")
+                continue
+            samples.append((name, labels, value))
+    return samples, rejected
+
+
+def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: dict[int, str] | None = None,
+                      rejected: tuple[str, ...] = ()) -> Sample:
     """Pod index → the text of its :9400/metrics. Training figures are job-wide in every pod's endpoint (the
     trainer exports the global-batch loss and job throughput); pod 0's are used, utilization is averaged. Each
-    chip's utilization and each pod's mean step time are kept too, named by `pod_names` (else the index)."""
+    chip's utilization and each pod's mean step time are kept too, named by `pod_names` (else the index). Lines
+    refused (read_page) are skipped and said in `rejected`, after the pages the shell refused whole."""
     first = min(texts) if texts else None
     figures: dict[int, dict[str, float]] = {}
     chips: list[ChipReading] = []
+    refused = list(rejected)
     for index, text in sorted(texts.items()):
         pod = (pod_names or {}).get(index, str(index))
         mine = figures.setdefault(index, {})
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == "ascend_trainer_npu_utilization_percent":
-                    chips.append(ChipReading(pod, str(sample.labels.get("device", "?")), sample.value))
-                elif sample.name in ("ascend_trainer_step", "ascend_trainer_loss", "ascend_trainer_tokens_per_second",
-                                     "ascend_trainer_step_seconds_sum", "ascend_trainer_step_seconds_count"):
-                    mine[sample.name.removeprefix("ascend_trainer_")] = sample.value
+        samples, bad = read_page(text, pod)
+        refused += bad
+        for name, labels, value in samples:
+            if name == UTILIZATION:
+                chips.append(ChipReading(pod, str(labels.get("device", "?"))[:64], value))
+            else:
+                mine[name.removeprefix("ascend_trainer_")] = value
     lead = figures.get(first, {}) if first is not None else {}
     per_pod = tuple(((pod_names or {}).get(index, str(index)), seconds) for index, values in sorted(figures.items())
                     if (seconds := _ratio(values.get("step_seconds_sum"), values.get("step_seconds_count"))))
@@ -77,7 +123,8 @@ def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: di
                   tokens_per_second=lead.get("tokens_per_second"),
                   step_seconds=_ratio(lead.get("step_seconds_sum"), lead.get("step_seconds_count")),
                   step_seconds_sum=lead.get("step_seconds_sum"), step_count=lead.get("step_seconds_count"),
-                  npu_percent=_mean([chip.percent for chip in chips]), chips=tuple(chips), pod_step_seconds=per_pod)
+                  npu_percent=_mean([chip.percent for chip in chips]), chips=tuple(chips), pod_step_seconds=per_pod,
+                  rejected_lines=len(refused), rejected=tuple(refused[:KEPT_REJECTIONS]))
 
 
 def prometheus_queries(namespace: str, pod_regex: str, first_pod: str) -> dict[str, str]:
@@ -113,14 +160,20 @@ def _finite(value: float) -> bool:
     return value == value and value not in (float("inf"), float("-inf"))
 
 
+def _readable(value: float) -> bool:
+    return _finite(value) and abs(value) <= MAX_FIGURE
+
+
 def from_prometheus(values: dict[str, float | None], sampled_at: datetime,
                     vectors: dict[str, list[tuple[dict, float]]] | None = None) -> Sample:
-    """Scalar answers by figure, and the (labels, value) series of prometheus_vector_queries."""
+    """Scalar answers by figure, and the (labels, value) series of prometheus_vector_queries; a value that is not
+    finite, or past MAX_FIGURE, is no value."""
     vectors = vectors or {}
+    values = {key: value if value is not None and _readable(value) else None for key, value in values.items()}
     chips = tuple(ChipReading(labels.get("pod_name", "?"), labels.get("id", "?"), value)
-                  for labels, value in vectors.get("chips", ()) if _finite(value))
+                  for labels, value in vectors.get("chips", ()) if _readable(value))
     per_pod = tuple(sorted((labels.get("pod", "?"), value) for labels, value in vectors.get("pod_step_seconds", ())
-                           if _finite(value) and value > 0))
+                           if _readable(value) and value > 0))
     return Sample("prometheus", sampled_at, step=values.get("step"), loss=values.get("loss"),
                   tokens_per_second=values.get("tokens_per_second"), step_seconds=values.get("step_seconds"),
                   npu_percent=values.get("npu_percent"), hbm_percent=values.get("hbm_percent"),

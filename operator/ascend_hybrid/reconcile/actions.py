@@ -117,9 +117,11 @@ class WriteRankTable:
 
 @dataclass(frozen=True)
 class GrantLaunchers:
-    """Let the pods' ServiceAccount read and write the LauncherChannels of its namespace (the namespace's launcher
-    Role and the ServiceAccount's RoleBinding to it): with the rank table completed, before the launchers start
-    their ranks. Their first report makes `<job>-recovery` when the operator has not written it (generation 0)."""
+    """Let the job's launchers, and only them, read and write its LauncherChannel `<job>-recovery`: the channel,
+    the job's own ServiceAccount (when the pods run as it), Role `<job>-launcher` on that one channel and its
+    RoleBinding to `service_account`, each created where missing (render.launcher_grant). Made with the children,
+    before the pods (which cannot be created without their ServiceAccount); checked again, at most once a minute,
+    when the rank table completes and with every SignalLaunchers."""
 
     service_account: str
 
@@ -127,9 +129,9 @@ class GrantLaunchers:
 @dataclass(frozen=True)
 class SignalLaunchers:
     """Write the rank generation every launcher must run into the job's LauncherChannel `<job>-recovery`
-    (server-side apply of that one key), and grant the pods' ServiceAccount the channel as GrantLaunchers does.
-    A launcher whose ranks run an older generation stops them and starts them again (recovery.py). Generation 0
-    without a world is what a missing channel means: no write for it."""
+    (server-side apply of that one key), and check the launchers' grant as GrantLaunchers does. A launcher whose
+    ranks run an older generation stops them and starts them again (recovery.py). Generation 0 without a world is
+    what a channel without the key means: no write for it."""
 
     generation: int
     service_account: str

@@ -11,7 +11,7 @@ says the old world, take the new one from the `world` key written beside the ran
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.podview import attempt_of, is_deleting, labels_of, pod_index
@@ -22,10 +22,23 @@ from ascend_hybrid.reconcile.state import Pass
 
 def kept_names(p: Pass) -> list[str]:
     """The kept pods of the current attempt by index ('' where a pod was made again since); [] when none."""
-    state = p.status.get("recovery") or {}
-    if not state.get("kept") or state.get("keptAttempt") != p.status.get("attempt"):
+    return kept_in(p.status)
+
+
+def kept_in(status: Mapping) -> list[str]:
+    state = status.get("recovery") or {}
+    if not state.get("kept") or state.get("keptAttempt") != status.get("attempt"):
         return []
     return [str(name or "") for name in state["kept"]]
+
+
+def members(status: Mapping, pods: Iterable[dict]) -> dict[str, str]:
+    """Pod name → UID of every live pod of the job's current attempt (made for it, or kept into it): the pods whose
+    launchers' reports the operator reads."""
+    attempt = int(status.get("attempt") or 1)
+    kept = set(kept_in(status)) - {""}
+    return {pod["metadata"]["name"]: str(pod["metadata"].get("uid") or "") for pod in pods
+            if not is_deleting(pod) and (attempt_of(pod) == attempt or pod["metadata"]["name"] in kept)}
 
 
 def keep(p: Pass, pods: Iterable[dict]) -> None:
@@ -113,7 +126,7 @@ def launcher_world(p: Pass, pods: Iterable[dict]) -> str | None:
 
 
 def service_account(p: Pass) -> str:
-    return p.resolved.spec.template.service_account_name or "default"
+    return render.service_account(p.resolved)
 
 
 def signal(p: Pass, generation: int) -> SignalLaunchers:

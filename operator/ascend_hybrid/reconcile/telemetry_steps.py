@@ -28,7 +28,7 @@ def record_telemetry(p: Pass) -> None:
         if p.status.get("plan"):
             p.status["plan"] = strategy.measured(p.status["plan"], p.status["training"], p.status["utilization"],
                                                  (sample.step_seconds_sum, sample.step_count))
-        p.cond("MetricsAvailable", True, "Sampled", f"read from {sample.source}")
+        record_rejections(p, sample)
         record_anomalies(p, sample)
         return
     error = cast(str, sample.error)  # not None: Sample.ok is `error is None`
@@ -39,6 +39,19 @@ def record_telemetry(p: Pass) -> None:
     if previous is None or previous["status"] == "True" or previous["reason"] == "NoDataYet":
         p.d.emit("Warning", "MetricsUnavailable", f"{error}; training and utilization figures go stale")
     p.cond("MetricsAvailable", False, "SourceUnreachable", error)
+
+
+def record_rejections(p: Pass, sample: Sample) -> None:
+    """MetricsAvailable, saying when lines or pages of the source were refused (skipped, the rest read): one
+    Warning event when that begins."""
+    if not sample.rejected:
+        p.cond("MetricsAvailable", True, "Sampled", f"read from {sample.source}")
+        return
+    message = (f"read from {sample.source}, {sample.rejected_lines or len(sample.rejected)} lines or pages "
+               f"refused and skipped: {'; '.join(sample.rejected)}")
+    if (condition(p.status, "MetricsAvailable") or {}).get("reason") != "PartlyRefused":
+        p.d.emit("Warning", "MetricsRefused", message)
+    p.cond("MetricsAvailable", True, "PartlyRefused", message)
 
 
 def record_anomalies(p: Pass, sample: Sample) -> None:

@@ -32,6 +32,7 @@ MAX_SEED = 2 ** 32 - 1  # the trainer seeds numpy's RandomState and MindSpore's 
 MAX_TOPOLOGY_TIERS = 16
 MAX_POLICY_RULES = 32  # bounds the CEL cost of the failure-policy rules
 MAX_PIPELINE_LAYERS = 1024  # bounds the CEL cost of summing spec.parallelism.pipelineLayers
+MAX_TEMPLATE_ANNOTATIONS = 256  # bounds the CEL cost of naming a reserved annotation key (spec/field_rules.py)
 
 DEFAULT_TRAINER_IMAGE = "ascend-hybrid/trainer:0.1.0"
 RAW_OBJECT: JsonDict = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -254,8 +255,9 @@ class Training(ApiModel):
 class TemplateMetadata(ApiModel):
     labels: dict[str, str] = Field(default_factory=dict)
     """Labels copied onto every pod."""
-    annotations: dict[str, str] = Field(default_factory=dict)
-    """Annotations copied onto every pod."""
+    annotations: dict[str, str] = Field(default_factory=dict, max_length=MAX_TEMPLATE_ANNOTATIONS)
+    """Annotations copied onto every pod; none under the prefixes the Ascend device plugin, Volcano, Kueue and the
+    operator write on the pods."""
 
 
 class ComputeResources(ApiModel):

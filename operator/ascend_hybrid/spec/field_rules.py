@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ascend_hybrid.contracts.ascend import RACK_LABEL
+from ascend_hybrid.contracts import kueue, names
+from ascend_hybrid.contracts.ascend import (
+    DEVICE_PLUGIN_PREFIXES,
+    PREDICATE_TIME_ANNOTATION,
+    RACK_LABEL,
+    VOLCANO_GROUP_ANNOTATION,
+    VOLCANO_PREFIX,
+)
 from ascend_hybrid.spec import k8s_validation as k8s
 from ascend_hybrid.spec.api import AscendHybridJobSpec
 from ascend_hybrid.spec.cel import cel_format, cel_full_match, cel_string
@@ -72,6 +79,28 @@ def _topology_tiers(e: ResolvedJob) -> str | None:
     return _shown(_TIER_TEXT, bad[0]) if bad else None
 
 
+# Annotation keys a pod's template may not set: those the Ascend device plugin, Volcano and Kueue write on the pods
+# (the operator reads the device plugin's for the chips a pod holds and the rank table), and the operator's own.
+RESERVED_ANNOTATION_PREFIXES = (*DEVICE_PLUGIN_PREFIXES, VOLCANO_PREFIX, f"{kueue.GROUP}/", f"{names.GROUP}/")
+RESERVED_ANNOTATION_KEYS = (VOLCANO_GROUP_ANNOTATION, PREDICATE_TIME_ANNOTATION, names.RANK_INDEX_ANNOTATION)
+_RESERVED_TEXT = ("spec.template.metadata.annotations: key \"%s\" is reserved: the Ascend device plugin, Volcano, "
+                  "Kueue and the operator write it on the pods themselves (prefixes "
+                  f"{', '.join(RESERVED_ANNOTATION_PREFIXES)}; keys {', '.join(RESERVED_ANNOTATION_KEYS)})")
+
+
+def reserved_annotation(key: str) -> bool:
+    return key.startswith(RESERVED_ANNOTATION_PREFIXES) or key in RESERVED_ANNOTATION_KEYS
+
+
+def _reserved_annotations(e: ResolvedJob) -> str | None:
+    reserved = [key for key in e.spec.template.metadata.annotations if reserved_annotation(key)]
+    return _shown(_RESERVED_TEXT, reserved[0]) if reserved else None
+
+
+_CEL_ANNOTATIONS = "self.template.metadata.annotations"
+_CEL_RESERVED = " || ".join([*(f"k.startsWith({cel_string(prefix)})" for prefix in RESERVED_ANNOTATION_PREFIXES),
+                             *(f"k == {cel_string(key)}" for key in RESERVED_ANNOTATION_KEYS)])
+
 _LONG_PREFIX = "^[^/]{" + str(k8s.DNS1123_SUBDOMAIN_MAX + 1) + ",}/"  # a prefix over 253 characters
 _CEL_TIER_OK = f"{cel_full_match('t', k8s.LABEL_KEY)} && !t.matches({cel_string(_LONG_PREFIX)})"
 _CEL_IMAGE = "self.template.image"
@@ -91,6 +120,9 @@ FIELD_RULES: tuple[Rule, ...] = (
     Rule(_queue, f"!has(self.scheduling.queue) || (size(self.scheduling.queue) <= {k8s.LABEL_VALUE_MAX} && "
                  f"{cel_full_match('self.scheduling.queue', k8s.DNS1123_SUBDOMAIN)})",
          cel_format(_QUEUE_TEXT, "self.scheduling.queue")),
+    Rule(_reserved_annotations,
+         f"!has(self.template.metadata.annotations) || {_CEL_ANNOTATIONS}.all(k, !({_CEL_RESERVED}))",
+         cel_format(_RESERVED_TEXT, f"{_CEL_ANNOTATIONS}.filter(k, {_CEL_RESERVED})[0]")),
     Rule(_topology_tiers,
          f"!has(self.scheduling.topologyTiers) || self.scheduling.topologyTiers.all(t, {_CEL_TIER_OK})",
          cel_format(_TIER_TEXT, f"self.scheduling.topologyTiers.filter(t, !({_CEL_TIER_OK}))[0]")),

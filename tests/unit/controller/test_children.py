@@ -24,7 +24,15 @@ KEY = ("default", "job")
 class FakeKube:
     def __init__(self, allocated_for: int = 0):
         self.applied, self.created, self.slices_deleted = [], [], []
+        self.made: list[dict] = []            # the launchers' grant and channel (Kube.create)
+        self.legacy_deleted: list[str] = []   # namespaces whose namespace-wide launcher Role was deleted
         self.allocated_for = allocated_for  # creates refused as "already allocated" before the IP is free
+
+    def create(self, manifest):
+        self.made.append(manifest)
+
+    def delete_legacy_launcher_role(self, namespace):
+        self.legacy_deleted.append(namespace)
 
     def apply(self, manifest):
         self.applied.append(manifest)
@@ -210,56 +218,99 @@ def test_refused_dns_records_cost_only_the_names_not_the_table_or_the_children()
     children.write_dns_records(ctl, KEY, ({"kind": "EndpointSlice", "metadata": {"name": "job-dns-0"}},))
 
 
-def a_signal(generation: int, account: str = "default") -> SignalLaunchers:
+def a_signal(generation: int, account: str = "job-launcher") -> SignalLaunchers:
     return SignalLaunchers(generation=generation, service_account=account)
 
 
-def test_the_launchers_grant_is_the_namespaces_not_the_jobs(monkeypatch):
-    """A start grants (the rank table completed: no channel yet, it means generation 0); a restart's signal
-    applies the channel and grants. The namespace's Role and the ServiceAccount's RoleBinding are applied once per
-    GRANT_RECHECK_SECONDS for every job of the namespace that runs as that account: none owned by a job."""
+def kinds_and_names(manifests) -> list[tuple[str, str]]:
+    return [(m["kind"], m["metadata"]["name"]) for m in manifests]
+
+
+def test_each_job_gets_a_grant_of_its_own_channel_only(monkeypatch):
+    """The children come with the job's channel, its own ServiceAccount (the pods name none), a Role on that one
+    channel by name and the binding of the account to it, all owned by the job and only ever created; the
+    namespace-wide Role of older operators goes, once per namespace. A restart's signal checks the grant again
+    once GRANT_RECHECK_SECONDS passed."""
     clock = [100.0]
     monkeypatch.setattr(children.time, "monotonic", lambda: clock[0])
     kube = FakeKube()
     ctl = controller(kube)
     body = two_pod_body(1)
-    children.grant_launchers(ctl, "default", "default")
-    role, binding = kube.applied
+    children.ensure_children(ctl, KEY, body, resolved(body))
+    assert kinds_and_names(kube.made) == [("LauncherChannel", "job-recovery"), ("ServiceAccount", "job-launcher"),
+                                          ("Role", "job-launcher"), ("RoleBinding", "job-launcher")]
+    channel, _, role, binding = kube.made
+    assert channel["data"] == {}  # generation 0: no key
     assert role["rules"] == [{"apiGroups": [names.GROUP], "resources": ["launcherchannels"],
-                              "verbs": ["get", "list", "watch", "patch", "create"]}]
-    assert (binding["metadata"]["name"], binding["roleRef"]["name"], binding["subjects"]) == (
-        "ascend-hybrid-launcher-default", names.LAUNCHER_ROLE,
-        [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}])
-    assert all("ownerReferences" not in m["metadata"] for m in (role, binding))
+                              "resourceNames": ["job-recovery"], "verbs": ["get", "watch", "patch"]}]
+    assert (binding["roleRef"]["name"], binding["subjects"]) == (
+        "job-launcher", [{"kind": "ServiceAccount", "name": "job-launcher", "namespace": "default"}])
+    assert all(m["metadata"]["ownerReferences"][0]["uid"] == "u" for m in kube.made)
+    assert kube.legacy_deleted == ["default"]
     children.signal_launchers(ctl, KEY, body, a_signal(1))
-    (channel,) = kube.applied[2:]  # the grant is fresh: the channel only
-    assert (channel["kind"], channel["metadata"]["name"], channel["data"]) == (
-        "LauncherChannel", "job-recovery", {"generation": "1"})
-    assert channel["metadata"]["ownerReferences"][0]["uid"] == "u"
-    other = {**body, "metadata": {**body["metadata"], "name": "other", "uid": "u2"}}
-    children.grant_launchers(ctl, "default", "default")
-    assert len(kube.applied) == 3  # another job, the same grant
-    children.signal_launchers(ctl, ("default", "other"), other, a_signal(1, "trainer"))
-    assert [m["metadata"]["name"] for m in kube.applied[3:]] == [
-        "other-recovery", names.LAUNCHER_ROLE, "ascend-hybrid-launcher-trainer"]  # another account: its binding
+    assert len(kube.made) == 4 and kinds_and_names(kube.applied[-1:]) == [("LauncherChannel", "job-recovery")]
+    assert kube.applied[-1]["data"] == {"generation": "1"}
     clock[0] += children.GRANT_RECHECK_SECONDS
     children.signal_launchers(ctl, KEY, body, a_signal(2))
-    assert [m["kind"] for m in kube.applied[6:]] == ["LauncherChannel", "Role", "RoleBinding"]  # a deleted one returns
+    assert len(kube.made) == 8  # a deleted one returns
+    other = {**body, "metadata": {**body["metadata"], "name": "other", "uid": "u2"}}
+    children.grant_launchers(ctl, ("default", "other"), other, "trainer")
+    assert kinds_and_names(kube.made[8:]) == [("LauncherChannel", "other-recovery"), ("Role", "other-launcher"),
+                                              ("RoleBinding", "other-launcher-trainer")]  # the user's account
+    assert kube.legacy_deleted == ["default"]
+
+
+def test_a_job_made_again_under_its_name_gets_its_grant_at_once(monkeypatch):
+    """The grant of a deleted job went with it (owner references): one made again under the same name within
+    GRANT_RECHECK_SECONDS is a new job (another uid), and its pods need their ServiceAccount before they exist."""
+    monkeypatch.setattr(children.time, "monotonic", lambda: 100.0)
+    kube = FakeKube()
+    ctl = controller(kube)
+    body = two_pod_body(1)
+    children.ensure_children(ctl, KEY, body, resolved(body))
+    again = {**body, "metadata": {**body["metadata"], "uid": "u-again"}}
+    children.ensure_children(ctl, KEY, again, resolved(again))
+    assert len(kube.made) == 8 and kube.made[4]["metadata"]["ownerReferences"][0]["uid"] == "u-again"
 
 
 def test_a_refused_grant_costs_the_in_place_rungs_only(monkeypatch):
     kube = FakeKube()
-    applied = kube.apply
 
     def refuse_roles(manifest):
         if manifest["kind"] == "Role":
-            raise Refused(ApiException(status=403, reason="Forbidden"), "apply", "roles")
-        return applied(manifest)
+            raise Refused(ApiException(status=403, reason="Forbidden"), "create", "roles")
+        kube.made.append(manifest)
 
-    kube.apply = refuse_roles
+    kube.create = refuse_roles
     ctl = controller(kube)
     children.signal_launchers(ctl, KEY, two_pod_body(1), a_signal(2))
     assert [m["kind"] for m in kube.applied] == ["LauncherChannel"]
     assert ctl.record_of(KEY).recovery_data == {"generation": "2"}
+    made = len(kube.made)
     children.signal_launchers(ctl, KEY, two_pod_body(1), a_signal(2))
-    assert [m["kind"] for m in kube.applied] == ["LauncherChannel"] * 2  # not tried again every pass
+    assert [m["kind"] for m in kube.applied] == ["LauncherChannel"] * 2 and len(kube.made) == made  # not every pass
+
+
+def test_a_refused_service_account_is_the_jobs_refusal_and_a_refused_role_is_not():
+    """Without its ServiceAccount no pod of the job can be made: that refusal is the job's (Authorized=False). A
+    Role or RoleBinding refused costs only the in-place rungs: the children are applied all the same."""
+    import pytest
+
+    def refusing(kind: str) -> FakeKube:
+        kube = FakeKube()
+
+        def create(manifest):
+            if manifest["kind"] == kind:
+                raise Refused(ApiException(status=403, reason="Forbidden"), "create", kind.lower() + "s")
+            kube.made.append(manifest)
+        kube.create = create
+        return kube
+    body = two_pod_body(1)
+    kube = refusing("ServiceAccount")
+    with pytest.raises(Refused):
+        children.ensure_children(controller(kube), KEY, body, resolved(body))
+    kube = refusing("Role")
+    ctl = controller(kube)
+    children.ensure_children(ctl, KEY, body, resolved(body))
+    assert ctl.record_of(KEY).children_generation == 1
+    assert [m["kind"] for m in kube.made] == ["LauncherChannel", "ServiceAccount", "RoleBinding"]

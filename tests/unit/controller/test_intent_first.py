@@ -41,6 +41,9 @@ class OrderKube:
             raise Killed
         return manifest
 
+    def create(self, manifest):  # the launchers' grant: fresh in these passes, so never called
+        self.calls.append(("create", manifest["kind"]))
+
     def read_config_map(self, namespace, name):
         return None
 
@@ -54,7 +57,7 @@ def run_pass(kube: OrderKube, monkeypatch) -> None:
     monkeypatch.setattr(loop, "decide", lambda observed: next(decisions, Decision(status=status)))
     controller = Controller(kube=kube, bound_indexes=Indexes(nodes=list, npu_pods=list, job_pods=lambda key: [],
                                                            device_infos=list))
-    controller.launcher_grants[("ns", "default")] = time.monotonic()  # its Role was applied before
+    controller.record_of(("ns", "job")).granted = ("u", time.monotonic())  # its grant was created before
     try:
         controller._reconcile(("ns", "job"), [])
     finally:

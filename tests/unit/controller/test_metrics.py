@@ -33,6 +33,19 @@ def test_each_new_last_failure_counts_once_by_cause():
     assert failures("metrics-ns", "HCCLExecTimeout") == before + 1
 
 
+def test_a_cause_outside_the_known_ones_is_counted_as_unknown():
+    """A trainer may write any CamelCase cause into its termination record: the metric's label set stays closed."""
+    from prometheus_client import REGISTRY
+
+    job = {"metadata": {"name": "j", "creationTimestamp": "2026-11-29T12:00:00Z"}}
+    before = failures("odd-ns", "Unknown")
+    metrics.record_transition("odd-ns", job, {"phase": "Running"},
+                              {"phase": "Restarting", "lastFailure": {"cause": "MadeUpByThePod", "attempt": 1}})
+    assert failures("odd-ns", "Unknown") == before + 1
+    assert REGISTRY.get_sample_value("ascend_hybrid_job_failures_total",
+                                     {"namespace": "odd-ns", "cause": "MadeUpByThePod"}) is None
+
+
 def recovery_count(rung: str, cause: str) -> tuple[float, float]:
     metrics.RECOVERY_SECONDS.labels(rung=rung, cause=cause)
     samples = {sample.name: sample.value for sample in metrics.RECOVERY_SECONDS.collect()[0].samples

@@ -29,7 +29,7 @@ def prometheus_answers(url: str) -> str:
 def test_prometheus_gives_the_attempts_chips_and_pod_step_times(monkeypatch):
     source = TelemetrySource("http://127.0.0.1:9")
     asked = []
-    monkeypatch.setattr(source, "_get", lambda url: asked.append(url) or prometheus_answers(url))
+    monkeypatch.setattr(source, "_get", lambda url, limit=0: asked.append(url) or prometheus_answers(url))
     sample = source.sample("ns", "job", 2, [])
     assert sample.ok and sample.step == 42
     assert [(c.pod, c.chip, c.percent) for c in sample.chips] == [("job-a2-0", "0", 91.0), ("job-a2-1", "5", 14.0)]
@@ -52,7 +52,7 @@ def test_trainer_endpoints_name_their_pods(monkeypatch):
              "status": {"phase": "Running", "podIP": f"127.16.0.{i + 1}"}} for i in range(2)]
     texts = {"127.16.0.1": trainer_text([1.0, 1.0], 88), "127.16.0.2": trainer_text([3.0, 3.0], 12)}
     source = TelemetrySource()
-    monkeypatch.setattr(source, "_get", lambda url: texts[urllib.parse.urlparse(url).hostname])
+    monkeypatch.setattr(source, "_get", lambda url, limit=0: texts[urllib.parse.urlparse(url).hostname])
     sample = source.sample("ns", "job", 1, pods)
     assert [(c.pod, c.chip, c.percent) for c in sample.chips] == [("job-a1-0", "3", 88.0), ("job-a1-1", "3", 12.0)]
     assert sample.pod_step_seconds == (("job-a1-0", 1.0), ("job-a1-1", 3.0))

@@ -782,7 +782,7 @@ def test_a_rank_that_died_restarts_every_rank_in_place():
     body, table = running_job()
     decision = failed_rank_one(body, table)
     assert kinds(decision).count("delete_pods") == 0 and "write_rank_table" not in kinds(decision)
-    assert action(decision, "signal_launchers") == SignalLaunchers(1, "default")
+    assert action(decision, "signal_launchers") == SignalLaunchers(1, "demo-launcher")
     status = decision.status
     assert (status["attempt"], status["restarts"], status["phase"]) == (1, 1, "Restarting")
     assert status["recovery"] == {"generation": 1, "rung": "RestartRanks"}
@@ -956,7 +956,7 @@ def test_a_failure_policy_rule_can_ask_for_the_gang_or_fail_and_close_the_incide
 def test_the_channel_is_written_level_based():
     body, table = running_job(recovery={"generation": 3})
     decision = ladder_pass(body, table, [said(0, "Started", 3), said(1, "Started", 3)], launcher_generation=-1)
-    assert action(decision, "signal_launchers") == SignalLaunchers(3, "default")
+    assert action(decision, "signal_launchers") == SignalLaunchers(3, "demo-launcher")
     fresh = ladder_pass(body, table, [], launcher_generation=None)
     fresh_missing = dataclasses.replace(observe(body, pods=[live(0), live(1)], rank_table=table),
                                         launcher_generation=None)
@@ -965,13 +965,13 @@ def test_the_channel_is_written_level_based():
 
 
 def test_a_start_grants_the_launchers_and_writes_no_channel():
-    """Generation 0 is what a missing channel means: the start that completes the table grants the pods'
-    ServiceAccount the channel and writes none (the first launcher's report makes it); a channel holding only
-    reports (no generation key) needs no write either."""
+    """Generation 0 is what a channel without the key means: the start that completes the table checks the
+    launchers' grant (the job's own ServiceAccount: the template names none) and writes no generation; a channel
+    holding only reports needs no write either."""
     starting = job(status=placed_status(phase="Starting"))
     fresh = decide(dataclasses.replace(observe(starting, pods=[live(0), live(1)]), launcher_generation=None))
     assert "write_rank_table" in kinds(fresh) and "signal_launchers" not in kinds(fresh)
-    assert action(fresh, "grant_launchers") == GrantLaunchers("default")
+    assert action(fresh, "grant_launchers") == GrantLaunchers("demo-launcher")  # the job's own ServiceAccount
     assert fresh.status["phase"] == "Running"
     body, table = running_job()
     reports = dict([said(0, "Started"), said(1, "Started")])
@@ -1163,3 +1163,19 @@ def test_a_placement_kept_out_by_the_device_plugins_mode_says_so_in_its_reason()
     assert events(outcome) == [("Warning", "DevicePluginVolcanoMode")]
     placed = next(c for c in outcome.status["conditions"] if c["type"] == "Placed")
     assert (placed["status"], placed["reason"]) == ("False", "DevicePluginVolcanoMode")
+
+
+def test_a_metrics_page_with_refused_lines_is_read_and_says_so_once():
+    from ascend_hybrid.monitoring.progress import from_trainer_text
+    body = demo().section("training", steps=200).status(placed_status(phase="Running")).build()
+    completed = next(a.table for a in decide(observe(body, pods=both())).actions if isinstance(a, WriteRankTable))
+    page = "ascend_trainer_step abc\nascend_trainer_loss 2.5\n"
+    sample = from_trainer_text({0: page}, NOW, {0: "job-a1-0"})
+    first = decide(Observed(**{**observe(body, pods=both(), rank_table=completed).__dict__, "telemetry": sample}))
+    assert first.status["training"]["loss"] == 2.5 and first.status["phase"] == "Running"
+    metrics = next(c for c in first.status["conditions"] if c["type"] == "MetricsAvailable")
+    assert (metrics["status"], metrics["reason"]) == ("True", "PartlyRefused") and "job-a1-0 line 1" in metrics["message"]
+    assert [e for e in events(first) if e[1] == "MetricsRefused"] == [("Warning", "MetricsRefused")]
+    again = decide(Observed(**{**observe(demo().section("training", steps=200).status(first.status).build(),
+                                         pods=both(), rank_table=completed).__dict__, "telemetry": sample}))
+    assert not [e for e in events(again) if e[1] == "MetricsRefused"]  # one event, not one per reading

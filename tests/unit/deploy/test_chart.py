@@ -20,6 +20,7 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
+from ascend_hybrid.contracts import names
 from ascend_hybrid.controller import (
     handlers,  # noqa: F401 - importing it registers the operator's kopf handlers
     kube,
@@ -49,9 +50,10 @@ KUBE_PY_CALLS = {
     "list_node": {("", "nodes", "list"), ("", "nodes", "watch")},
     "get_namespaced_custom_object": {("hybrid.ascend.dev", "ascendhybridjobs", "get"),
                                      ("hybrid.ascend.dev", "launcherchannels", "get")},
-    # LauncherChannel <job>-recovery, only ever by server-side apply.
+    # LauncherChannel <job>-recovery: created with the children, its generation by server-side apply.
     "patch_namespaced_custom_object": {("hybrid.ascend.dev", "launcherchannels", "patch"),
                                        ("hybrid.ascend.dev", "launcherchannels", "create")},
+    "create_namespaced_custom_object": {("hybrid.ascend.dev", "launcherchannels", "create")},
     "patch_namespaced_custom_object_status": {("hybrid.ascend.dev", "ascendhybridjobs/status", "patch")},
     "delete_namespaced_custom_object": {("hybrid.ascend.dev", "ascendhybridjobs", "delete")},
     # Only ever called as server-side apply: an object that does not exist yet is created by the patch.
@@ -77,12 +79,15 @@ KUBE_PY_CALLS = {
     # --network-policy: <job>-network by server-side apply.
     "patch_namespaced_network_policy": {("networking.k8s.io", "networkpolicies", "patch"),
                                         ("networking.k8s.io", "networkpolicies", "create")},
-    # The launchers' grant: the namespace's ascend-hybrid-launcher Role and its RoleBindings by server-side apply.
-    "patch_namespaced_role": {("rbac.authorization.k8s.io", "roles", "patch"),
-                              ("rbac.authorization.k8s.io", "roles", "create")},
-    "patch_namespaced_role_binding": {("rbac.authorization.k8s.io", "rolebindings", "patch"),
-                                      ("rbac.authorization.k8s.io", "rolebindings", "create")},
+    # Each job's launchers' grant, only ever created: its own ServiceAccount, Role <job>-launcher, the RoleBinding.
+    "create_namespaced_service_account": {("", "serviceaccounts", "create")},
+    "create_namespaced_role": {("rbac.authorization.k8s.io", "roles", "create")},
+    "create_namespaced_role_binding": {("rbac.authorization.k8s.io", "rolebindings", "create")},
+    # The namespace-wide launcher Role of earlier versions, by its one name (NAMED_RULES).
+    "delete_namespaced_role": {("rbac.authorization.k8s.io", "roles", "delete")},
 }
+# Rules the chart limits to fixed names (resourceNames): (apiGroup, resource, verb) → the names.
+NAMED_RULES = {("rbac.authorization.k8s.io", "roles", "delete"): ["ascend-hybrid-launcher"]}
 # Kube's calls for queued jobs (get_workload, delete_workload), granted only with kueue.enabled. They reuse the
 # custom-object methods above, so test_the_kueue_calls_of_kube_py_are_known reads them by the resource they name.
 KUEUE_NEEDS = {("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "delete")}
@@ -252,6 +257,13 @@ def test_monitoring_objects_need_metrics(tmp_path):
     ({"replicaCount": 2, "leaderElection": {"enabled": False, "leaseDurationSeconds": 10, "renewDeadlineSeconds": 7,
                                             "retryPeriodSeconds": 2}}, "needs leaderElection.enabled"),
     ({"networkPolicy": {"enabled": "yes"}}, "networkPolicy"),
+    # Prometheus in any namespace, or any pod of its namespace: not a peer the chart admits
+    # (Helm merges a value into the default: null is how a key is taken out)
+    ({"networkPolicy": {"enabled": True, "prometheus": {"namespaceSelector": {"matchLabels": None}}}},
+     "namespaceSelector"),
+    ({"networkPolicy": {"enabled": True, "prometheus": {"namespaceSelector": None}}}, "namespaceSelector"),
+    ({"networkPolicy": {"enabled": True, "prometheus": {"podSelector": {"matchLabels": None}}}}, "podSelector"),
+    ({"jobPodLabels": {"enforced": True, "operatorUsernames": [""]}}, "operatorUsernames"),
 ])
 def test_values_schema_refuses_bad_values(tmp_path, values, complaint):
     with pytest.raises(chartgen.ChartError, match=complaint):
@@ -275,7 +287,7 @@ def test_deployment_runs_two_locked_down_replicas_behind_a_lease(rendered):
                                  "--device-plugin-mode=auto", "--device-plugin-namespace=kube-system",
                                  "--leader-elect", "--lease-name=ascend-hybrid-operator",
                                  "--lease-duration-seconds=10", "--lease-renew-deadline-seconds=7",
-                                 "--lease-retry-seconds=2"]
+                                 "--lease-retry-seconds=2", "--metrics-auth"]
     env = {entry["name"]: entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for entry in container["env"]}
     assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
     selector = deployment["spec"]["selector"]["matchLabels"]
@@ -338,6 +350,63 @@ def test_rbac_has_no_secrets_and_no_wildcards(variant, rendered):
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
 
 
+def test_role_and_binding_writes_are_creates_and_named_where_kubernetes_allows(rendered):
+    """The operator never patches, updates or deletes a Role or RoleBinding it did not name: it only creates its
+    jobs' (create cannot be limited by name: the name is not known when it is authorized), and deletes one Role by
+    name. Every rule of NAMED_RULES carries exactly its resourceNames."""
+    for variant in VARIANTS:
+        rules = [rule for role in objects_of(rendered[variant]) if role["kind"] in ROLE_KINDS
+                 and role["metadata"]["name"] != METRICS_READER for rule in role["rules"]]
+        rbac = [rule for rule in rules if "rbac.authorization.k8s.io" in rule["apiGroups"]]
+        verbs = {verb for rule in rbac for verb in rule["verbs"]}
+        assert verbs == {"create", "delete"}, (variant, rbac)
+        for rule in rules:
+            for need in {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}:
+                if need in NAMED_RULES:
+                    assert rule.get("resourceNames") == NAMED_RULES[need], (variant, rule)
+
+
+def test_metrics_are_authenticated_by_default_and_the_switch_is_documented(rendered, tmp_path):
+    objects = objects_of(rendered["chart-default"])
+    assert "--metrics-auth" in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    one(objects, "ClusterRole", METRICS_READER)
+    off = objects_of(render_with(tmp_path, {"metrics": {"enabled": True, "port": 8080, "auth": {"enabled": False}}}))
+    assert "--metrics-auth" not in one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    install = (Path(__file__).parents[3] / "docs" / "install.md").read_text()
+    assert "metrics.auth.enabled=false" in install
+
+
+def test_prometheus_is_admitted_from_its_own_namespace_by_default(tmp_path):
+    objects = objects_of(render_with(tmp_path, {"networkPolicy": {"enabled": True}}))
+    args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    (peers,) = [json.loads(arg.split("=", 1)[1]) for arg in args if arg.startswith("--metrics-peers=")]
+    assert peers[1] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    assert all(peer["namespaceSelector"] and peer["podSelector"] for peer in peers)
+
+
+def test_only_the_operator_may_label_a_pod_a_member_of_a_job(rendered, tmp_path):
+    """The ValidatingAdmissionPolicy that keeps the labels the operator and the NetworkPolicy trust the operator's:
+    its ServiceAccount (and operatorUsernames) may set them; the binding follows the watched namespaces."""
+    objects = objects_of(rendered["chart-default"])
+    policy = one(objects, "ValidatingAdmissionPolicy")
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (["pods"], ["CREATE", "UPDATE"])
+    (validation,) = policy["spec"]["validations"]
+    assert 'request.userInfo.username in ["system:serviceaccount:ascend-hybrid-system:ascend-hybrid-operator"]' in \
+        validation["expression"]
+    assert names.GROUP + "/" in policy["spec"]["variables"][0]["expression"]
+    binding = one(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    scoped = objects_of(rendered["chart-namespaced-monitoring"])
+    selector = one(scoped, "ValidatingAdmissionPolicyBinding")["spec"]["matchResources"]["namespaceSelector"]
+    assert selector["matchExpressions"][0]["values"] == ["team-a", "team-b"]
+    more = objects_of(render_with(tmp_path, {"jobPodLabels": {"enforced": True, "operatorUsernames": ["me"]}}))
+    assert '"me"' in one(more, "ValidatingAdmissionPolicy")["spec"]["validations"][0]["expression"]
+    off = objects_of(render_with(tmp_path, {"jobPodLabels": {"enforced": False}}))
+    assert not [o for o in off if o["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
 def test_one_replica_without_a_lease_is_recreated_and_has_no_budget(tmp_path):
     objects = objects_of(render_with(tmp_path, {"replicaCount": 1, "leaderElection": {
         "enabled": False, "leaseDurationSeconds": 10, "renewDeadlineSeconds": 7, "retryPeriodSeconds": 2}}))
@@ -398,12 +467,14 @@ def test_every_api_call_of_leader_election_and_metrics_auth_is_known():
     assert calls_of(metrics_auth, r"self\.auth[nz]\.(\w+)") == set(METRICS_AUTH_CALLS)
 
 
-def operator_needs(namespaced: bool, secured: bool = False, with_kueue: bool = False) -> set[tuple[str, str, str]]:
-    calls = {name: needs for name, needs in KUBE_PY_CALLS.items() if secured or name not in NETWORK_POLICY_CALLS}
+def operator_needs(namespaced: bool, network_policy: bool = False, with_kueue: bool = False,
+                   metrics_auth: bool = True) -> set[tuple[str, str, str]]:
+    calls = {name: needs for name, needs in KUBE_PY_CALLS.items()
+             if network_policy or name not in NETWORK_POLICY_CALLS}
     needs = set().union(*calls.values()) | kopf_watch_needs() | KOPF_OWN_NEEDS | set(LEADER_CALLS.values())
     if '"blockOwnerDeletion": True' in Path(render.__file__).read_text():
         needs |= OWNER_REFERENCE_NEEDS
-    if secured:
+    if metrics_auth:  # on by default
         needs |= set(METRICS_AUTH_CALLS.values())
     return needs | (KOPF_NAMESPACED_NEEDS if namespaced else set()) | (KUEUE_NEEDS if with_kueue else set())
 
@@ -411,7 +482,7 @@ def operator_needs(namespaced: bool, secured: bool = False, with_kueue: bool = F
 @pytest.mark.parametrize("variant, namespaced, with_kueue", [
     ("chart-default", False, False), ("chart-namespaced-monitoring", True, False), ("chart-kueue", False, True)])
 def test_rbac_grants_exactly_what_the_operator_uses(variant, rendered, namespaced, with_kueue):
-    assert granted(objects_of(rendered[variant])) == operator_needs(namespaced, secured=namespaced,
+    assert granted(objects_of(rendered[variant])) == operator_needs(namespaced, network_policy=namespaced,
                                                                     with_kueue=with_kueue)
 
 
@@ -449,7 +520,7 @@ def test_cluster_mode_binds_everything_cluster_wide(rendered):
                                         "namespace": account["namespace"]}]
         one(objects, "ClusterRole", binding["roleRef"]["name"])
     crd_get = [rule for role in objects if role["kind"] == "ClusterRole" for rule in role["rules"]
-               if rule["resources"] == ["customresourcedefinitions"] and "get" in rule["verbs"]]
+               if rule.get("resources") == ["customresourcedefinitions"] and "get" in rule["verbs"]]
     assert crd_get == [{"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
                         "resourceNames": [crd.build()["metadata"]["name"], crd.build_channel()["metadata"]["name"]],
                         "verbs": ["get"]}]
@@ -504,6 +575,7 @@ def test_deploy_manifest_is_the_namespace_crd_and_chart():
     assert elsewhere == {(kind, "ascend-hybrid-operator-device-plugin", "kube-system") for kind in ("Role", "RoleBinding")}
     assert {o["kind"] for o in objects} == {"Namespace", "CustomResourceDefinition", "ServiceAccount",
                                            "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-                                           "Deployment", "PodDisruptionBudget"}
+                                           "Deployment", "PodDisruptionBudget", "ValidatingAdmissionPolicy",
+                                           "ValidatingAdmissionPolicyBinding"}
     for obj in objects:
         kubernetes_validate.validate(obj, KUBERNETES_SCHEMA, strict=True)
