@@ -216,6 +216,10 @@ RULE_CASES = [
      'spec.scheduling.schedulerName="my scheduler": must be a lowercase RFC 1123 subdomain (a scheduler name): '
      "lower case alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character "
      "(e.g. 'example.com')", spec_with(scheduling={"schedulerName": "volcano"})),
+    ("imagePullSecrets", spec_with(template={"imagePullSecrets": ["registry", "Registry Key"]}),
+     'spec.template.imagePullSecrets: "Registry Key" must be a lowercase RFC 1123 subdomain (a Secret name): '
+     "lower case alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character "
+     "(e.g. 'example.com')", spec_with(template={"imagePullSecrets": ["registry", "registry-key"]})),
     ("claimName", spec_with(training={"checkpoint": {"claimName": ""}}),
      'spec.training.checkpoint.claimName="": must be a lowercase RFC 1123 subdomain (a PersistentVolumeClaim name): '
      "lower case alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character "

@@ -402,6 +402,7 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
         gate=names.GANG_GATE if spec.scheduling.queue else None, node_name=bound_node(resolved, node),
         node_requirements=requirements, scheduler_name=spec.scheduling.scheduler_name,
         service_account_name=service_account(resolved), priority_class_name=template.priority_class_name,
+        image_pull_secrets=[{"name": name} for name in template.image_pull_secrets],
         node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
         image_pull_policy=template.image_pull_policy, command=template.command, args=template.args,
         env=pod_env(resolved, index, sched_ip), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,

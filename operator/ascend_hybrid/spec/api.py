@@ -267,6 +267,9 @@ class ComputeResources(ApiModel):
     """cpu/memory limits of the trainer container (NPUs come from npu.perPod)."""
 
 
+MAX_PULL_SECRETS = 16
+
+
 class Template(ApiModel):
     metadata: TemplateMetadata = Field(default_factory=TemplateMetadata)
     """Labels and annotations for every pod."""
@@ -293,7 +296,12 @@ class Template(ApiModel):
     tolerations: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"items": RAW_OBJECT})
     """Tolerations (Kubernetes Toleration), honoured by the operator's placement."""
     service_account_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX)
-    """ServiceAccount of the pods (a lowercase RFC 1123 subdomain)."""
+    """ServiceAccount of the pods (a lowercase RFC 1123 subdomain); empty: the job's own, `<job>-launcher`, which
+    may use nothing but the job's LauncherChannel and carries no image pull secrets of the namespace's default."""
+    image_pull_secrets: list[Annotated[str, Field(max_length=DNS1123_SUBDOMAIN_MAX)]] = Field(
+        default_factory=list, max_length=MAX_PULL_SECRETS)
+    """Secrets in the job's namespace the kubelet pulls the image with (the pods' imagePullSecrets, by name; at
+    most 16). The job's own ServiceAccount does not inherit those of the namespace's default one."""
     priority_class_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX)
     """PriorityClass of the pods (a lowercase RFC 1123 subdomain)."""
 

@@ -67,6 +67,16 @@ def _subdomain_rule(path: str, what: str, value_of: Callable[[AscendHybridJobSpe
     return Rule(check, f"{guard} || {cel_full_match(cel_path, k8s.DNS1123_SUBDOMAIN)}", cel_format(text, cel_path))
 
 
+_PULL_SECRET_TEXT = f"spec.template.imagePullSecrets: \"%s\" {_SUBDOMAIN_TEXT.format(what='a Secret')}"
+_CEL_PULL_SECRETS = "self.template.imagePullSecrets"
+_CEL_PULL_SECRET_OK = cel_full_match("s", k8s.DNS1123_SUBDOMAIN)
+
+
+def _pull_secrets(e: ResolvedJob) -> str | None:
+    bad = [name for name in e.spec.template.image_pull_secrets if k8s.dns1123_subdomain_errors(name)]
+    return _shown(_PULL_SECRET_TEXT, bad[0]) if bad else None
+
+
 def _queue(e: ResolvedJob) -> str | None:
     queue = e.spec.scheduling.queue
     if queue is None or (len(queue) <= k8s.LABEL_VALUE_MAX and not k8s.dns1123_subdomain_errors(queue)):
@@ -114,6 +124,8 @@ FIELD_RULES: tuple[Rule, ...] = (
     _subdomain_rule("spec.template.priorityClassName", "a PriorityClass", lambda s: s.template.priority_class_name,
                     ""),
     _subdomain_rule("spec.scheduling.schedulerName", "a scheduler", lambda s: s.scheduling.scheduler_name, ""),
+    Rule(_pull_secrets, f"!has({_CEL_PULL_SECRETS}) || {_CEL_PULL_SECRETS}.all(s, {_CEL_PULL_SECRET_OK})",
+         cel_format(_PULL_SECRET_TEXT, f"{_CEL_PULL_SECRETS}.filter(s, !{_CEL_PULL_SECRET_OK})[0]")),
     _subdomain_rule("spec.training.checkpoint.claimName", "a PersistentVolumeClaim",
                     lambda s: s.training.checkpoint.claim_name if s.training.checkpoint else None,
                     "!has(self.training.checkpoint)"),

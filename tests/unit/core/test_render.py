@@ -219,7 +219,7 @@ def full_spec() -> dict:
             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
             "nodeSelector": {"pool": "npu"},
             "tolerations": [{"key": "npu", "operator": "Exists", "effect": "NoSchedule"}],
-            "serviceAccountName": "trainer", "priorityClassName": "high",
+            "serviceAccountName": "trainer", "priorityClassName": "high", "imagePullSecrets": ["registry"],
         },
     }
 
@@ -268,6 +268,7 @@ def test_template_is_applied(full_pods):
                                        "kueue.x-k8s.io/retriable-in-group": "false"}
         assert spec["schedulerName"] == "volcano"
         assert spec["serviceAccountName"] == "trainer" and spec["priorityClassName"] == "high"
+        assert spec["imagePullSecrets"] == [{"name": "registry"}]
         assert spec["nodeSelector"] == {"pool": "npu"}
         assert spec["tolerations"] == [{"key": "npu", "operator": "Exists", "effect": "NoSchedule"}]
         [container] = spec["containers"]
@@ -286,7 +287,7 @@ def test_template_is_applied(full_pods):
 def test_defaults_leave_optional_fields_out(examples):
     pod = children_of(rules.parse(load(examples / "job.yaml")))[-1]
     spec, container = pod["spec"], pod["spec"]["containers"][0]
-    for key in ("schedulerName", "priorityClassName"):
+    for key in ("schedulerName", "priorityClassName", "imagePullSecrets"):
         assert key not in spec
     # no ServiceAccount named: the job's own, which no other pod of the namespace runs as
     assert spec["serviceAccountName"] == f"{pod['metadata']['ownerReferences'][0]['name']}-launcher"
