@@ -1,4 +1,4 @@
-"""Benchmark of the simulated Ascend cluster (issue 4), with the toolchain already built:
+"""Benchmark of the simulated Ascend cluster, with the toolchain already built:
 
   1. `dev-cluster up` for 4 nodes            (goal < 20 s)
   2. `dev-cluster up` for 256 nodes          (goal < 60 s)

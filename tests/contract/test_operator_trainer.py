@@ -55,7 +55,7 @@ def test_the_local_runner_takes_the_same_defaults():
 
 
 def test_a_job_with_defaults_and_the_local_runner_run_the_same_training():
-    """The user's check of issue 12: `local --data 2 --seed 11 --global-batch 8 --steps 20` must train exactly what
+    """The user's check: `local --data 2 --seed 11 --global-batch 8 --steps 20` must train exactly what
     a DP 2 job (tiny, seed 11, global batch 8, 20 steps) trains: the same config on both paths."""
     body = {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "metadata": {"name": "dp2"},
             "spec": {"parallelism": {"data": 2}, "npu": {"perPod": 1},
@@ -156,7 +156,7 @@ def test_the_job_json_of_every_planner_field_is_read_as_the_job_says():
 
 
 def test_the_job_json_of_context_parallelism_uneven_stages_and_the_seed_knobs_reaches_the_trainer():
-    """Issue 28's fields: CP, pipelineLayers, capacityFactor, auxLossWeight and gradientBucketMB, from the spec
+    """Fields that reach the trainer: CP, pipelineLayers, capacityFactor, auxLossWeight and gradientBucketMB, from the spec
     through job.json and AHJ_PARALLEL to the trainer's plan."""
     body = {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "metadata": {"name": "knobs"},
             "spec": {"parallelism": {"data": 2, "tensor": 2, "pipeline": 2, "context": 2, "microBatches": 4,

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 # the new rules of the table that CEL checks at admission (the others are Python only: map keys, free-form objects)
 CEL_CASES = {"image-empty", "image-whitespace", "image-uppercase", "serviceAccountName", "priorityClassName",
              "schedulerName", "claimName", "queue-name", "topologyTiers-label-key",
-             # issue 28: uneven stages (a list's sum: Kubernetes' CEL lists library), context parallelism, MoE knobs
+             # uneven stages (a list's sum: Kubernetes' CEL lists library), context parallelism, MoE knobs
              "pipelineLayers-per-stage", "pipelineLayers-sum", "pipelineLayers-even-model",
              "pipelineLayers-not-interleaved", "context-world", "context-flash-attention", "context-sequence",
              "capacityFactor-moe-only", "auxLossWeight-moe-only", "slidingWindow-context",

@@ -1,4 +1,4 @@
-"""Multi-tenant quotas through a real Kueue (issue 18): Kueue v0.17 built from its module, run by the dev cluster
+"""Multi-tenant quotas through a real Kueue: Kueue v0.17 built from its module, run by the dev cluster
 against the real apiserver, scheduler and kwok nodes; the operator as a real process.
 
 Each test gets its own namespace (labelled for Kueue), ClusterQueue and LocalQueue `team`, so quotas never leak

@@ -1,4 +1,4 @@
-"""The corpus of bad input (issue 16): one file per class under fixtures/bad-input/, the command that reads it and
+"""The corpus of bad input: one file per class under fixtures/bad-input/, the command that reads it and
 the exact `error:` lines it must give (exit code 2), with the field each names. test_bad_input runs them all.
 
 In commands and lines, {file} is the corpus file, {examples} deploy/examples; `stdin` feeds the file to `-f -`.

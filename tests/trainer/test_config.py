@@ -135,7 +135,7 @@ def test_the_environment_defaults_come_from_the_one_table():
 @pytest.mark.parametrize("job, message", [
     ({"training": {"steps": 0}}, "training.steps=0: must be >= 1"),
     ({"parallelism": {"data": "1"}}, "parallelism.data='1': must be an integer"),
-    # json.dumps writes a non-finite float as `Infinity`, which is not JSON (issue 16): refused by the reader
+    # json.dumps writes a non-finite float as `Infinity`, which is not JSON: refused by the reader
     ({"training": {"learningRate": 1e400}}, "job.json: Infinity is not JSON (a non-finite number); give a finite "
                                             "number"),
 ])

@@ -98,7 +98,7 @@ GQA_SWIGLU = {**MODEL, "kvHeads": 2, "ffnType": "swiglu"}
 
 
 def test_a_gqa_swiglu_dp2_job_matches_one_process(tmp_path):
-    """Issue 14's acceptance: the tiny preset with 2 key/value heads for its 8 query heads and a SwiGLU
+    """Grouped-query attention and SwiGLU train: the tiny preset with 2 key/value heads for its 8 query heads and a SwiGLU
     feed-forward, as a DP 2 job through the launcher, equals `local --data 1` of the same model to 1e-5 — loss
     and gradient norm at every step."""
     proc, processes, single_wall = run_local([

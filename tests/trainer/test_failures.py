@@ -138,7 +138,7 @@ def test_launcher_gives_up_on_a_rank_table_that_never_completes(tmp_path):
 
 
 def test_a_diverging_dp2_job_stops_at_the_step_it_diverged_with_numerical_divergence(tmp_path):
-    """Issue 15's measurement: the tiny preset at learning rate 1e6 goes from loss ~6.3 to ~2.4e13 at step 2 and
+    """Measured: the tiny preset at learning rate 1e6 goes from loss ~6.3 to ~2.4e13 at step 2 and
     stays finite. Both pods stop there — every rank sees the same global-batch loss — with NumericalDivergence."""
     spec = {"parallelism": {"data": 2}, "npu": {"chip": "910B", "perPod": 1}, "model": MODEL,
             "training": {"steps": 200, "globalBatchSize": 4, "seqLength": 32, "learningRate": 1e6}}

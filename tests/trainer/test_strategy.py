@@ -172,7 +172,7 @@ def test_the_mapping_and_the_launcher_do_not_import_mindspore():
     assert result.stdout.strip() == "False"
 
 
-# --- the fields the planner can choose (issue 14): Ascend mappings as pure data --------------------------------
+# --- the fields the planner can choose: Ascend mappings as pure data --------------------------------
 
 def test_sequence_parallel_splits_norms_and_residuals_along_the_tokens_and_reduce_scatters_the_row_outputs():
     job = {"parallelism": {"data": 2, "tensor": 4}, "training": {"sequenceParallel": True, "globalBatchSize": 4}}
@@ -257,7 +257,7 @@ def test_cpu_runs_selective_recompute_micro_batches_gqa_and_swiglu_but_not_flash
     check_runnable(plan, config.parallelism, "Ascend")
 
 
-# --- uneven pipeline stages, context parallelism, gradient buckets (issue 28) ------------------------------------
+# --- uneven pipeline stages, context parallelism, gradient buckets ------------------------------------
 
 def test_explicit_pipeline_layers_map_contiguous_blocks_of_those_sizes():
     """MindSpeed's --num-layer-list 17,20,22,21 for an 80-layer model on 4 stages (its Llama 3 70B script)."""

@@ -45,7 +45,7 @@ class NamedStore:
             return list(self._objects.values())
 
     def derived(self, name: str, build: Callable[[list[dict]], T]) -> T:
-        """`build(values())`, kept until the store changes: every pass of every job reads every node (issue 27:
+        """`build(values())`, kept until the store changes: every pass of every job reads every node (
         1 000 nodes and their deviceinfo rebuilt into dicts per pass were 14 % of the operator's samples).
         Callers must not mutate it."""
         with self._lock:

@@ -210,7 +210,7 @@ class Controller:
         """A watch event of the job. The echo of our own status write changes nothing (the pass that wrote it
         decided after it); anything else, from anyone, means the job must be read again, now. A job this process
         has no record of yet (a new job, or every job after a start) is what its event says: the first pass
-        decides on `body` instead of reading it once more (issue 27: a read less per job). Later events cannot
+        decides on `body` instead of reading it once more (a read less per job). Later events cannot
         be used so: one may be older than the version our own last write returned."""
         if not deleted and self.wrote_last(key, resource_version):
             return

@@ -70,7 +70,7 @@ def owner_references(job: str, uid: str) -> list[dict]:
 
 
 def needs_services(resolved: ResolvedJob) -> bool:
-    """A job of one pod has no Service (issue 27: two writes of its few): its MindSpore scheduler runs in that pod
+    """A job of one pod has no Service (two writes fewer of its few): its MindSpore scheduler runs in that pod
     and is reached at the pod's own IP (MS_SCHED_HOST from status.podIP), and no other pod looks up its name. An
     elastic job keeps them at any size: it may run again with more pods than it has now."""
     return resolved.pod_count > 1 or resolved.spec.elastic is not None

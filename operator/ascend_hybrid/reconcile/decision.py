@@ -289,7 +289,7 @@ def ran_before(status: dict) -> bool:
     """Whether this Running is a return: after a restart, a recovery or a resume (a later attempt). Only a return
     gets the Running event: the status keeps a job's first start (startTime, the Running and RankTableReady
     conditions, placement.summary naming the nodes) until it runs again, and events keep the history the status
-    overwrites — one write fewer for every job that never fails (issue 27)."""
+    overwrites — one write fewer for every job that never fails."""
     return int(status.get("attempt") or 1) > 1 or bool(status.get("restarts")) or bool(status.get("recoveries"))
 
 

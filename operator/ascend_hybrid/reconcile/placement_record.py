@@ -41,7 +41,7 @@ def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: 
         }
         message = f"attempt {attempt}: {_count(job.pod_count, 'pod')} on {spread}"
         set_condition(status, "Placed", True, "Placed", message, now, generation)
-        status["phase"], status["message"] = "Placing", message  # no event: Running names the nodes (issue 27)
+        status["phase"], status["message"] = "Placing", message  # no event: Running names the nodes
         if asked is not None and asked.data != job.data:
             for event in elastic_steps.shrunk(status, asked, job, now, generation):
                 outcome.emit(*event)

@@ -1,4 +1,4 @@
-"""Bad input everywhere a user gives it (issue 16): the corpus of one file per class, run through the installed
+"""Bad input everywhere a user gives it: the corpus of one file per class, run through the installed
 console script, and every subcommand driven with malformed files — always exit 2, `error:` lines naming the field
 or the file, never a traceback."""
 

@@ -51,7 +51,7 @@ def test_mindspore_missing_asks_the_interpreter_the_runtime_uses(monkeypatch):
 
 
 def test_the_demos_simulated_jobs_ask_for_step_times_at_their_predicted_pace(examples):
-    """So the demo's StepRatio column reads within the simulation's declared noise of 1 (issue 28)."""
+    """So the demo's StepRatio column reads within the simulation's declared noise of 1."""
     import yaml
 
     from ascend_hybrid.devcluster.telemetry import figures

@@ -39,7 +39,7 @@ def job_event(memo, event_type: str, resource_version: str, body: dict | None = 
 
 
 def test_a_jobs_first_event_is_its_first_pass_job_later_ones_mean_read_it_again(memo):
-    """Issue 27: the first pass of a job this process has not seen decides on the event's body (no GET); a later
+    """The first pass of a job this process has not seen decides on the event's body (no GET); a later
     event may be older than what our own last write returned, so it only drops the kept job."""
     controller = memo.controller
     first = {"metadata": {"name": "job", "namespace": "ns", "resourceVersion": "7"}, "spec": {"a": {"b": 1}}}
@@ -178,7 +178,7 @@ def test_a_status_of_pod_counts_alone_waits_for_the_coalescing_window_but_a_real
 
 
 def test_the_node_and_deviceinfo_maps_are_built_once_until_their_store_changes():
-    """Issue 27: every pass reads every node; the maps are kept by the stores until an object changes."""
+    """Every pass reads every node; the maps are kept by the stores until an object changes."""
     from ascend_hybrid.controller.clusterwatch import NamedStore
 
     store, builds = NamedStore(), []

@@ -199,7 +199,7 @@ def test_invalid_layouts_are_refused(kwargs):
         Layout(**kwargs)
 
 
-# --- context parallelism (issue 28): CP ranks right after TP, DP beyond them -----------------------------------
+# --- context parallelism: CP ranks right after TP, DP beyond them -----------------------------------
 
 @settings(max_examples=200, deadline=None)
 @given(layouts_strategy(), st.sampled_from([2, 4]))

@@ -429,7 +429,7 @@ def test_a_gangs_pods_made_from_one_render_are_each_the_pod_render_would_make():
 
 
 def test_a_job_of_one_pod_has_no_services_and_its_scheduler_is_the_pods_own_ip():
-    """Issue 27: two writes less per small job. Its MindSpore scheduler runs in its one pod (launcher.scheduler_host
+    """Two writes less per small job. Its MindSpore scheduler runs in its one pod (launcher.scheduler_host
     uses POD_IP there anyway), so MS_SCHED_HOST is the pod's IP and no Service or DNS name is made."""
     alone = resolved_of({"parallelism": {"data": 8}})
     objects = render.children(alone, "ns", UID, 1, ("node-0",), None)

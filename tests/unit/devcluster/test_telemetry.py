@@ -240,7 +240,7 @@ def test_the_simulated_trainer_exports_exactly_the_bundled_trainers_series():
     assert figures.STEP_SECONDS_BUCKETS == STEP_SECONDS_BUCKETS
 
 
-# Step times from the plan's prediction (issue 28) -------------------------------------------------------------------
+# Step times from the plan's prediction -------------------------------------------------------------------
 def test_a_pod_asking_for_the_prediction_steps_within_the_declared_noise_of_it():
     from dataclasses import replace
 

@@ -48,7 +48,7 @@ def test_all_runs_hold_their_median_fitted_and_held_out(scored):
     fitted = calibration.summary([s for s in scored if not s.run.held_out])
     held_out = calibration.summary([s for s in scored if s.run.held_out])
     assert fitted.median_abs_error <= 0.071 and held_out.median_abs_error <= 0.044
-    assert calibration.summary(scored).median_abs_error <= 0.06  # issue 28's goal, over every scored run
+    assert calibration.summary(scored).median_abs_error <= 0.06  # the calibration's goal, over every scored run
 
 
 def test_the_runs_beyond_20_percent_are_the_documented_misses(scored):

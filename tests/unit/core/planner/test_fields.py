@@ -1,4 +1,4 @@
-"""The fields issue 13 adds to the API (kvHeads, ffnType, recompute kinds, sequenceParallel, flashAttention,
+"""The model and training fields of the API (kvHeads, ffnType, recompute kinds, sequenceParallel, flashAttention,
 virtualPipelineStages): their rules in Python and CEL, their CRD schema, job.json, and the trainer refusing what it
 does not implement yet."""
 

@@ -279,7 +279,7 @@ def test_a_pod_larger_than_a_node_is_refused():
         search.evaluate_job(resolved, hardware.builtin("910B"))
 
 
-# --- gradient buckets (seed §3.1) and the calibrated compute model (issue 28) -------------------------------------
+# --- gradient buckets (seed §3.1) and the calibrated compute model -------------------------------------
 
 def test_gradient_buckets_expose_the_last_bucket_and_pay_a_latency_each():
     hw = replace(hardware.builtin("910B"), inter_node=hardware.Tier(25, latency_us=30))

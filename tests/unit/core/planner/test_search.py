@@ -199,7 +199,7 @@ def test_every_candidate_of_random_jobs_passes_the_rules_and_ranks_by_time(spec,
     assert steps == sorted(steps)
 
 
-# --- context parallelism and uneven stages (issue 28) --------------------------------------------------------
+# --- context parallelism and uneven stages --------------------------------------------------------
 
 @settings(max_examples=300, deadline=None)
 @given(workloads, strategies, st.sampled_from([1, 2, 4, 8]), st.sampled_from([2, 4, 8]))

@@ -96,7 +96,7 @@ def test_a_real_svg_renderer_draws_the_plan_picture(capsys, examples, tmp_path):
         assert rgb in present, f"stage colour {stage_colour} not drawn"
 
 
-# --- every label fits (issue 28) -------------------------------------------------------------------------------
+# --- every label fits -------------------------------------------------------------------------------
 
 def _advance(text: str, size: float, bold: bool) -> float:
     """The width cairo (the renderer the test above uses) gives the text in the machine's sans-serif font."""
