@@ -1,8 +1,9 @@
 """The docs name only what exists: every file of the repository, function or class of the operator, flag of its
 commands and field of the AscendHybridJob that README.md and docs/*.md name in `code` must be there.
 
-What it reads: each `span` of the Markdown (not fenced blocks: those are shell sessions and YAML examples, and
-the commands in them run in CI's demo). A span is checked when it has a shape only our names have:
+What it reads: each `span` of the Markdown outside fenced blocks, and each line of a fenced block that runs one of
+our commands (the blocks' YAML and other tools' commands are not read). A span is checked when it has a shape only
+our names have:
 - a path under one of the repository's folders (`operator/…`, `docs/…`, `tests/…`), or under a sub-package of the
   operator (`gang/placement.py`): the file (or folder) exists; a `:line` suffix is allowed;
 - `package/module.Name` or `module.Name[.member]` where `module` is a module of the operator (`podview.node_of`,
@@ -44,7 +45,10 @@ DISTINCT_MODULES = frozenset({"podview", "ranktable", "render", "decision", "pla
 
 
 def spans(doc: Path) -> list[str]:
-    return SPAN.findall(FENCE.sub("", doc.read_text()))
+    text = doc.read_text()
+    commands = [line.strip() for block in FENCE.findall(text) for line in block.splitlines()
+                if line.strip().startswith(OUR_COMMANDS)]
+    return SPAN.findall(FENCE.sub("", text)) + commands
 
 
 @cache
