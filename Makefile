@@ -10,7 +10,7 @@ demo: setup toolchain
 	$(BIN)/ascend-hybrid plan -f deploy/examples/seed-moe-128.yaml --evaluate --svg build/seed-moe-128.svg
 	$(BIN)/ascend-hybrid demo
 
-# Two teams' jobs against one Kueue quota: one runs, the other waits WaitingForQuota, then runs (README, Kueue).
+# Two teams' jobs against one Kueue quota: one runs, the other waits WaitingForQuota, then runs (docs/kueue.md).
 demo-kueue: setup toolchain
 	$(BIN)/ascend-hybrid demo --kueue
 
