@@ -132,13 +132,15 @@ def waiting(p: Pass, pods: list[dict], unbound: list[dict]) -> Decision | None:
     return p.d
 
 
-def remake_refused(p: Pass, current: Mapping[int, dict]) -> Decision | None:
+def remake_refused(p: Pass, current: Mapping[int | None, dict]) -> Decision | None:
     """A pod a node's kubelet refused at admission (Volcano's chips were not there for it: UnexpectedAdmissionError,
     OutOf…) ran nothing: it is deleted and made again in the same PodGroup, which Volcano places anew; no restart
     is counted and the rest of the gang stays. The pass waits here until the refused pod is gone."""
-    refused = [(index, pod, why) for index, pod in sorted(current.items()) if (why := admission_refusal(pod))]
+    refused = [(index, pod, why) for index, pod in current.items() if index is not None
+               and (why := admission_refusal(pod))]
     if not refused:
         return None
+    refused.sort(key=lambda found: found[0])
     placement = p.status.setdefault("placement", {})
     placement["remaking"] = sorted(remaking(p) | {index for index, _, _ in refused})
     fresh = [(pod, why) for _, pod, why in refused if not is_deleting(pod)]
