@@ -181,8 +181,11 @@ def assess(podgroup: Mapping | None, queue: str) -> Verdict:
     if phase in ("Running", "Completed"):
         return Verdict(RUNNING, f"PodGroup {name} is {phase}")
     if phase == "Pending":
-        message = (f"PodGroup {name} waits in Volcano Queue {queue}: not admitted yet (the Queue is closed, or "
-                   "its capability is taken by other jobs)")
+        asked = ", ".join(f"{quantity} {resource}" for resource, quantity in
+                          sorted(((podgroup.get("spec") or {}).get("minResources") or {}).items()))
+        message = (f"PodGroup {name} waits in Volcano Queue {queue}: not admitted"
+                   + (f", its minResources ({asked})" if asked else ", its pods") + " exceed the room the Queue has "
+                   "now (its capability, or the cluster's, less what admitted jobs hold), or the Queue is closed")
         return Verdict(PENDING, f"{message}; {why}" if why else message)
     if why:
         return Verdict(UNSCHEDULABLE, f"PodGroup {name}: {why}")

@@ -200,10 +200,10 @@ def bound_by_volcano(status: dict, job: ResolvedJob, bound: tuple[str, ...], now
         ("nodes", len(set(bound)), len(set(planned_nodes))), ("racks", placement["racks"], plan.get("racks") or 0),
         ("stage racks", placement["stageRacks"], plan.get("stageRacks") or 0),
         ("TP groups apart", _apart(local), _apart(planned_local))) if now_ > then]
-    message = (f"{placement['onPlannedNodes']} pods on their planned nodes; {len(set(bound))} nodes (planned "
-               f"{len(set(planned_nodes))}), {placement['racks']} racks (planned {plan.get('racks')}), pipeline "
-               f"stages over {placement['stageRacks']} racks in all (planned {plan.get('stageRacks')}), TP groups "
-               f"inside a node {local} (planned {planned_local})")
+    message = (f"{placement['onPlannedNodes']} pods on their planned nodes; {_count(len(set(bound)), 'node')} "
+               f"(planned {len(set(planned_nodes))}), {_count(placement['racks'], 'rack')} (planned "
+               f"{plan.get('racks')}), pipeline stages over {_count(placement['stageRacks'], 'rack')} in all "
+               f"(planned {plan.get('stageRacks')}), TP groups inside a node {local} (planned {planned_local})")
     was = (condition(status, "PlacementHonoured") or {}).get("status")
     if worse:
         text = f"Volcano placed the gang wider than planned ({', '.join(worse)}): {message}"
