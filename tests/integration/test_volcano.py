@@ -43,7 +43,7 @@ from integration.test_process_runtime import trainer_worker
 from support.faults import Monitor, check_job, converge
 from support.hccl_check import hccl_problems
 from support.launchers import ledger, recovered, started
-from support.losses import local_losses, step_records
+from support.losses import MODEL, local_losses, step_records
 from support.namespaces import namespace_name, scratch_namespace
 from support.operator_harness import Jobs, OperatorProcess, example, install_crd, job_manifest, kubectl, wait_for
 from support.paths import EXAMPLES
@@ -509,13 +509,15 @@ def test_an_elastic_job_shrinks_and_grows_back_under_volcano_keeping_its_running
 
 def test_the_real_mindspore_dp2_job_through_volcano_recovers_with_the_losses_of_an_uninterrupted_run(
         jobs, volcano_cluster):
-    """deploy/examples/tiny-dp2-real.yaml on the process runtime, through Volcano: rank 1's worker SIGKILLed after
-    a checkpoint, RestartRanks on the same pods; every loss, redone steps included, equals an uninterrupted run's."""
+    """deploy/examples/tiny-dp2-real.yaml on the process runtime, through Volcano (the 2-layer model every
+    real-MindSpore test trains, 40 steps): rank 1's worker SIGKILLed after a checkpoint, RestartRanks on the same
+    pods; every loss, redone steps included, equals an uninterrupted run's."""
     dev = volcano_cluster
     if runtime_helper.ensure_running(dev.paths) is None:
         pytest.fail("the Volcano cluster has no process runtime", pytrace=False)
     body = example("tiny-dp2-real.yaml")
     name, steps, every = body["metadata"]["name"], 40, 4
+    body["spec"]["model"] = dict(MODEL)
     body["spec"]["training"].update(steps=steps, checkpoint={"claimName": "ckpt", "everySteps": every})
     volume = claims.bind_claim(dev.core, jobs.namespace, "ckpt")
     directory = claim_directory(runtime_helper.runtime_root(dev.paths), jobs.namespace, "ckpt")
