@@ -304,33 +304,3 @@ def test_the_simulated_plugins_daemonset_tells_the_operator_the_clusters_mode():
     labels = nodes.node_manifest(SimNode(1, "910A", 0, 0))["metadata"]["labels"]
     for mode in ("kubelet", "volcano"):
         assert device_plugins([daemonset_manifest(mode, 5)]).mode_of(labels) == mode
-
-
-def test_a_pod_volcano_bound_is_admitted_once_its_annotations_land_taking_its_own_chips(volcano):
-    """Volcano's binder writes the Ascend plugin's annotations with the binding; the stand-in writes them just after.
-    A pod seen bound before its annotations waits for them: the older pod of the node, annotated first, keeps its
-    own chips, and so does this one."""
-    volcano.clock = lambda: 0.0
-    older = volcano_pod("older", (0, 1), 100).spec(schedulerName="volcano")
-    newer = npu_pod("newer", 2, node="node-002").spec(schedulerName="volcano")
-    volcano.pod_event("ADDED", newer.build())
-    volcano.pod_event("ADDED", older.build())
-    settle(volcano)
-    assert recorded_chips(volcano, "older") == (0, 1) and recorded_chips(volcano, "newer") is None
-    volcano.pod_event("MODIFIED", newer.annotations({"huawei.com/Ascend910": "Ascend910-2,Ascend910-3",
-                                                      "predicate-time": "200"}).build())
-    settle(volcano)
-    assert recorded_chips(volcano, "newer") == (2, 3) and rejection(volcano, "newer") is None
-
-
-def test_a_pod_volcano_bound_that_never_gets_annotations_is_refused_once_the_looks_are_over(volcano):
-    now = [0.0]
-    volcano.clock = lambda: now[0]
-    bare = npu_pod("bare", 2, node="node-002").spec(schedulerName="volcano")
-    volcano.pod_event("ADDED", bare.build())
-    settle(volcano)
-    assert rejection(volcano, "bare") is None, "still waiting for its binding's annotations"
-    now[0] = allocation.VOLCANO_TRIES * allocation.VOLCANO_TRY_SECONDS
-    volcano.retry_waiting()
-    settle(volcano)
-    assert rejection(volcano, "bare")["reason"] == "UnexpectedAdmissionError"

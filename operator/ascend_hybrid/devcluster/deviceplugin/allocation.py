@@ -55,7 +55,6 @@ def list_watch_period(text: str) -> float:
 
 # doWithVolcanoSchedule looks for the pod 3 times, 1 s apart (plugin.go:887-906, common.GetPodFromInformerTime)
 VOLCANO_TRIES, VOLCANO_TRY_SECONDS = 3, 1.0
-VOLCANO_SCHEDULER = "volcano"  # the schedulerName of pods Volcano binds
 
 
 def _quantity(value) -> int:

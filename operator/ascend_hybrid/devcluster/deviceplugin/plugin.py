@@ -40,7 +40,6 @@ from ascend_hybrid.devcluster.deviceplugin.allocation import (
     NOT_GET_VALID_POD,
     PREDICATE_TIME_ANNOTATION,
     VOLCANO,
-    VOLCANO_SCHEDULER,
     VOLCANO_TRIES,
     VOLCANO_TRY_SECONDS,
     ChipLedger,
@@ -90,8 +89,6 @@ class SimulatedDevicePlugin:
         self.admitting: set[str] = set()  # uids whose admission (or its record's patch) has not landed yet
         self.refused: set[str] = set()  # uids refused as a kubelet's admission refuses them, the patch sent
         self.annotated: set[str] = set()  # uids whose device annotations were written: never again
-        self.binding_seen: dict[str, float] = {}  # uid → when a pod Volcano bound was first seen unannotated
-        self.clock = time.monotonic
         self.pool = ThreadPoolExecutor(patch_workers, thread_name_prefix="device-plugin")
 
     # Nodes and their health -------------------------------------------------------------------------------
@@ -151,7 +148,6 @@ class SimulatedDevicePlugin:
                 self.waiting.pop(uid, None)
                 if kind == "DELETED":
                     self.refused.discard(uid)
-                    self.binding_seen.pop(uid, None)
                     self.annotated.discard(uid)
                 self.reported_waiting.discard(uid)
                 if uid not in self.admitting and self.ledger.release(uid) is not None:
@@ -183,34 +179,9 @@ class SimulatedDevicePlugin:
                 self.log(f"waiting: {metadata.get('namespace')}/{metadata['name']} needs {requested_chips(pod)} "
                          f"chips on {node_name}, not a simulated node (yet)")
             return
-        if self._awaits_binding_annotations(pod):
-            return
         self.waiting.pop(uid, None)
         self.reported_waiting.discard(uid)
         self._admit(pod, node_name)
-
-    def _awaits_binding_annotations(self, pod: dict) -> bool:
-        """A pod Volcano bound reaches a real kubelet with the Ascend plugin's annotations: Volcano's binder copies
-        the task's annotations into the Binding (volcano pkg/scheduler/cache/cache.go:222-230). The stand-in writes
-        them just after the bind, so the simulated kubelet admits such a pod once they are there, or once the
-        plugin's looks would be over (VOLCANO_TRIES × VOLCANO_TRY_SECONDS after it first saw the pod bound). Without
-        the wait a pod whose bind is seen before its annotations would take, at Allocate, the chips of an older
-        annotated pod of the node, one a real kubelet admits first."""
-        uid = pod["metadata"]["uid"]
-        if (self.mode != VOLCANO or (pod.get("spec") or {}).get("schedulerName") != VOLCANO_SCHEDULER
-                or scheduler_chips(pod) is not None):
-            self.binding_seen.pop(uid, None)
-            return False
-        now = self.clock()
-        left = VOLCANO_TRIES * VOLCANO_TRY_SECONDS - (now - self.binding_seen.setdefault(uid, now))
-        if left <= 0:
-            return False
-        if uid not in self.waiting:  # once the looks are over the pod is admitted as it is
-            timer = threading.Timer(left, self.retry_waiting)
-            timer.daemon = True
-            timer.start()
-        self.waiting[uid] = pod
-        return True
 
     def _admit(self, pod: dict, node_name: str) -> None:
         """The kubelet's admission by count, then Allocate in this plugin's mode."""
