@@ -4,12 +4,20 @@ PodGroup's status says about its gang (docs/install.md, "On a MindCluster cluste
 
 A job in Volcano mode (`uses_volcano`) runs each attempt as one PodGroup `<job>-a<attempt>` (names.pod_group) of
 minMember = every pod. Its pods carry `schedulerName: volcano`, the group and task annotations, and the kubeflow
-labels MindCluster's ascend-operator gives its pods (kubeflow/common GenLabels): the Ascend plugin writes the
-rank-table annotation at bind for a pod with the operator-name label (ascend-for-volcano internal/npu/base/task.go:
-88-138), MindCluster's device plugin and clusterd find the job by job-name. The PodGroup carries what the plugin
-reads to choose its handler and affinities (ascend-operator pkg/controllers/v1/job.go:265-311; ascend-for-volcano
-internal/npu/factory.go:220-252): `ring-controller.atlas`, `framework`, `huawei.com/schedule_policy`, `sp-block` on
-A3 super-pods and `tor-affinity` when asked.
+labels MindCluster's ascend-operator gives its pods (kubeflow/common GenLabels): MindCluster's device plugin and
+clusterd find the job by job-name. The PodGroup carries what the plugin reads to choose its handler and affinities
+(ascend-operator pkg/controllers/v1/job.go:265-311; ascend-for-volcano internal/npu/factory.go:220-252):
+`ring-controller.atlas`, `framework`, `huawei.com/schedule_policy`, `sp-block` on A3 super-pods and `tor-affinity`
+when asked.
+
+One kubeflow label is left out on purpose: `training.kubeflow.org/operator-name`. With it the Ascend plugin writes
+the chips it chose as the pod's configuration annotation at bind (ascend-for-volcano internal/npu/base/task.go:88-138),
+and the device plugin never writes it again (ascend-device-plugin pkg/server/manager.go:675-691). But the device
+plugin mounts, at Allocate, the chips of the node's oldest annotated pod, whichever pod is being admitted
+(pkg/server/plugin.go:879-932): two pods of one node admitted in another order than Volcano bound them swap chips,
+and the annotation would name chips the pod does not hold. Without the label the device plugin writes the
+annotation from the kubelet's allocation, after Allocate (within its listWatchPeriod): the rank table always names
+the mounted chips. A pod that takes a whole node (no swap is possible) is annotated at bind either way.
 """
 
 from __future__ import annotations
@@ -32,12 +40,11 @@ GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 TASK_SPEC_ANNOTATION = "volcano.sh/task-spec"
 TASK = "worker"  # one replica type: every pod of the gang is a worker of one task (minTaskMember)
 
-# kubeflow/common GenLabels, as MindCluster's ascend-operator sets them (pkg/controllers/v1/pod.go:789-812)
-OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
+# kubeflow/common GenLabels, as MindCluster's ascend-operator sets them (pkg/controllers/v1/pod.go:789-812), but
+# operator-name (see above)
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
-OPERATOR_NAME = names.FIELD_MANAGER
 
 # what the Ascend plugin reads on the PodGroup (ascend-for-volcano common/util/type.go:209-218, constants.go:87)
 RING_CONTROLLER_LABEL = "ring-controller.atlas"
@@ -103,9 +110,10 @@ def podgroup_metadata(chip: str, super_pod_block: int | None,
 
 def pod_metadata(job: str, attempt: int, index: int, chip: str) -> tuple[dict[str, str], dict[str, str]]:
     """(labels, annotations) that put one pod into its attempt's PodGroup as MindCluster's ascend-operator's pods
-    are (hccl/rankIndex, the pod's index, is written by render for every pod)."""
-    labels = {OPERATOR_NAME_LABEL: OPERATOR_NAME, JOB_NAME_LABEL: job, REPLICA_TYPE_LABEL: TASK,
-              REPLICA_INDEX_LABEL: str(index), RING_CONTROLLER_LABEL: ring_controller(chip)}
+    are, less the operator-name label (module docstring); hccl/rankIndex, the pod's index, is render's for every
+    pod."""
+    labels = {JOB_NAME_LABEL: job, REPLICA_TYPE_LABEL: TASK, REPLICA_INDEX_LABEL: str(index),
+              RING_CONTROLLER_LABEL: ring_controller(chip)}
     annotations = {GROUP_NAME_ANNOTATION: names.pod_group(job, attempt), TASK_SPEC_ANNOTATION: TASK}
     return labels, annotations
 

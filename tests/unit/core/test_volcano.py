@@ -184,9 +184,8 @@ def test_volcano_pods_are_neither_bound_nor_pinned_and_prefer_the_planned_node()
         assert meta["annotations"] == {"hccl/rankIndex": str(index), "scheduling.k8s.io/group-name": "vj-a2",
                                        "volcano.sh/task-spec": "worker"}
         assert {key: meta["labels"][key] for key in meta["labels"] if key.startswith("training.kubeflow.org/")} == {
-            "training.kubeflow.org/operator-name": "ascend-hybrid-operator",
             "training.kubeflow.org/job-name": "vj", "training.kubeflow.org/replica-type": "worker",
-            "training.kubeflow.org/replica-index": str(index)}
+            "training.kubeflow.org/replica-index": str(index)}, "no operator-name: the device plugin annotates"
         assert meta["labels"]["ring-controller.atlas"] == "ascend-910b"
         assert spec["nodeSelector"] == {ACCELERATOR_TYPE_LABEL: "module-910b-8"}
         assert not [key for key in meta["annotations"] if key.startswith("huawei.com/") or "ascend" in key]

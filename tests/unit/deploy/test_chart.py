@@ -434,6 +434,7 @@ def test_the_volcano_calls_of_kube_py_are_known():
              for body_verb in re.findall(r'self\._call\("(\w+)", volcano\.PODGROUPS', body)}
     assert verbs == {"apply", "get", "delete"}, verbs
     assert {verb for _, _, verb in VOLCANO_NEEDS} == {"get", "create", "patch", "delete"}
+    assert {resource for _, resource, _ in VOLCANO_NEEDS} == {volcano.PODGROUPS}
     assert set(re.findall(r"\bvolcano\.([A-Z_]+)\b", source)) == {"PODGROUPS", "GROUP", "VERSION"}
 
 
