@@ -527,17 +527,21 @@ def _set_affinity(manifest: dict, affinity: dict | None) -> None:
         manifest["spec"]["affinity"] = affinity
 
 
-def pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str | None,
-         expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
+def pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: Sequence[str | None],
+         sched_ip: str | None, expander_image: str = names.DEFAULT_EXPANDER_IMAGE,
+         volcano: ByVolcano | None = None) -> list[dict]:
     return gang_pods(resolved, namespace, uid, attempt, list(enumerate(nodes)), sched_ip,
-                     expander_image=expander_image)
+                     expander_image=expander_image, volcano=volcano)
 
 
-def children(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...],
+def children(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: Sequence[str | None],
              sched_ip: str | None, table: dict | None = None,
-             expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
-    """Every child in creation order: Services (needs_services), the ConfigMap, then the Pods."""
+             expander_image: str = names.DEFAULT_EXPANDER_IMAGE, volcano: ByVolcano | None = None,
+             job_metadata: Mapping | None = None) -> list[dict]:
+    """Every child in creation order: Services (needs_services), the ConfigMap, then (under Volcano, after the
+    attempt's PodGroup) the Pods."""
     first_table = initializing(format_of(CHIPS[resolved.chip].super_pods))
+    group = [pod_group(resolved, namespace, uid, attempt, 0, job_metadata)] if volcano is not None else []
     return [*(services(resolved.name, namespace, uid) if needs_services(resolved) else ()),
             rank_table_config_map(resolved.name, namespace, uid, job_config_text(resolved), table or first_table),
-            *pods(resolved, namespace, uid, attempt, nodes, sched_ip, expander_image)]
+            *group, *pods(resolved, namespace, uid, attempt, nodes, sched_ip, expander_image, volcano)]

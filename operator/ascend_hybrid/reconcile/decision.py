@@ -391,7 +391,9 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
         message = (f"{len(unbound)} pods not bound within schedulingTimeoutSeconds={limit} ({names_}){refusal}; "
                    "re-planning")
         return place_anew(p, pods, "SchedulingTimeout", message)
-    p.phase("Starting", f"{len(unbound)} of {len(pods)} pods waiting for the scheduler{refusal}")
+    # a pod made again beside running ones (ReplacePod, under Volcano) waits inside its rung: the job stays Restarting
+    phase = "Restarting" if p.status.get("phase") == "Restarting" else "Starting"
+    p.phase(phase, f"{len(unbound)} of {len(pods)} pods waiting for the scheduler{refusal}")
     p.requeue(min(FAST_REQUEUE_SECONDS, limit - waited))
     return p.d
 

@@ -392,3 +392,13 @@ def test_a_direct_path_pod_is_adopted_without_volcanos_keys():
     assert {op["path"] for op in membership.adoption_patch(wanted)} == {
         "/metadata/labels/hybrid.ascend.dev~1attempt", "/metadata/labels/hybrid.ascend.dev~1pod-index",
         "/metadata/annotations/hccl~1rankIndex"}
+
+
+def test_a_pod_made_again_waits_for_volcano_inside_its_rung():
+    status = handed_over(vjob().build())
+    status.update(phase="Restarting")
+    status["placement"]["nodes"] = ["node-a", ""]
+    pods = [vpod(0, node="node-a").build(), vpod(1).build()]
+    decision = decide(observe(vjob().status(status).build(), pods=pods, podgroup=podgroup("Inqueue"),
+                              podgroup_read=True))
+    assert decision.status["phase"] == "Restarting" and "1 of 2 pods waiting" in decision.status["message"]
