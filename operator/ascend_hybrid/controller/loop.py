@@ -380,7 +380,14 @@ class Controller:
         bound to its node, is its record. A gang's is written before its pods: a process stopped halfway through
         creating them would leave no record of where the others go."""
         return isinstance(action, Place) and not action.job.spec.scheduling.queue and action.job.pod_count == 1 \
-            and not action.request.volcano and self.settings.status_coalesce_seconds > 0
+            and not self.through_volcano(action.job) and self.settings.status_coalesce_seconds > 0
+
+    def through_volcano(self, job: ResolvedJob) -> bool:
+        """Whether Volcano binds the job's pods (contracts/volcano.uses_volcano): its pod then says nothing of where
+        it goes until Volcano binds it."""
+        scheduling = job.spec.scheduling
+        return volcano.uses_volcano(scheduling.scheduler_name, scheduling.volcano is not None, scheduling.queue,
+                                    self.settings.default_scheduler)
 
     def defer_placement(self, key: JobKey, after: Next, decision: Decision) -> float | None:
         """Seconds to wait instead of writing a one-pod job's placement once its pod is created bound to its node
@@ -473,11 +480,7 @@ class Controller:
         """(read, the PodGroup) of a job Volcano schedules, read while its attempt, handed to Volcano, is not
         Running (one read per pass): Volcano's word on a gang it holds, and whether the group is there at all. A
         running gang's is not read."""
-        if resolved is None:
-            return False, None
-        scheduling = resolved.spec.scheduling
-        if not volcano.uses_volcano(scheduling.scheduler_name, scheduling.volcano is not None, scheduling.queue,
-                                    self.settings.default_scheduler):
+        if resolved is None or not self.through_volcano(resolved):
             return False, None
         status = job.get("status") or {}
         attempt = int(status.get("attempt") or 0)
