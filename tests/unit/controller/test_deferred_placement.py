@@ -43,6 +43,9 @@ class StatusKube:
     def read_config_map(self, namespace, name):
         return None
 
+    def get_podgroup(self, namespace, name):
+        return None
+
 
 def scripted(kube: StatusKube, queue: str | None, pods: int, scheduler: str | None = None):
     """decide() as the core answers a one-pod job: place it, create its pod, wait for it, then Running."""
