@@ -345,7 +345,8 @@ class _Gang:
             elif cause == VOLCANO_PLUGIN:
                 named = ", ".join(d for d, _ in details[:3]) + (", …" if total > 3 else "")
                 parts.append(f"{total} run the device plugin in Volcano mode ({named}: a pod bound by the operator "
-                             "gets no chips there, only one whose chips Volcano's Ascend plugin annotated)")
+                             "gets no chips there, only one whose chips Volcano's Ascend plugin annotated: run the "
+                             "job through Volcano, spec.scheduling.schedulerName: volcano)")
             elif cause == KUBELET_SPLITS:
                 parts.append(f"{total} let the kubelet pick a pod's {self.k} chips from both HCCS rings (device "
                              f"plugin in kubelet mode; only a node whose free chips sit in one ring, or "
