@@ -74,16 +74,16 @@ def percentiles(values: Iterable[float], points=(50, 90, 99)) -> dict[int, float
 # ---- the cluster -------------------------------------------------------------------------------------------------
 
 class DevCluster:
-    """`dev-cluster up` timed, the CRD installed; down at the end unless kept."""
+    """`dev-cluster up` timed (with Volcano when `volcano`), the CRD installed; down at the end unless kept."""
 
-    def __init__(self, name: str, nodes: int, racks: int | None = None, keep: bool = False):
-        self.name, self.nodes, self.keep = name, nodes, keep
+    def __init__(self, name: str, nodes: int, racks: int | None = None, keep: bool = False, volcano: bool = False):
+        self.name, self.nodes, self.keep, self.volcano = name, nodes, keep, volcano
         self.racks = racks or max(1, min(16, nodes // 32))
         self.up_seconds = 0.0
 
     def __enter__(self) -> DevCluster:
         started = time.monotonic()
-        self.paths = cluster.up(self.name, nodes=self.nodes, racks=self.racks, log=say)
+        self.paths = cluster.up(self.name, nodes=self.nodes, racks=self.racks, volcano=self.volcano, log=say)
         self.up_seconds = time.monotonic() - started
         self.api = api_client(str(self.paths.kubeconfig))
         self.core, self.custom = client.CoreV1Api(self.api), client.CustomObjectsApi(self.api)

@@ -8,6 +8,11 @@ import copy
 BASE = {"parallelism": {"data": 2, "tensor": 4}, "npu": {"perPod": 8}}  # world 8, one 8-NPU 910B pod
 
 
+KUEUE_OR_VOLCANO = ("spec.scheduling.queue (a Kueue LocalQueue) and Volcano (spec.scheduling.schedulerName: volcano, "
+                    "or spec.scheduling.volcano) exclude each other: a job is admitted by Kueue or scheduled by "
+                    "Volcano, not both (a Volcano Queue is spec.scheduling.volcano.queue)")
+
+
 def spec_with(**sections) -> dict:
     """BASE with sections replaced (not merged): spec_with(npu={...})."""
     spec = copy.deepcopy(BASE)
@@ -404,4 +409,25 @@ RULE_CASES = [
      "spec.elastic: not with spec.parallelism.auto: true (the planner's strategy is fixed for the job's life; set "
      "the degrees to shrink the data degree)",
      {"parallelism": {"auto": True, "world": 8}, "npu": {"perPod": 8}, "training": {"globalBatchSize": 8}}),
+    ("kueue-or-volcano", spec_with(scheduling={"queue": "team-a", "schedulerName": "volcano"}), KUEUE_OR_VOLCANO,
+     spec_with(scheduling={"schedulerName": "volcano"})),
+    ("kueue-or-volcano-options", spec_with(scheduling={"queue": "team-a", "volcano": {"queue": "q"}}),
+     KUEUE_OR_VOLCANO, spec_with(scheduling={"volcano": {"queue": "q"}})),
+    ("volcano-options-need-volcano", spec_with(scheduling={"schedulerName": "kube-batch", "volcano": {}}),
+     "spec.scheduling.volcano: only for a job Volcano schedules (spec.scheduling.schedulerName volcano, or empty)",
+     spec_with(scheduling={"schedulerName": "volcano", "volcano": {}})),
+    ("volcano-queue-name", spec_with(scheduling={"volcano": {"queue": "Team A"}}),
+     'spec.scheduling.volcano.queue="Team A": must be a lowercase RFC 1123 subdomain (a Volcano Queue name): lower '
+     "case alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character "
+     "(e.g. 'example.com')", spec_with(scheduling={"volcano": {"queue": "team-a"}})),
+    ("sp-block-whole-a3-nodes", spec_with(scheduling={"volcano": {"spBlock": 16}}, parallelism={"data": 2, "tensor": 8},
+                                          npu={"perPod": 8}),
+     "spec.scheduling.volcano.spBlock=16: only for chip A3 with spec.npu.perPod=16 (a logical super-pod of whole "
+     "nodes)", spec_with(scheduling={"volcano": {"spBlock": 16}}, parallelism={"data": 2, "tensor": 8},
+                         npu={"chip": "A3", "perPod": 16})),
+    ("sp-block-divides-world", spec_with(scheduling={"volcano": {"spBlock": 48}}, parallelism={"data": 4, "tensor": 8},
+                                         npu={"chip": "A3", "perPod": 16}),
+     "spec.scheduling.volcano.spBlock=48 must be a multiple of 16 that divides the job's chips, world size 32",
+     spec_with(scheduling={"volcano": {"spBlock": 32}}, parallelism={"data": 4, "tensor": 8},
+               npu={"chip": "A3", "perPod": 16})),
 ]

@@ -26,7 +26,7 @@ from ascend_hybrid.cli.inputs import (
     load_objects,
     of_kind,
 )
-from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts import names, volcano
 from ascend_hybrid.contracts.ascend import device_infos_by_node, device_plugins
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.names import JOB_LABEL
@@ -150,8 +150,14 @@ def cmd_render(args) -> int:
     others = load_objects(args.pods) if args.pods else []
     inventory = build_inventory(nodes, of_kind(others, "Pod"), of_kind(others, "ConfigMap"),
                                 plugins=device_plugins(of_kind(others, "DaemonSet")))
-    placement = place(GangRequest.for_job(resolved), inventory)
-    if not placement.ok:
+    scheduling = resolved.spec.scheduling
+    by_volcano = None
+    if volcano.uses_volcano(scheduling.scheduler_name, scheduling.volcano is not None, scheduling.queue,
+                            args.scheduler if args.scheduler != "default" else None):
+        node_selector, requirements = volcano.chip_selection(resolved.chip, nodes, resolved.spec.template.node_selector)
+        by_volcano = render.ByVolcano(node_selector, tuple(requirements))
+    placement = place(GangRequest.for_job(resolved, volcano=by_volcano is not None), inventory)
+    if not placement.ok and by_volcano is None:
         error_line(f"cannot place {resolved.name}: {placement.reason}")
         return EXIT_BAD_INPUT
     metadata = body.get("metadata") or {}
@@ -164,11 +170,17 @@ def cmd_render(args) -> int:
         raise InputError(f"{args.file}: metadata.uid={uid!r}: must be a string")
     services = render.needs_services(resolved)
     sched_ip = (args.sched_ip or f"{resolved.name}-sched.{namespace}.svc") if services else None
-    manifests = render.children(resolved, namespace, uid or "", args.attempt, placement.nodes, sched_ip)
+    planned: tuple[str | None, ...] = placement.nodes if placement.ok else (None,) * resolved.pod_count
+    manifests = render.children(resolved, namespace, uid or "", args.attempt, planned, sched_ip, volcano=by_volcano,
+                                job_metadata=metadata)
     if not uid:
         for manifest in manifests:
             manifest["metadata"].pop("ownerReferences", None)
     yaml.safe_dump_all(manifests, sys.stdout, sort_keys=False, width=120)
+    if not placement.ok:
+        print(f"note: no plan for {resolved.name} ({placement.reason}): its pods go to Volcano without a preferred "
+              "node", file=sys.stderr)
+        return 0
     print(summary.format_placement_report(summary.placement_report(resolved, placement, inventory)), file=sys.stderr)
     if args.svg:
         from ascend_hybrid.cli.plan import write_placement_svg
@@ -241,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sched-ip", help="ClusterIP of <job>-sched (MS_SCHED_HOST)")
     p.add_argument("--namespace", default="default")
     p.add_argument("--attempt", type=int, default=1, help="attempt number of the pods (from 1; default 1)")
+    p.add_argument("--scheduler", choices=("default", volcano.SCHEDULER_NAME), default="default",
+                   help="the operator's --scheduler: volcano renders a job that names no scheduler as a Volcano "
+                        "PodGroup and its pods")
     p.add_argument("--svg", help="also write a picture of the placement (racks, nodes, chips by stage)")
     p.set_defaults(func=cmd_render)
 

@@ -65,6 +65,11 @@ def pod_name(job: str, attempt: int, index: int) -> str:
     return f"{job}-a{attempt}-{index}"
 
 
+def pod_group(job: str, attempt: int) -> str:
+    """The Volcano PodGroup of one attempt (contracts/volcano.py); the same name as its Kueue pod group."""
+    return f"{job}-a{attempt}"
+
+
 def job_labels(job: str) -> dict[str, str]:
     return {JOB_LABEL: job, **MANAGED_BY}
 

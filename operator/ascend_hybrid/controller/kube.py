@@ -19,7 +19,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from ascend_hybrid.contracts import kueue, names
+from ascend_hybrid.contracts import kueue, names, volcano
 from ascend_hybrid.contracts.podview import holds_npus, project_pod
 from ascend_hybrid.controller.metrics import API_CALLS
 from ascend_hybrid.controller.refused import Refused, is_refusal
@@ -316,6 +316,25 @@ class Kube:
             if error.status != 403:
                 raise
             _warn_once("cannot delete Kueue Workloads (403): install the chart with kueue.enabled=true")
+
+    # -- Volcano (jobs it schedules; the chart grants these with volcano.enabled) -------------------------------
+    def apply_podgroup(self, manifest: dict) -> None:
+        """Server-side apply of an attempt's PodGroup (render.pod_group); an object that does not exist yet is
+        created by the patch."""
+        meta = manifest["metadata"]
+        self._call("apply", volcano.PODGROUPS, self.custom.patch_namespaced_custom_object, volcano.GROUP,
+                   volcano.VERSION, meta["namespace"], volcano.PODGROUPS, meta["name"], manifest,
+                   field_manager=names.FIELD_MANAGER, force=True, _content_type=APPLY["_content_type"])
+
+    def get_podgroup(self, namespace: str, name: str) -> dict | None:
+        """The PodGroup; None when there is none (yet, or any more)."""
+        return cast("dict | None", self._call("get", volcano.PODGROUPS, self.custom.get_namespaced_custom_object,
+                                              volcano.GROUP, volcano.VERSION, namespace, volcano.PODGROUPS, name,
+                                              ok=(404,)))
+
+    def delete_podgroup(self, namespace: str, name: str) -> None:
+        self._call("delete", volcano.PODGROUPS, self.custom.delete_namespaced_custom_object, volcano.GROUP,
+                   volcano.VERSION, namespace, volcano.PODGROUPS, name, ok=(404,))
 
     # -- cluster-wide reads for placement when kopf watches only some namespaces -------------------------------
     def list_npu_pods(self) -> list[dict]:

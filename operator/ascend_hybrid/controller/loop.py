@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol, cast
 
-from ascend_hybrid.contracts import conditions, kueue, names
+from ascend_hybrid.contracts import conditions, kueue, names, volcano
 from ascend_hybrid.contracts.podview import attempt_of, only_progress, ready_for_table
 from ascend_hybrid.controller import children, metrics, placing
 from ascend_hybrid.controller.kube import Kube, collection_chunks
@@ -35,8 +35,10 @@ from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner.observed import Reading, reading_of
 from ascend_hybrid.reconcile.actions import (
     AdoptPods,
+    ApplyPodGroup,
     CreatePods,
     DeleteJob,
+    DeletePodGroups,
     DeletePods,
     DeleteWorkloads,
     EnsureChildren,
@@ -378,7 +380,14 @@ class Controller:
         bound to its node, is its record. A gang's is written before its pods: a process stopped halfway through
         creating them would leave no record of where the others go."""
         return isinstance(action, Place) and not action.job.spec.scheduling.queue and action.job.pod_count == 1 \
-            and self.settings.status_coalesce_seconds > 0
+            and not self.through_volcano(action.job) and self.settings.status_coalesce_seconds > 0
+
+    def through_volcano(self, job: ResolvedJob) -> bool:
+        """Whether Volcano binds the job's pods (contracts/volcano.uses_volcano): its pod then says nothing of where
+        it goes until Volcano binds it."""
+        scheduling = job.spec.scheduling
+        return volcano.uses_volcano(scheduling.scheduler_name, scheduling.volcano is not None, scheduling.queue,
+                                    self.settings.default_scheduler)
 
     def defer_placement(self, key: JobKey, after: Next, decision: Decision) -> float | None:
         """Seconds to wait instead of writing a one-pod job's placement once its pod is created bound to its node
@@ -449,6 +458,7 @@ class Controller:
         launcher_generation, launchers = recovery.read_channel(channel)
         nodes = self.indexes.nodes_by_name()
         pods = tuple(self.indexes.job_pods(key))
+        podgroup_read, podgroup = self.podgroup(key, job, resolved)
         return Observed(
             job=job, resolved=resolved, spec_problems=problems, pods=pods, workload=self.workload(key, job, resolved, pods),
             evicted_pods=tuple(self.indexes.evicted_pods(key)),
@@ -463,7 +473,21 @@ class Controller:
             expander_image=self.settings.ranktable_expander_image,
             launcher_generation=launcher_generation, launchers=launchers,
             launcher_world=(channel or {}).get(names.RECOVERY_WORLD_KEY),
+            default_scheduler=self.settings.default_scheduler, podgroup=podgroup, podgroup_read=podgroup_read,
         )
+
+    def podgroup(self, key: JobKey, job: dict, resolved: ResolvedJob | None) -> tuple[bool, dict | None]:
+        """(read, the PodGroup) of a job Volcano schedules, read while its attempt, handed to Volcano, is not
+        Running (one read per pass): Volcano's word on a gang it holds, and whether the group is there at all. A
+        running gang's is not read."""
+        if resolved is None or not self.through_volcano(resolved):
+            return False, None
+        status = job.get("status") or {}
+        attempt = int(status.get("attempt") or 0)
+        if not attempt or status.get("phase") in ("Running", *conditions.TERMINAL_JOB_PHASES) \
+                or (status.get("placement") or {}).get("attempt") != attempt:
+            return False, None
+        return True, self.kube.get_podgroup(key[0], names.pod_group(key[1], attempt))
 
     def workload(self, key: JobKey, job: dict, resolved, pods: tuple[dict, ...]) -> dict | None:
         """The Kueue Workload of a queued job's current attempt, once its pods exist or once it ran (one read per
@@ -519,7 +543,8 @@ class Controller:
                 case Place():
                     if self.place(key, job, observed, decision, action):
                         after = Next.DECIDE_AGAIN
-                case CreatePods() | RemoveGates() | PinAndRelease() | AdoptPods() | DeleteWorkloads() | DeletePods():
+                case (CreatePods() | RemoveGates() | PinAndRelease() | AdoptPods() | DeleteWorkloads() | DeletePods()
+                      | ApplyPodGroup() | DeletePodGroups()):
                     self._pod_calls(key, record, action)
                 case PlaceReplacement():
                     if placing.place_replacement(self, key, job, observed, decision, action):
@@ -542,10 +567,15 @@ class Controller:
         return after
 
     def _pod_calls(self, key: JobKey, record: JobRecord,
-                   action: CreatePods | RemoveGates | PinAndRelease | AdoptPods | DeleteWorkloads | DeletePods) -> None:
-        """The actions that are one API call per pod (or Workload), made `parallel_calls` at a time."""
+                   action: CreatePods | RemoveGates | PinAndRelease | AdoptPods | DeleteWorkloads | DeletePods
+                   | ApplyPodGroup | DeletePodGroups) -> None:
+        """The actions that are one API call per pod (or Workload, or PodGroup), made `parallel_calls` at a time."""
         namespace = key[0]
         match action:
+            case ApplyPodGroup():
+                self.kube.apply_podgroup(action.manifest)
+            case DeletePodGroups():
+                self.each(lambda group: self.kube.delete_podgroup(namespace, group), action.names)
             case CreatePods():
                 self.promise(key, action.pods)
                 self.each(self.kube.create_pod, [pod.manifest for pod in action.pods])

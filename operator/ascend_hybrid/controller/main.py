@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from ascend_hybrid.contracts.ascend import PLUGIN_MODES
+from ascend_hybrid.contracts.volcano import SCHEDULER_NAME
 from ascend_hybrid.controller import hardening, logs
 from ascend_hybrid.controller.settings import OperatorSettings
 
@@ -50,6 +51,10 @@ def register(subparsers) -> None:
                              "-volcanoType flag), kubelet or volcano for every node (docs/install.md)")
     parser.add_argument("--device-plugin-namespace", default=defaults.device_plugin_namespace, metavar="NS",
                         help="where the device plugin's DaemonSets are (auto mode)")
+    parser.add_argument("--scheduler", default="default", choices=("default", SCHEDULER_NAME),
+                        help="how jobs that name no spec.scheduling.schedulerName (nor a Kueue queue) are scheduled: "
+                             "default (the operator places and binds their pods) or volcano (a PodGroup per attempt, "
+                             "Volcano binds the pods; docs/install.md, \"On a MindCluster cluster with Volcano\")")
     hardening.add_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -62,7 +67,7 @@ def settings_from(args) -> OperatorSettings:
         telemetry_interval=args.telemetry_interval, log_level=args.log_level, log_format=args.log_format,
         hardware_profiles=args.hardware_profiles, ranktable_expander_image=args.ranktable_expander_image,
         device_plugin_mode=args.device_plugin_mode, device_plugin_namespace=args.device_plugin_namespace,
-        **hardening.settings_of(args))
+        default_scheduler=None if args.scheduler == "default" else args.scheduler, **hardening.settings_of(args))
 
 
 def load_hardware_profiles(path: str | None) -> dict:

@@ -33,7 +33,8 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
     resolved, request = action.job, action.request
     record = controller.record_of(key)
     with controller.placement_lock:
-        queued = bool(resolved.spec.scheduling.queue)  # admitted by Kueue, in Kueue's order: never held here
+        # admitted by Kueue, in Kueue's order, or held by Volcano in its Queue's: never held here
+        queued = bool(resolved.spec.scheduling.queue) or request.volcano
         first_try = not record.queue_key[0]
         record.chip = resolved.chip
         record.queue_key = backlog.queue_key(job["metadata"].get("creationTimestamp"), *key)
@@ -69,7 +70,9 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
             controller.wake_pending()  # it can never fit: the jobs queued behind it while untried go ahead
         tier = request.tier_labels[0] if request.tier_labels else ""
         outcome = record_placement(decision.status, placed, placement, observed.now,
-                                   job["metadata"].get("generation"), node_domains(inventory, tier), asked=resolved)
+                                   job["metadata"].get("generation"), node_domains(inventory, tier), asked=resolved,
+                                   volcano=request.volcano, may_wait=action.retry_within is not None)
+        handed_over = request.volcano and (placement.ok or action.retry_within is None)
         if placement.ok:
             attempt = outcome.status["attempt"]
             record.promised = {names.pod_name(key[1], attempt, index): (node, placed.per_pod)
@@ -85,7 +88,7 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
     for event in outcome.actions:
         if isinstance(event, PostEvent):  # a placement outcome's only actions are its events
             controller.post_event(job, event.type, event.reason, event.message)
-    return placement.ok
+    return placement.ok or handed_over
 
 
 def probe_grow(controller: Controller, key: JobKey, job: dict, observed: Observed, decision: Decision,

@@ -25,6 +25,9 @@ class OperatorSettings:
     # volcano for every node (contracts/ascend.DevicePlugins)
     device_plugin_mode: str = "auto"
     device_plugin_namespace: str = DEVICE_PLUGIN_NAMESPACE
+    # the scheduler of jobs that name none (spec.scheduling.schedulerName): None binds them itself, "volcano" runs
+    # them through Volcano (contracts/volcano.py)
+    default_scheduler: str | None = None
     log_level: str = "INFO"
     log_format: str = "text"                   # or json: one object per line (controller/logs.py)
     watch_timeout_seconds: int = 300           # the watches' server timeout (client timeout: +10 %, ≥ 5 s)

@@ -221,7 +221,7 @@ def find_failure(pods: dict[int, Mapping], placed: list[str], nodes: Mapping[str
                  lost: list[tuple[int, str]]) -> Failure | Wait | None:
     """The failure that ends this attempt (pods by index; `lost`: (index, name) of pods that disappeared while the
     gang ran), a Wait, or None when the attempt is healthy."""
-    failed = [classify_failed_pod(pod, node_of(pod) or (placed[i] if i < len(placed) else None))
+    failed = [classify_failed_pod(pod, node_of(pod) or (placed[i] if i < len(placed) else None) or None)
               for i, pod in sorted(pods.items()) if phase_of(pod) == "Failed"]
     fault = node_fault(pods, nodes, now, grace, bool(failed))
     if isinstance(fault, Failure):
@@ -235,7 +235,7 @@ def find_failure(pods: dict[int, Mapping], placed: list[str], nodes: Mapping[str
     if lost:
         index, name = lost[0]
         return Failure("PodDeleted", f"pod {name} (index {index}) disappeared while the gang ran", pod=name,
-                       index=index, node=placed[index] if index < len(placed) else None, time=now)
+                       index=index, node=(placed[index] if index < len(placed) else None) or None, time=now)
     return fault  # a Wait for a node within its grace, or None
 
 

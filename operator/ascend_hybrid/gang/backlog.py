@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts import names, volcano
 from ascend_hybrid.contracts.chips import CHIPS
 
 PASSIVE_PHASES = frozenset({"Succeeded", "Failed", "Suspended"})
@@ -57,7 +57,14 @@ def entry(body: Mapping) -> Entry:
                  created=meta.get("creationTimestamp") or "", chip=chip, per_pod=int(per_pod),
                  phase=status.get("phase") or "Pending", attempt=int(status.get("attempt") or 0),
                  placed_attempt=placement.get("attempt"), nodes=tuple(placement.get("nodes") or ()),
-                 queued=bool((spec.get("scheduling") or {}).get("queue")))
+                 queued=in_a_schedulers_queue(spec.get("scheduling") or {}))
+
+
+def in_a_schedulers_queue(scheduling: Mapping) -> bool:
+    """A job Kueue admits or Volcano schedules waits in their queues' order, never in this one (a job that leaves
+    the choice to the operator's --scheduler volcano is told apart at its first placement)."""
+    return bool(scheduling.get("queue")) or scheduling.get("schedulerName") == volcano.SCHEDULER_NAME \
+        or scheduling.get("volcano") is not None
 
 
 def unseen_placements(entries: Iterable[Entry], visible: set[tuple[str, str]],
@@ -71,7 +78,7 @@ def unseen_placements(entries: Iterable[Entry], visible: set[tuple[str, str]],
             continue
         for index, node in enumerate(job.nodes):
             pod = (job.namespace, names.pod_name(job.name, job.attempt, index))
-            if pod not in visible:
+            if pod not in visible and node:  # under Volcano a pod not bound yet has no node of its own
                 promised[pod] = (node, job.per_pod)
     return promised
 

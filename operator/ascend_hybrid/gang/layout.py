@@ -8,7 +8,7 @@ with `tensor` dividing k no TP group ever crosses a pod.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -126,14 +126,18 @@ class Layout:
     def pods_of(self, ranks: Iterable[int]) -> tuple[int, ...]:
         return tuple(sorted({rank // self.per_pod for rank in ranks}))
 
+    def stage_pods(self) -> list[tuple[int, ...]]:
+        """The pods of each pipeline stage (a stage's pods are contiguous)."""
+        return [self.pods_of(range(stage * self.stage_size, (stage + 1) * self.stage_size))
+                for stage in range(self.pipeline)]
+
     def placement_groups(self) -> tuple[tuple[int, ...], ...]:
         """Pod sets to keep close, in priority order: pipeline stages, then DP and EP groups spanning pods.
 
         A stage's pods are contiguous, and DP/EP groups live inside one stage, so listing a DP/EP pod set only
         adds information when it is smaller than its stage.
         """
-        stage_pods = [self.pods_of(range(stage * self.stage_size, (stage + 1) * self.stage_size))
-                      for stage in range(self.pipeline)]
+        stage_pods = self.stage_pods()
         seen: set[tuple[int, ...]] = set()
         ordered: list[tuple[int, ...]] = []
         for pods in stage_pods:
@@ -169,6 +173,12 @@ def from_resolved(resolved: ResolvedJob) -> Layout:
     return Layout(data=resolved.data, tensor=resolved.tensor, pipeline=resolved.pipeline,
                   per_pod=resolved.per_pod, expert=resolved.expert, expert_placement=resolved.expert_placement,
                   context=resolved.context)
+
+
+def stage_racks(layout: Layout, pod_nodes: tuple[str, ...], node_domains: Mapping[str, str | None]) -> int:
+    """The racks (first-tier domains) each pipeline stage spans, summed over the stages: what a placement keeps
+    smallest after the nodes (design §5)."""
+    return sum(len({node_domains.get(pod_nodes[p]) for p in stage}) for stage in layout.stage_pods())
 
 
 def tensor_groups_node_local(layout: Layout, pod_nodes: tuple[str, ...]) -> str:

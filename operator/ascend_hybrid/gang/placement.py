@@ -48,6 +48,9 @@ class GangRequest:
     tier_labels: tuple[str, ...] = (RACK_LABEL,)
     # nodes whose first-tier domains (racks) the pods join when they can: ReplacePod's pod goes near its peers
     near_nodes: frozenset[str] = frozenset()
+    # Volcano binds the pods and its Ascend plugin picks their chips (contracts/volcano.py): the placement is a
+    # preference, so nodes whose device plugin runs in Volcano mode are candidates and no kubelet ring rule applies
+    volcano: bool = False
 
     def __post_init__(self) -> None:
         # frozen means frozen all the way: callers may pass plain dicts and lists
@@ -63,14 +66,14 @@ class GangRequest:
                     raise ValueError(f"group {group} names pod {index}, outside 0..{self.pod_count - 1}")
 
     @classmethod
-    def for_job(cls, job: ResolvedJob, excluded_nodes: Iterable[str] = ()) -> GangRequest:
+    def for_job(cls, job: ResolvedJob, excluded_nodes: Iterable[str] = (), volcano: bool = False) -> GangRequest:
         """The gang of one attempt of a resolved job: its pods, their chips, the groups to keep close."""
         layout = layouts.from_resolved(job)
         template = job.spec.template
         return cls(pod_count=layout.pod_count, chips_per_pod=job.per_pod, chip=job.chip,
                    groups=layout.placement_groups(), tolerations=tuple(template.tolerations),
                    node_selector=dict(template.node_selector), excluded_nodes=frozenset(excluded_nodes),
-                   tier_labels=tuple(job.spec.scheduling.topology_tiers))
+                   tier_labels=tuple(job.spec.scheduling.topology_tiers), volcano=volcano)
 
     def describe(self) -> str:
         pods = "pod" if self.pod_count == 1 else "pods"
@@ -220,9 +223,11 @@ class _Offer:
 
 
 def _shape(request: GangRequest, tier: str | None) -> tuple:
-    """What of a request decides a node's offer, hashable: chip, chips per pod, tier, selector and tolerations."""
+    """What of a request decides a node's offer, hashable: chip, chips per pod, tier, selector, tolerations and
+    whether Volcano binds the pods."""
     tolerations = tuple(tuple(sorted((key, str(value)) for key, value in t.items())) for t in request.tolerations)
-    return (request.chip, request.chips_per_pod, tier, tuple(sorted(request.node_selector.items())), tolerations)
+    return (request.chip, request.chips_per_pod, tier, tuple(sorted(request.node_selector.items())), tolerations,
+            request.volcano)
 
 
 # A placement reads every node, yet most are the very NodeInventory of the last placement (inventory.py keeps an
@@ -289,7 +294,7 @@ class _Gang:
         """A pod of 2 to ring-size chips on a node whose device plugin lets the kubelet pick its chips (kubelet mode:
         any free chips) can get chips from both 910A HCCS rings, unless every chip still free sits in one ring.
         Chips held by pods that do not say which, or promised to pods not seen yet, blur that: no slot then."""
-        if inv.plugin_mode != KUBELET_MODE or not self.chip.ring_bound(self.k):
+        if self.request.volcano or inv.plugin_mode != KUBELET_MODE or not self.chip.ring_bound(self.k):
             return False
         if inv.free_ids is None:
             return True
@@ -301,7 +306,7 @@ class _Gang:
             return ("no Ascend chips", "")
         if inv.chip != request.chip:
             return ("chip type", inv.chip or "unknown")
-        if inv.plugin_mode == VOLCANO_MODE:
+        if inv.plugin_mode == VOLCANO_MODE and not request.volcano:
             return (VOLCANO_PLUGIN, inv.name)
         if inv.name in request.excluded_nodes:
             return ("excluded by job", "")
@@ -340,7 +345,8 @@ class _Gang:
             elif cause == VOLCANO_PLUGIN:
                 named = ", ".join(d for d, _ in details[:3]) + (", …" if total > 3 else "")
                 parts.append(f"{total} run the device plugin in Volcano mode ({named}: a pod bound by the operator "
-                             "gets no chips there, only one whose chips Volcano's Ascend plugin annotated)")
+                             "gets no chips there, only one whose chips Volcano's Ascend plugin annotated: run the "
+                             "job through Volcano, spec.scheduling.schedulerName: volcano)")
             elif cause == KUBELET_SPLITS:
                 parts.append(f"{total} let the kubelet pick a pod's {self.k} chips from both HCCS rings (device "
                              f"plugin in kubelet mode; only a node whose free chips sit in one ring, or "

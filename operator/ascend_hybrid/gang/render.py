@@ -10,7 +10,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, cast
 
@@ -18,6 +18,7 @@ import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ascend_hybrid.contracts import kueue, names
+from ascend_hybrid.contracts import volcano as volcanos
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.names import GROUP, HOSTNAME_LABEL
 from ascend_hybrid.gang.ranktable import (
@@ -28,7 +29,7 @@ from ascend_hybrid.gang.ranktable import (
     initializing,
     may_exceed_config_map,
 )
-from ascend_hybrid.spec.api import CHANNEL_KIND, CHANNEL_PLURAL, KIND, VERSION
+from ascend_hybrid.spec.api import CHANNEL_KIND, CHANNEL_PLURAL, KIND, VERSION, VolcanoScheduling
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 SCHED_HOST_ENV = names.SCHED_HOST_ENV
@@ -373,9 +374,36 @@ def _volumes(resolved: ResolvedJob) -> tuple[list[dict], list[dict]]:
     return volumes + list(spec.template.volumes), mounts + list(spec.template.volume_mounts)
 
 
+@dataclass(frozen=True)
+class ByVolcano:
+    """Pods Volcano schedules (contracts/volcano.py): what keeps them on nodes of the job's chip type
+    (volcano.chip_selection), beside the PodGroup and kubeflow metadata every such pod carries."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    requirements: tuple[dict, ...] = ()
+
+
+def node_affinity(required: Sequence[dict], preferred: str | None) -> dict | None:
+    """A pod's node affinity: the required node-selector requirements (one term), and Volcano's preference for the
+    node the operator planned; None when there is neither."""
+    affinity: dict[str, Any] = {}
+    if required:
+        affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+            "nodeSelectorTerms": [{"matchExpressions": list(required)}]}
+    if preferred:
+        affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": PREFERRED_WEIGHT,
+             "preference": {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [preferred]}]}}]
+    return {"nodeAffinity": affinity} if affinity else None
+
+
+PREFERRED_WEIGHT = 100  # the most a preference weighs (1-100): Volcano's nodeorder scores the planned node first
+
+
 def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: int, node: str | None,
         sched_ip: str | None,
-        node_requirements: list[dict] | tuple = (), expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> dict:
+        node_requirements: list[dict] | tuple = (), expander_image: str = names.DEFAULT_EXPANDER_IMAGE,
+        volcano: ByVolcano | None = None) -> dict:
     """One pod of the gang, owned by the job, pinned to its placed node by a required node affinity. On the direct
     path it is also bound there at creation (`spec.nodeName`): its chips are promised under the placement lock
     before it exists, so a gate would hold nothing and cost one patch per pod, and the scheduler would only repeat
@@ -383,7 +411,8 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
     anew (decision.refused_at_admission). A queued job's pods carry the gang gate, their Kueue pod-group labels and
     annotations, and (node None, before admission) only `node_requirements` (the chip type): Kueue admits the
     group, then they are placed, pinned and released in one patch each (queue_steps.py); a gated pod cannot carry
-    a nodeName, so the scheduler binds those."""
+    a nodeName, so the scheduler binds those. Pods Volcano schedules (`volcano`) are neither bound nor pinned:
+    they join the attempt's PodGroup, and `node` (the plan, when there is one) is only Volcano's preference."""
     job, spec = resolved.name, resolved.spec
     template = spec.template
     labels = {**template.metadata.labels, **names.job_labels(job), names.ATTEMPT_LABEL: str(attempt),
@@ -393,17 +422,28 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
         group_labels, group_annotations = kueue.pod_metadata(job, attempt, resolved.pod_count, spec.scheduling.queue)
         labels.update(group_labels)
         annotations.update(group_annotations)
-    requirements = [{"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}] if node else list(node_requirements)
+    node_selector, scheduler_name = dict(template.node_selector), spec.scheduling.scheduler_name
+    if volcano is not None:
+        group_labels, group_annotations = volcanos.pod_metadata(job, attempt, index, resolved.chip)
+        labels.update(group_labels)
+        annotations.update(group_annotations)
+        node_selector.update(volcano.node_selector)
+        affinity = node_affinity(volcano.requirements, node)
+        scheduler_name = volcanos.SCHEDULER_NAME
+    elif node:
+        affinity = node_affinity([{"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}], None)
+    else:
+        affinity = node_affinity(node_requirements, None)
     volumes, mounts = _volumes(resolved)
     manifest = _render(
         "pod.yaml.j2", name=names.pod_name(job, attempt, index), namespace=namespace, labels=labels,
         annotations=annotations, owner_references=owner_references(job, uid),
         subdomain=names.headless_service(job) if needs_services(resolved) else None,
-        gate=names.GANG_GATE if spec.scheduling.queue else None, node_name=bound_node(resolved, node),
-        node_requirements=requirements, scheduler_name=spec.scheduling.scheduler_name,
+        gate=names.GANG_GATE if spec.scheduling.queue else None, node_name=bound_node(resolved, node, volcano),
+        affinity=affinity, scheduler_name=scheduler_name,
         service_account_name=service_account(resolved), priority_class_name=template.priority_class_name,
         image_pull_secrets=[{"name": name} for name in template.image_pull_secrets],
-        node_selector=template.node_selector, tolerations=template.tolerations, image=template.image,
+        node_selector=node_selector, tolerations=template.tolerations, image=template.image,
         image_pull_policy=template.image_pull_policy, command=template.command, args=template.args,
         env=pod_env(resolved, index, sched_ip), sched_port=names.SCHED_PORT, metrics_port=names.METRICS_PORT,
         resources=_resources(resolved), volume_mounts=mounts, volumes=volumes, termination_log=names.TERMINATION_LOG,
@@ -413,24 +453,57 @@ def pod(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, index: in
     return manifest
 
 
-def bound_node(resolved: ResolvedJob, node: str | None) -> str | None:
+def bound_node(resolved: ResolvedJob, node: str | None, volcano: ByVolcano | None = None) -> str | None:
     """The node a pod is bound to at creation: its placed node on the direct path; None for a queued job's pods,
-    which carry Kueue's gate (the apiserver refuses a nodeName beside a scheduling gate)."""
-    return node if node and not resolved.spec.scheduling.queue else None
+    which carry Kueue's gate (the apiserver refuses a nodeName beside a scheduling gate), and for pods Volcano
+    binds (a pod bound by anyone else gets no chips from a device plugin in Volcano mode)."""
+    return node if node and not resolved.spec.scheduling.queue and volcano is None else None
+
+
+def pod_group(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, placing: int,
+              job_metadata: Mapping | None = None) -> dict:
+    """The attempt's Volcano PodGroup `<job>-a<attempt>` (contracts/volcano.py), owned by the job: every pod of the
+    gang bound together or none (minMember, minTaskMember), in the spec's Volcano Queue, with the template's
+    PriorityClass and the labels and annotations Huawei's Ascend plugin reads. It also carries the job's own labels
+    and annotations, as MindCluster's ascend-operator copies an AscendJob's (fault-scheduling and the like are
+    set there). minResources asks for the `placing` pods Volcano must place now (every pod when it is 0)."""
+    job, spec = resolved.name, resolved.spec
+    options = spec.scheduling.volcano or VolcanoScheduling()
+    block = volcanos.sp_block(resolved.chip, resolved.per_pod, resolved.world_size, options.sp_block)
+    group_labels, group_annotations = volcanos.podgroup_metadata(resolved.chip, block, options.tor_affinity)
+    own = job_metadata or {}
+    annotations = {key: value for key, value in (own.get("annotations") or {}).items()
+                   if not key.startswith(KUBECTL_ANNOTATIONS)}
+    group_spec: dict[str, Any] = {
+        "minMember": resolved.pod_count, "minTaskMember": {volcanos.TASK: resolved.pod_count},
+        "queue": options.queue,
+        "minResources": volcanos.min_resources(spec.npu.resource, resolved.per_pod, spec.template.resources.requests,
+                                               placing or resolved.pod_count)}
+    if spec.template.priority_class_name:
+        group_spec["priorityClassName"] = spec.template.priority_class_name
+    return {"apiVersion": f"{volcanos.GROUP}/{volcanos.VERSION}", "kind": volcanos.KIND,
+            "metadata": {"name": names.pod_group(job, attempt), "namespace": namespace,
+                         "labels": {**(own.get("labels") or {}), **names.job_labels(job), **group_labels},
+                         "annotations": {**annotations, **group_annotations},
+                         "ownerReferences": owner_references(job, uid)},
+            "spec": group_spec}
+
+
+KUBECTL_ANNOTATIONS = "kubectl.kubernetes.io/"  # kubectl's own (last-applied-configuration): not the PodGroup's
 
 
 def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, placed: list[tuple[int, str | None]],
               sched_ip: str | None, node_requirements: list[dict] | tuple = (),
-              expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
+              expander_image: str = names.DEFAULT_EXPANDER_IMAGE, volcano: ByVolcano | None = None) -> list[dict]:
     """`pod` for each (index, node) of one attempt. The template is rendered and parsed once: the pods differ only
-    in their name, hostname, index label and annotation, rank env and pinned node, set on a copy of the first
-    (tests/unit/core/test_render.py checks each against `pod`). A 128-pod gang was a template and a YAML parse
-    per pod, the most of the operator's CPU while it started."""
+    in their name, hostname, index label and annotation, rank env and pinned (or, under Volcano, preferred) node,
+    set on a copy of the first (tests/unit/core/test_render.py checks each against `pod`). A 128-pod gang was a
+    template and a YAML parse per pod, the most of the operator's CPU while it started."""
     if not placed:
         return []
     first_index, first_node = placed[0]
     first = pod(resolved, namespace, uid, attempt, first_index, first_node, sched_ip, node_requirements,
-                expander_image)
+                expander_image, volcano)
     skeleton = json.dumps(first)
     made = [first]
     for index, node in placed[1:]:
@@ -440,10 +513,11 @@ def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, pla
         manifest["metadata"]["labels"][names.POD_INDEX_LABEL] = str(index)
         manifest["metadata"]["annotations"][names.RANK_INDEX_ANNOTATION] = str(index)
         manifest["spec"]["containers"][0]["env"] = pod_env(resolved, index, sched_ip)
-        if node:
-            terms = manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            terms["nodeSelectorTerms"][0]["matchExpressions"] = [
-                {"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}]
+        if volcano is not None:
+            manifest["metadata"]["labels"][volcanos.REPLICA_INDEX_LABEL] = str(index)
+            _set_affinity(manifest, node_affinity(volcano.requirements, node))
+        elif node:
+            _set_affinity(manifest, node_affinity([{"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}], None))
             if (bound := bound_node(resolved, node)) is not None:
                 manifest["spec"]["nodeName"] = bound
         elif first_node:
@@ -452,17 +526,28 @@ def gang_pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, pla
     return made
 
 
-def pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...], sched_ip: str | None,
-         expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
+def _set_affinity(manifest: dict, affinity: dict | None) -> None:
+    if affinity is None:
+        manifest["spec"].pop("affinity", None)
+    else:
+        manifest["spec"]["affinity"] = affinity
+
+
+def pods(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: Sequence[str | None],
+         sched_ip: str | None, expander_image: str = names.DEFAULT_EXPANDER_IMAGE,
+         volcano: ByVolcano | None = None) -> list[dict]:
     return gang_pods(resolved, namespace, uid, attempt, list(enumerate(nodes)), sched_ip,
-                     expander_image=expander_image)
+                     expander_image=expander_image, volcano=volcano)
 
 
-def children(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: tuple[str, ...],
+def children(resolved: ResolvedJob, namespace: str, uid: str, attempt: int, nodes: Sequence[str | None],
              sched_ip: str | None, table: dict | None = None,
-             expander_image: str = names.DEFAULT_EXPANDER_IMAGE) -> list[dict]:
-    """Every child in creation order: Services (needs_services), the ConfigMap, then the Pods."""
+             expander_image: str = names.DEFAULT_EXPANDER_IMAGE, volcano: ByVolcano | None = None,
+             job_metadata: Mapping | None = None) -> list[dict]:
+    """Every child in creation order: Services (needs_services), the ConfigMap, then (under Volcano, after the
+    attempt's PodGroup) the Pods."""
     first_table = initializing(format_of(CHIPS[resolved.chip].super_pods))
+    group = [pod_group(resolved, namespace, uid, attempt, 0, job_metadata)] if volcano is not None else []
     return [*(services(resolved.name, namespace, uid) if needs_services(resolved) else ()),
             rank_table_config_map(resolved.name, namespace, uid, job_config_text(resolved), table or first_table),
-            *pods(resolved, namespace, uid, attempt, nodes, sched_ip, expander_image)]
+            *group, *pods(resolved, namespace, uid, attempt, nodes, sched_ip, expander_image, volcano)]

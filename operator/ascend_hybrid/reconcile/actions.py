@@ -84,6 +84,20 @@ class DeleteWorkloads:
 
 
 @dataclass(frozen=True)
+class ApplyPodGroup:
+    """Volcano: the attempt's PodGroup (render.pod_group) by server-side apply, before the pods it holds are made."""
+
+    manifest: dict
+
+
+@dataclass(frozen=True)
+class DeletePodGroups:
+    """Volcano: the PodGroups of attempts that ended (Volcano would keep a Queue's room for one left Inqueue)."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class DeletePods:
     """Delete these pods. With `attempt`, they are every live pod of that attempt of the job: one delete of the
     collection the job and attempt labels select (a whole-gang restart of 128 pods is one call, not 128)."""
@@ -151,5 +165,5 @@ class PostEvent:
 
 
 Action = (EnsureChildren | Place | PlaceReplacement | CreatePods | RemoveGates | PinAndRelease | AdoptPods
-          | DeleteWorkloads | DeletePods | WriteRankTable
+          | DeleteWorkloads | ApplyPodGroup | DeletePodGroups | DeletePods | WriteRankTable
           | GrantLaunchers | SignalLaunchers | DeleteJob | PostEvent | ProbeGrow)

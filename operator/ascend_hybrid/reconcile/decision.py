@@ -34,7 +34,7 @@ from ascend_hybrid.contracts.podview import (
 )
 from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.diagnosis.failures import Failure
-from ascend_hybrid.gang import ranktable, render
+from ascend_hybrid.gang import ranktable
 from ascend_hybrid.gang.placement import GangRequest, Placement
 from ascend_hybrid.reconcile import (
     elastic_steps,
@@ -44,13 +44,12 @@ from ascend_hybrid.reconcile import (
     recovery_steps,
     strategy,
     telemetry_steps,
+    volcano_steps,
 )
 from ascend_hybrid.reconcile.actions import (
-    CreatePods,
     EnsureChildren,
     GrantLaunchers,
     Place,
-    PodToCreate,
 )
 from ascend_hybrid.reconcile.placement_record import record_placement
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision, Observed, Pass
@@ -115,8 +114,9 @@ def run(p: Pass) -> Decision:
     if admission is not None and admission.state == EVICTED:
         return queue_steps.preempted(p, admission, current)
     placement = placement_of_attempt(p, attempt)
-    # a node's kubelet refused a pod bound to it (a rival took the chips first): placed anew, not a failure
-    if (done := refused_at_admission(p, current)) is not None:
+    # a node's kubelet refused a pod bound to it (a rival took the chips first): placed anew, not a failure (under
+    # Volcano only that pod is made again, in the same PodGroup)
+    if (done := (volcano_steps.remake_refused if p.volcano else refused_at_admission)(p, current)) is not None:
         return done
     # a placed attempt that broke (the failure policy decides) or whose every pod succeeded
     if (done := attempt_outcome(p, current, placement)) is not None:
@@ -227,7 +227,7 @@ def enqueued(p: Pass, current: dict, stale: list, admission: Admission | None, t
         return unrecorded_pods(p, current)
     e = p.resolved
     alternatives, retry_within = elastic_steps.shrink_options(p)
-    p.d.act(Place(GangRequest.for_job(e, p.status.get("avoidedNodes") or ()), e, alternatives, retry_within))
+    p.d.act(Place(p.gang_request(e, p.status.get("avoidedNodes") or ()), e, alternatives, retry_within))
     return p.d
 
 
@@ -238,6 +238,11 @@ def unrecorded_pods(p: Pass, current: dict) -> Decision:
     rest was to go is lost: the attempt's pods go and the gang is placed anew, as after a refusal (not a restart)."""
     e = p.resolved
     nodes = tuple(node_of(current[index]) if index in current else None for index in range(e.pod_count))
+    if p.volcano:  # Volcano places them: the attempt goes on without a plan, where it binds them is recorded
+        p.status.update(record_placement(p.status, e, Placement(ok=False, reason="the operator stopped before it "
+                                         "recorded its plan"), p.o.now, p.generation, {}, volcano=True).status)
+        p.requeue(FAST_REQUEUE_SECONDS)
+        return p.d
     if all(nodes):
         tiers = GangRequest.for_job(e).tier_labels
         tier = tiers[0] if tiers else ""
@@ -316,13 +321,12 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
     releasable = [(pod["metadata"]["name"], tuple(gate["name"] for gate in pod["spec"]["schedulingGates"]))
                   for pod in pods if is_gated(pod) and not is_deleting(pod) and queue_steps.unreleased(p, pod)]
     if missing:
-        manifests = render.gang_pods(e, p.meta["namespace"], p.meta["uid"], attempt,
-                                     [(index, nodes[index]) for index in missing], o.sched_ip,
-                                     expander_image=o.expander_image)
-        created = tuple(PodToCreate(manifest, nodes[index], e.per_pod) for index, manifest in zip(missing, manifests))
-        p.d.act(CreatePods(created))
+        created = volcano_steps.create_pods(p, e, attempt, [(index, volcano_steps.preferred_node(placement, index))
+                                                            for index in missing])
         if p.queue:  # a queued gang's pods carry Kueue's group gate: creation answered, released in the same pass
             releasable += [(pod.manifest["metadata"]["name"], (names.GANG_GATE,)) for pod in created]
+    else:
+        volcano_steps.ensure_group(p, current)
     if releasable:  # a queued gang, or pods an operator before design §5's change created gated
         p.d.act(queue_steps.release(p, releasable, current, nodes))
         p.phase("Starting", f"all {e.pod_count} pods exist; releasing the gang to the scheduler")
@@ -330,7 +334,9 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
     if missing:  # the direct path: created schedulable and pinned, the chips promised under the placement lock
-        p.phase("Starting", f"{len(missing)} pods created on their placed nodes")
+        p.phase("Starting", f"{len(missing)} pods created " + (
+            f"in PodGroup {names.pod_group(job, attempt)} for Volcano to place" if p.volcano
+            else "on their placed nodes"))
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
     if len(pods) < e.pod_count:
@@ -339,7 +345,10 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
         return p.d
     unbound = [pod for pod in pods if not node_of(pod)]
     if unbound:
-        return waiting_for_binding(p, pods, unbound)
+        return (p.volcano and volcano_steps.waiting(p, pods, unbound)) or waiting_for_binding(p, pods, unbound)
+    if p.volcano:
+        volcano_steps.bound(p, pods)
+        nodes = status["placement"]["nodes"]
     if split := ranktable.ring_splits(pods, CHIPS[e.chip]):
         return ring_split(p, pods, split)
     node_super_pods = super_pods(p, nodes)
@@ -382,7 +391,9 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
         message = (f"{len(unbound)} pods not bound within schedulingTimeoutSeconds={limit} ({names_}){refusal}; "
                    "re-planning")
         return place_anew(p, pods, "SchedulingTimeout", message)
-    p.phase("Starting", f"{len(unbound)} of {len(pods)} pods waiting for the scheduler{refusal}")
+    # a pod made again beside running ones (ReplacePod, under Volcano) waits inside its rung: the job stays Restarting
+    phase = "Restarting" if p.status.get("phase") == "Restarting" else "Starting"
+    p.phase(phase, f"{len(unbound)} of {len(pods)} pods waiting for the scheduler{refusal}")
     p.requeue(min(FAST_REQUEUE_SECONDS, limit - waited))
     return p.d
 
@@ -481,6 +492,7 @@ def suspended(p: Pass) -> Decision:
     p.status.pop("placement", None)
     p.status["pods"] = pod_counts([], 0)
     if p.status.get("phase") != "Suspended":
+        p.delete_pod_group()  # a PodGroup left in its Queue would keep the Queue's room while the job is away
         p.d.emit("Normal", "Suspended", "job suspended; pods deleted")
     p.cond("Suspended", True, "Suspended", "spec.runPolicy.suspend is true")
     p.cond("Running", False, "Suspended", "suspended")

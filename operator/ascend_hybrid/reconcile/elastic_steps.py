@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts import volcano as volcanos
 from ascend_hybrid.contracts.conditions import condition, parse_time, set_condition, timestamp
 from ascend_hybrid.contracts.podview import (
     is_deleting,
@@ -29,12 +30,11 @@ from ascend_hybrid.contracts.podview import (
 from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.diagnosis.recovery import GROW, SHRINK
 from ascend_hybrid.gang import layout as layouts
-from ascend_hybrid.gang import render
 from ascend_hybrid.gang.placement import GangRequest, Placement
 from ascend_hybrid.planner import search
 from ascend_hybrid.planner.hardware import GIB, Hardware
-from ascend_hybrid.reconcile import membership, strategy
-from ascend_hybrid.reconcile.actions import CreatePods, EnsureChildren, PlaceReplacement, PodToCreate, ProbeGrow
+from ascend_hybrid.reconcile import membership, strategy, volcano_steps
+from ascend_hybrid.reconcile.actions import EnsureChildren, PlaceReplacement, ProbeGrow
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
@@ -215,7 +215,7 @@ def shrink_options(p: Pass) -> tuple[tuple[tuple[GangRequest, ResolvedJob], ...]
                                                               "degree it runs with")
         return (), None
     avoided = p.status.get("avoidedNodes") or ()
-    return tuple((GangRequest.for_job(job, avoided), job) for job in choice.jobs), None
+    return tuple((p.gang_request(job, avoided), job) for job in choice.jobs), None
 
 
 def cannot_shrink(p: Pass, why: str) -> None:
@@ -297,6 +297,8 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: in
     p.new_attempt()
     attempt = int(p.status["attempt"])
     place_kept(p, job, [node_of(pod) or "" for pod in kept], f"kept {len(kept)} running pods")
+    if p.volcano:  # the kept pods move into the new attempt's PodGroup as they are adopted
+        volcano_steps.apply_group(p, job, attempt, 0)
     for kind, reason, message in shrunk(p.status, asked, job, p.o.now, p.generation):
         p.d.emit(kind, reason, message)
     membership.keep(p, kept)
@@ -314,8 +316,10 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: in
     return True
 
 
-def place_kept(p: Pass, job: ResolvedJob, nodes: list[str], how: str) -> None:
-    """status.placement of an attempt that kept running pods (nodes by pod index), as a placement writes it."""
+def place_kept(p: Pass, job: ResolvedJob, nodes: list[str], how: str, running: int | None = None) -> None:
+    """status.placement of an attempt that kept running pods (nodes by pod index: the first `running` where those
+    run, the rest placed), as a placement writes it. Under Volcano every node is the plan, and the kept pods' are
+    where they are bound already."""
     tiers = job.spec.scheduling.topology_tiers
     racks = {labels_of(p.o.nodes.get(node) or {}).get(tiers[0]) if tiers else None for node in nodes}
     p.status["placement"] = {
@@ -323,6 +327,13 @@ def place_kept(p: Pass, job: ResolvedJob, nodes: list[str], how: str) -> None:
         "summary": f"{how}: {len(set(nodes))} nodes in {len(racks)} racks",
         "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layouts.from_resolved(job), tuple(nodes)),
         "racks": len(racks)}
+    if p.volcano:
+        kept = len(nodes) if running is None else running
+        domains = volcano_steps.node_domains(p, tuple(nodes), job)
+        p.status["placement"].update(
+            scheduler=volcanos.SCHEDULER_NAME, podGroup=names.pod_group(job.name, int(p.status["attempt"])),
+            planned=volcano_steps.planned(job, tuple(nodes), domains),
+            nodes=[node if index < kept else "" for index, node in enumerate(nodes)])
 
 
 # -- growing back --------------------------------------------------------------------------------------------
@@ -344,7 +355,7 @@ def grow_step(p: Pass, current: Mapping[int, dict]) -> bool:
         else:
             grow(p, full, current)
         return True
-    request = growth_request(p, full, current) if keep else GangRequest.for_job(full, healthy_avoided(p))
+    request = growth_request(p, full, current) if keep else p.gang_request(full, healthy_avoided(p))
     p.d.act(ProbeGrow(request, full.data, keep=keep))
     p.requeue(GROW_PROBE_SECONDS)
     return False
@@ -365,7 +376,7 @@ def keeps_pods(p: Pass, current: Mapping[int, dict]) -> bool:
 def growth_request(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> GangRequest:
     """The pods a growth adds beside the running ones (pod indices from the running count on), near them."""
     nodes = frozenset(node for pod in current.values() if (node := node_of(pod)))
-    return replace(GangRequest.for_job(full, healthy_avoided(p)), pod_count=full.pod_count - len(current), groups=(),
+    return replace(p.gang_request(full, healthy_avoided(p)), pod_count=full.pod_count - len(current), groups=(),
                    near_nodes=nodes)
 
 
@@ -458,15 +469,12 @@ def grow_in_place(p: Pass, full: ResolvedJob, current: Mapping[int, dict], added
     generation = int(p.status["recovery"].get("generation") or 0) + 1
     p.status["recovery"].update(generation=generation, rung=GROW)
     nodes = [node_of(pod) or "" for pod in kept] + list(added)
-    place_kept(p, full, nodes, f"kept {len(kept)} running pods, {len(nodes) - len(kept)} added")
+    place_kept(p, full, nodes, f"kept {len(kept)} running pods, {len(nodes) - len(kept)} added", running=len(kept))
     p.o = replace(p.o, resolved=full)
     p.reset_rank_table()
     p.d.act(EnsureChildren(full))
     p.d.act(membership.signal(p, generation))
-    new: list[tuple[int, str | None]] = [(index, nodes[index]) for index in range(len(kept), full.pod_count)]
-    manifests = render.gang_pods(full, p.meta["namespace"], p.meta["uid"], attempt, new, p.o.sched_ip,
-                                 expander_image=p.o.expander_image)
-    p.d.act(CreatePods(tuple(PodToCreate(manifest, node, full.per_pod) for (_, node), manifest in zip(new, manifests))))
+    volcano_steps.create_pods(p, full, attempt, [(index, nodes[index]) for index in range(len(kept), full.pod_count)])
     at_spec_degrees(p, full, state, why)
 
 

@@ -14,7 +14,7 @@ from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.diagnosis.failures import Failure, Wait, find_failure
 from ascend_hybrid.diagnosis.refusals import Refusal
 from ascend_hybrid.gang import render
-from ascend_hybrid.reconcile import membership, recovery_steps
+from ascend_hybrid.reconcile import membership, recovery_steps, volcano_steps
 from ascend_hybrid.reconcile.state import Pass
 
 
@@ -25,8 +25,9 @@ def failure(p: Pass, current: dict, placement: dict) -> Failure | Wait | None:
     lost = []
     if p.status.get("phase") in ("Starting", "Running") or recovery_steps.in_place_running(p) or p.queue:
         lost = [(index, membership.member_name(p, index)) for index in range(e.pod_count) if index not in current]
-        lost = [(index, name) for index, name in lost if name not in p.o.in_flight
-                and index != recovery_steps.replacing(p)]  # ReplacePod's pod is meant to be away a while
+        # ReplacePod's pod, and under Volcano a pod a node refused, are meant to be away a while
+        away = volcano_steps.remaking(p) | {recovery_steps.replacing(p)}
+        lost = [(index, name) for index, name in lost if name not in p.o.in_flight and index not in away]
     found = find_failure(current, placement["nodes"], p.o.nodes, p.o.device_infos, p.o.now,
                          p.o.node_grace_seconds, lost)
     if isinstance(found, Wait):

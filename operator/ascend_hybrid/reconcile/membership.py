@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
-from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts import names, volcano
 from ascend_hybrid.contracts.podview import attempt_of, is_deleting, labels_of, pod_index
 from ascend_hybrid.gang import render
 from ascend_hybrid.reconcile.actions import AdoptPods, SignalLaunchers
@@ -59,8 +59,13 @@ def kept_views(p: Pass, pods: Iterable[dict]) -> list[dict]:
 
 
 def as_member(pod: dict, attempt: int, index: int) -> dict:
+    """The pod as a member of `attempt` at `index`; a pod Volcano schedules (its kubeflow replica-index label) joins
+    that attempt's PodGroup too."""
     labels = {**labels_of(pod), names.ATTEMPT_LABEL: str(attempt), names.POD_INDEX_LABEL: str(index)}
     annotations = {**(pod["metadata"].get("annotations") or {}), names.RANK_INDEX_ANNOTATION: str(index)}
+    if volcano.REPLICA_INDEX_LABEL in labels:
+        labels[volcano.REPLICA_INDEX_LABEL] = str(index)
+        annotations[volcano.GROUP_NAME_ANNOTATION] = names.pod_group(labels[names.JOB_LABEL], attempt)
     return {**pod, "metadata": {**pod["metadata"], "labels": labels, "annotations": annotations}}
 
 
@@ -82,14 +87,16 @@ def adopt(p: Pass, observed: Iterable[dict]) -> None:
 
 
 def adoption_patch(wanted: dict) -> tuple[dict, ...]:
-    """A JSON patch of the three keys (the rest of the labels untouched)."""
+    """A JSON patch of the keys as_member sets (the rest of the labels and annotations untouched)."""
     def path(key: str) -> str:
         return key.replace("~", "~0").replace("/", "~1")
     labels, annotations = wanted["metadata"]["labels"], wanted["metadata"]["annotations"]
+    label_keys = (names.ATTEMPT_LABEL, names.POD_INDEX_LABEL, volcano.REPLICA_INDEX_LABEL)
+    annotation_keys = (names.RANK_INDEX_ANNOTATION, volcano.GROUP_NAME_ANNOTATION)
     return tuple({"op": "add", "path": f"/metadata/{where}/{path(key)}", "value": values[key]}
-                 for where, values, keys in (("labels", labels, (names.ATTEMPT_LABEL, names.POD_INDEX_LABEL)),
-                                             ("annotations", annotations, (names.RANK_INDEX_ANNOTATION,)))
-                 for key in keys)
+                 for where, values, keys in (("labels", labels, label_keys), ("annotations", annotations,
+                                                                              annotation_keys))
+                 for key in keys if key in values)
 
 
 def member_name(p: Pass, index: int) -> str:

@@ -7,13 +7,16 @@ import copy
 from collections.abc import Mapping
 from datetime import datetime
 
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts import volcano as volcanos
 from ascend_hybrid.contracts.conditions import set_condition
 from ascend_hybrid.gang import backlog
 from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang.backlog import QueueKey
 from ascend_hybrid.gang.placement import Placement
-from ascend_hybrid.reconcile import elastic_steps
+from ascend_hybrid.reconcile import elastic_steps, volcano_steps
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision
+from ascend_hybrid.spec.api import VolcanoScheduling
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 
@@ -22,15 +25,24 @@ def _count(number: int, noun: str) -> str:
 
 
 def record_placement(status: dict, job: ResolvedJob, placement: Placement, now: datetime, generation: int | None,
-                     node_domains: Mapping[str, str | None], asked: ResolvedJob | None = None) -> Decision:
+                     node_domains: Mapping[str, str | None], asked: ResolvedJob | None = None,
+                     volcano: bool = False, may_wait: bool = False) -> Decision:
     """The status and events after the shell placed the gang (or found it cannot): a Decision of its own, so
     the shell only executes what the core decided. `job` is what was placed; `asked`, when it differs, the
-    whole gang an elastic job asked for first (it shrank to `job`)."""
+    whole gang an elastic job asked for first (it shrank to `job`). Under Volcano (`volcano`) the placement is a
+    plan handed to Volcano as preferences, and a gang the placer finds no room for goes to Volcano without one,
+    unless it `may_wait` (an elastic job that may shrink once its replacement window passes)."""
     outcome = Decision(status=copy.deepcopy(status))
     status = outcome.status
     attempt = int(status.get("attempt") or 1)
     previous_reason = (status.get("placement") or {}).get("reason")
-    if placement.ok:
+    if volcano and (placement.ok or not may_wait):
+        handed_to_volcano(status, job, placement, now, generation, node_domains)
+        if asked is not None and asked.data != job.data:
+            for event in elastic_steps.shrunk(status, asked, job, now, generation):
+                outcome.emit(*event)
+        outcome.requeue_after = FAST_REQUEUE_SECONDS
+    elif placement.ok:
         layout = layouts.from_resolved(job)
         racks = {node_domains.get(node) for node in placement.nodes}
         spread = f"{_count(len(set(placement.nodes)), 'node')} in {_count(len(racks), 'rack')}"
@@ -68,6 +80,10 @@ def record_queued(status: dict, blocker: QueueKey, now: datetime, generation: in
     return outcome
 
 
+def _with(values: list[str], index: int, value: str) -> list[str]:
+    return [value if i == index else old for i, old in enumerate(values)]
+
+
 def record_replacement(status: dict, index: int, placement: Placement, now: datetime) -> Decision:
     """ReplacePod's placement of one pod: its node in status.placement.nodes, or why none fits (the next pass
     escalates to RestartGang)."""
@@ -77,7 +93,12 @@ def record_replacement(status: dict, index: int, placement: Placement, now: date
     if placement.ok:
         nodes = list((status.get("placement") or {}).get("nodes") or [])
         old = nodes[index] if index < len(nodes) else None
-        nodes[index] = placement.nodes[0]
+        plan = (status.get("placement") or {}).get("planned")
+        if plan is not None:  # under Volcano: the new pod's preference; where it is, Volcano's binding says
+            plan["nodes"] = _with(plan.get("nodes") or [""] * len(nodes), index, placement.nodes[0])
+            nodes[index] = ""
+        else:
+            nodes[index] = placement.nodes[0]
         status["placement"]["nodes"] = nodes
         state.pop("unplaced", None)
         outcome.emit("Normal", "PodReplaced", f"pod index {index} placed again on {placement.nodes[0]} (was {old})")
@@ -86,3 +107,29 @@ def record_replacement(status: dict, index: int, placement: Placement, now: date
         state["unplaced"] = placement.reason
         outcome.requeue_after = FAST_REQUEUE_SECONDS
     return outcome
+
+
+# -- under Volcano ---------------------------------------------------------------------------------------------
+def handed_to_volcano(status: dict, job: ResolvedJob, placement: Placement, now: datetime, generation: int | None,
+                      node_domains: Mapping[str, str | None]) -> None:
+    """The attempt goes to Volcano as one PodGroup: where its pods are is Volcano's to say (status.placement.nodes
+    fills as it binds them), the operator's plan its preference."""
+    attempt = int(status.get("attempt") or 1)
+    group = names.pod_group(job.name, attempt)
+    queue = (job.spec.scheduling.volcano or VolcanoScheduling()).queue
+    plan = volcano_steps.planned(job, placement.nodes if placement.ok else (), node_domains)
+    status["placement"] = {"attempt": attempt, "scheduler": volcanos.SCHEDULER_NAME, "podGroup": group,
+                           "nodes": [""] * job.pod_count, "planned": plan}
+    if placement.ok:
+        spread = f"{_count(len(set(placement.nodes)), 'node')} in {_count(plan['racks'], 'rack')}"
+        message = (f"attempt {attempt}: PodGroup {group} handed to Volcano (Queue {queue}), "
+                   f"{_count(job.pod_count, 'pod')} planned on {spread} as their preferred nodes")
+    else:
+        status["placement"]["reason"] = placement.reason
+        message = (f"attempt {attempt}: PodGroup {group} handed to Volcano (Queue {queue}) without a plan: "
+                   f"{placement.reason}")
+    set_condition(status, "Placed", False, volcano_steps.SCHEDULING, message, now, generation)
+    status["phase"], status["message"] = "Placing", message
+
+
+SCHEDULING = "Scheduling"  # Placed=False while Volcano has the gang and has not bound it

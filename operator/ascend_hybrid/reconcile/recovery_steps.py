@@ -294,7 +294,7 @@ def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, cu
 def replacement_request(p: Pass, index: int, record: dict) -> GangRequest:
     """The one-pod request ReplacePod places: the job's chips, near the pod's peers, the suspects avoided."""
     avoided = set(p.status.get("avoidedNodes") or ()) | set(record.get("avoid") or ())
-    return replace(GangRequest.for_job(p.resolved, avoided), pod_count=1, groups=(),
+    return replace(p.gang_request(p.resolved, avoided), pod_count=1, groups=(),
                    near_nodes=frozenset(peer_nodes(p, index)))
 
 
@@ -302,12 +302,12 @@ def peer_nodes(p: Pass, index: int) -> list[str]:
     """The nodes of the pods that share the first placement group of pod `index` (its TP/stage/DP peers, in the
     priority order of gang/layout): the racks the replacement should join, as the gang's placement would."""
     placement = p.status.get("placement") or {}
-    nodes = placement.get("nodes") or []
+    nodes = placement.get("nodes") or []  # under Volcano "" for a pod it has not bound
     for group in layouts.from_resolved(p.resolved).placement_groups():
-        peers = [nodes[i] for i in group if i != index and i < len(nodes)]
+        peers = [nodes[i] for i in group if i != index and i < len(nodes) and nodes[i]]
         if index in group and peers:
             return peers
-    return [node for i, node in enumerate(nodes) if i != index]
+    return [node for i, node in enumerate(nodes) if i != index and node]
 
 
 def _relaunch(p: Pass, generation: int, failure: Failure, text: str, fix: str) -> Decision:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ascend_hybrid.contracts import kueue, names
+from ascend_hybrid.contracts import volcano as volcanos
 from ascend_hybrid.contracts.ascend import DeviceInfo
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.conditions import condition, parse_time, set_condition, timestamp
@@ -26,11 +27,20 @@ from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.diagnosis.recovery import LauncherReport
 from ascend_hybrid.diagnosis.refusals import Refusal
 from ascend_hybrid.gang import ranktable, render
+from ascend_hybrid.gang.placement import GangRequest
 from ascend_hybrid.monitoring import anomalies
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner.hardware import Hardware
 from ascend_hybrid.planner.observed import Observed as ObservedFactor
-from ascend_hybrid.reconcile.actions import Action, DeleteJob, DeletePods, DeleteWorkloads, PostEvent, WriteRankTable
+from ascend_hybrid.reconcile.actions import (
+    Action,
+    DeleteJob,
+    DeletePodGroups,
+    DeletePods,
+    DeleteWorkloads,
+    PostEvent,
+    WriteRankTable,
+)
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
@@ -64,6 +74,9 @@ class Observed:
     launcher_world: str | None = None         # the world it holds beside it (pods an elastic shrink kept)
     launchers: Mapping[str, LauncherReport] = field(default_factory=dict)  # pod name → its launcher's report
     children_data: int | None = None          # the data degree job.json was applied for (None: not known)
+    default_scheduler: str | None = None      # the operator's --scheduler: volcano runs jobs that name none there
+    podgroup: Mapping | None = None           # Volcano: the current attempt's PodGroup, when podgroup_read
+    podgroup_read: bool = False               # whether the shell read it this pass (it does while a gang starts)
 
     def sched_known(self, job: ResolvedJob) -> bool:
         """The pods' MS_SCHED_HOST can be rendered: `<job>-sched`'s ClusterIP read, or a job without Services."""
@@ -110,6 +123,20 @@ class Pass:
         resolved = self.o.resolved
         return resolved.spec.scheduling.queue if resolved is not None else None
 
+    @property
+    def volcano(self) -> bool:
+        """Whether Volcano schedules the job's pods (contracts/volcano.uses_volcano)."""
+        resolved = self.o.resolved
+        if resolved is None:
+            return False
+        scheduling = resolved.spec.scheduling
+        return volcanos.uses_volcano(scheduling.scheduler_name, scheduling.volcano is not None, scheduling.queue,
+                                     self.o.default_scheduler)
+
+    def gang_request(self, job: ResolvedJob, excluded: Iterable[str] = ()) -> GangRequest:
+        """The placement request of `job`'s gang; under Volcano a preference (placement.GangRequest.volcano)."""
+        return GangRequest.for_job(job, excluded, volcano=self.volcano)
+
     # -- helpers -----------------------------------------------------------------------------------------------
     def cond(self, kind: str, value: bool, reason: str, message: str = "") -> None:
         set_condition(self.status, kind, value, reason, message, self.o.now, self.generation)
@@ -151,7 +178,13 @@ class Pass:
             for delete in doomed_pods(pods, self.o.pods):  # a lone pod and a whole attempt are two actions
                 self.d.act(delete)
 
+    def delete_pod_group(self) -> None:
+        """Volcano: the current attempt's PodGroup goes (its attempt ended, or the job did)."""
+        if self.volcano and self.status.get("attempt"):
+            self.d.act(DeletePodGroups((names.pod_group(self.meta["name"], int(self.status["attempt"])),)))
+
     def new_attempt(self) -> None:
+        self.delete_pod_group()
         self.status["attempt"] = int(self.status.get("attempt") or 0) + 1
         self.status.pop("placement", None)
         self.status.pop("monitoring", None)  # the anomaly history of the old attempt says nothing of the new one
@@ -175,7 +208,10 @@ class Pass:
         return self.finished(first=True)
 
     def finished(self, first: bool = False) -> Decision:
-        """Terminal: apply cleanPodPolicy, then the TTL."""
+        """Terminal: apply cleanPodPolicy, then the TTL; the attempt's PodGroup goes at once (as MindCluster's
+        ascend-operator deletes its job's)."""
+        if first:
+            self.delete_pod_group()
         e = self.o.resolved
         policy = e.spec.run_policy.clean_pod_policy if e else "All"
         if policy == "All":

@@ -15,6 +15,8 @@ from pydantic.config import JsonDict
 
 from ascend_hybrid.contracts.ascend import RACK_LABEL, RESOURCE
 from ascend_hybrid.contracts.chips import CHIP_NAMES, CHIPS, MAX_CHIPS_PER_POD
+from ascend_hybrid.contracts.volcano import DEFAULT_QUEUE as DEFAULT_VOLCANO_QUEUE
+from ascend_hybrid.contracts.volcano import SUPER_POD_CHIPS_PER_POD
 from ascend_hybrid.spec.causes import ACTIONS, CAUSES, SOFTWARE_CAUSES
 from ascend_hybrid.spec.k8s_validation import DNS1123_SUBDOMAIN_MAX, IMAGE_MAX, LABEL_KEY_MAX, LABEL_VALUE_MAX
 
@@ -409,19 +411,45 @@ class Monitoring(ApiModel):
     from the first step, so graph compilation is not a stall)."""
 
 
+class TorAffinity(str, Enum):
+    normal_schema = "normal-schema"
+    large_model_schema = "large-model-schema"
+
+
+class VolcanoScheduling(ApiModel):
+    queue: str = Field(DEFAULT_VOLCANO_QUEUE, max_length=DNS1123_SUBDOMAIN_MAX)
+    """Volcano Queue (cluster-scoped) the job's PodGroups wait in: Volcano admits a PodGroup when its Queue has room
+    for its minResources, then binds every pod of it together or none (a lowercase RFC 1123 subdomain)."""
+    tor_affinity: TorAffinity | None = Field(None)
+    """Leaf-switch affinity of Huawei's Ascend plugin (PodGroup label tor-affinity; the cluster needs its
+    basic-tor-node-cm): normal-schema packs the job under the switch with the fewest free nodes, large-model-schema
+    gives a job of 4 pods or more whole switches. Empty: none."""
+    sp_block: int | None = Field(None, ge=SUPER_POD_CHIPS_PER_POD, le=MAX_WORLD_SIZE)
+    """A3 jobs of 16-chip pods only: chips per logical super-pod (PodGroup annotation sp-block), a multiple of 16
+    that divides the job's chips; Volcano keeps each block's pods inside one physical super-pod, its ranks
+    consecutive. Empty: the job's chips, the whole job one logical super-pod."""
+
+
 class Scheduling(ApiModel):
     topology_tiers: list[Annotated[str, Field(max_length=LABEL_KEY_MAX)]] = Field(
         default_factory=lambda: [RACK_LABEL], max_length=MAX_TOPOLOGY_TIERS)
     """Node label keys of network tiers, innermost first (at most 16); stages and DP groups are kept inside the
     fewest tier domains."""
     scheduler_name: str | None = Field(None, max_length=DNS1123_SUBDOMAIN_MAX)
-    """Scheduler that binds the (already placed) pods (a lowercase RFC 1123 subdomain); default scheduler when empty."""
+    """Scheduler of the pods (a lowercase RFC 1123 subdomain). volcano: the job runs through Volcano, as MindCluster
+    runs its jobs — a PodGroup per attempt, Volcano and Huawei's Ascend plugin choose nodes and chips, the operator's
+    placement is a preference (docs/install.md, "On a MindCluster cluster with Volcano"). Any other name binds the
+    pods the operator placed. Empty: the operator's --scheduler (the default scheduler unless it says volcano)."""
     queue: str | None = Field(None, max_length=LABEL_VALUE_MAX)
     """Kueue LocalQueue (in the job's namespace) that admits the job: each attempt's pods form one Kueue pod group,
     created gated and unplaced; the operator places and releases them only once Kueue has admitted the whole gang
     against its ClusterQueue's quota (condition Admitted; reason WaitingForQuota while Kueue holds it, Preempted
     after an eviction, which starts a new attempt without counting a restart). The namespace must be one Kueue
-    manages (label kueue.x-k8s.io/managed=true). Empty: no queue, the gang is placed at once."""
+    manages (label kueue.x-k8s.io/managed=true). Empty: no queue, the gang is placed at once. Not with Volcano: a
+    Volcano Queue is spec.scheduling.volcano.queue."""
+    volcano: VolcanoScheduling | None = Field(None)
+    """Volcano's options for the job's PodGroups; setting them runs the job through Volcano (schedulerName volcano,
+    or empty)."""
 
 
 class Elastic(ApiModel):
@@ -491,11 +519,34 @@ class PodCounts(ApiModel):
     """Failed pods."""
 
 
+class PlannedPlacement(ApiModel):
+    nodes: list[str] = Field(default_factory=list)
+    """The operator's node for each pod, by pod index; empty when it found none."""
+    racks: int | None = Field(None)
+    """Tier domains (racks) the plan spans."""
+    stage_racks: int | None = Field(None)
+    """Racks of the pipeline stages, summed over the stages."""
+    tensor_groups_node_local: str | None = Field(None)
+    """TP groups inside one node in the plan."""
+
+
 class PlacementStatus(ApiModel):
     attempt: int | None = Field(None)
     """Attempt this placement was made for."""
     nodes: list[str] = Field(default_factory=list)
-    """Node of each pod, by pod index."""
+    """Node of each pod, by pod index. Under Volcano: where Volcano bound it, empty while it is not bound."""
+    scheduler: str | None = Field(None)
+    """volcano when Volcano places the pods (the plan is then a preference it was given)."""
+    pod_group: str | None = Field(None)
+    """The attempt's Volcano PodGroup."""
+    planned: PlannedPlacement | None = Field(None)
+    """Under Volcano: the operator's plan, given to Volcano as each pod's preferred node."""
+    on_planned_nodes: str | None = Field(None)
+    """Under Volcano: pods bound on their planned node, e.g. 16/16."""
+    stage_racks: int | None = Field(None)
+    """Racks of the pipeline stages, summed over the stages (each stage kept in the fewest)."""
+    remaking: list[int] = Field(default_factory=list)
+    """Under Volcano: pod indexes whose pod a node refused at admission, made again in the same PodGroup."""
     summary: str | None = Field(None)
     """Nodes and racks the gang spans, e.g. 16 nodes in 2 racks."""
     tensor_groups_node_local: str | None = Field(None)
@@ -786,7 +837,8 @@ class AscendHybridJobStatus(ApiModel):
     conditions: list[Condition] = Field(default_factory=list)
     """Created, StrategyFits, Admitted (queued jobs), Placed, RankTableReady, Running, Restarting, Succeeded, Failed,
     Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled, Degraded (spec.elastic: True while the job
-    runs at a smaller data degree than its spec's)."""
+    runs at a smaller data degree than its spec's), PlacementHonoured (under Volcano: whether where Volcano bound the
+    pods is as close as the operator's plan)."""
     world_size: int | None = Field(None)
     """Ranks the pods run with: data x tensor x pipeline x context of status.parallelism (smaller than the spec's
     while an elastic job runs shrunk)."""

@@ -18,6 +18,7 @@ from typing import cast
 from pydantic import ValidationError
 
 from ascend_hybrid.contracts.chips import CHIPS, cel_allowed_per_pod, cel_allowed_text
+from ascend_hybrid.contracts.volcano import SUPER_POD_CHIPS_PER_POD
 from ascend_hybrid.spec.api import MAX_JOB_NAME, MAX_WORLD_SIZE, AscendHybridJobSpec
 from ascend_hybrid.spec.causes import RESTART_AVOIDING_NODE, SOFTWARE_CAUSES
 from ascend_hybrid.spec.cel import (
@@ -299,6 +300,71 @@ _ELASTIC_RULES = (
     Rule(_elastic_not_auto, f"!has(self.elastic) || !{CEL_AUTO}", repr(_ELASTIC_AUTO_MESSAGE)),
 )
 
+_KUEUE_OR_VOLCANO_MESSAGE = (
+    "spec.scheduling.queue (a Kueue LocalQueue) and Volcano (spec.scheduling.schedulerName: volcano, or "
+    "spec.scheduling.volcano) exclude each other: a job is admitted by Kueue or scheduled by Volcano, not both (a "
+    "Volcano Queue is spec.scheduling.volcano.queue)")
+_VOLCANO_OPTIONS_MESSAGE = ("spec.scheduling.volcano: only for a job Volcano schedules (spec.scheduling.schedulerName "
+                            "volcano, or empty)")
+_CEL_NAMES_VOLCANO = "(has(self.scheduling.schedulerName) && self.scheduling.schedulerName == 'volcano')"
+_CEL_SP_BLOCK = "self.scheduling.volcano.spBlock"
+_CEL_HAS_SP_BLOCK = f"(has(self.scheduling.volcano) && has({_CEL_SP_BLOCK}))"
+
+
+def _sp_block_of(e: ResolvedJob) -> int | None:
+    options = e.spec.scheduling.volcano
+    return options.sp_block if options is not None else None
+
+
+def _kueue_or_volcano(e: ResolvedJob) -> str | None:
+    scheduling = e.spec.scheduling
+    if scheduling.queue and (scheduling.scheduler_name == "volcano" or scheduling.volcano is not None):
+        return _KUEUE_OR_VOLCANO_MESSAGE
+    return None
+
+
+def _volcano_options_need_volcano(e: ResolvedJob) -> str | None:
+    scheduling = e.spec.scheduling
+    if scheduling.volcano is not None and scheduling.scheduler_name not in (None, "", "volcano"):
+        return _VOLCANO_OPTIONS_MESSAGE
+    return None
+
+
+def _sp_block_on_whole_a3_nodes(e: ResolvedJob) -> str | None:
+    block = _sp_block_of(e)
+    if block is not None and (e.chip != "A3" or e.per_pod != SUPER_POD_CHIPS_PER_POD):
+        return (f"spec.scheduling.volcano.spBlock={block}: only for chip A3 with spec.npu.perPod="
+                f"{SUPER_POD_CHIPS_PER_POD} (a logical super-pod of whole nodes)")
+    return None
+
+
+def _sp_block_divides_world(e: ResolvedJob) -> str | None:
+    block = _sp_block_of(e)
+    if block is not None and (block % SUPER_POD_CHIPS_PER_POD or e.world_size % block):
+        return (f"spec.scheduling.volcano.spBlock={block} must be a multiple of {SUPER_POD_CHIPS_PER_POD} that "
+                f"divides the job's chips, world size {e.world_size}")
+    return None
+
+
+_VOLCANO_RULES = (
+    Rule(_kueue_or_volcano,
+         "!has(self.scheduling.queue) || size(self.scheduling.queue) == 0 || "
+         f"(!{_CEL_NAMES_VOLCANO} && !has(self.scheduling.volcano))", repr(_KUEUE_OR_VOLCANO_MESSAGE)),
+    Rule(_volcano_options_need_volcano,
+         "!has(self.scheduling.volcano) || !has(self.scheduling.schedulerName) || "
+         "size(self.scheduling.schedulerName) == 0 || self.scheduling.schedulerName == 'volcano'",
+         repr(_VOLCANO_OPTIONS_MESSAGE)),
+    Rule(_sp_block_on_whole_a3_nodes,
+         f"!{_CEL_HAS_SP_BLOCK} || (self.npu.chip == 'A3' && {CEL_PER_POD} == {SUPER_POD_CHIPS_PER_POD})",
+         cel_format(f"spec.scheduling.volcano.spBlock=%d: only for chip A3 with spec.npu.perPod="
+                    f"{SUPER_POD_CHIPS_PER_POD} (a logical super-pod of whole nodes)", _CEL_SP_BLOCK)),
+    Rule(_sp_block_divides_world,
+         f"!{_CEL_HAS_SP_BLOCK} || ({_CEL_SP_BLOCK} % {SUPER_POD_CHIPS_PER_POD} == 0 && "
+         f"{CEL_WORLD} % {_CEL_SP_BLOCK} == 0)",
+         cel_format(f"spec.scheduling.volcano.spBlock=%d must be a multiple of {SUPER_POD_CHIPS_PER_POD} that "
+                    "divides the job's chips, world size %d", _CEL_SP_BLOCK, CEL_WORLD)),
+)
+
 _POLICY_RULES = "self.runPolicy.failurePolicy.rules"
 _ONE_MATCHER_MESSAGE = ("spec.runPolicy.failurePolicy.rules: each rule sets exactly one of causes, exitCodes or "
                         "podConditions")
@@ -431,6 +497,7 @@ RULES: tuple[Rule, ...] = _AUTO_RULES + (
          f"!has({_POLICY_RULES}) || {_POLICY_RULES}.all(r, (has(r.causes) ? 1 : 0) + (has(r.exitCodes) ? 1 : 0) + "
          "(has(r.podConditions) ? 1 : 0) == 1)", repr(_ONE_MATCHER_MESSAGE)),
     *_ELASTIC_RULES,
+    *_VOLCANO_RULES,
     Rule(_no_avoiding_for_software,
          f"!has({_POLICY_RULES}) || {_POLICY_RULES}.all(r, r.action != '{RESTART_AVOIDING_NODE}' || "
          f"!has(r.causes) || !r.causes.exists(c, c in {_SOFTWARE_LIST!r}))", repr(_NO_AVOID_MESSAGE)),

@@ -292,6 +292,28 @@ def test_render_places_the_seed_job_on_16_nodes(cli_path, examples):
     assert "note: the job has no metadata.uid" in result.stderr
 
 
+def test_render_under_volcano_shows_the_podgroup_and_pods_that_only_prefer_their_planned_node(cli_path, examples):
+    result = run(cli_path, "render", "-f", str(examples / "seed-moe-128.yaml"), "--nodes",
+                 str(examples / "nodes-16x8.yaml"), "--sched-ip", "10.96.0.7", "--scheduler", "volcano")
+    assert result.returncode == 0, result.stderr
+    objects = list(yaml.safe_load_all(result.stdout))
+    assert [o["kind"] for o in objects] == ["Service", "Service", "ConfigMap", "PodGroup"] + ["Pod"] * 16
+    group, pods = objects[3], objects[4:]
+    assert group["metadata"]["name"] == "seed-moe-128-a1" and group["spec"]["minMember"] == 16
+    preferred = set()
+    for pod in pods:
+        spec = pod["spec"]
+        assert spec["schedulerName"] == "volcano" and "nodeName" not in spec
+        assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "seed-moe-128-a1"
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["nodeAffinity"]
+        term = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+        preferred.add(term["preference"]["matchExpressions"][0]["values"][0])
+    assert len(preferred) == 16
+    body = run(cli_path, "render", "-f", str(examples / "seed-moe-128.yaml"), "--nodes",
+               str(examples / "nodes-16x8.yaml"))
+    assert "PodGroup" not in body.stdout, "the default: the operator binds the pods itself"
+
+
 def test_render_refuses_what_cannot_be_placed(cli_path, tmp_path, examples):
     body = json.loads(json.dumps(GOOD))
     body["spec"]["npu"] = {"chip": "A3", "perPod": 2}

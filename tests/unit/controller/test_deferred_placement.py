@@ -43,14 +43,18 @@ class StatusKube:
     def read_config_map(self, namespace, name):
         return None
 
+    def get_podgroup(self, namespace, name):
+        return None
 
-def scripted(kube: StatusKube, queue: str | None, pods: int):
+
+def scripted(kube: StatusKube, queue: str | None, pods: int, scheduler: str | None = None):
     """decide() as the core answers a one-pod job: place it, create its pod, wait for it, then Running."""
     def decide(observed):
         status = dict(observed.job.get("status") or {})
         status.setdefault("attempt", 1)
         if (status.get("placement") or {}).get("attempt") != 1:
-            job = SimpleNamespace(spec=SimpleNamespace(scheduling=SimpleNamespace(queue=queue)), pod_count=pods)
+            scheduling = SimpleNamespace(queue=queue, scheduler_name=scheduler, volcano=None)
+            job = SimpleNamespace(spec=SimpleNamespace(scheduling=scheduling), pod_count=pods)
             return Decision(actions=[Place(None, job)], status=status)  # type: ignore[arg-type]
         if not kube.created:
             pod = PodToCreate({"metadata": {"name": "job-a1-0"}}, "node-a", 8)
@@ -68,11 +72,12 @@ def placed(controller, key, job, observed, decision, action) -> bool:
 
 @pytest.fixture
 def one_pod_job(monkeypatch):
-    def make(queue: str | None = None, settings: OperatorSettings | None = None, pods: int = 1):
+    def make(queue: str | None = None, settings: OperatorSettings | None = None, pods: int = 1,
+             scheduler: str | None = None):
         job = job_body({"parallelism": {"data": 1, "tensor": 8}, "npu": {"perPod": 8}})
         job["metadata"].update(namespace="ns", name="job", uid="u", resourceVersion="1")
         kube = StatusKube(job)
-        monkeypatch.setattr(loop, "decide", scripted(kube, queue, pods))
+        monkeypatch.setattr(loop, "decide", scripted(kube, queue, pods, scheduler))
         controller = Controller(kube=kube, settings=settings or OperatorSettings(),
                                 bound_indexes=Indexes(nodes=list, npu_pods=list, job_pods=lambda key: [],
                                                       device_infos=list))
@@ -112,6 +117,14 @@ def test_a_start_longer_than_the_coalescing_window_writes_its_placement(one_pod_
 def test_a_queued_jobs_placement_is_written_before_its_pods(one_pod_job):
     """Kueue's pods are placed by the scheduler after admission: the status is the placement's only record."""
     controller, kube = one_pod_job(queue="team-a")
+    controller._reconcile(KEY, [])
+    assert kube.patches[0]["phase"] == "Placing" and controller.record_of(KEY).unwritten is None
+
+
+@pytest.mark.parametrize("scheduler, default", [("volcano", None), (None, "volcano")])
+def test_the_placement_of_a_job_volcano_binds_is_written_before_its_pod(one_pod_job, scheduler, default):
+    """Its pod is created unbound: until Volcano binds it, the status is the plan's only record."""
+    controller, kube = one_pod_job(scheduler=scheduler, settings=OperatorSettings(default_scheduler=default))
     controller._reconcile(KEY, [])
     assert kube.patches[0]["phase"] == "Placing" and controller.record_of(KEY).unwritten is None
 

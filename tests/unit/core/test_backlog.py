@@ -72,6 +72,16 @@ def test_a_job_waiting_for_kueue_holds_no_place_in_this_queue():
     assert oldest_waiting([], [entry(kueue_job)], tried=set()) == {}
 
 
+def test_a_job_volcano_schedules_holds_no_place_and_promises_no_chip_before_it_is_bound():
+    """Under Volcano its Queue orders the jobs, and a pod not bound yet has no node (status.placement.nodes "")."""
+    for scheduling in ({"schedulerName": "volcano"}, {"volcano": {"queue": "q"}}):
+        waiting = body("for-volcano", phase="Pending", placed=None, created="t0")
+        waiting["spec"]["scheduling"] = scheduling
+        assert entry(waiting).queued and oldest_waiting([], [entry(waiting)], tried=set()) == {}
+    half_bound = entry(body("v", nodes=("n1", "")))
+    assert unseen_placements([half_bound], set()) == {("ns", "v-a1-0"): ("n1", 8)}
+
+
 def test_the_head_of_a_chip_types_queue_is_its_oldest_waiting_job_whoever_asks():
     waiting = oldest_waiting([backlog.Waiting(("2026-12-01T00:00:02Z", "ns", "b"), "910B"),
                               backlog.Waiting(("2026-12-01T00:00:01Z", "ns", "z"), "910B"),

@@ -282,7 +282,10 @@ cel_specs = st.fixed_dictionaries(
             "hidden": st.sampled_from([96, 128, 5120]), "experts": st.sampled_from([0, 2, 4, 6, 8]),
             "capacityFactor": st.sampled_from([0.8, 1.25])}),
         "elastic": st.fixed_dictionaries({"minData": st.integers(1, 16)}),
-        "scheduling": st.fixed_dictionaries({}, optional={"queue": st.sampled_from(["", "team-a"])}),
+        "scheduling": st.fixed_dictionaries({}, optional={
+            "queue": st.sampled_from(["", "team-a"]), "schedulerName": st.sampled_from(["", "volcano", "kube-batch"]),
+            "volcano": st.fixed_dictionaries({}, optional={"spBlock": st.sampled_from([16, 32, 48, 64]),
+                                                           "queue": st.sampled_from(["default", "team-a"])})}),
         "training": st.fixed_dictionaries({}, optional={"globalBatchSize": st.integers(1, 256),
                                                         "seqLength": st.sampled_from([128, 130]),
                                                         "flashAttention": st.booleans()}),
@@ -324,6 +327,17 @@ def test_cel_accepts_every_valid_spec(data):
     ({"parallelism": {"data": 8}, "training": {"divergenceGradFactor": 1.0}},
      "spec.training.divergenceGradFactor must be 0 (off) or above 1"),
     ({"parallelism": {"data": 4}, "elastic": {"minData": 6}}, "spec.elastic.minData=6 must be ≤ spec.parallelism.data=4"),
+    ({"parallelism": {"data": 8}, "scheduling": {"queue": "team-a", "schedulerName": "volcano"}},
+     "spec.scheduling.queue (a Kueue LocalQueue) and Volcano (spec.scheduling.schedulerName: volcano, or "
+     "spec.scheduling.volcano) exclude each other: a job is admitted by Kueue or scheduled by Volcano, not both (a "
+     "Volcano Queue is spec.scheduling.volcano.queue)"),
+    ({"parallelism": {"data": 8}, "scheduling": {"schedulerName": "kube-batch", "volcano": {}}},
+     "spec.scheduling.volcano: only for a job Volcano schedules (spec.scheduling.schedulerName volcano, or empty)"),
+    ({"parallelism": {"data": 32}, "npu": {"chip": "A3"}, "scheduling": {"volcano": {"spBlock": 48}}},
+     "spec.scheduling.volcano.spBlock=48 must be a multiple of 16 that divides the job's chips, world size 32"),
+    ({"parallelism": {"data": 4}, "npu": {"chip": "A3", "perPod": 2}, "scheduling": {"volcano": {"spBlock": 16}}},
+     "spec.scheduling.volcano.spBlock=16: only for chip A3 with spec.npu.perPod=16 (a logical super-pod of whole "
+     "nodes)"),
 ])
 def test_cel_messages_name_the_field_and_rule(spec, message):
     found = cel_problems(spec, apply_defaults)

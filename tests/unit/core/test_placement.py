@@ -88,6 +88,7 @@ def test_nodes_whose_device_plugin_runs_in_volcano_mode_are_never_bound_directly
     held = place(GangRequest(2, 8, "910B"), inventory)
     assert not held.ok and held.cause == "DevicePluginVolcanoMode"
     assert "2 run the device plugin in Volcano mode (a, b: a pod bound by the operator gets no chips" in held.reason
+    assert "run the job through Volcano, spec.scheduling.schedulerName: volcano" in held.reason
     assert place(GangRequest(2, 8, "910B"), build_inventory(nodes, [])).ok  # kubelet mode everywhere: fits
 
 

@@ -203,7 +203,7 @@ def full_spec() -> dict:
         "training": {"checkpoint": {"claimName": "ckpt-pvc", "everySteps": 50}},
         "hccl": {"socketIfname": "eth1", "whitelistDisable": False,
                  "env": {"HCCL_EXEC_TIMEOUT": "900", "HCCL_IF_IP": "127.0.0.1", "RANK_START": "99"}},
-        "scheduling": {"schedulerName": "volcano", "queue": "research"},
+        "scheduling": {"schedulerName": "gang-scheduler", "queue": "research"},
         "template": {
             "metadata": {"labels": {"team": "nlp", "hybrid.ascend.dev/job": "spoofed"},
                          # (a template's hccl/rankIndex is refused: rule_cases "annotation-reserved-key")
@@ -266,7 +266,7 @@ def test_template_is_applied(full_pods):
         assert meta["annotations"] == {"owner": "alice", "hccl/rankIndex": str(index),
                                        "kueue.x-k8s.io/pod-group-total-count": "2",
                                        "kueue.x-k8s.io/retriable-in-group": "false"}
-        assert spec["schedulerName"] == "volcano"
+        assert spec["schedulerName"] == "gang-scheduler"
         assert spec["serviceAccountName"] == "trainer" and spec["priorityClassName"] == "high"
         assert spec["imagePullSecrets"] == [{"name": "registry"}]
         assert spec["nodeSelector"] == {"pool": "npu"}

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.toolchain  # helm renders the chart: the Go toolchain m
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE_ENV = "AHJ_UPDATE_GOLDEN"
 VARIANTS = {"chart-default": (), "chart-namespaced-monitoring": (GOLDEN / "values-namespaced-monitoring.yaml",),
-            "chart-kueue": (GOLDEN / "values-kueue.yaml",)}
+            "chart-kueue": (GOLDEN / "values-kueue.yaml",), "chart-volcano": (GOLDEN / "values-volcano.yaml",)}
 MONITORING_GROUP = "monitoring.coreos.com/v1"
 KUBERNETES_SCHEMA = "1.36.0"
 ROLE_KINDS = ("ClusterRole", "Role")
@@ -91,6 +91,9 @@ NAMED_RULES = {("rbac.authorization.k8s.io", "roles", "delete"): ["ascend-hybrid
 # Kube's calls for queued jobs (get_workload, delete_workload), granted only with kueue.enabled. They reuse the
 # custom-object methods above, so test_the_kueue_calls_of_kube_py_are_known reads them by the resource they name.
 KUEUE_NEEDS = {("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "delete")}
+# Kube's calls for jobs Volcano schedules (apply_podgroup, get_podgroup, delete_podgroup), granted only with
+# volcano.enabled; read by the resource they name as the Kueue ones are.
+VOLCANO_NEEDS = {("scheduling.volcano.sh", "podgroups", verb) for verb in ("get", "create", "patch", "delete")}
 NETWORK_POLICY_CALLS = {"patch_namespaced_network_policy"}
 # controller/leader.py (--leader-elect) and controller/metrics_auth.py (--metrics-auth): their calls and needs.
 LEADER_CALLS = {"read_namespaced_lease": ("coordination.k8s.io", "leases", "get"),
@@ -264,6 +267,8 @@ def test_monitoring_objects_need_metrics(tmp_path):
     ({"networkPolicy": {"enabled": True, "prometheus": {"namespaceSelector": None}}}, "namespaceSelector"),
     ({"networkPolicy": {"enabled": True, "prometheus": {"podSelector": {"matchLabels": None}}}}, "podSelector"),
     ({"jobPodLabels": {"enforced": True, "operatorUsernames": [""]}}, "operatorUsernames"),
+    ({"kueue": {"enabled": True}, "volcano": {"enabled": True}}, "one or the other per cluster"),
+    ({"volcano": {"enabled": False, "allJobs": True}}, "volcano.allJobs needs volcano.enabled"),
 ])
 def test_values_schema_refuses_bad_values(tmp_path, values, complaint):
     with pytest.raises(chartgen.ChartError, match=complaint):
@@ -468,7 +473,7 @@ def test_every_api_call_of_leader_election_and_metrics_auth_is_known():
 
 
 def operator_needs(namespaced: bool, network_policy: bool = False, with_kueue: bool = False,
-                   metrics_auth: bool = True) -> set[tuple[str, str, str]]:
+                   metrics_auth: bool = True, with_volcano: bool = False) -> set[tuple[str, str, str]]:
     calls = {name: needs for name, needs in KUBE_PY_CALLS.items()
              if network_policy or name not in NETWORK_POLICY_CALLS}
     needs = set().union(*calls.values()) | kopf_watch_needs() | KOPF_OWN_NEEDS | set(LEADER_CALLS.values())
@@ -476,14 +481,38 @@ def operator_needs(namespaced: bool, network_policy: bool = False, with_kueue: b
         needs |= OWNER_REFERENCE_NEEDS
     if metrics_auth:  # on by default
         needs |= set(METRICS_AUTH_CALLS.values())
-    return needs | (KOPF_NAMESPACED_NEEDS if namespaced else set()) | (KUEUE_NEEDS if with_kueue else set())
+    return (needs | (KOPF_NAMESPACED_NEEDS if namespaced else set()) | (KUEUE_NEEDS if with_kueue else set())
+            | (VOLCANO_NEEDS if with_volcano else set()))
 
 
-@pytest.mark.parametrize("variant, namespaced, with_kueue", [
-    ("chart-default", False, False), ("chart-namespaced-monitoring", True, False), ("chart-kueue", False, True)])
-def test_rbac_grants_exactly_what_the_operator_uses(variant, rendered, namespaced, with_kueue):
+@pytest.mark.parametrize("variant, namespaced, with_kueue, with_volcano", [
+    ("chart-default", False, False, False), ("chart-namespaced-monitoring", True, False, False),
+    ("chart-kueue", False, True, False), ("chart-volcano", False, False, True)])
+def test_rbac_grants_exactly_what_the_operator_uses(variant, rendered, namespaced, with_kueue, with_volcano):
     assert granted(objects_of(rendered[variant])) == operator_needs(namespaced, network_policy=namespaced,
-                                                                    with_kueue=with_kueue)
+                                                                    with_kueue=with_kueue, with_volcano=with_volcano)
+
+
+def test_the_volcano_calls_of_kube_py_are_known():
+    """Every Kube method that names Volcano's API calls a verb VOLCANO_NEEDS lists (apply is a patch that may
+    create), and no Volcano resource but podgroups is named."""
+    from ascend_hybrid.contracts import volcano
+
+    source = Path(kube.__file__).read_text()
+    methods = re.findall(r"    def (\w+)\(self[^)]*\)[^:]*:\n((?:        .*\n|\n)+)", source)
+    verbs = {body_verb for name, body in methods if "volcano." in body
+             for body_verb in re.findall(r'self\._call\("(\w+)", volcano\.PODGROUPS', body)}
+    assert verbs == {"apply", "get", "delete"}, verbs
+    assert {verb for _, _, verb in VOLCANO_NEEDS} == {"get", "create", "patch", "delete"}
+    assert {resource for _, resource, _ in VOLCANO_NEEDS} == {volcano.PODGROUPS}
+    assert set(re.findall(r"\bvolcano\.([A-Z_]+)\b", source)) == {"PODGROUPS", "GROUP", "VERSION"}
+
+
+def test_volcano_all_jobs_runs_the_operator_with_scheduler_volcano(rendered):
+    args = one(objects_of(rendered["chart-volcano"]), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--scheduler=volcano" in args
+    default = one(objects_of(rendered["chart-default"]), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert not [arg for arg in default["args"] if arg.startswith("--scheduler")]
 
 
 def test_the_kueue_calls_of_kube_py_are_known():

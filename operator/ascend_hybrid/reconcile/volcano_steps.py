@@ -1,0 +1,223 @@
+"""The reconcile steps of a job Volcano schedules (pure; contracts/volcano.py, docs/install.md "On a MindCluster
+cluster with Volcano"): each attempt's PodGroup applied with the pods it holds, Volcano's word while it holds the
+gang, where it bound the pods against the operator's plan (the plan is only its preference), and a pod a node
+refused at admission made again in the same PodGroup.
+
+Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.status` and `p.d`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts import volcano as volcanos
+from ascend_hybrid.contracts.conditions import condition, set_condition
+from ascend_hybrid.contracts.podview import admission_refusal, is_deleting, labels_of, node_of, pod_index
+from ascend_hybrid.gang import layout as layouts
+from ascend_hybrid.gang import render
+from ascend_hybrid.reconcile.actions import ApplyPodGroup, CreatePods, DeletePods, PodToCreate
+from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
+from ascend_hybrid.spec.api import VolcanoScheduling
+from ascend_hybrid.spec.resolved import ResolvedJob
+
+# Volcano's verdict is read from the PodGroup on each pass while it holds the gang: this often at least
+VERDICT_POLL_SECONDS = 5.0
+SCHEDULING = "Scheduling"            # Placed=False: Volcano has the gang and has not bound it yet
+WAITING_IN_QUEUE = "WaitingInQueue"  # … its Queue has not admitted the PodGroup
+UNSCHEDULABLE = "Unschedulable"      # … admitted, but the gang fits nowhere (Volcano's gang plugin says why)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def queue_of(job: ResolvedJob) -> str:
+    return (job.spec.scheduling.volcano or VolcanoScheduling()).queue
+
+
+def node_domains(p: Pass, nodes: tuple[str, ...], job: ResolvedJob) -> dict[str, str | None]:
+    """Each node's first-tier domain (its rack), as placement reads it."""
+    tiers = job.spec.scheduling.topology_tiers
+    return {node: labels_of(p.o.nodes.get(node) or {}).get(tiers[0]) if tiers else None for node in nodes}
+
+
+# -- the plan and the pods ---------------------------------------------------------------------------------------
+def planned(job: ResolvedJob, nodes: tuple[str, ...], domains: Mapping[str, str | None]) -> dict:
+    """status.placement.planned: the plan's nodes and what they make of the gang's groups ({"nodes": []}: none)."""
+    if not nodes:
+        return {"nodes": []}
+    layout = layouts.from_resolved(job)
+    return {"nodes": list(nodes), "racks": len({domains.get(node) for node in nodes}),
+            "stageRacks": layouts.stage_racks(layout, nodes, domains),
+            "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layout, nodes)}
+
+
+def preferred_node(placement: Mapping, index: int) -> str | None:
+    """Where pod `index` goes: under Volcano the plan's node (its preference; None without a plan), else the
+    placed node."""
+    plan = placement.get("planned")
+    nodes = (plan.get("nodes") if plan is not None else placement.get("nodes")) or []
+    return (nodes[index] or None) if index < len(nodes) else None
+
+
+def selection(p: Pass, job: ResolvedJob) -> render.ByVolcano:
+    node_selector, requirements = volcanos.chip_selection(job.chip, p.o.nodes.values(),
+                                                          job.spec.template.node_selector)
+    return render.ByVolcano(node_selector, tuple(requirements))
+
+
+def apply_group(p: Pass, job: ResolvedJob, attempt: int, placing: int) -> None:
+    p.d.act(ApplyPodGroup(render.pod_group(job, p.meta["namespace"], p.meta["uid"], attempt, placing, p.meta)))
+
+
+def create_pods(p: Pass, job: ResolvedJob, attempt: int,
+                placed: list[tuple[int, str | None]]) -> tuple[PodToCreate, ...]:
+    """CreatePods of `placed` ((index, node) of `job`'s attempt). Under Volcano the attempt's PodGroup is applied
+    first, asking Volcano for these pods, and each node is only the pod's preference."""
+    by_volcano = None
+    if p.volcano:
+        apply_group(p, job, attempt, len(placed))
+        by_volcano = selection(p, job)
+        remaking = (p.status.get("placement") or {}).get("remaking")
+        if remaking:
+            p.status["placement"]["remaking"] = sorted(set(remaking) - {index for index, _ in placed})
+    manifests = render.gang_pods(job, p.meta["namespace"], p.meta["uid"], attempt,
+                                 [(index, node or None) for index, node in placed], p.o.sched_ip,
+                                 expander_image=p.o.expander_image, volcano=by_volcano)
+    created = tuple(PodToCreate(manifest, node or None, job.per_pod) for (_, node), manifest in zip(placed, manifests))
+    p.d.act(CreatePods(created))
+    return created
+
+
+def ensure_group(p: Pass, current: Mapping[int, dict]) -> None:
+    """The attempt's PodGroup is missing while its pods exist (an operator stopped between the two, or someone
+    deleted it): applied again, asking for the pods not bound yet."""
+    if not (p.volcano and p.o.podgroup_read and p.o.podgroup is None and current):
+        return
+    unbound = sum(1 for pod in current.values() if not node_of(pod))
+    apply_group(p, p.resolved, int(p.status["attempt"]), unbound)
+
+
+def remaking(p: Pass) -> set[int]:
+    return set((p.status.get("placement") or {}).get("remaking") or ())
+
+
+# -- while Volcano holds the gang ------------------------------------------------------------------------------------
+def waiting(p: Pass, pods: list[dict], unbound: list[dict]) -> Decision | None:
+    """No pod of the attempt bound: Volcano holds the gang (its Queue has not admitted the PodGroup, or the gang
+    fits nowhere yet). The job is Pending and says why in Volcano's words, with no timeout: Volcano's queue
+    decides. None when some pods are bound (a pod made again joins a running gang: the scheduling timeout
+    applies as on the direct path)."""
+    if len(unbound) < len(pods):
+        return None
+    e, attempt = p.resolved, int(p.status["attempt"])
+    group = names.pod_group(p.meta["name"], attempt)
+    verdict = volcanos.assess(p.o.podgroup, queue_of(e)) if p.o.podgroup_read else None
+    if verdict is not None and verdict.state == volcanos.PENDING:
+        reason, kind = WAITING_IN_QUEUE, "Normal"
+    elif verdict is not None and verdict.state == volcanos.UNSCHEDULABLE:
+        reason, kind = UNSCHEDULABLE, "Warning"
+    else:
+        reason, kind = SCHEDULING, ""
+    message = verdict.message if verdict is not None and verdict.state != volcanos.ABSENT else (
+        f"attempt {attempt}: {len(pods)} pods of PodGroup {group} waiting for Volcano to bind them")
+    previous = condition(p.status, "Placed") or {}
+    if kind and previous.get("reason") != reason:
+        p.d.emit(kind, reason, message)
+    p.cond("Placed", False, reason, message)
+    p.phase("Pending", message)
+    p.requeue(VERDICT_POLL_SECONDS if kind else FAST_REQUEUE_SECONDS)
+    return p.d
+
+
+def remake_refused(p: Pass, current: Mapping[int | None, dict]) -> Decision | None:
+    """A pod a node's kubelet refused at admission (Volcano's chips were not there for it: UnexpectedAdmissionError,
+    OutOf…) ran nothing: it is deleted and made again in the same PodGroup, which Volcano places anew; no restart
+    is counted and the rest of the gang stays. The pass waits here until the refused pod is gone."""
+    refused = [(index, pod, why) for index, pod in current.items() if index is not None
+               and (why := admission_refusal(pod))]
+    if not refused:
+        return None
+    refused.sort(key=lambda found: found[0])
+    placement = p.status.setdefault("placement", {})
+    placement["remaking"] = sorted(remaking(p) | {index for index, _, _ in refused})
+    fresh = [(pod, why) for _, pod, why in refused if not is_deleting(pod)]
+    group = names.pod_group(p.meta["name"], int(p.status["attempt"]))
+    if fresh:
+        p.d.act(DeletePods(tuple(pod["metadata"]["name"] for pod, _ in fresh)))
+        for pod, why in fresh:
+            p.d.emit("Warning", "RefusedByNode", f"{pod['metadata']['name']} refused by node {node_of(pod)}: {why}; "
+                                                 f"made again in PodGroup {group} (no restart counted)")
+    pod, why = refused[0][1], refused[0][2]
+    message = (f"{pod['metadata']['name']} refused by node {node_of(pod)}: {why}; making it again in PodGroup "
+               f"{group}" + (f" (and {len(refused) - 1} more pods)" if len(refused) > 1 else ""))
+    p.phase(p.status.get("phase") or "Starting", message)
+    p.requeue(FAST_REQUEUE_SECONDS)
+    return p.d
+
+
+# -- every pod bound ------------------------------------------------------------------------------------------------
+def bound(p: Pass, pods: list[dict]) -> None:
+    """Every pod of the attempt bound: where Volcano put them, recorded once per change (bound_by_volcano)."""
+    e = p.resolved
+    by_index = {pod_index(pod): pod for pod in pods}
+    nodes = tuple(node_of(by_index[index]) or "" for index in range(e.pod_count) if index in by_index)
+    placement = p.status.get("placement") or {}
+    placed = (condition(p.status, "Placed") or {}).get("status") == "True"
+    if len(nodes) != e.pod_count or (placement.get("nodes") == list(nodes) and placed):
+        return
+    for event in bound_by_volcano(p.status, e, nodes, p.o.now, p.generation, node_domains(p, nodes, e)):
+        p.d.emit(*event)
+
+
+def bound_by_volcano(status: dict, job: ResolvedJob, bound: tuple[str, ...], now: datetime, generation: int | None,
+                     node_domains: Mapping[str, str | None]) -> list[tuple[str, str, str]]:
+    """Every pod bound: status.placement says where Volcano put them and how far that is from the plan, Placed
+    is True and PlacementHonoured says whether the plan held (the events to post: a plan broken says so once)."""
+    placement = status["placement"]
+    layout = layouts.from_resolved(job)
+    racks = {node_domains.get(node) for node in bound}
+    placement.update(nodes=list(bound), summary=f"{_count(len(set(bound)), 'node')} in {_count(len(racks), 'rack')}",
+                     tensorGroupsNodeLocal=layouts.tensor_groups_node_local(layout, bound), racks=len(racks),
+                     stageRacks=layouts.stage_racks(layout, bound, node_domains))
+    attempt = int(status.get("attempt") or 1)
+    set_condition(status, "Placed", True, "BoundByVolcano",
+                  f"attempt {attempt}: Volcano bound {_count(len(bound), 'pod')} on {placement['summary']}", now,
+                  generation)
+    plan = (placement.get("planned") or {})
+    planned_nodes = plan.get("nodes") or []
+    if len(planned_nodes) != len(bound):
+        placement.pop("onPlannedNodes", None)
+        set_condition(status, "PlacementHonoured", True, "NoPlan", "the operator had no plan to give Volcano: "
+                      + str(placement.get("reason") or "none was made"), now, generation)
+        return []
+    on_plan = sum(1 for node, wanted in zip(bound, planned_nodes) if node == wanted)
+    placement["onPlannedNodes"] = f"{on_plan}/{len(bound)}"
+    local, planned_local = placement["tensorGroupsNodeLocal"], plan.get("tensorGroupsNodeLocal") or ""
+    worse = [what for what, now_, then in (
+        ("nodes", len(set(bound)), len(set(planned_nodes))), ("racks", placement["racks"], plan.get("racks") or 0),
+        ("stage racks", placement["stageRacks"], plan.get("stageRacks") or 0),
+        ("TP groups apart", _apart(local), _apart(planned_local))) if now_ > then]
+    message = (f"{placement['onPlannedNodes']} pods on their planned nodes; {_count(len(set(bound)), 'node')} "
+               f"(planned {len(set(planned_nodes))}), {_count(placement['racks'], 'rack')} (planned "
+               f"{plan.get('racks')}), pipeline stages over {_count(placement['stageRacks'], 'rack')} in all "
+               f"(planned {plan.get('stageRacks')}), TP groups inside a node {local} (planned {planned_local})")
+    was = (condition(status, "PlacementHonoured") or {}).get("status")
+    if worse:
+        text = f"Volcano placed the gang wider than planned ({', '.join(worse)}): {message}"
+        set_condition(status, "PlacementHonoured", False, "PlanNotHonoured", text, now, generation)
+        return [("Warning", "PlanNotHonoured", f"attempt {attempt}: {text}")] if was != "False" else []
+    reason = "AsPlanned" if on_plan == len(bound) else "AsCloseAsPlanned"
+    set_condition(status, "PlacementHonoured", True, reason, message, now, generation)
+    return []
+
+
+def _apart(local: str) -> int:
+    """TP groups not inside one node, from tensorGroupsNodeLocal's "local/total"."""
+    try:
+        inside, total = (int(part) for part in local.split("/"))
+    except ValueError:
+        return 0
+    return total - inside
