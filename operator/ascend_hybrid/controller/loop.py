@@ -479,7 +479,8 @@ class Controller:
     def podgroup(self, key: JobKey, job: dict, resolved: ResolvedJob | None) -> tuple[bool, dict | None]:
         """(read, the PodGroup) of a job Volcano schedules, read while its attempt, handed to Volcano, is not
         Running (one read per pass): Volcano's word on a gang it holds, and whether the group is there at all. A
-        running gang's is not read."""
+        running gang's is not read. A read the apiserver refuses (an operator not granted PodGroups: the chart's
+        volcano.enabled) is the job's refusal, as a refused write is (Authorized=False), not a failed pass."""
         if resolved is None or not self.through_volcano(resolved):
             return False, None
         status = job.get("status") or {}
@@ -487,7 +488,11 @@ class Controller:
         if not attempt or status.get("phase") in ("Running", *conditions.TERMINAL_JOB_PHASES) \
                 or (status.get("placement") or {}).get("attempt") != attempt:
             return False, None
-        return True, self.kube.get_podgroup(key[0], names.pod_group(key[1], attempt))
+        try:
+            return True, self.kube.get_podgroup(key[0], names.pod_group(key[1], attempt))
+        except Refused as refused:
+            self.record_of(key).refusal = refused.refusal(key[0])
+            return False, None
 
     def workload(self, key: JobKey, job: dict, resolved, pods: tuple[dict, ...]) -> dict | None:
         """The Kueue Workload of a queued job's current attempt, once its pods exist or once it ran (one read per

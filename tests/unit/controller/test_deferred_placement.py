@@ -159,3 +159,36 @@ def test_a_job_made_again_under_the_same_name_is_not_given_the_kept_status(one_p
         loop.decide = real  # type: ignore
     assert decisions[0] == {}
     assert controller.record_of(KEY).unwritten_uid == "another", "its own placement is kept for it"
+
+
+class ForbiddenPodGroups(StatusKube):
+    """An operator the chart did not grant PodGroups (volcano.enabled false)."""
+
+    def get_podgroup(self, namespace, name):
+        from kubernetes.client.exceptions import ApiException
+
+        from ascend_hybrid.controller.refused import Refused
+
+        error = ApiException(status=403, reason="Forbidden")
+        error.body = ('{"kind":"Status","status":"Failure","reason":"Forbidden","message":"podgroups.scheduling.volcano'
+                      '.sh \\"job-a1\\" is forbidden: cannot get resource \\"podgroups\\""}')
+        raise Refused(error, "get", "podgroups", (namespace, name))
+
+
+def test_a_podgroup_read_the_apiserver_refuses_is_the_jobs_refusal_not_a_failed_pass():
+    """A Volcano job under an operator that may not read PodGroups: the 403 becomes the job's refusal (the next
+    decide() names it, Authorized=False), never an exception that fails every pass with a traceback."""
+    from ascend_hybrid.spec.rules import parse
+
+    job = job_body({"parallelism": {"data": 1, "tensor": 8}, "npu": {"perPod": 8},
+                    "scheduling": {"schedulerName": "volcano"}})
+    job["metadata"].update(namespace="ns", name="job", uid="u", resourceVersion="1")
+    job["status"] = {"attempt": 1, "phase": "Starting", "placement": {"attempt": 1, "nodes": []}}
+    controller = Controller(kube=ForbiddenPodGroups(job), settings=OperatorSettings(),
+                            bound_indexes=Indexes(nodes=list, npu_pods=list, job_pods=lambda key: [], device_infos=list))
+    try:
+        assert controller.podgroup(KEY, job, parse(job)) == (False, None)
+        refusal = controller.record_of(KEY).refusal
+        assert refusal is not None and (refusal.status, refusal.verb, refusal.resource) == (403, "get", "podgroups")
+    finally:
+        controller.queue.close()
