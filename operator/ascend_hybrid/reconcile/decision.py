@@ -436,9 +436,9 @@ def ring_split(p: Pass, pods: list[dict], split: list[tuple]) -> Decision:
     a restart. The placement gives such pods only nodes whose free chips sit in one ring, so this is a rival's
     pod or chips freed between the placement and the kubelet's admission."""
     pod, chips = split[0]
-    ids = ",".join(map(str, chips))
+    ids, chip = ",".join(map(str, chips)), CHIPS[p.resolved.chip]
     message = (f"{pod['metadata']['name']} got chips {ids} on {node_of(pod)} from both HCCS rings (the kubelet "
-               f"chose them; HCCL needs a pod of ≤ 4 910A chips inside one ring)"
+               f"chose them; HCCL needs a pod of ≤ {chip.ring_size} {chip.name} chips inside one ring)"
                + (f" (and {len(split) - 1} more pods)" if len(split) > 1 else "") + "; placing anew")
     return place_anew(p, pods, "ChipsSplitAcrossRings", message)
 
