@@ -271,3 +271,26 @@ def test_the_world_the_operator_writes_for_kept_pods_is_the_world_the_launcher_r
     run = config.parse_job(world["jobConfig"], json.loads(env["AHJ_PARALLEL"]))
     assert (run.parallelism.data, run.parallelism.world_size) == (2, int(env["RANK_SIZE"]))
     assert run.training.global_batch_size == 8 and run.parallelism.micro_batches == 2
+
+
+def test_the_trainers_step_and_save_figures_are_what_the_goodput_account_reads():
+    """The lead pod's step count and checkpoint seconds, served by the trainer, become the goodput account's
+    reading of its process (steps this process completed, seconds it saved)."""
+    from datetime import UTC, datetime
+
+    from prometheus_client import generate_latest
+
+    from ascend_hybrid.monitoring.progress import from_trainer_text
+    from ascend_hybrid.reconcile.goodput_steps import reading
+    from ascend_hybrid_trainer.metrics import TrainerMetrics
+
+    metrics = TrainerMetrics()
+    metrics.step.set(40)  # resumed from the checkpoint of step 40
+    for step in range(41, 46):
+        metrics.record_step(step, 2.0, 0.5, 8, 1024, 1.0)
+    metrics.record_save(3.25)
+    now = datetime(2026, 12, 8, tzinfo=UTC)
+    sample = from_trainer_text({0: generate_latest(metrics.registry).decode()}, now)
+    assert (sample.checkpoint_seconds_sum, sample.checkpoint_count) == (3.25, 1)
+    got = reading(sample)
+    assert got is not None and (got.step, got.steps_done, got.save_seconds, got.saves) == (45, 5, 3.25, 1)

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 
 STEP_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+CHECKPOINT_SECONDS_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class NpuUtilizationCollector:
@@ -42,6 +43,9 @@ class TrainerMetrics:
                                       buckets=STEP_SECONDS_BUCKETS, registry=self.registry)
         self.grad_norm = Gauge("ascend_trainer_grad_norm", "Global L2 norm of the gradients of the whole global "
                                "batch at the last step, before clipping.", registry=self.registry)
+        self.checkpoint_seconds = Histogram("ascend_trainer_checkpoint_seconds", "Wall time of a checkpoint save "
+                                            "that blocked training (the save and its commit).",
+                                            buckets=CHECKPOINT_SECONDS_BUCKETS, registry=self.registry)
         self.samples = Counter("ascend_trainer_samples", "Samples of the global batch trained on since this "
                                "process started.", registry=self.registry)
         if npu_reader is not None:
@@ -51,6 +55,9 @@ class TrainerMetrics:
         """Start the endpoint; returns the port it listens on (the kernel's choice when `port` is 0)."""
         server, _thread = start_http_server(port, addr=address, registry=self.registry)
         return server.server_port
+
+    def record_save(self, seconds: float) -> None:
+        self.checkpoint_seconds.observe(seconds)
 
     def record_step(self, step: int, loss: float, seconds: float, samples: int, tokens: int,
                     grad_norm: float) -> None:

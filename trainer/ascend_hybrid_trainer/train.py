@@ -303,7 +303,10 @@ def train(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str], p
             log(identity, f"step {step}/{training.steps} loss {loss:.5f} step {seconds:.3f} s "
                           f"{tokens_per_step / seconds:.0f} tokens/s")
         if config.checkpoint_dir and (step % training.checkpoint_every == 0 or step == training.steps):
+            saving = time.perf_counter()
             save(state, config.checkpoint_dir, step, loss, identity, plan, per_rank, keep)
+            if metrics is not None:
+                metrics.record_save(time.perf_counter() - saving)
     writer.clear()
     return 0
 

@@ -613,6 +613,7 @@ class Controller:
         record.step_time_ratio = (new.get("plan") or {}).get("stepTimeRatio")
         record.reading = reading_of(key[0], key[1], new)
         record.goodput = new.get("goodput")
+        record.goodput_seconds = (new.get("goodputAccount") or {}).get("seconds")
         placed = next((c for c in new.get("conditions", []) if c["type"] == "Placed"), None)
         admitted = next((c for c in new.get("conditions", []) if c["type"] == "Admitted"), None)
         if record.phase == "Pending":

@@ -40,6 +40,11 @@ RECOVERY_SECONDS = Histogram("ascend_hybrid_recovery_seconds",
 GOODPUT_RATIO = Gauge("ascend_hybrid_goodput_ratio",
                       "Fraction of wall time since each running job first ran that went to steps that were kept "
                       "(status.goodput)", ["namespace", "job"])
+GOODPUT_SECONDS = Gauge("ascend_hybrid_goodput_seconds",
+                        "Wall time since each running job first started, by bucket (status.goodputAccount.seconds: "
+                        "productive, slowSteps, redoneSteps, checkpointSaves, startsAndRestarts, "
+                        "waitingForPlacement); the buckets add up to the wall time accounted", ["namespace", "job",
+                                                                                                 "bucket"])
 PLAN_STEP_TIME_RATIO = Gauge("ascend_hybrid_plan_step_time_ratio",
                              "Measured / predicted step seconds of each running job (status.plan.stepTimeRatio)",
                              ["namespace", "job"])
@@ -95,11 +100,15 @@ def publish_job_gauges(records) -> None:
         JOBS_PENDING.labels(reason=reason).set(count)
     PLAN_STEP_TIME_RATIO.clear()
     GOODPUT_RATIO.clear()
+    GOODPUT_SECONDS.clear()
     for (namespace, name), record in records:
         if record.step_time_ratio is not None and record.phase == "Running":
             PLAN_STEP_TIME_RATIO.labels(namespace=namespace, job=name).set(record.step_time_ratio)
         if record.goodput is not None and record.phase in ("Running", "Restarting"):
             GOODPUT_RATIO.labels(namespace=namespace, job=name).set(record.goodput)
+        if record.goodput_seconds and record.phase in ("Running", "Restarting"):
+            for bucket, seconds in record.goodput_seconds.items():
+                GOODPUT_SECONDS.labels(namespace=namespace, job=name, bucket=bucket).set(float(seconds))
 
 
 def publishing_loop(controller, interval: float = 5.0) -> Callable[[], None]:

@@ -39,6 +39,8 @@ class Sample:
     pod_step_seconds: tuple[tuple[str, float], ...] = ()  # (pod, seconds per step) where a pod says
     step_seconds_sum: float | None = None  # the lead pod's cumulative step time and step count (this process):
     step_count: float | None = None        # steps after a mark of them exclude warm-up (strategy.measured)
+    checkpoint_seconds_sum: float | None = None  # the lead pod's checkpoint saves (this process): seconds, count
+    checkpoint_count: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -51,6 +53,11 @@ def _mean(values: list[float]) -> float | None:
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator if numerator is not None and denominator else None
+
+
+LEAD_FIGURES = frozenset({"ascend_trainer_step", "ascend_trainer_loss", "ascend_trainer_tokens_per_second",
+                          "ascend_trainer_step_seconds_sum", "ascend_trainer_step_seconds_count",
+                          "ascend_trainer_checkpoint_seconds_sum", "ascend_trainer_checkpoint_seconds_count"})
 
 
 def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: dict[int, str] | None = None) -> Sample:
@@ -67,8 +74,7 @@ def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: di
             for sample in family.samples:
                 if sample.name == "ascend_trainer_npu_utilization_percent":
                     chips.append(ChipReading(pod, str(sample.labels.get("device", "?")), sample.value))
-                elif sample.name in ("ascend_trainer_step", "ascend_trainer_loss", "ascend_trainer_tokens_per_second",
-                                     "ascend_trainer_step_seconds_sum", "ascend_trainer_step_seconds_count"):
+                elif sample.name in LEAD_FIGURES:
                     mine[sample.name.removeprefix("ascend_trainer_")] = sample.value
     lead = figures.get(first, {}) if first is not None else {}
     per_pod = tuple(((pod_names or {}).get(index, str(index)), seconds) for index, values in sorted(figures.items())
@@ -77,6 +83,8 @@ def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: di
                   tokens_per_second=lead.get("tokens_per_second"),
                   step_seconds=_ratio(lead.get("step_seconds_sum"), lead.get("step_seconds_count")),
                   step_seconds_sum=lead.get("step_seconds_sum"), step_count=lead.get("step_seconds_count"),
+                  checkpoint_seconds_sum=lead.get("checkpoint_seconds_sum"),
+                  checkpoint_count=lead.get("checkpoint_seconds_count"),
                   npu_percent=_mean([chip.percent for chip in chips]), chips=tuple(chips), pod_step_seconds=per_pod)
 
 
@@ -92,6 +100,8 @@ def prometheus_queries(namespace: str, pod_regex: str, first_pod: str) -> dict[s
                          f"sum(rate(ascend_trainer_step_seconds_count{{{trainer}}}[2m]))"),
         "step_seconds_sum": f"max(ascend_trainer_step_seconds_sum{{{trainer}}})",
         "step_count": f"max(ascend_trainer_step_seconds_count{{{trainer}}})",
+        "checkpoint_seconds_sum": f"max(ascend_trainer_checkpoint_seconds_sum{{{trainer}}})",
+        "checkpoint_count": f"max(ascend_trainer_checkpoint_seconds_count{{{trainer}}})",
         "npu_percent": f"avg(npu_chip_info_utilization{{{exporter}}})",
         "hbm_percent": (f"100 * sum(npu_chip_info_hbm_used_memory{{{exporter}}}) / "
                         f"sum(npu_chip_info_hbm_total_memory{{{exporter}}})"),
@@ -125,7 +135,8 @@ def from_prometheus(values: dict[str, float | None], sampled_at: datetime,
                   tokens_per_second=values.get("tokens_per_second"), step_seconds=values.get("step_seconds"),
                   npu_percent=values.get("npu_percent"), hbm_percent=values.get("hbm_percent"),
                   step_seconds_sum=values.get("step_seconds_sum"), step_count=values.get("step_count"),
-                  chips=chips, pod_step_seconds=per_pod)
+                  checkpoint_seconds_sum=values.get("checkpoint_seconds_sum"),
+                  checkpoint_count=values.get("checkpoint_count"), chips=chips, pod_step_seconds=per_pod)
 
 
 def _rounded(value: float | None, digits: int) -> float | None:

@@ -39,6 +39,7 @@ from ascend_hybrid.gang.placement import GangRequest, Placement
 from ascend_hybrid.reconcile import (
     elastic_steps,
     failure_steps,
+    goodput_steps,
     membership,
     queue_steps,
     recovery_steps,
@@ -280,7 +281,6 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     p.phase("Running", f"attempt {attempt}: {e.pod_count} pods running, rank table completed")
     telemetry_steps.record_telemetry(p)
     recovery_steps.follow_gang(p, current)
-    recovery_steps.record_goodput(p, current)
     p.requeue(SLOW_REQUEUE_SECONDS)
     return p.d
 
@@ -491,5 +491,10 @@ def suspended(p: Pass) -> Decision:
 
 
 def decide(observed: Observed) -> Decision:
-    """The whole decision of one pass over what was observed; the shell executes it and asks again."""
-    return run(Pass(observed))
+    """The whole decision of one pass over what was observed; the shell executes it and asks again. The goodput
+    account follows every pass of a started job (goodput_steps: the state the pass leaves names the bucket)."""
+    p = Pass(observed)
+    finished_before = p.status.get("phase") in TERMINAL_JOB_PHASES
+    decision = run(p)
+    goodput_steps.account(p, finished_before)
+    return decision

@@ -723,8 +723,6 @@ class RecoveryState(ApiModel):
     LauncherChannel <job>-recovery the launchers watch."""
     rung: str | None = Field(None)
     """The in-place rung in progress (RestartRanks), while it runs."""
-    base_step: int | None = Field(None)
-    """The checkpoint step the job first trained from (goodput counts the steps after it)."""
     replacing: int | None = Field(None)
     """ReplacePod: the index of the pod being made again."""
     unplaced: str | None = Field(None)
@@ -768,6 +766,78 @@ class MonitoringStatus(ApiModel):
     """The training step when it last advanced."""
     last_step_at: str | None = Field(None)
     """When the step last advanced (RFC 3339)."""
+
+
+class GoodputSeconds(ApiModel):
+    productive: float = Field(0.0)
+    """New steps (never trained before) at the job's healthy pace."""
+    slow_steps: float = Field(0.0)
+    """What new steps took beyond the healthy pace: a slow node, a slow link, a throttled chip."""
+    redone_steps: float = Field(0.0)
+    """Steps trained again after a recovery resumed from an older checkpoint."""
+    checkpoint_saves: float = Field(0.0)
+    """The trainer's checkpoint saves that blocked training."""
+    starts_and_restarts: float = Field(0.0)
+    """Pods starting, MindSpore's start and graph compilation, and every recovery until training stepped again."""
+    waiting_for_placement: float = Field(0.0)
+    """A new attempt waiting for nodes (after a whole-gang restart, or a shrunk gang waiting to grow)."""
+
+
+class GoodputProcess(ApiModel):
+    epoch: str = Field()
+    """attempt/rank generation of the lead trainer process last read."""
+    base: int = Field()
+    """The step it started from (its checkpoint)."""
+    done: int = Field()
+    """Steps it had completed at the last reading."""
+    save_seconds: float = Field(0.0)
+    """Seconds it had spent saving checkpoints."""
+    saves: int = Field(0)
+    """Checkpoints it had saved."""
+
+
+class GoodputPending(ApiModel):
+    from_: int = Field(alias="from")
+    """The step before the interval."""
+    to: int = Field()
+    """The step after it."""
+    seconds: float = Field()
+    """Its stepping seconds (saves taken out)."""
+    start: bool = Field(False)
+    """The first interval of a trainer process (its start is charged to startsAndRestarts)."""
+
+
+class GoodputAccount(ApiModel):
+    since: str | None = Field(None)
+    """status.startTime: the account starts when the job first started."""
+    accounted_at: str | None = Field(None)
+    """Up to when the wall time is attributed (the last telemetry reading, or the last change of state)."""
+    wall_seconds: float | None = Field(None)
+    """accountedAt - since: what the buckets add up to."""
+    seconds: GoodputSeconds | None = Field(None)
+    """The buckets, in seconds; status.goodput = productive / wallSeconds."""
+    steps_kept: int | None = Field(None)
+    """New steps accounted (each step once, whatever was redone)."""
+    steps_redone: int | None = Field(None)
+    """Steps accounted as trained again."""
+    healthy_step_seconds: float | None = Field(None)
+    """The job's healthy pace: the step-weighted mean of its per-step times at most median + 3 x MAD."""
+    predicted_step_seconds: float | None = Field(None)
+    """The planner's step time for the degrees the job runs at, beside it."""
+    mode: str | None = Field(None)
+    """waiting, starting or running: the job's state since accountedAt."""
+    world: int | None = Field(None)
+    """The world size the healthy pace was measured at (a change measures it afresh)."""
+    high_water: int | None = Field(None)
+    """The highest step ever trained: steps up to it are redone."""
+    pace: dict[str, int] = Field(default_factory=dict)
+    """The per-step times measured, as steps per 1 % bin of 100 x ln(seconds)."""
+    pace_intervals: int | None = Field(None)
+    """Intervals in the pace; it is trusted from 3."""
+    pending: list[GoodputPending] = Field(default_factory=list)
+    """Running intervals waiting for the healthy pace to be known."""
+    process: GoodputProcess | None = Field(None)
+    """The lead trainer process as last read."""
 
 
 class AscendHybridJobStatus(ApiModel):
@@ -833,8 +903,11 @@ class AscendHybridJobStatus(ApiModel):
     """The last 32 incidents, oldest first: cause, where, the rungs tried and the one that worked, their timestamps
     and the steps redone (docs/reliability.md)."""
     goodput: float | None = Field(None)
-    """Fraction (0-1) of the wall time since the job first ran that went to training steps that were kept (steps ×
-    measured step time / wall time)."""
+    """Fraction (0-1) of the wall time since the job first started that went to new training steps at the job's
+    healthy pace (status.goodputAccount.seconds.productive / wallSeconds): slow steps, redone steps, checkpoint
+    saves, starts, restarts and placement waits are what is missing from 1."""
+    goodput_account: GoodputAccount | None = Field(None)
+    """The wall time since the job first started, split into buckets that add up to it (docs/reliability.md)."""
 
 
 # The launchers' channel (docs/reliability.md, "The launchers' channel"): its own kind, so that one Role per
