@@ -23,7 +23,9 @@ CEL_CASES = {"image-empty", "image-whitespace", "image-uppercase", "serviceAccou
              # issue 28: uneven stages (a list's sum: Kubernetes' CEL lists library), context parallelism, MoE knobs
              "pipelineLayers-per-stage", "pipelineLayers-sum", "pipelineLayers-even-model",
              "pipelineLayers-not-interleaved", "context-world", "context-flash-attention", "context-sequence",
-             "capacityFactor-moe-only", "auxLossWeight-moe-only", "slidingWindow-context"}
+             "capacityFactor-moe-only", "auxLossWeight-moe-only", "slidingWindow-context",
+             # the slowness policy and the checkpoint interval's int-or-auto
+             "slowness-shrink-needs-elastic", "checkpoint-every-steps-word", "checkpoint-every-steps-ge-1"}
 SCHEMA_CASES = {"imagePullPolicy-enum": "spec.template.imagePullPolicy", "tiers-at-most-16": "spec.scheduling.topologyTiers",
                 "seed-32-bit": "spec.training.seed"}
 

@@ -94,6 +94,25 @@ def test_metrics_endpoint_serves_the_design_metrics_during_training(dp2_run):
         assert "ascend_trainer_npu_utilization_percent" not in text  # no npu-smi on this machine
 
 
+def test_each_pod_serves_its_ranks_compute_and_wait_in_their_recent_steps(dp2_run):
+    """The data-parallel step runs as the local gradients, then the all-reduce and update: each rank's compute and
+    wait add up to its step time, as the operator's slow-node detection reads them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for pod, scrapes in dp2_run["scrapes"].items():
+        figures = {}
+        for family in text_string_to_metric_families(scrapes[-1]):
+            for sample in family.samples:
+                if sample.name.startswith("ascend_trainer_rank_"):
+                    figures[(sample.name, sample.labels["rank"])] = sample.value
+        rank = str(pod)  # one rank per pod: pod i runs rank i
+        step, compute, wait = (figures[(f"ascend_trainer_rank_{name}", rank)]
+                               for name in ("step_seconds", "compute_seconds", "wait_seconds"))
+        assert step > 0 and compute > 0 and wait >= 0, figures
+        assert compute + wait == pytest.approx(step, rel=1e-6)
+        assert figures[("ascend_trainer_rank_step", rank)] >= 1
+
+
 GQA_SWIGLU = {**MODEL, "kvHeads": 2, "ffnType": "swiglu"}
 
 

@@ -245,3 +245,20 @@ def test_moe_routing_respects_capacity_and_gate_weights():
     moe.router.weight.set_data(ms.Tensor(np.zeros((4, 8), np.float32)))
     _, balance = moe(ms.Tensor(rng.randn(32, 8).astype(np.float32)))
     assert float(balance) == pytest.approx(1.0)  # uniform router probabilities: the Switch loss is exactly 1
+
+
+def test_a_ranks_timing_is_the_mean_of_its_recent_steps_written_for_its_pod(tmp_path):
+    from ascend_hybrid_trainer import timing
+
+    clock = [0.0]
+    rank = timing.RankTiming(3, str(tmp_path), clock=lambda: clock[0])
+    for step in range(1, 31):  # one step a second: the first ten at 1 s compute, then the rank turns slow
+        clock[0] = float(step)
+        rank.record(step, 2.0, 1.0 if step <= 10 else 1.5)
+    figures = rank.figures()
+    assert figures.steps == 16  # the steps that ended within the last 15 s
+    assert (figures.step, figures.compute_seconds, figures.wait_seconds) == (30, 1.5, 0.5)
+    assert timing.read_all(str(tmp_path)) == [figures]
+    whole = timing.RankTiming(0, None, clock=lambda: clock[0])
+    whole.record(1, 2.0, None)  # one compiled graph (semi-auto): no compute share
+    assert whole.figures().compute_seconds is None and timing.read_all(None) == []

@@ -332,8 +332,9 @@ class Launcher:
             self.log(f"started the MindSpore scheduler on {scheduler_host(launch)}:{launch.sched_port} "
                      f"(pid {self.children[-1].process.pid})")
         for index, rank in enumerate(launch.ranks):
-            child = start(f"rank {rank}", "worker", worker_env(env, launch, index, device_ids[index], chips), rank,
-                          records)
+            # the pod's ranks write their step timing where its metrics endpoint reads them (timing.py)
+            child_env = {**worker_env(env, launch, index, device_ids[index], chips), "AHJ_TIMING_DIR": records}
+            child = start(f"rank {rank}", "worker", child_env, rank, records)
             self.children.append(child)
             self.log(f"started rank {rank} on device {device_ids[index]} (pid {child.process.pid})")
 

@@ -28,11 +28,39 @@ class NpuUtilizationCollector:
         return [family]
 
 
+class RankTimingCollector:
+    """Each local rank's recent step, compute and wait means (timing.py), read from their files at scrape time."""
+
+    def __init__(self, read: Callable[[], list]):
+        self.read = read
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        figures = self.read()
+        if not figures:
+            return []
+        step = GaugeMetricFamily("ascend_trainer_rank_step_seconds", "Mean wall time of this rank's recent steps.",
+                                 labels=["rank"])
+        compute = GaugeMetricFamily("ascend_trainer_rank_compute_seconds", "Mean seconds of this rank's own "
+                                    "compute (forward and backward) in its recent steps.", labels=["rank"])
+        wait = GaugeMetricFamily("ascend_trainer_rank_wait_seconds", "Mean seconds of its recent steps spent in "
+                                 "the collectives and the update (waiting for the slowest rank).", labels=["rank"])
+        last = GaugeMetricFamily("ascend_trainer_rank_step", "The last step this rank completed.", labels=["rank"])
+        for item in sorted(figures, key=lambda f: f.rank):
+            label = [str(item.rank)]
+            step.add_metric(label, item.step_seconds)
+            last.add_metric(label, item.step)
+            if item.compute_seconds is not None and item.wait_seconds is not None:
+                compute.add_metric(label, item.compute_seconds)
+                wait.add_metric(label, item.wait_seconds)
+        return [step, compute, wait, last]
+
+
 class TrainerMetrics:
     """Job-wide figures as this pod sees them: the loss of the whole global batch and the throughput of the
     whole job (global batch tokens / step time), so any one pod's endpoint tells the job's progress."""
 
-    def __init__(self, npu_reader: Callable[[], dict[str, float]] | None = None):
+    def __init__(self, npu_reader: Callable[[], dict[str, float]] | None = None,
+                 rank_timings: Callable[[], list] | None = None):
         self.registry = CollectorRegistry()
         self.step = Gauge("ascend_trainer_step", "Last completed training step.", registry=self.registry)
         self.loss = Gauge("ascend_trainer_loss", "Loss of the whole global batch at the last step.",
@@ -50,6 +78,8 @@ class TrainerMetrics:
                                "process started.", registry=self.registry)
         if npu_reader is not None:
             self.registry.register(NpuUtilizationCollector(npu_reader))
+        if rank_timings is not None:
+            self.registry.register(RankTimingCollector(rank_timings))
 
     def serve(self, address: str, port: int) -> int:
         """Start the endpoint; returns the port it listens on (the kernel's choice when `port` is 0)."""

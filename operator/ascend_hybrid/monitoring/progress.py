@@ -24,6 +24,18 @@ class ChipReading:
 
 
 @dataclass(frozen=True)
+class RankReading:
+    """One rank's recent steps as its trainer timed them (ascend_trainer_rank_* of its pod's endpoint)."""
+
+    pod: str
+    rank: int
+    step_seconds: float
+    compute_seconds: float | None = None  # its own forward and backward; None where the trainer cannot split it
+    wait_seconds: float | None = None     # the collectives' wait and the update
+    step: int | None = None
+
+
+@dataclass(frozen=True)
 class Sample:
     source: str                      # "trainer" | "prometheus"
     sampled_at: datetime
@@ -41,6 +53,7 @@ class Sample:
     step_count: float | None = None        # steps after a mark of them exclude warm-up (strategy.measured)
     checkpoint_seconds_sum: float | None = None  # the lead pod's checkpoint saves (this process): seconds, count
     checkpoint_count: float | None = None
+    ranks: tuple[RankReading, ...] = ()    # every rank's recent step, compute and wait, where pods report them
 
     @property
     def ok(self) -> bool:
@@ -60,6 +73,32 @@ LEAD_FIGURES = frozenset({"ascend_trainer_step", "ascend_trainer_loss", "ascend_
                           "ascend_trainer_checkpoint_seconds_sum", "ascend_trainer_checkpoint_seconds_count"})
 
 
+RANK_FIGURES = {"ascend_trainer_rank_step_seconds": "step_seconds", "ascend_trainer_rank_compute_seconds":
+                "compute_seconds", "ascend_trainer_rank_wait_seconds": "wait_seconds",
+                "ascend_trainer_rank_step": "step"}
+
+
+def rank_readings(figures: dict[tuple[str, int], dict[str, float]]) -> tuple[RankReading, ...]:
+    """(pod, rank) → its figures by field → the readings that have a step time, by rank."""
+    readings = []
+    for (pod, rank), values in sorted(figures.items(), key=lambda item: item[0][1]):
+        seconds = values.get("step_seconds")
+        if seconds is None or not _finite(seconds) or seconds <= 0:
+            continue
+        compute, wait, step = values.get("compute_seconds"), values.get("wait_seconds"), values.get("step")
+        readings.append(RankReading(pod, rank, seconds, compute if compute is not None and _finite(compute) else None,
+                                    wait if wait is not None and _finite(wait) else None,
+                                    int(step) if step is not None and _finite(step) else None))
+    return tuple(readings)
+
+
+def _rank_label(labels: dict) -> int | None:
+    try:
+        return int(labels.get("rank", ""))
+    except ValueError:
+        return None
+
+
 def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: dict[int, str] | None = None) -> Sample:
     """Pod index → the text of its :9400/metrics. Training figures are job-wide in every pod's endpoint (the
     trainer exports the global-batch loss and job throughput); pod 0's are used, utilization is averaged. Each
@@ -67,6 +106,7 @@ def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: di
     first = min(texts) if texts else None
     figures: dict[int, dict[str, float]] = {}
     chips: list[ChipReading] = []
+    ranks: dict[tuple[str, int], dict[str, float]] = {}
     for index, text in sorted(texts.items()):
         pod = (pod_names or {}).get(index, str(index))
         mine = figures.setdefault(index, {})
@@ -76,6 +116,8 @@ def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: di
                     chips.append(ChipReading(pod, str(sample.labels.get("device", "?")), sample.value))
                 elif sample.name in LEAD_FIGURES:
                     mine[sample.name.removeprefix("ascend_trainer_")] = sample.value
+                elif sample.name in RANK_FIGURES and (rank := _rank_label(sample.labels)) is not None:
+                    ranks.setdefault((pod, rank), {})[RANK_FIGURES[sample.name]] = sample.value
     lead = figures.get(first, {}) if first is not None else {}
     per_pod = tuple(((pod_names or {}).get(index, str(index)), seconds) for index, values in sorted(figures.items())
                     if (seconds := _ratio(values.get("step_seconds_sum"), values.get("step_seconds_count"))))
@@ -85,7 +127,8 @@ def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: di
                   step_seconds_sum=lead.get("step_seconds_sum"), step_count=lead.get("step_seconds_count"),
                   checkpoint_seconds_sum=lead.get("checkpoint_seconds_sum"),
                   checkpoint_count=lead.get("checkpoint_seconds_count"),
-                  npu_percent=_mean([chip.percent for chip in chips]), chips=tuple(chips), pod_step_seconds=per_pod)
+                  npu_percent=_mean([chip.percent for chip in chips]), chips=tuple(chips), pod_step_seconds=per_pod,
+                  ranks=rank_readings(ranks))
 
 
 def prometheus_queries(namespace: str, pod_regex: str, first_pod: str) -> dict[str, str]:
@@ -116,6 +159,7 @@ def prometheus_vector_queries(namespace: str, pod_regex: str) -> dict[str, str]:
         "chips": f"npu_chip_info_utilization{{{exporter}}}",
         "pod_step_seconds": (f"sum by (pod) (rate(ascend_trainer_step_seconds_sum{{{trainer}}}[2m])) / "
                              f"sum by (pod) (rate(ascend_trainer_step_seconds_count{{{trainer}}}[2m]))"),
+        **{name: f"{name}{{{trainer}}}" for name in RANK_FIGURES},
     }
 
 
@@ -131,12 +175,18 @@ def from_prometheus(values: dict[str, float | None], sampled_at: datetime,
                   for labels, value in vectors.get("chips", ()) if _finite(value))
     per_pod = tuple(sorted((labels.get("pod", "?"), value) for labels, value in vectors.get("pod_step_seconds", ())
                            if _finite(value) and value > 0))
+    ranks: dict[tuple[str, int], dict[str, float]] = {}
+    for name, field in RANK_FIGURES.items():
+        for labels, value in vectors.get(name, ()):
+            if (rank := _rank_label(labels)) is not None:
+                ranks.setdefault((labels.get("pod", "?"), rank), {})[field] = value
     return Sample("prometheus", sampled_at, step=values.get("step"), loss=values.get("loss"),
                   tokens_per_second=values.get("tokens_per_second"), step_seconds=values.get("step_seconds"),
                   npu_percent=values.get("npu_percent"), hbm_percent=values.get("hbm_percent"),
                   step_seconds_sum=values.get("step_seconds_sum"), step_count=values.get("step_count"),
                   checkpoint_seconds_sum=values.get("checkpoint_seconds_sum"),
-                  checkpoint_count=values.get("checkpoint_count"), chips=chips, pod_step_seconds=per_pod)
+                  checkpoint_count=values.get("checkpoint_count"), chips=chips, pod_step_seconds=per_pod,
+                  ranks=rank_readings(ranks))
 
 
 def _rounded(value: float | None, digits: int) -> float | None:

@@ -7,11 +7,12 @@ Cross-field rules live in `rules.py`, which also emits them as CEL for the CRD.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
+from pydantic_core import PydanticCustomError
 
 from ascend_hybrid.contracts.ascend import RACK_LABEL, RESOURCE
 from ascend_hybrid.contracts.chips import CHIP_NAMES, CHIPS, MAX_CHIPS_PER_POD
@@ -197,12 +198,33 @@ class Model(ApiModel):
     causal attention). Not with context parallelism (the trainer's ring attention is causal only)."""
 
 
+AUTO = "auto"
+# int or "auto": the apiserver's int-or-string form (untyped); its CEL rule bounds the number and names the one word.
+EVERY_STEPS_SCHEMA: JsonDict = {
+    "x-kubernetes-int-or-string": True, "default": 100,
+    "x-kubernetes-validations": [{
+        "rule": "type(self) == int ? self >= 1 : self == 'auto'",
+        "messageExpression": ("type(self) == string ? "
+                              r"'spec.training.checkpoint.everySteps=\'%s\': must be an integer ≥ 1 or auto'.format([self])"
+                              " : 'spec.training.checkpoint.everySteps=%d: must be an integer ≥ 1 or auto'.format([self])")}]}
+
+
 class Checkpoint(ApiModel):
     claim_name: str = Field(max_length=DNS1123_SUBDOMAIN_MAX)
     """PersistentVolumeClaim mounted at /checkpoints in every pod (a PersistentVolumeClaim name: a lowercase RFC 1123
     subdomain)."""
-    every_steps: int = Field(100, ge=1)
-    """Save a checkpoint every this many steps; training resumes from the newest."""
+    every_steps: Annotated[int | Literal["auto"], WithJsonSchema(EVERY_STEPS_SCHEMA)] = Field(100)
+    """Save a checkpoint every this many steps; training resumes from the newest. auto: the operator sets it from the
+    save cost the trainer measures and the failure rate it sees (Young/Daly: the interval ≈ √(2 × save seconds ×
+    mean time between failures), bounded), changes it as they change and reports it in status.checkpointInterval;
+    until the first save is measured the trainer saves every 100 steps."""
+
+    @field_validator("every_steps", mode="before")
+    @classmethod
+    def _steps_or_auto(cls, value: Any) -> Any:
+        if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise PydanticCustomError("every_steps", f"must be an integer ≥ 1 or {AUTO}")
 
 
 class Training(ApiModel):
@@ -358,6 +380,33 @@ class Recovery(ApiModel):
     gang. 0: every failure restarts the whole gang."""
 
 
+class SlownessAction(str, Enum):
+    report = "Report"
+    replace = "Replace"
+    shrink = "Shrink"
+
+
+class Slowness(ApiModel):
+    action: SlownessAction = Field(SlownessAction.report)
+    """What a confirmed slow node leads to. Report: the condition SlowNode, an event and a metric only. Replace: at
+    the next checkpoint, the node avoided and only its pod made again elsewhere (ReplacePod; the other pods restart
+    their ranks in place); with spec.elastic and no node free, the job shrinks around it as for a lost node. Shrink
+    (spec.elastic only): the node avoided and its pod dropped at the next checkpoint, the data degree shrunk (the
+    global batch kept), grown back when a healthy node is free."""
+    compute_factor: float = Field(1.2, gt=1, le=10)
+    """A rank is slow when its own compute per step (the trainer times it apart from the collectives' wait) takes
+    more than this many times the median of its peers' (the other ranks of its pipeline stage)."""
+    confirm_samples: int = Field(3, ge=1, le=100)
+    """Telemetry samples in a row that must name the same node before SlowNode turns on (and healthy ones before it
+    turns off)."""
+    min_slowdown: float = Field(1.1, ge=1, le=10)
+    """Act (Replace, Shrink) only while the job's steps take at least this many times its healthy pace, and only
+    when the steps left are worth more than what the action costs (a restart of the ranks and the steps since the
+    checkpoint)."""
+    max_actions_per_hour: int = Field(1, ge=0, le=12)
+    """At most this many actions for slowness within an hour; beyond, SlowNode is only reported."""
+
+
 class RunPolicy(ApiModel):
     backoff_limit: int = Field(3, ge=0)
     """Recoveries after failures (any rung of the recovery ladder, one per incident) before the job is Failed;
@@ -380,6 +429,9 @@ class RunPolicy(ApiModel):
     recovery: Recovery = Field(default_factory=Recovery)
     """The recovery ladder: the finest rung allowed, each rung's timeout and the cap on in-place recoveries
     (docs/reliability.md)."""
+    slowness: Slowness = Field(default_factory=Slowness)
+    """A slow node found from the ranks' compute times: reported, or acted on at the next checkpoint
+    (docs/reliability.md, "Slow nodes")."""
 
 
 class Monitoring(ApiModel):
