@@ -262,3 +262,15 @@ def test_a_ranks_timing_is_the_mean_of_its_recent_steps_written_for_its_pod(tmp_
     whole = timing.RankTiming(0, None, clock=lambda: clock[0])
     whole.record(1, 2.0, None)  # one compiled graph (semi-auto): no compute share
     assert whole.figures().compute_seconds is None and timing.read_all(None) == []
+
+
+def test_a_checkpoint_interval_follows_the_file_the_launcher_rewrites_and_keeps_its_own_without_one(tmp_path):
+    fixed = checkpoint.Interval(50, None)
+    assert [step for step in range(1, 201) if fixed.due(step)] == [50, 100, 150, 200]
+    path = tmp_path / "interval.json"
+    following = checkpoint.Interval(50, str(path))
+    assert following.due(50)
+    path.write_text('{"everySteps": 20, "fromStep": 0}')  # a new process reads it at once
+    assert [step for step in range(51, 101) if following.due(step)] == [60, 80, 100]
+    path.write_text("{half")  # a torn file is not read: the interval in force stays
+    assert following.due(120) and not following.due(130)

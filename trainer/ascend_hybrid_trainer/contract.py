@@ -78,7 +78,7 @@ class ModelDocument(_Section):
 
 class CheckpointDocument(_Section):
     claim_name: str | None = None
-    every_steps: PositiveInt | None = None
+    every_steps: PositiveInt | Literal["auto"] | None = None  # auto: the operator's interval (checkpoint.Interval)
 
 
 RECOMPUTE_KINDS = ("none", "selective", "full")

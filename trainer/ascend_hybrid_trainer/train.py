@@ -312,6 +312,7 @@ def train(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str], p
     if start_step >= training.steps:
         log(identity, f"checkpoint is at step {start_step} >= training.steps={training.steps}: nothing to train")
         return 0
+    interval = checkpoint.Interval(training.checkpoint_every, env.get("AHJ_CHECKPOINT_INTERVAL_FILE"))
     tokens_per_step = training.global_batch_size * training.seq_length
     log(identity, f"training {plan.mode} on {device_target}: steps {start_step + 1}..{training.steps}, global "
                   f"batch {training.global_batch_size}, seq {training.seq_length}")
@@ -336,7 +337,7 @@ def train(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str], p
         if step % config.log_every == 0 or step == training.steps:
             log(identity, f"step {step}/{training.steps} loss {loss:.5f} step {seconds:.3f} s "
                           f"{tokens_per_step / seconds:.0f} tokens/s")
-        if config.checkpoint_dir and (step % training.checkpoint_every == 0 or step == training.steps):
+        if config.checkpoint_dir and (interval.due(step) or step == training.steps):
             saving = time.perf_counter()
             save(state, config.checkpoint_dir, step, loss, identity, plan, per_rank, keep)
             if metrics is not None:

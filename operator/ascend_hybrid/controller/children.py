@@ -148,7 +148,8 @@ def signal_launchers(controller, key, job: dict, action) -> None:
     namespace, name = key
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
-    live = controller.kube.apply(render.launcher_channel(name, namespace, uid, action.generation, action.world))
+    live = controller.kube.apply(render.launcher_channel(name, namespace, uid, action.generation, action.world,
+                                                         action.checkpoint))
     record.recovery_data = dict(live.get("data") or {})
     grant_launchers(controller, namespace, action.service_account)
 

@@ -30,6 +30,7 @@ from ascend_hybrid.controller.refused import Refused
 from ascend_hybrid.controller.settings import OperatorSettings
 from ascend_hybrid.controller.workqueue import WorkQueue
 from ascend_hybrid.diagnosis import recovery
+from ascend_hybrid.diagnosis.checkpointing import NodeFaults
 from ascend_hybrid.gang import ranktable, render
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner.observed import Reading, reading_of
@@ -114,6 +115,7 @@ class Controller:
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))  # jobs made before: an older one's too
     hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
     observed_efficiency: dict = field(default_factory=dict)  # profile → the cluster's factor (observed.py's loop)
+    node_faults: NodeFaults | None = None  # the node faults every job's ledger saw (observed.py's loop)
     # (namespace, ServiceAccount) → when the launchers' Role and its RoleBinding were last applied (children.py)
     launcher_grants: dict[tuple[str, str], float] = field(default_factory=dict)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -463,6 +465,7 @@ class Controller:
             expander_image=self.settings.ranktable_expander_image,
             launcher_generation=launcher_generation, launchers=launchers,
             launcher_world=(channel or {}).get(names.RECOVERY_WORLD_KEY),
+            launcher_checkpoint=(channel or {}).get(names.RECOVERY_CHECKPOINT_KEY), node_faults=self.node_faults,
         )
 
     def workload(self, key: JobKey, job: dict, resolved, pods: tuple[dict, ...]) -> dict | None:

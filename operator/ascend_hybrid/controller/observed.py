@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.controller.kube import Kube
+from ascend_hybrid.diagnosis import checkpointing
 from ascend_hybrid.planner import observed
 
 log = logging.getLogger("ascend_hybrid.observed")
@@ -73,5 +75,8 @@ def folding_loop(controller, book: EfficiencyBook, interval: float) -> Callable[
                 except Exception:  # Kube retried with backoff (logged with its traceback): the next interval tries again
                     log.exception("cannot keep %s/%s", book.namespace, names.OBSERVED_EFFICIENCY_CONFIG_MAP)
                 controller.observed_efficiency = book.factors()
+                controller.node_faults = checkpointing.cluster_node_faults(
+                    [record.job.get("status") or {} for record in list(controller.jobs.values()) if record.job],
+                    datetime.now(UTC))
             time.sleep(interval)
     return observed_efficiency

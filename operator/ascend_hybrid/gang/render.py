@@ -216,14 +216,18 @@ def rank_table_config_map(job: str, namespace: str, uid: str, job_json: str, tab
     return manifest
 
 
-def launcher_channel(job: str, namespace: str, uid: str, generation: int, world: str | None = None) -> dict:
+def launcher_channel(job: str, namespace: str, uid: str, generation: int, world: str | None = None,
+                     checkpoint: str | None = None) -> dict:
     """The launchers' channel (recovery.py), LauncherChannel `<job>-recovery`: the operator applies only the
-    `generation` key (and `world` while pods a shrink kept run), and only for a restart: a missing channel means
+    `generation` key (and `world` while pods a shrink kept run, `checkpoint` for an auto interval), and only for a
+    restart or an interval: a missing channel means
     generation 0. Each launcher merge-patches the key of its own pod (so the operator's apply never removes a
     report), and the first to report makes the channel when the operator has not."""
     data = {names.RECOVERY_GENERATION_KEY: str(generation)}
     if world is not None:
         data[names.RECOVERY_WORLD_KEY] = world
+    if checkpoint is not None:
+        data[names.RECOVERY_CHECKPOINT_KEY] = checkpoint
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": CHANNEL_KIND,
             "metadata": {"name": names.launcher_channel(job), "namespace": namespace, "labels": names.job_labels(job),
                          "ownerReferences": owner_references(job, uid)},

@@ -37,6 +37,7 @@ from ascend_hybrid.diagnosis.failures import Failure
 from ascend_hybrid.gang import ranktable, render
 from ascend_hybrid.gang.placement import GangRequest, Placement
 from ascend_hybrid.reconcile import (
+    checkpoint_steps,
     elastic_steps,
     failure_steps,
     goodput_steps,
@@ -264,6 +265,7 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
         p.write_rank_table(table, current.values())
         p.d.act(GrantLaunchers(membership.service_account(p)))
     status["rankTable"].update(status="completed", version=table["version"])
+    checkpoint_steps.record_interval(p)  # before the signal: a new interval goes with it
     recovery_steps.signal_launchers(p)
     if recovery_steps.follow_in_place(p, current) or elastic_steps.grow_step(p, current):
         return p.d

@@ -33,7 +33,7 @@ from ascend_hybrid.gang import render
 from ascend_hybrid.gang.placement import GangRequest, Placement
 from ascend_hybrid.planner import search
 from ascend_hybrid.planner.hardware import GIB, Hardware
-from ascend_hybrid.reconcile import membership, strategy
+from ascend_hybrid.reconcile import checkpoint_steps, membership, strategy
 from ascend_hybrid.reconcile.actions import CreatePods, EnsureChildren, PlaceReplacement, PodToCreate, ProbeGrow
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
 from ascend_hybrid.spec import rules
@@ -337,7 +337,8 @@ def grow_step(p: Pass, current: Mapping[int, dict]) -> bool:
     full = spec_job(p)
     keep = keeps_pods(p, current)
     settled = recovery.current_incident(p.status.get("recoveries") or []) is None  # the shrink's first step is in
-    if settled and state.get("growFits") and at_boundary(full, state, (p.status.get("training") or {}).get("step")):
+    if settled and state.get("growFits") and at_boundary(checkpoint_steps.every_steps(p), state,
+                                                         (p.status.get("training") or {}).get("step")):
         added = state.get("growNodes") or ()
         if keep and len(added) == full.pod_count - len(current):
             grow_in_place(p, full, current, added)
@@ -369,15 +370,14 @@ def growth_request(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> G
                    near_nodes=nodes)
 
 
-def at_boundary(full: ResolvedJob, state: Mapping, step: int | None) -> bool:
+def at_boundary(every: int | None, state: Mapping, step: int | None) -> bool:
     """Training passed a checkpoint since the spec's gang first fitted (at once without checkpoints)."""
-    checkpoint = full.spec.training.checkpoint
-    if checkpoint is None:
+    if every is None:
         return True
     since = state.get("growFitsAtStep")
     if step is None or since is None:
         return False
-    return int(step) // checkpoint.every_steps > int(since) // checkpoint.every_steps
+    return int(step) // every > int(since) // every
 
 
 def probed(status: dict, placement: Placement, data: int, now: datetime, keep: bool = False) -> Decision:

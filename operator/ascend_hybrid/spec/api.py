@@ -12,7 +12,6 @@ from typing import Annotated, Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
-from pydantic_core import PydanticCustomError
 
 from ascend_hybrid.contracts.ascend import RACK_LABEL, RESOURCE
 from ascend_hybrid.contracts.chips import CHIP_NAMES, CHIPS, MAX_CHIPS_PER_POD
@@ -224,7 +223,7 @@ class Checkpoint(ApiModel):
     def _steps_or_auto(cls, value: Any) -> Any:
         if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             return value
-        raise PydanticCustomError("every_steps", f"must be an integer ≥ 1 or {AUTO}")
+        raise ValueError(f"must be an integer ≥ 1 or {AUTO}")
 
 
 class Training(ApiModel):
@@ -382,7 +381,7 @@ class Recovery(ApiModel):
 
 class SlownessAction(str, Enum):
     report = "Report"
-    replace = "Replace"
+    replace_node = "Replace"
     shrink = "Shrink"
 
 
@@ -892,6 +891,37 @@ class GoodputAccount(ApiModel):
     """The lead trainer process as last read."""
 
 
+class CheckpointInterval(ApiModel):
+    every_steps: int | None = Field(None)
+    """The interval the trainer saves at (training.checkpoint.everySteps: auto), from step fromStep on."""
+    from_step: int | None = Field(None)
+    """The step it applies from (a minute ahead of the step it was set at, so every launcher has it first)."""
+    save_seconds: float | None = Field(None)
+    """The measured blocking save: the lead trainer's mean save seconds."""
+    saves: int | None = Field(None)
+    """Saves it was measured over."""
+    mtbf_seconds: float | None = Field(None)
+    """The mean time between failures the operator sees for this job."""
+    failures: float | None = Field(None)
+    """The job's failures it counts (weighted by age: a failure's weight halves in about 5 days)."""
+    exposure_seconds: float | None = Field(None)
+    """The time they were counted over (weighted alike)."""
+    node_faults_per_node_day: float | None = Field(None)
+    """The cluster's node faults per node-day (from every job's ledger), where they replace the job's own."""
+    basis: str | None = Field(None)
+    """The failure rate in words."""
+    step_seconds: float | None = Field(None)
+    """The job's healthy pace the interval is counted in."""
+    optimum_seconds: float | None = Field(None)
+    """Daly's optimum for these inputs: training seconds between saves."""
+    optimum_steps: int | None = Field(None)
+    """The optimum in steps, within the bounds (at least 30 s and the saves at most half the time, at most 6 h)."""
+    changed_at: str | None = Field(None)
+    """When everySteps last changed."""
+    reason: str | None = Field(None)
+    """Why everySteps is what it is."""
+
+
 class AscendHybridJobStatus(ApiModel):
     phase: str | None = Field(None)
     """Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended."""
@@ -960,6 +990,8 @@ class AscendHybridJobStatus(ApiModel):
     saves, starts, restarts and placement waits are what is missing from 1."""
     goodput_account: GoodputAccount | None = Field(None)
     """The wall time since the job first started, split into buckets that add up to it (docs/reliability.md)."""
+    checkpoint_interval: CheckpointInterval | None = Field(None)
+    """training.checkpoint.everySteps: auto: the interval in force and what it was computed from."""
 
 
 # The launchers' channel (docs/reliability.md, "The launchers' channel"): its own kind, so that one Role per

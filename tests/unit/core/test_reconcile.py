@@ -1014,6 +1014,30 @@ def test_goodput_is_the_productive_share_of_an_account_that_follows_the_job_pass
     assert again["seconds"]["startsAndRestarts"] == pytest.approx(135.0)  # the 15 s since the last reading
 
 
+def test_an_auto_checkpoint_interval_is_set_from_the_measured_save_and_failures_and_told_to_the_launchers():
+    from ascend_hybrid.diagnosis import checkpointing
+    from ascend_hybrid.monitoring.progress import Sample
+
+    auto = {"training": {"steps": 100_000, "checkpoint": {"claimName": "ckpt", "everySteps": "auto"}}}
+    failure = {"cause": "Unknown", "detected": timestamp(NOW - timedelta(hours=1)), "rungs": ["RestartRanks"],
+               "outcome": "Recovered"}
+    status = placed_status(phase="Running", startTime=timestamp(NOW - timedelta(hours=2)), recoveries=[failure],
+                           goodputAccount={"healthyStepSeconds": 0.5})
+    body = job(auto, status=status)
+    table = decide(observe(job(auto, status=placed_status(phase="Starting")), pods=[live(0), live(1)]))
+    sample = Sample("trainer", NOW, step=400, step_count=400, checkpoint_seconds_sum=8.0, checkpoint_count=4)
+    decision = ladder_pass(body, action(table, "write_rank_table").table,
+                           [said(0, "Started", resumed_from=0), said(1, "Started", resumed_from=0)], telemetry=sample)
+    interval = decision.status["checkpointInterval"]
+    optimum = checkpointing.daly_seconds(2.0, interval["mtbfSeconds"])
+    assert interval["saveSeconds"] == 2.0 and interval["everySteps"] == round(optimum / 0.5)
+    assert interval["fromStep"] == 400 + 120  # a minute ahead at 0.5 s a step
+    told = action(decision, "signal_launchers")
+    assert json.loads(told.checkpoint) == {"everySteps": interval["everySteps"], "fromStep": 520}
+    fixed = decide(observe(job(status=status), pods=[live(0), live(1)], rank_table=action(table, "write_rank_table").table))
+    assert "checkpointInterval" not in fixed.status  # a job with its own interval has none
+
+
 def test_a_pod_lost_with_its_node_is_replaced_alone_and_the_others_restart_in_place():
     from ascend_hybrid.gang.placement import Placement
     from ascend_hybrid.reconcile.placement_record import record_replacement
