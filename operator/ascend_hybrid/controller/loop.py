@@ -617,6 +617,7 @@ class Controller:
         record.reading = reading_of(key[0], key[1], new)
         record.goodput = new.get("goodput")
         record.goodput_seconds = (new.get("goodputAccount") or {}).get("seconds")
+        record.slow_node = (new.get("slowness") or {}).get("confirmed")
         placed = next((c for c in new.get("conditions", []) if c["type"] == "Placed"), None)
         admitted = next((c for c in new.get("conditions", []) if c["type"] == "Admitted"), None)
         if record.phase == "Pending":

@@ -44,6 +44,7 @@ from ascend_hybrid.reconcile import (
     membership,
     queue_steps,
     recovery_steps,
+    slowness_steps,
     strategy,
     telemetry_steps,
 )
@@ -282,6 +283,8 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     p.cond("Restarting", False, "Running", f"attempt {attempt} running")
     p.phase("Running", f"attempt {attempt}: {e.pod_count} pods running, rank table completed")
     telemetry_steps.record_telemetry(p)
+    if slowness_steps.record_slowness(p, current):  # a slow node replaced or shrunk around at the checkpoint
+        return p.d
     recovery_steps.follow_gang(p, current)
     p.requeue(SLOW_REQUEUE_SECONDS)
     return p.d

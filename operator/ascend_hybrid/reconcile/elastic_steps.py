@@ -185,8 +185,11 @@ def drop(p: Pass, why: str) -> None:
 
 def healthy_avoided(p: Pass) -> list[str]:
     """status.avoidedNodes less the nodes Ready again: for an elastic job a node is avoided only while it is
-    unhealthy, so a repaired node counts for the growth."""
-    return [node for node in p.status.get("avoidedNodes") or () if not is_node_ready(p.o.nodes.get(node))]
+    unhealthy, so a repaired node counts for the growth; a node it left for slowness (status.slowNodes) is Ready
+    and stays avoided."""
+    slow = {entry.get("node") for entry in p.status.get("slowNodes") or ()}
+    return [node for node in p.status.get("avoidedNodes") or ()
+            if node in slow or not is_node_ready(p.o.nodes.get(node))]
 
 
 def shrink_options(p: Pass) -> tuple[tuple[tuple[GangRequest, ResolvedJob], ...], float | None]:

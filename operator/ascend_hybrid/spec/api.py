@@ -922,12 +922,61 @@ class CheckpointInterval(ApiModel):
     """Why everySteps is what it is."""
 
 
+class SlowNodeFinding(ApiModel):
+    node: str = Field()
+    """The slow node."""
+    since: str | None = Field(None)
+    """When it was confirmed (RFC 3339)."""
+    at_step: int | None = Field(None)
+    """The training step then: an action waits for the next checkpoint after it."""
+    pods: list[str] = Field(default_factory=list)
+    """This job's pods on it."""
+    ranks: list[int] = Field(default_factory=list)
+    """Its ranks found slow (the first 64)."""
+    ratio: float | None = Field(None)
+    """Their compute over their peers' median compute."""
+    slowdown: float | None = Field(None)
+    """The job's recent step over its healthy pace."""
+    evidence: str | None = Field(None)
+    """The figures, in words."""
+    acted: str | None = Field(None)
+    """When spec.runPolicy.slowness acted on it."""
+    decision: str | None = Field(None)
+    """What the policy did, or why it waits or only reports."""
+
+
+class SlownessStatus(ApiModel):
+    sampled_at: str | None = Field(None)
+    """The telemetry sample last scored (RFC 3339)."""
+    suspects: dict[str, int] = Field(default_factory=dict)
+    """The nodes the last sample found slow, each with the samples in a row that found it."""
+    clear_samples: int | None = Field(None)
+    """Samples in a row without the confirmed node slow (it clears at confirmSamples)."""
+    confirmed: SlowNodeFinding | None = Field(None)
+    """The slow node the condition SlowNode names."""
+
+
+class SlowNodeRecord(ApiModel):
+    node: str = Field()
+    """A node this job found slow and acted on: avoided for the job's life."""
+    since: str | None = Field(None)
+    """When it was confirmed."""
+    ratio: float | None = Field(None)
+    """Its ranks' compute over their peers'."""
+    slowdown: float | None = Field(None)
+    """The job's step over its healthy pace then."""
+    action: str | None = Field(None)
+    """Replace or Shrink."""
+    at: str | None = Field(None)
+    """When the action was taken."""
+
+
 class AscendHybridJobStatus(ApiModel):
     phase: str | None = Field(None)
     """Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended."""
     conditions: list[Condition] = Field(default_factory=list)
     """Created, StrategyFits, Admitted (queued jobs), Placed, RankTableReady, Running, Restarting, Succeeded, Failed,
-    Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled, Degraded (spec.elastic: True while the job
+    Suspended, MetricsAvailable, LoadImbalanced, Straggling, SlowNode, TrainingStalled, Degraded (spec.elastic: True while the job
     runs at a smaller data degree than its spec's)."""
     world_size: int | None = Field(None)
     """Ranks the pods run with: data x tensor x pipeline x context of status.parallelism (smaller than the spec's
@@ -992,6 +1041,10 @@ class AscendHybridJobStatus(ApiModel):
     """The wall time since the job first started, split into buckets that add up to it (docs/reliability.md)."""
     checkpoint_interval: CheckpointInterval | None = Field(None)
     """training.checkpoint.everySteps: auto: the interval in force and what it was computed from."""
+    slowness: SlownessStatus | None = Field(None)
+    """What the condition SlowNode is computed from: the suspect node, the confirmed one (docs/reliability.md)."""
+    slow_nodes: list[SlowNodeRecord] = Field(default_factory=list)
+    """The nodes this job found slow and acted on (spec.runPolicy.slowness), newest last: avoided for its life."""
 
 
 # The launchers' channel (docs/reliability.md, "The launchers' channel"): its own kind, so that one Role per
