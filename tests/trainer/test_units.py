@@ -274,3 +274,10 @@ def test_a_checkpoint_interval_follows_the_file_the_launcher_rewrites_and_keeps_
     assert [step for step in range(51, 101) if following.due(step)] == [60, 80, 100]
     path.write_text("{half")  # a torn file is not read: the interval in force stays
     assert following.due(120) and not following.due(130)
+
+
+def test_a_save_the_operator_asks_for_comes_on_top_of_the_interval(tmp_path):
+    path = tmp_path / "interval.json"
+    interval = checkpoint.Interval(100, str(path))
+    path.write_text('{"everySteps": 100, "fromStep": 0, "saveAt": 137}')
+    assert [step for step in range(101, 220) if interval.due(step)] == [137, 200]

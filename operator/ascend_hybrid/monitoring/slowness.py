@@ -33,6 +33,9 @@ OUTLIER_MADS = 3.0
 MAD_SCALE = 1.4826    # a MAD times this estimates the standard deviation of normal noise
 MAD_FLOOR = 0.01      # the MAD is at least 1 % of the median: identical peers still allow a little noise
 SHOWN_RANKS = 8
+SMALL_STAGE_NODES = 4  # stages of at most this many nodes weigh each node against exactly the others
+BASELINE_FLOOR = 1.05  # a node's usual ratio to its peers is kept when above this (a heterogeneous node)
+BASELINE_WEIGHT = 0.1  # how fast it follows, once the first samples set it
 MAX_SUSPECTS = 16     # nodes followed at once (the slowest of a sample)
 
 
@@ -63,63 +66,98 @@ class Change:
     message: str
 
 
-def _outlier(value: float, peers: list[float], factor: float) -> float | None:
-    """The ratio of `value` to its peers' median when it is slow enough to count, else None."""
-    median = statistics.median(peers)
-    if median <= 0:
-        return None
-    ratio = value / median
-    if ratio < factor:
-        return None
-    if len(peers) >= 3:
-        mad = max(statistics.median(abs(peer - median) for peer in peers), MAD_FLOOR * median)
-        if value - median <= OUTLIER_MADS * MAD_SCALE * mad:
-            return None
-    return ratio
+@dataclass(frozen=True)
+class NodeScore:
+    node: str
+    ranks: tuple[RankReading, ...]
+    ratio: float        # the median of its ranks' compute over their peers' median
+    compute: float
+    peers: float
+    outlier: bool       # its median rank stands more than OUTLIER_MADS MADs above its peers (or has under 3)
+    peers_wait: float | None
+
+
+def _stats(values: list[float]) -> tuple[float, float]:
+    median = statistics.median(values)
+    return median, max(statistics.median(abs(value - median) for value in values), MAD_FLOOR * median)
+
+
+def scores(readings: tuple[RankReading, ...], node_of_pod: Mapping[str, str],
+           stage_of: Callable[[int], int]) -> dict[str, NodeScore]:
+    """Each node's ranks scored against their peers: the ranks of their pipeline stage on other nodes. In a stage
+    of more than SMALL_STAGE_NODES nodes the stage's own median and MAD stand for any node's peers (one node's
+    ranks move them little), so a sample of thousands of ranks costs one median per stage; in a smaller stage each
+    node is weighed against exactly the others."""
+    stages: dict[int, list[RankReading]] = {}
+    for reading in readings:
+        if reading.compute_seconds is not None and reading.compute_seconds > 0 and node_of_pod.get(reading.pod):
+            stages.setdefault(stage_of(reading.rank), []).append(reading)
+    by_node: dict[str, list[tuple[RankReading, float, float, float, int, float | None]]] = {}
+    for members in stages.values():
+        nodes = {node_of_pod[m.pod] for m in members}
+        shared = _stats([float(m.compute_seconds or 0.0) for m in members]) if len(nodes) > SMALL_STAGE_NODES \
+            else None
+        shared_wait = statistics.median(m.wait_seconds for m in members if m.wait_seconds is not None) \
+            if shared is not None and any(m.wait_seconds is not None for m in members) else None
+        for node in nodes:
+            own = [m for m in members if node_of_pod[m.pod] == node]
+            if shared is not None:
+                (median, mad), count, wait = shared, len(members), shared_wait
+            else:
+                peers = [m for m in members if node_of_pod[m.pod] != node]
+                if not peers:
+                    continue
+                median, mad = _stats([float(p.compute_seconds or 0.0) for p in peers])
+                count = len(peers)
+                waits = [p.wait_seconds for p in peers if p.wait_seconds is not None]
+                wait = statistics.median(waits) if waits else None
+            if median <= 0:
+                continue
+            by_node.setdefault(node, []).extend(
+                (m, float(m.compute_seconds or 0.0) / median, median, mad, count, wait) for m in own)
+    found = {}
+    for node, items in by_node.items():
+        ranks = tuple(sorted((item[0] for item in items), key=lambda r: r.rank))
+        compute = statistics.median(float(r.compute_seconds or 0.0) for r in ranks)
+        median, mad, count = items[0][2], items[0][3], items[0][4]
+        outlier = count < 3 or compute - median > OUTLIER_MADS * MAD_SCALE * mad
+        found[node] = NodeScore(node, ranks, statistics.median(item[1] for item in items), compute, median, outlier,
+                                items[0][5])
+    return found
 
 
 def suspects(readings: tuple[RankReading, ...], node_of_pod: Mapping[str, str], stage_of: Callable[[int], int],
-             factor: float) -> list[Suspect]:
-    """The nodes whose ranks compute slower than their peers (their stage's ranks on other nodes) by `factor`, the
-    slowest first. Only ranks above PREFILTER of the whole stage's median are weighed against their exact peers, so
-    a healthy sample of thousands of ranks costs one median per stage."""
-    timed = [reading for reading in readings if reading.compute_seconds is not None and reading.compute_seconds > 0]
-    stages: dict[int, list[RankReading]] = {}
-    for reading in timed:
-        stages.setdefault(stage_of(reading.rank), []).append(reading)
-    flagged: dict[str, list[tuple[RankReading, float, list[RankReading]]]] = {}
-    # the stage's median counts the rank itself: with two ranks it is their mean, so a rank f times its one peer
-    # stands 2f/(1+f) above it; with more ranks the median moves less
-    prefilter = 2 * factor / (1 + factor)
-    for members in stages.values():
-        median = statistics.median(float(m.compute_seconds or 0.0) for m in members)
-        candidates = [m for m in members if float(m.compute_seconds or 0.0) >= prefilter * median]
-        peers_of: dict[str, list[RankReading]] = {}
-        for reading in candidates:
-            node = node_of_pod.get(reading.pod)
-            if not node:
-                continue
-            if node not in peers_of:
-                peers_of[node] = [other for other in members if node_of_pod.get(other.pod) != node]
-            peers = peers_of[node]
-            if not peers:
-                continue
-            ratio = _outlier(float(reading.compute_seconds or 0.0), [float(p.compute_seconds or 0.0) for p in peers],
-                             factor)
-            if ratio is not None:
-                flagged.setdefault(node, []).append((reading, ratio, peers))
+             factor: float, baselines: Mapping[str, float] | None = None) -> list[Suspect]:
+    """The nodes whose ranks compute slower than their peers by `factor` times their own usual ratio (its baseline:
+    1 unless the node was always slower, a heterogeneous node), the slowest first."""
     found = []
-    for node, items in flagged.items():
-        everyone = items[0][2]  # the node's peers: the same for each of its ranks of one stage
-        waits = [r.wait_seconds for r, _, _ in items if r.wait_seconds is not None]
-        peer_waits = [p.wait_seconds for p in everyone if p.wait_seconds is not None]
-        found.append(Suspect(node, tuple(sorted({r.pod for r, _, _ in items})), tuple(sorted(r.rank for r, _, _ in items)),
-                             statistics.median(ratio for _, ratio, _ in items),
-                             statistics.median(float(r.compute_seconds or 0.0) for r, _, _ in items),
-                             statistics.median(float(p.compute_seconds or 0.0) for p in everyone),
-                             statistics.median(waits) if waits else None,
-                             statistics.median(peer_waits) if peer_waits else None))
+    for score in scores(readings, node_of_pod, stage_of).values():
+        usual = max(1.0, (baselines or {}).get(score.node, 1.0))
+        if score.ratio < factor * usual or not score.outlier:
+            continue
+        waits = [r.wait_seconds for r in score.ranks if r.wait_seconds is not None]
+        found.append(Suspect(score.node, tuple(sorted({r.pod for r in score.ranks})),
+                             tuple(r.rank for r in score.ranks), score.ratio, score.compute, score.peers,
+                             statistics.median(waits) if waits else None, score.peers_wait))
     return sorted(found, key=lambda suspect: (-suspect.ratio, suspect.node))
+
+
+def updated_baselines(previous: Mapping[str, float], ranked: Mapping[str, NodeScore], followed: set[str],
+                      scored: int) -> dict[str, float]:
+    """Each node's usual ratio to its peers: averaged over the first samples, then moving by BASELINE_WEIGHT each
+    sample, never while the node is suspect; kept only above BASELINE_FLOOR (1 is implied)."""
+    weight = max(BASELINE_WEIGHT, 1 / max(scored, 1))
+    baselines = {}
+    for node in set(previous) | set(ranked):
+        before = float(previous.get(node, 1.0))
+        if node in followed:
+            value = before
+        else:
+            now = ranked[node].ratio if node in ranked else 1.0
+            value = before + weight * (now - before)
+        if value >= BASELINE_FLOOR:
+            baselines[node] = round(value, 4)
+    return baselines
 
 
 def job_step_seconds(readings: tuple[RankReading, ...]) -> float | None:
@@ -136,17 +174,26 @@ def slowdown_text(step: float | None, healthy: float | None) -> tuple[float | No
 
 
 def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str], stage_of: Callable[[int], int],
-         spec: Slowness, healthy_step_seconds: float | None) -> tuple[dict, Change | None] | None:
+         spec: Slowness, healthy_step_seconds: float | None, recent_step_seconds: float | None = None,
+         ) -> tuple[dict, Change | None] | None:
     """status.slowness after a sample and the change of SlowNode it makes (None: no change); None when the sample
-    is not newer than the last one folded in or carries no rank's compute."""
+    is not newer than the last one folded in or carries no rank's compute. The job's slowdown is its recent wall
+    time per step (`recent_step_seconds`, else its ranks' step) over its healthy pace (the goodput account's)."""
     state = dict(previous or {})
     last = parse_time(state.get("sampledAt"))
     if (last is not None and sample.sampled_at <= last) or not any(
             reading.compute_seconds is not None for reading in sample.ranks):
         return None
     state["sampledAt"] = timestamp(sample.sampled_at)
-    found = suspects(sample.ranks, node_of_pod, stage_of, spec.compute_factor)
-    slowdown, slower = slowdown_text(job_step_seconds(sample.ranks), healthy_step_seconds)
+    scored = int(state.get("scored") or 0) + 1
+    ranked = scores(sample.ranks, node_of_pod, stage_of)
+    baselines = dict(state.get("baselines") or {})
+    found = suspects(sample.ranks, node_of_pod, stage_of, spec.compute_factor, baselines) \
+        if scored > spec.confirm_samples else []  # the first samples only learn each node's usual ratio
+    followed = {suspect.node for suspect in found} | {(state.get("confirmed") or {}).get("node")}
+    state["baselines"] = updated_baselines(baselines, ranked, followed, scored)
+    state["scored"] = scored
+    slowdown, slower = slowdown_text(recent_step_seconds or job_step_seconds(sample.ranks), healthy_step_seconds)
     confirmed = state.get("confirmed")
     if confirmed:
         still = next((suspect for suspect in found if suspect.node == confirmed["node"]), None)

@@ -33,12 +33,25 @@ def every_steps(p: Pass) -> int | None:
 
 
 def channel_value(p: Pass) -> str | None:
-    """What the launchers are told (JSON {"everySteps", "fromStep"}); None for a job whose interval is the spec's."""
-    if p.o.resolved is None or not is_auto(p.resolved):
+    """What the launchers are told (JSON {"everySteps", "fromStep"} and, while an action waits for it, "saveAt": one
+    more save at that step); None for a job that saves at its spec's interval and was asked for no save."""
+    if p.o.resolved is None or p.resolved.spec.training.checkpoint is None:
+        return None
+    save_at = requested_save(p.status)
+    if not is_auto(p.resolved) and save_at is None:
         return None
     state = p.status.get("checkpointInterval") or {}
-    return json.dumps({"everySteps": int(state.get("everySteps") or START_STEPS),
-                       "fromStep": int(state.get("fromStep") or 0)}, sort_keys=True)
+    value = {"everySteps": every_steps(p) or START_STEPS, "fromStep": int(state.get("fromStep") or 0)}
+    if save_at is not None:
+        value["saveAt"] = save_at
+    return json.dumps(value, sort_keys=True)
+
+
+def requested_save(status: dict) -> int | None:
+    """The step a confirmed slow node's action asked the trainer to save at (slowness_steps), until it acted."""
+    confirmed = (status.get("slowness") or {}).get("confirmed") or {}
+    value = confirmed.get("saveAt")
+    return int(value) if isinstance(value, int) and not confirmed.get("acted") else None
 
 
 def record_interval(p: Pass) -> None:

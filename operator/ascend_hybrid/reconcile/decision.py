@@ -285,6 +285,7 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     telemetry_steps.record_telemetry(p)
     if slowness_steps.record_slowness(p, current):  # a slow node replaced or shrunk around at the checkpoint
         return p.d
+    recovery_steps.signal_launchers(p)  # a checkpoint the slow node's action asked for goes out in this pass
     recovery_steps.follow_gang(p, current)
     p.requeue(SLOW_REQUEUE_SECONDS)
     return p.d

@@ -371,6 +371,8 @@ def signal_launchers(p: Pass) -> None:
     """Level-based: the channel holds the generation status names (after a failover, a lost write, a
     deleted channel too). A channel without one (none yet, or only the launchers' reports) means generation 0."""
     wanted = membership.signal(p, rank_generation(p))
+    if wanted in p.d.actions:
+        return  # this pass says it already
     if (p.o.launcher_generation or 0) != wanted.generation or p.o.launcher_world != wanted.world \
             or p.o.launcher_checkpoint != wanted.checkpoint:
         p.d.act(wanted)

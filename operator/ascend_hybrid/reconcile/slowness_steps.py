@@ -2,7 +2,8 @@
 and a confirmed slow node acted on by spec.runPolicy.slowness at the next checkpoint.
 
 - Report: the condition, one Warning event SlowNode, the metric — nothing else.
-- Replace: once training passed the next checkpoint after the confirmation, the node is avoided and only its pod
+- Replace: once training passed a checkpoint after the confirmation (the interval's next, or one the trainer is
+  asked for — saveAt on the launchers' channel — when that is more than a minute away), the node is avoided and only its pod
   made again elsewhere (the recovery ladder's ReplacePod; the other pods restart their ranks in place from that
   checkpoint); with spec.elastic and no node that fits, the ladder shrinks around it after
   replacementTimeoutSeconds, as for a lost node.
@@ -18,6 +19,7 @@ status.avoidedNodes and status.slowNodes (kept avoided when an elastic job grows
 
 from __future__ import annotations
 
+import math
 import statistics
 from datetime import timedelta
 
@@ -31,6 +33,8 @@ from ascend_hybrid.reconcile import checkpoint_steps, elastic_steps, recovery_st
 from ascend_hybrid.reconcile.state import Pass
 
 REPORT, REPLACE, SHRINK_ACTION = "Report", "Replace", "Shrink"
+ASK_SAVE_SECONDS = 60.0        # a checkpoint further away than this is asked for (saveAt) instead of waited for
+SAVE_MARGIN_SECONDS = 15.0     # the asked save's step this far ahead: every launcher has it before
 RECOVERY_COST_SECONDS = 120.0  # what a recovery costs before the job's own ledger says
 COST_MARGIN = 2.0              # the steps left must be worth this many times the action's cost
 SLOW_NODES_KEPT = 16
@@ -45,8 +49,9 @@ def record_slowness(p: Pass, current: dict) -> bool:
         stage_size = max(e.world_size // max(e.pipeline, 1), 1)
         node_of_pod = {pod["metadata"]["name"]: node_of(pod) or "" for pod in current.values()}
         healthy = (p.status.get("goodputAccount") or {}).get("healthyStepSeconds")
+        recent = ((p.status.get("monitoring") or {}).get("stepSeconds") or [None])[-1]  # wall time, as the pace
         folded = slowness.fold(p.status.get("slowness"), sample, node_of_pod, lambda rank: rank // stage_size,
-                               e.spec.run_policy.slowness, healthy)
+                               e.spec.run_policy.slowness, healthy, recent)
         if folded is not None:
             p.status["slowness"], change = folded
             if change is not None:
@@ -107,11 +112,30 @@ def hold(p: Pass, confirmed: dict) -> str | None:
     worth = worth_it(p, slowdown)
     if worth is not None:
         return worth
+    return checkpoint_wait(p, confirmed, every, slowdown)
+
+
+def checkpoint_wait(p: Pass, confirmed: dict, every: int, slowdown: float) -> str | None:
+    """None once training passed a checkpoint after the confirmation: the one asked for (saveAt), or the interval's
+    next. When the interval's is more than ASK_SAVE_SECONDS away, the trainer is asked for one SAVE_MARGIN_SECONDS
+    ahead (the launchers' channel, checkpoint_steps.channel_value): a save costs less than minutes at the slowdown."""
     step, since = (p.status.get("training") or {}).get("step"), confirmed.get("atStep")
-    if step is None or since is None or int(step) // every <= int(since) // every:
-        target = (int(since or 0) // every + 1) * every
-        return f"waiting for the checkpoint of step {target} (training.checkpoint.everySteps={every})"
-    return None
+    if step is None or since is None:
+        return "waiting for the training step"
+    step, since = int(step), int(since)
+    asked = confirmed.get("saveAt")
+    if isinstance(asked, int):
+        return None if step > asked else f"waiting for the checkpoint asked for at step {asked}"
+    boundary = (since // every + 1) * every
+    if step > boundary:
+        return None
+    pace = float((p.status.get("goodputAccount") or {}).get("healthyStepSeconds") or 0.0) * slowdown
+    if pace > 0 and (boundary - step) * pace > ASK_SAVE_SECONDS:
+        asked = step + max(2, math.ceil(SAVE_MARGIN_SECONDS / pace))
+        confirmed["saveAt"] = asked
+        return (f"asked the trainer for a checkpoint at step {asked}: the next of the interval, step {boundary}, is "
+                f"{(boundary - step) * pace:.0f}s away")
+    return f"waiting for the checkpoint of step {boundary} (training.checkpoint.everySteps={every})"
 
 
 def worth_it(p: Pass, slowdown: float) -> str | None:

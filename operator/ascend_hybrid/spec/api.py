@@ -856,6 +856,8 @@ class GoodputPending(ApiModel):
     """Its stepping seconds (saves taken out)."""
     start: bool = Field(False)
     """The first interval of a trainer process (its start is charged to startsAndRestarts)."""
+    redone: int = Field(0)
+    """How many of its steps were trained before."""
 
 
 class GoodputAccount(ApiModel):
@@ -871,6 +873,8 @@ class GoodputAccount(ApiModel):
     """New steps accounted (each step once, whatever was redone)."""
     steps_redone: int | None = Field(None)
     """Steps accounted as trained again."""
+    stepping_seconds: float | None = Field(None)
+    """The seconds the new steps took: productive and slowSteps together, split by the healthy pace."""
     healthy_step_seconds: float | None = Field(None)
     """The job's healthy pace: the step-weighted mean of its per-step times at most median + 3 x MAD."""
     predicted_step_seconds: float | None = Field(None)
@@ -939,6 +943,8 @@ class SlowNodeFinding(ApiModel):
     """The job's recent step over its healthy pace."""
     evidence: str | None = Field(None)
     """The figures, in words."""
+    save_at: int | None = Field(None)
+    """The step the trainer was asked to save at, so the action need not wait for the interval's next checkpoint."""
     acted: str | None = Field(None)
     """When spec.runPolicy.slowness acted on it."""
     decision: str | None = Field(None)
@@ -948,6 +954,10 @@ class SlowNodeFinding(ApiModel):
 class SlownessStatus(ApiModel):
     sampled_at: str | None = Field(None)
     """The telemetry sample last scored (RFC 3339)."""
+    scored: int | None = Field(None)
+    """Samples scored in this attempt; the first confirmSamples only learn each node's usual ratio."""
+    baselines: dict[str, float] = Field(default_factory=dict)
+    """Each node's usual compute ratio to its peers, where above 1.05 (a node always a little slower)."""
     suspects: dict[str, int] = Field(default_factory=dict)
     """The nodes the last sample found slow, each with the samples in a row that found it."""
     clear_samples: int | None = Field(None)

@@ -256,3 +256,15 @@ def test_the_buckets_add_up_to_the_wall_time_whatever_happens(events):
     assert abs(goodput.unaccounted(account)) <= max(0.01 * wall, 0.01)
     value = goodput.goodput(account)
     assert value is None or 0.0 <= value <= 1.0
+
+
+def test_the_account_is_what_the_crd_keeps():
+    """The status the account is written in is pruned to the CRD's schema: every key of it is declared."""
+    from ascend_hybrid.spec.api import GoodputAccount
+
+    run = Run()
+    run.start(20.0, 0)
+    run.train(40)
+    GoodputAccount.model_validate(run.account)  # pending intervals
+    run.train(400)
+    GoodputAccount.model_validate(run.end())

@@ -1034,6 +1034,9 @@ def test_an_auto_checkpoint_interval_is_set_from_the_measured_save_and_failures_
     assert interval["fromStep"] == 400 + 120  # a minute ahead at 0.5 s a step
     told = action(decision, "signal_launchers")
     assert json.loads(told.checkpoint) == {"everySteps": interval["everySteps"], "fromStep": 520}
+    from ascend_hybrid.spec.api import AscendHybridJobStatus
+
+    AscendHybridJobStatus.model_validate(decision.status)  # what the CRD keeps: every key declared
     fixed = decide(observe(job(status=status), pods=[live(0), live(1)], rank_table=action(table, "write_rank_table").table))
     assert "checkpointInterval" not in fixed.status  # a job with its own interval has none
 

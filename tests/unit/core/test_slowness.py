@@ -14,7 +14,7 @@ import pytest
 from ascend_hybrid.contracts.conditions import condition, timestamp
 from ascend_hybrid.monitoring import slowness
 from ascend_hybrid.monitoring.progress import RankReading, Sample
-from ascend_hybrid.spec.api import Slowness
+from ascend_hybrid.spec.api import AscendHybridJobStatus, Slowness, SlownessStatus
 from support.reconcile_passes import NOW, action, events, job, kinds, placed, rank_table, running_pass
 
 SPEC = Slowness()
@@ -57,6 +57,7 @@ def test_a_node_at_one_and_a_half_times_the_compute_is_named_after_three_samples
     (index, change), = changes
     assert index == 7 and change.on and change.reason == "SlowCompute"  # the third slow sample
     assert "node node-77 is slow" in change.message and "1.5" in change.message
+    SlownessStatus.model_validate(state)
     found = state["confirmed"]
     assert (found["node"], found["pods"], found["ranks"]) == ("node-77", ["p77"], list(range(616, 624)))
     assert found["ratio"] == pytest.approx(1.5, rel=0.06) and found["slowdown"] > 1.1
@@ -75,17 +76,32 @@ def test_a_pipeline_stage_that_always_works_more_is_not_a_slow_node():
     samples = [readings(1024, 8, slow={pod: 1.4 for pod in range(96, 128)}, rng=rng) for _ in range(10)]
     _, staged = run(samples, stage_size=256)
     assert staged == []
-    _, flat = run(samples)  # scored against the whole job, the last stage would look slow
-    assert flat and flat[0][1].on
+    last = slowness.scores(samples[0], nodes_of(1024, 8), lambda rank: rank // 256)["node-100"]
+    flat = slowness.scores(samples[0], nodes_of(1024, 8), lambda rank: 0)["node-100"]
+    assert last.ratio == pytest.approx(1.0, abs=0.05) and flat.ratio == pytest.approx(1.4, rel=0.05)
 
 
 def test_two_ranks_compare_with_each_other_and_the_condition_clears_once_the_node_keeps_pace():
     rng = random.Random(4)
+    before = [readings(2, 1, rng=rng) for _ in range(4)]  # the first samples learn each node's usual ratio
     slow = [readings(2, 1, slow={1: 2.0}, rng=rng) for _ in range(4)]
     healthy = [readings(2, 1, rng=rng) for _ in range(4)]
-    state, changes = run(slow + healthy, ranks=2, per_pod=1)
-    assert [(index, change.on) for index, change in changes] == [(2, True), (6, False)]
+    state, changes = run(before + slow + healthy, ranks=2, per_pod=1)
+    assert [(index, change.on) for index, change in changes] == [(6, True), (10, False)]
     assert "confirmed" not in state
+
+
+def test_a_node_that_was_always_slower_is_not_a_slow_node_until_it_slows_down_further():
+    """Chips vary from machine to machine (Meta measured up to 14 % between GEMMs): a node 1.3× its peers from the
+    job's start is its usual self, measured over the first samples; only a further slowdown of it counts."""
+    rng = random.Random(5)
+    usual = [readings(2, 1, slow={0: 1.3}, rng=rng) for _ in range(10)]
+    _, quiet = run(usual, ranks=2, per_pod=1)
+    assert quiet == []
+    worse = [readings(2, 1, slow={0: 1.3 * 1.5}, rng=rng) for _ in range(4)]
+    _, named = run(usual + worse, ranks=2, per_pod=1)
+    assert [(index, change.on) for index, change in named] == [(12, True)]
+    assert "node node-0 is slow" in named[0][1].message
 
 
 def test_the_same_sample_twice_changes_nothing_and_a_sample_without_compute_is_not_scored():
@@ -99,6 +115,9 @@ def test_the_same_sample_twice_changes_nothing_and_a_sample_without_compute_is_n
 # -- the policy, through decide() ------------------------------------------------------------------------------
 REPLACE = {"training": {"steps": 100_000, "checkpoint": {"claimName": "ckpt", "everySteps": 50}},
            "runPolicy": {"slowness": {"action": "Replace"}}}
+
+
+WARMUP = 3  # healthy samples before the node turns slow: they set each node's usual ratio
 
 
 def demo_readings(slow_pod: int | None, jitter_seed: int) -> tuple[RankReading, ...]:
@@ -119,7 +138,8 @@ def passes(spec, steps, slow_pod=1, healthy=0.25, status_extra=None):
     decisions = []
     for index, step in enumerate(steps):
         moment = NOW + timedelta(seconds=15 * index)
-        sample = Sample("trainer", moment, step=step, step_count=step, ranks=demo_readings(slow_pod, index))
+        sample = Sample("trainer", moment, step=step, step_count=step,
+                        ranks=demo_readings(slow_pod if index >= WARMUP else None, index))
         decision = running_pass(body, table, now=moment, telemetry=sample)
         decisions.append(decision)
         body = job(spec, status=decision.status)
@@ -127,13 +147,13 @@ def passes(spec, steps, slow_pod=1, healthy=0.25, status_extra=None):
 
 
 def test_replace_waits_for_the_next_checkpoint_then_replaces_only_the_slow_pod_avoiding_its_node():
-    decisions = passes(REPLACE, [110, 130, 140, 145, 160])
-    confirmed = decisions[2]
+    decisions = passes(REPLACE, [80, 90, 100, 110, 130, 140, 145, 160])
+    confirmed = decisions[5]
     assert condition(confirmed.status, "SlowNode")["status"] == "True"
     assert ("Warning", "SlowNode") in events(confirmed) and "PlaceReplacement" not in kinds(confirmed)
     assert "waiting for the checkpoint of step 150" in confirmed.status["slowness"]["confirmed"]["decision"]
-    assert "PlaceReplacement" not in kinds(decisions[3])  # step 145: the checkpoint of 150 not passed yet
-    acted = decisions[4]
+    assert "PlaceReplacement" not in kinds(decisions[6])  # step 145: the checkpoint of 150 not passed yet
+    acted = decisions[7]
     placing = action(acted, "PlaceReplacement")
     assert placing.index == 1 and "node-b" in placing.request.excluded_nodes
     assert action(acted, "DeletePods").names == ("demo-a1-1",)
@@ -142,25 +162,46 @@ def test_replace_waits_for_the_next_checkpoint_then_replaces_only_the_slow_pod_a
         "SlowNode", ["ReplacePod"], False, "node-b")
     assert acted.status["avoidedNodes"] == ["node-b"] and acted.status["slowNodes"][-1]["node"] == "node-b"
     assert acted.status["phase"] == "Restarting" and acted.status.get("restarts", 0) == 0
+    AscendHybridJobStatus.model_validate(acted.status)  # what the CRD keeps: every key declared
 
 
 def test_report_only_names_the_node_and_takes_no_action():
-    decisions = passes({**REPLACE, "runPolicy": {"slowness": {"action": "Report"}}}, [110, 130, 140, 160, 210])
+    decisions = passes({**REPLACE, "runPolicy": {"slowness": {"action": "Report"}}},
+                       [80, 90, 100, 110, 130, 140, 160, 210])
     assert condition(decisions[-1].status, "SlowNode")["status"] == "True"
     assert not any("PlaceReplacement" in kinds(d) or d.status.get("avoidedNodes") for d in decisions)
 
 
 def test_a_slowdown_under_the_threshold_or_past_the_hourly_cap_is_only_reported():
-    mild = passes(REPLACE, [110, 130, 140, 160], healthy=0.5)  # the job's steps are under 1.1× that pace
+    mild = passes(REPLACE, [10, 40, 70, 100, 130, 160, 190], healthy=0.5)  # 30 steps in 15 s: at that pace
     assert "minSlowdown" in mild[-1].status["slowness"]["confirmed"]["decision"]
     earlier = {"cause": "SlowNode", "decided": timestamp(NOW - timedelta(minutes=20)), "rungs": ["ReplacePod"],
                "outcome": "Recovered", "seconds": 30.0}
-    capped = passes(REPLACE, [110, 130, 140, 160], status_extra={"recoveries": [earlier]})
+    capped = passes(REPLACE, [80, 90, 100, 110, 130, 140, 160], status_extra={"recoveries": [earlier]})
     assert "maxActionsPerHour=1" in capped[-1].status["slowness"]["confirmed"]["decision"]
     assert not any("PlaceReplacement" in kinds(d) for d in mild + capped)
 
 
 def test_an_action_that_costs_more_than_the_steps_left_lose_is_not_taken():
     short = {**REPLACE, "training": {"steps": 170, "checkpoint": {"claimName": "ckpt", "everySteps": 50}}}
-    decisions = passes(short, [110, 130, 140, 160])
+    decisions = passes(short, [80, 90, 100, 110, 130, 140, 160])
     assert "less than 2× what an action costs" in decisions[-1].status["slowness"]["confirmed"]["decision"]
+
+
+def test_a_checkpoint_far_away_is_asked_for_and_the_pod_replaced_once_training_passed_it():
+    """The interval's next checkpoint is minutes away at this slowdown: the trainer is asked (saveAt on the
+    launchers' channel) for one 15 s ahead, and the pod is replaced once training passed it."""
+    import json
+
+    far = {**REPLACE, "training": {"steps": 100_000, "checkpoint": {"claimName": "ckpt", "everySteps": 1000}}}
+    decisions = passes(far, [80, 90, 100, 110, 130, 140, 150, 160])
+    asked = decisions[5]
+    found = asked.status["slowness"]["confirmed"]
+    assert found["decision"].startswith("asked the trainer for a checkpoint at step ") and found["saveAt"] > 140
+    told = json.loads(action(asked, "SignalLaunchers").checkpoint)
+    assert told == {"everySteps": 1000, "fromStep": 0, "saveAt": found["saveAt"]}
+    assert "PlaceReplacement" not in kinds(asked)
+    acted = next(d for d in decisions[6:] if "PlaceReplacement" in kinds(d))
+    assert acted.status["recoveries"][-1]["cause"] == "SlowNode"
+    last = [a for a in acted.actions if type(a).__name__ == "SignalLaunchers"][-1]  # what the channel holds after
+    assert last.generation == 1 and last.checkpoint is None  # asked no more: its own interval, nothing to say
