@@ -190,7 +190,7 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
     baselines = dict(state.get("baselines") or {})
     found = suspects(sample.ranks, node_of_pod, stage_of, spec.compute_factor, baselines) \
         if scored > spec.confirm_samples else []  # the first samples only learn each node's usual ratio
-    followed = {suspect.node for suspect in found} | {(state.get("confirmed") or {}).get("node")}
+    followed = {suspect.node for suspect in found} | {str((state.get("confirmed") or {}).get("node") or "")}
     state["baselines"] = updated_baselines(baselines, ranked, followed, scored)
     state["scored"] = scored
     slowdown, slower = slowdown_text(recent_step_seconds or job_step_seconds(sample.ranks), healthy_step_seconds)
