@@ -482,7 +482,8 @@ def test_a_slowed_pod_is_named_replaced_at_a_checkpoint_and_training_goes_on_as_
     latest = checkpoint_claim / "latest.json"
     nodes = cluster.nodes("910B")
     fillers({node: 7 if index < 3 else 8 for index, node in enumerate(nodes)})  # two pods on two nodes, one spare
-    slowness = {"action": "Replace", "confirmSamples": 2}
+    # a shared 2-core machine moves a rank's compute by half from sample to sample: twice its peers' is slow here
+    slowness = {"action": "Replace", "computeFactor": 2.0, "confirmSamples": 3}
     jobs.create(real_job(name, steps, runPolicy={"slowness": slowness},
                          checkpoint={"claimName": "ckpt", "everySteps": 10}))
     jobs.wait_running(name, timeout=180, attempt=1)

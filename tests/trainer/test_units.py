@@ -255,6 +255,8 @@ def test_a_ranks_timing_is_the_mean_of_its_recent_steps_written_for_its_pod(tmp_
     for step in range(1, 31):  # one step a second: the first ten at 1 s compute, then the rank turns slow
         clock[0] = float(step)
         rank.record(step, 2.0, 1.0 if step <= 10 else 1.5)
+        if step <= timing.WARMUP_STEPS:  # compilation and warm-up: not timed
+            assert rank.figures().steps == 0
     figures = rank.figures()
     assert figures.steps == 16  # the steps that ended within the last 15 s
     assert (figures.step, figures.compute_seconds, figures.wait_seconds) == (30, 1.5, 0.5)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 WINDOW_SECONDS = 15.0   # the figures are the means of the steps that ended this recently (at least MIN_STEPS)
 MIN_STEPS = 2
+WARMUP_STEPS = 3        # a process's first steps hold its graph compilation and warm-up: not timed
 WRITE_SECONDS = 1.0     # a rank writes its file at most this often
 FILE_PREFIX = "rank-"
 
@@ -44,10 +45,14 @@ class RankTiming:
         self.window: collections.deque[tuple[float, float, float | None]] = collections.deque()
         self.step = 0
         self.written = float("-inf")
+        self.skipped = 0
 
     def record(self, step: int, seconds: float, compute: float | None) -> None:
         now = self.clock()
         self.step = step
+        if self.skipped < WARMUP_STEPS:
+            self.skipped += 1
+            return
         self.window.append((now, seconds, compute))
         while len(self.window) > MIN_STEPS and now - self.window[0][0] > WINDOW_SECONDS:
             self.window.popleft()

@@ -175,16 +175,20 @@ def slowdown_text(step: float | None, healthy: float | None) -> tuple[float | No
 
 def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str], stage_of: Callable[[int], int],
          spec: Slowness, healthy_step_seconds: float | None, recent_step_seconds: float | None = None,
-         ) -> tuple[dict, Change | None] | None:
+         epoch: str = "") -> tuple[dict, Change | None] | None:
     """status.slowness after a sample and the change of SlowNode it makes (None: no change); None when the sample
     is not newer than the last one folded in or carries no rank's compute. The job's slowdown is its recent wall
-    time per step (`recent_step_seconds`, else its ranks' step) over its healthy pace (the goodput account's)."""
+    time per step (`recent_step_seconds`, else its ranks' step) over its healthy pace (the goodput account's).
+    A new `epoch` (rank generation: new trainer processes) learns again for its first samples, as a job's start
+    does; the nodes' usual ratios are kept."""
     state = dict(previous or {})
     last = parse_time(state.get("sampledAt"))
     if (last is not None and sample.sampled_at <= last) or not any(
             reading.compute_seconds is not None for reading in sample.ranks):
         return None
     state["sampledAt"] = timestamp(sample.sampled_at)
+    if state.get("epoch") != epoch:
+        state.update(epoch=epoch, scored=0, suspects={})
     scored = int(state.get("scored") or 0) + 1
     ranked = scores(sample.ranks, node_of_pod, stage_of)
     baselines = dict(state.get("baselines") or {})

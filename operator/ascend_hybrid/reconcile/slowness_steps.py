@@ -50,8 +50,9 @@ def record_slowness(p: Pass, current: dict) -> bool:
         node_of_pod = {pod["metadata"]["name"]: node_of(pod) or "" for pod in current.values()}
         healthy = (p.status.get("goodputAccount") or {}).get("healthyStepSeconds")
         recent = ((p.status.get("monitoring") or {}).get("stepSeconds") or [None])[-1]  # wall time, as the pace
+        epoch = f"{p.status.get('attempt')}/{recovery_steps.rank_generation(p)}"
         folded = slowness.fold(p.status.get("slowness"), sample, node_of_pod, lambda rank: rank // stage_size,
-                               e.spec.run_policy.slowness, healthy, recent)
+                               e.spec.run_policy.slowness, healthy, recent, epoch)
         if folded is not None:
             p.status["slowness"], change = folded
             if change is not None:

@@ -954,8 +954,10 @@ class SlowNodeFinding(ApiModel):
 class SlownessStatus(ApiModel):
     sampled_at: str | None = Field(None)
     """The telemetry sample last scored (RFC 3339)."""
+    epoch: str | None = Field(None)
+    """attempt/rank generation of the trainer processes scored."""
     scored: int | None = Field(None)
-    """Samples scored in this attempt; the first confirmSamples only learn each node's usual ratio."""
+    """Samples scored in this epoch; the first confirmSamples only learn each node's usual ratio."""
     baselines: dict[str, float] = Field(default_factory=dict)
     """Each node's usual compute ratio to its peers, where above 1.05 (a node always a little slower)."""
     suspects: dict[str, int] = Field(default_factory=dict)

@@ -205,3 +205,16 @@ def test_a_checkpoint_far_away_is_asked_for_and_the_pod_replaced_once_training_p
     assert acted.status["recoveries"][-1]["cause"] == "SlowNode"
     last = [a for a in acted.actions if type(a).__name__ == "SignalLaunchers"][-1]  # what the channel holds after
     assert last.generation == 1 and last.checkpoint is None  # asked no more: its own interval, nothing to say
+
+
+def test_new_trainer_processes_are_learned_again_before_a_node_is_named():
+    """After a rank generation (new processes: compilation, warm-up), the first samples only learn again."""
+    rng = random.Random(6)
+    samples = [readings(2, 1, rng=rng) for _ in range(4)] + [readings(2, 1, slow={1: 2.0}, rng=rng) for _ in range(6)]
+    state, named = None, []
+    for index, ranked in enumerate(samples):
+        sample = Sample("trainer", NOW + timedelta(seconds=15 * index), step=10 * index, ranks=ranked)
+        epoch = "1/0" if index < 4 else "1/1"  # the slow node's ranks start with a new generation
+        state, change = slowness.fold(state, sample, nodes_of(2, 1), lambda rank: 0, SPEC, None, None, epoch)
+        named += [index] if change is not None and change.on else []
+    assert named == [9]  # three samples learning, then three in a row

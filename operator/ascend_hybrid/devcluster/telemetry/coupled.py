@@ -109,6 +109,7 @@ class Job:
         self.nodes = frozenset(nodes)
         self.compute = {node: compute.get(node, ()) for node in self.nodes}
         self.links = {pair: history for pair, history in links.items() if pair <= self.nodes and len(pair) == 2}
+        self.seen: dict[float, tuple[float, float]] = {}
 
     @property
     def healthy(self) -> bool:
@@ -116,9 +117,11 @@ class Job:
 
     def factors(self, moment: float) -> tuple[float, float]:
         """(the slowest node's compute factor, the slowest link's factor) at `moment`."""
-        compute = max((at(history, moment) for history in self.compute.values()), default=1.0)
-        link = max((at(history, moment) for history in self.links.values()), default=1.0)
-        return compute, link
+        if moment not in self.seen:
+            compute = max((at(history, moment) for history in self.compute.values() if history), default=1.0)
+            link = max((at(history, moment) for history in self.links.values()), default=1.0)
+            self.seen = {moment: (compute, link)}  # the ranks of one reading ask at one moment
+        return self.seen[moment]
 
     def segments(self, start: float, end: float) -> list[tuple[float, float]]:
         """(seconds, step factor) pieces of [start, end], one per change of any factor."""
