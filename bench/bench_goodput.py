@@ -24,9 +24,7 @@ Never asserts; prints each run's figures, the goals met or not, and `goodput rat
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
 import random
 import statistics
 import time
@@ -34,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ascend_hybrid.contracts.conditions import condition, timestamp
+from ascend_hybrid.contracts.conditions import timestamp
 from ascend_hybrid.devcluster.telemetry import coupled
 from ascend_hybrid.diagnosis.recovery import LauncherReport
 from ascend_hybrid.gang.placement import Placement

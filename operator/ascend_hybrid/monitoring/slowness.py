@@ -188,15 +188,18 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
         return None
     state["sampledAt"] = timestamp(sample.sampled_at)
     if state.get("epoch") != epoch:
-        state.update(epoch=epoch, scored=0, suspects={})
-    scored = int(state.get("scored") or 0) + 1
+        state.update(epoch=epoch, epochScored=0, suspects={})
+    scored, in_epoch = int(state.get("scored") or 0) + 1, int(state.get("epochScored") or 0) + 1
+    state.update(scored=scored, epochScored=in_epoch)
     ranked = scores(sample.ranks, node_of_pod, stage_of)
     baselines = dict(state.get("baselines") or {})
-    found = suspects(sample.ranks, node_of_pod, stage_of, spec.compute_factor, baselines) \
-        if scored > spec.confirm_samples else []  # the first samples only learn each node's usual ratio
+    learning = scored <= spec.confirm_samples        # the job's first samples learn each node's usual ratio
+    settling = not learning and in_epoch <= spec.confirm_samples  # new processes warm up: neither learn nor judge
+    found = [] if learning or settling else suspects(sample.ranks, node_of_pod, stage_of, spec.compute_factor,
+                                                     baselines)
     followed = {suspect.node for suspect in found} | {str((state.get("confirmed") or {}).get("node") or "")}
-    state["baselines"] = updated_baselines(baselines, ranked, followed, scored)
-    state["scored"] = scored
+    if not settling:
+        state["baselines"] = updated_baselines(baselines, ranked, followed, scored)
     slowdown, slower = slowdown_text(recent_step_seconds or job_step_seconds(sample.ranks), healthy_step_seconds)
     confirmed = state.get("confirmed")
     if confirmed:

@@ -957,7 +957,9 @@ class SlownessStatus(ApiModel):
     epoch: str | None = Field(None)
     """attempt/rank generation of the trainer processes scored."""
     scored: int | None = Field(None)
-    """Samples scored in this epoch; the first confirmSamples only learn each node's usual ratio."""
+    """Samples scored; the job's first confirmSamples only learn each node's usual ratio."""
+    epoch_scored: int | None = Field(None)
+    """Samples scored in this epoch; its first confirmSamples (new processes warming up) neither learn nor judge."""
     baselines: dict[str, float] = Field(default_factory=dict)
     """Each node's usual compute ratio to its peers, where above 1.05 (a node always a little slower)."""
     suspects: dict[str, int] = Field(default_factory=dict)
