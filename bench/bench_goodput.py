@@ -95,6 +95,7 @@ class Run:
     high: int = 0
     down_until: float | None = 0.0        # ranks start until then; None: waiting for pods
     saving_until: float = 0.0
+    saving: bool = False                  # a save in progress: counted when it ends, as the trainer times it
     saves: int = 0
     save_seconds: float = 0.0
     failed: bool = False
@@ -104,6 +105,7 @@ class Run:
     failures: list[float] = field(default_factory=list)
     events: list[tuple[float, str, str]] = field(default_factory=list)
     timeline: list[tuple[float, int, float | None]] = field(default_factory=list)  # (minute, new steps, goodput)
+    fine: list[tuple[int, int]] = field(default_factory=list)  # (second, highest step trained), every 10 s
     uid_counter: int = 0
 
     def __post_init__(self) -> None:
@@ -189,6 +191,7 @@ class Run:
     def restart_ranks(self) -> None:
         """A new rank generation: every launcher stops its ranks and starts them again from the checkpoint."""
         self.progress = self.base = self.committed
+        self.saves, self.save_seconds, self.saving = 0, 0.0, False  # the new processes' own counters
         self.down_until = None if len(self.pods) < PODS or self.pending_pods else self.clock + RANKS_START
         self.failed = False
         self.report_all("Started")
@@ -221,6 +224,8 @@ class Run:
             self.reports[victim["metadata"]["name"]] = LauncherReport(
                 victim["metadata"]["uid"], self.generation, "Failed", self.now(), step=int(self.progress) + 1,
                 cause="Unknown", rank=0, detail="a rank crashed")
+        if self.saving and self.clock >= self.saving_until:
+            self.saving, self.saves, self.save_seconds = False, self.saves + 1, self.save_seconds + SAVE_SECONDS
         if self.failed or self.down_until is None or self.clock < self.down_until or self.clock < self.saving_until:
             return
         if self.down_until and self.clock - seconds < self.down_until <= self.clock:
@@ -233,9 +238,7 @@ class Run:
             self.high = max(self.high, step)
             if self.due_save(step):
                 self.committed = step
-                self.saves += 1
-                self.save_seconds += SAVE_SECONDS
-                self.saving_until = self.clock + SAVE_SECONDS
+                self.saving, self.saving_until = True, self.clock + SAVE_SECONDS
                 self.progress = float(step)
                 break
 
@@ -287,6 +290,8 @@ class Run:
                 self.next_sample = self.clock + TELEMETRY_SECONDS
             self.tick(1.0)
             self.clock += 1.0
+            if int(self.clock) % 10 == 0:
+                self.fine.append((int(self.clock), self.high))
             if int(self.clock // 60) > last_minute:
                 last_minute = int(self.clock // 60)
                 self.timeline.append((last_minute, self.high - minute_steps, self.job["status"].get("goodput")))
@@ -305,10 +310,12 @@ def named(run: Run) -> list[tuple[float, str]]:
 
 
 def recovered_at(run: Run, after: float, healthy: float) -> float | None:
-    """The first minute from `after` whose new steps are at least 95 % of the healthy run's per minute."""
-    for minute, steps, _ in run.timeline:
-        if minute * 60 > after + 60 and steps >= 0.95 * healthy:
-            return minute * 60
+    """The end of the first minute after `after` (read every 10 s) in which the job trained at least 95 % of the
+    healthy run's new steps per minute (its mean over the run, its saves included)."""
+    marks = dict(run.fine)
+    for moment, high in run.fine:
+        if moment - 60 >= after and moment - 60 in marks and high - marks[moment - 60] >= 0.95 * healthy:
+            return float(moment)
     return None
 
 
@@ -383,7 +390,7 @@ def main() -> None:
             started = time.process_time()
             runs[label] = Run(label, faults, action, seed, args.minutes).run()
             say(f"round {round_index + 1}, {label}: {time.process_time() - started:.0f} s of CPU")
-        healthy = statistics.median(steps for minute, steps, _ in runs["no fault"].timeline if minute > 5)
+        healthy = statistics.mean(steps for minute, steps, _ in runs["no fault"].timeline if minute > 5)
         figures = {label: summary(run, healthy) for label, run in runs.items()}
         rows.append(figures)
         ratio = (figures["mitigation"]["goodput"] or 0) / (figures["no fault"]["goodput"] or 1)

@@ -116,6 +116,7 @@ class Controller:
     hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
     observed_efficiency: dict = field(default_factory=dict)  # profile → the cluster's factor (observed.py's loop)
     node_faults: NodeFaults | None = None  # the node faults every job's ledger saw (observed.py's loop)
+    marked_nodes: set[str] = field(default_factory=set)  # AscendSlowNode set by this process (--mark-slow-nodes)
     # (namespace, ServiceAccount) → when the launchers' Role and its RoleBinding were last applied (children.py)
     launcher_grants: dict[tuple[str, str], float] = field(default_factory=dict)
     _threads: list[threading.Thread] = field(default_factory=list)

@@ -50,6 +50,9 @@ def register(subparsers) -> None:
                              "-volcanoType flag), kubelet or volcano for every node (docs/install.md)")
     parser.add_argument("--device-plugin-namespace", default=defaults.device_plugin_namespace, metavar="NS",
                         help="where the device plugin's DaemonSets are (auto mode)")
+    parser.add_argument("--mark-slow-nodes", action="store_true",
+                        help="set the node condition AscendSlowNode on a node found slow (SlowNode) in two jobs, or "
+                             "twice in one, for the administrator (needs patch on nodes/status)")
     hardening.add_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -62,7 +65,7 @@ def settings_from(args) -> OperatorSettings:
         telemetry_interval=args.telemetry_interval, log_level=args.log_level, log_format=args.log_format,
         hardware_profiles=args.hardware_profiles, ranktable_expander_image=args.ranktable_expander_image,
         device_plugin_mode=args.device_plugin_mode, device_plugin_namespace=args.device_plugin_namespace,
-        **hardening.settings_of(args))
+        mark_slow_nodes=args.mark_slow_nodes, **hardening.settings_of(args))
 
 
 def load_hardware_profiles(path: str | None) -> dict:

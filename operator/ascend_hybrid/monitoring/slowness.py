@@ -239,3 +239,19 @@ def _facts(suspect: Suspect, slowdown: float | None) -> dict:
     if slowdown is not None:
         facts["slowdown"] = round(slowdown, 3)
     return facts
+
+
+NODE_CONDITION = "AscendSlowNode"  # what `--mark-slow-nodes` sets on a node for the administrator
+
+
+def nodes_to_mark(jobs: Mapping[str, Mapping]) -> dict[str, str]:
+    """The nodes found slow (status.slowNodes) in two jobs, or twice in one: node → why, naming the jobs and their
+    figures. `jobs`: namespace/name → status."""
+    found: dict[str, list[str]] = {}
+    for job, status in sorted(jobs.items()):
+        for entry in status.get("slowNodes") or ():
+            if entry.get("node"):
+                found.setdefault(entry["node"], []).append(
+                    f"{job} at {entry.get('since') or entry.get('at')} ({entry.get('ratio')}× its peers' compute)")
+    return {node: f"found slow {len(seen)} times: " + "; ".join(seen[-4:])
+            for node, seen in sorted(found.items()) if len(seen) >= 2}

@@ -218,3 +218,13 @@ def test_new_trainer_processes_are_learned_again_before_a_node_is_named():
         state, change = slowness.fold(state, sample, nodes_of(2, 1), lambda rank: 0, SPEC, None, None, epoch)
         named += [index] if change is not None and change.on else []
     assert named == [9]  # three samples learning, then three in a row
+
+
+def test_a_node_found_slow_in_two_jobs_or_twice_is_marked_for_the_administrator_and_once_is_not():
+    once = {"slowNodes": [{"node": "n1", "since": "2026-12-08T00:10:00Z", "ratio": 1.5}]}
+    twice = {"slowNodes": [{"node": "n2", "since": "2026-12-08T00:10:00Z", "ratio": 1.4},
+                           {"node": "n2", "since": "2026-12-08T03:00:00Z", "ratio": 1.6}]}
+    marked = slowness.nodes_to_mark({"a/one": once, "a/two": twice, "b/three": once, "b/none": {}})
+    assert sorted(marked) == ["n1", "n2"]
+    assert marked["n1"].startswith("found slow 2 times: a/one at 2026-12-08T00:10:00Z (1.5× its peers' compute)")
+    assert slowness.nodes_to_mark({"a/one": once}) == {}

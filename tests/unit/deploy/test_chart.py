@@ -87,6 +87,7 @@ KUBE_PY_CALLS = {
 # custom-object methods above, so test_the_kueue_calls_of_kube_py_are_known reads them by the resource they name.
 KUEUE_NEEDS = {("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "delete")}
 NETWORK_POLICY_CALLS = {"patch_namespaced_network_policy"}
+MARK_SLOW_NODES_CALLS = {"patch_node_status"}  # granted only with slowNodes.markNodes
 # controller/leader.py (--leader-elect) and controller/metrics_auth.py (--metrics-auth): their calls and needs.
 LEADER_CALLS = {"read_namespaced_lease": ("coordination.k8s.io", "leases", "get"),
                 "create_namespaced_lease": ("coordination.k8s.io", "leases", "create"),
@@ -364,6 +365,15 @@ def test_security_values_reach_the_operator_and_prometheus(rendered):
     assert endpoint["scheme"] == "https" and endpoint["bearerTokenFile"].endswith("serviceaccount/token")
 
 
+def test_marking_slow_nodes_is_off_by_default_and_its_grant_comes_with_it(rendered, tmp_path):
+    default = objects_of(rendered["chart-default"])
+    assert ("", "nodes/status", "patch") not in granted(default)
+    assert "--mark-slow-nodes" not in one(default, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    marking = objects_of(render_with(tmp_path, {"slowNodes": {"markNodes": True}}))
+    assert ("", "nodes/status", "patch") in granted(marking)
+    assert "--mark-slow-nodes" in one(marking, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 # kube.py's pod writes past the client's models (Kube._send): (method, resource) → the client method they stand for.
 RAW_CALLS = {("POST", "pods"): "create_namespaced_pod", ("PATCH", "pods"): "patch_namespaced_pod",
              ("DELETE", "pods"): "delete_namespaced_pod"}
@@ -399,7 +409,8 @@ def test_every_api_call_of_leader_election_and_metrics_auth_is_known():
 
 
 def operator_needs(namespaced: bool, secured: bool = False, with_kueue: bool = False) -> set[tuple[str, str, str]]:
-    calls = {name: needs for name, needs in KUBE_PY_CALLS.items() if secured or name not in NETWORK_POLICY_CALLS}
+    calls = {name: needs for name, needs in KUBE_PY_CALLS.items()
+             if (secured or name not in NETWORK_POLICY_CALLS) and name not in MARK_SLOW_NODES_CALLS}
     needs = set().union(*calls.values()) | kopf_watch_needs() | KOPF_OWN_NEEDS | set(LEADER_CALLS.values())
     if '"blockOwnerDeletion": True' in Path(render.__file__).read_text():
         needs |= OWNER_REFERENCE_NEEDS
