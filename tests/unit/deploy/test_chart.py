@@ -82,6 +82,8 @@ KUBE_PY_CALLS = {
                               ("rbac.authorization.k8s.io", "roles", "create")},
     "patch_namespaced_role_binding": {("rbac.authorization.k8s.io", "rolebindings", "patch"),
                                       ("rbac.authorization.k8s.io", "rolebindings", "create")},
+    # --mark-slow-nodes (slowNodes.markNodes): the node condition AscendSlowNode.
+    "patch_node_status": {("", "nodes/status", "patch")},
 }
 # Kube's calls for queued jobs (get_workload, delete_workload), granted only with kueue.enabled. They reuse the
 # custom-object methods above, so test_the_kueue_calls_of_kube_py_are_known reads them by the resource they name.
