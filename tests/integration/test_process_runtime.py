@@ -521,7 +521,8 @@ def test_a_slowed_pod_is_named_replaced_at_a_checkpoint_and_training_goes_on_as_
     record = status["recoveries"][-1]
     assert (record["rungs"], record["recoveredBy"], record["node"], record["counted"], record["attempt"]) == (
         ["ReplacePod"], "ReplacePod", slow, False, 1), (record, status.get("slowness"), status.get("slowNodes"))
-    assert record["resumedFromStep"] % 10 == 0 and record["stepsRedone"] <= 10, record
+    # right after a checkpoint: the interval's, or the one the operator asked for (saveAt) when that was far
+    assert record["stepsRedone"] <= 10, record
     assert slow in status["avoidedNodes"] and status["slowNodes"][-1]["node"] == slow, status
     now = {p["metadata"]["name"]: p for p in jobs.pods(name)}
     pod_zero, pod_one = (names.pod_name(name, 1, index) for index in (0, 1))

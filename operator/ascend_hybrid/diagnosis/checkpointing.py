@@ -7,7 +7,8 @@ Daly (2006), for a blocking save of δ seconds and a mean time between failures 
 pace; Du et al. (ICPP 2020) show the formula holds for stochastic step times when saves fall on step ends.
 
 The failure rate: this job's incidents (any cause but a growth or an action for slowness), as an exponentially
-weighted count over FAILURE_HORIZON (so old failures fade and the 32-incident ledger is no limit), plus — where
+weighted count over FAILURE_HORIZON (old failures fade; once the ledger holds its 32 incidents, over the span they
+cover), plus — where
 the cluster's node faults are known (the shell counts them over every job's ledger) — its nodes' share of them in
 place of the job's own node faults: a job of 64 nodes on a cluster of 1 024 learns its node-fault rate from sixteen
 times the faults it would see alone. With no failure seen yet, the job's exposure counts as one failure (an
@@ -32,6 +33,7 @@ MARGIN_SECONDS = 60.0                  # it applies from a step at least this fa
 MIN_MARGIN_STEPS = 2
 NOT_FAILURES = frozenset({"CapacityReturned", "SlowNode"})  # a growth, an action for slowness: no fault
 NODE_CAUSES = frozenset({"NodeNotReady", "ChipUnhealthy"})
+LEDGER_KEPT = 32  # status.recoveries keeps this many incidents (recovery.LEDGER_SIZE)
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,11 @@ def failure_rate(ledger: Iterable[Mapping], since: datetime, now: datetime, node
                  cluster: NodeFaults | None = None) -> FailureRate:
     """The job's mean time between failures as the operator sees it (see the module's docstring)."""
     records = list(ledger)
-    exposure = weighted_exposure((now - since).total_seconds())
+    age = (now - since).total_seconds()
+    if len(records) >= LEDGER_KEPT:  # the ledger dropped older incidents: count over the span it still covers
+        oldest = min((moment for r in records if (moment := parse_time(r.get("detected"))) is not None), default=since)
+        age = min(age, (now - oldest).total_seconds())
+    exposure = weighted_exposure(age)
     node_rate = cluster.rate if cluster is not None else None
     if node_rate is not None:
         failures = weighted_failures(records, now, excluded=NODE_CAUSES)

@@ -41,6 +41,15 @@ def test_the_failure_rate_counts_the_jobs_failures_but_not_its_growths_or_action
     assert clean.mtbf_seconds == pytest.approx(10 * HOUR, rel=0.05)  # no failure yet: the exposure counts as one
 
 
+def test_a_full_ledger_counts_its_failures_over_the_span_it_covers():
+    ledger = [incident("Unknown", hours) for hours in range(32, 0, -1)]  # one an hour, the older ones dropped
+    rate = checkpointing.failure_rate(ledger, T0 - timedelta(days=5), T0, nodes=4)
+    assert rate.mtbf_seconds == pytest.approx(HOUR, rel=0.05)
+    from ascend_hybrid.diagnosis.recovery import LEDGER_SIZE
+
+    assert checkpointing.LEDGER_KEPT == LEDGER_SIZE
+
+
 def test_the_clusters_node_faults_replace_the_jobs_own_node_faults():
     ledger = [incident("Unknown", 1), incident("NodeNotReady", 2)]
     cluster = NodeFaults(faults=20.0, node_seconds=1000 * 10 * HOUR)  # one fault per 500 node-hours
