@@ -18,9 +18,10 @@ buckets add up to `accountedAt − since` by construction; the part after `accou
 interval) is attributed by the next reading.
 
 The healthy pace is a robust estimate from the job's own steps, as Google's goodput library makes its ideal step
-time: the step-weighted mean of the per-step times at most median + 3·MAD, over a histogram of every interval the
-job ran at its current world size (1 % bins of the logarithm, so a week of steps is a few dozen numbers). Until
-MIN_PACE_INTERVALS intervals are in, running intervals wait in `pending` and are split once the pace is known.
+time: the step-weighted mean of the per-step times at most median + 3·MAD, over a histogram of the job's stepping
+at its current world size in windows of at least a minute and 8 steps (1 % bins of the logarithm, so a week of
+steps is a few dozen numbers; the MAD at least one step's share of a window, as readings count whole steps). Until
+MIN_PACE_INTERVALS windows are in, running intervals wait in `pending` and are split once the pace is known.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ MODES = (WAITING, STARTING, RUNNING)
 
 BINS_PER_UNIT = 100        # histogram bins per unit of ln(seconds): each bin is 1 % wide
 MAX_BINS = 200             # a pace histogram keeps at most this many bins (the least-filled go first)
-MIN_PACE_INTERVALS = 3     # same-process intervals before the healthy pace is trusted
+MIN_PACE_INTERVALS = 3     # pace windows before the healthy pace is trusted
+PACE_WINDOW_SECONDS = 60.0  # a pace observation spans at least this much stepping time and PACE_WINDOW_STEPS steps:
+PACE_WINDOW_STEPS = 8       # a reading sees whole steps, so an interval of 7.5 steps' time reads 7 or 8 (±7 %)
 MAX_PENDING = 16           # running intervals held while the pace is unknown; beyond, each is its own pace
 MAD_FLOOR = 0.01           # the MAD is at least 1 % of the median: a perfectly steady job keeps its median
 OUTLIER_MADS = 3.0
@@ -91,20 +94,33 @@ def _weighted_median(pairs: list[tuple[float, int]]) -> float:
     return ordered[-1][0]
 
 
-def healthy_pace(pace: Mapping[str, int]) -> float | None:
-    """The step-weighted mean of the per-step times at most median + 3·MAD; None for an empty histogram."""
+def healthy_pace(pace: Mapping[str, int], quantum: float = MAD_FLOOR) -> float | None:
+    """The step-weighted mean of the per-step times at most median + 3·MAD; None for an empty histogram. The MAD is
+    at least `quantum` of the median: the relative error of one whole step in a window (readings count whole steps,
+    so a steady job's windows read one step more or less)."""
     pairs = [(_center(int(key)), int(weight)) for key, weight in pace.items() if int(weight) > 0]
     if not pairs:
         return None
     median = _weighted_median(pairs)
-    mad = max(_weighted_median([(abs(value - median), weight) for value, weight in pairs]), MAD_FLOOR * median)
+    mad = max(_weighted_median([(abs(value - median), weight) for value, weight in pairs]),
+              max(MAD_FLOOR, quantum) * median)
     kept = [(value, weight) for value, weight in pairs if value <= median + OUTLIER_MADS * mad]
     return sum(value * weight for value, weight in kept) / sum(weight for _, weight in kept)
 
 
-def _observe_pace(account: dict, per_step: float, steps: int) -> None:
-    if per_step <= 0 or steps <= 0:
+def _observe_pace(account: dict, seconds: float, steps: int) -> None:
+    """A same-process interval's stepping time joins the open window; a window of PACE_WINDOW_SECONDS and
+    PACE_WINDOW_STEPS becomes one observation of the pace (weighted by its steps)."""
+    if seconds <= 0 or steps <= 0:
         return
+    window = account.setdefault("window", {"seconds": 0.0, "steps": 0})
+    window["seconds"] = round(float(window["seconds"]) + seconds, DIGITS)
+    window["steps"] = int(window["steps"]) + steps
+    if window["seconds"] < PACE_WINDOW_SECONDS or window["steps"] < PACE_WINDOW_STEPS:
+        return
+    per_step, steps = float(window["seconds"]) / int(window["steps"]), int(window["steps"])
+    account.pop("window")
+    account["paceSteps"] = int(account.get("paceSteps") or 0) + steps
     pace = account.setdefault("pace", {})
     key = str(_bin(per_step))
     pace[key] = int(pace.get(key, 0)) + steps
@@ -116,9 +132,10 @@ def _observe_pace(account: dict, per_step: float, steps: int) -> None:
 
 def _healthy(account: dict) -> float | None:
     """The healthy pace once enough same-process intervals are in, else None (intervals then wait)."""
-    if int(account.get("paceIntervals") or 0) < MIN_PACE_INTERVALS:
+    windows = int(account.get("paceIntervals") or 0)
+    if windows < MIN_PACE_INTERVALS:
         return None
-    return healthy_pace(account.get("pace") or {})
+    return healthy_pace(account.get("pace") or {}, windows / max(int(account.get("paceSteps") or 0), 1))
 
 
 # -- attributing seconds ---------------------------------------------------------------------------------------------
@@ -209,7 +226,7 @@ def _fold_reading(account: dict, reading: Reading, epoch: str, accounted: dateti
         else:
             _add(account, SAVES, saving)
             stepping = seconds - saving
-            _observe_pace(account, stepping / done, done)
+            _observe_pace(account, stepping, done)
             _running(account, base + int(process["done"]), reading.step, stepping, False)
     else:
         saving = min(max(reading.save_seconds, 0.0), seconds)
@@ -264,7 +281,7 @@ def fold(account: Mapping | None, *, since: datetime, now: datetime, mode: str, 
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
     state = _copy(account) if account else new_account(since)
     if int(state.get("world") or world) != world:
-        for key in ("pace", "paceIntervals"):
+        for key in ("pace", "paceIntervals", "paceSteps", "window"):
             state.pop(key, None)
     state["world"] = world
     if trained_to is not None and "highWater" in state:
@@ -294,6 +311,8 @@ def _copy(account: Mapping) -> dict:
     state["seconds"] = dict(account.get("seconds") or {})
     if "pace" in account:
         state["pace"] = dict(account["pace"])
+    if "window" in account:
+        state["window"] = dict(account["window"])
     if "pending" in account:
         state["pending"] = [dict(item) for item in account["pending"]]
     return state

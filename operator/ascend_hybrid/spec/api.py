@@ -860,6 +860,13 @@ class GoodputPending(ApiModel):
     """How many of its steps were trained before."""
 
 
+class GoodputWindow(ApiModel):
+    seconds: float = Field(0.0)
+    """Stepping seconds in the window."""
+    steps: int = Field(0)
+    """Steps in it."""
+
+
 class GoodputAccount(ApiModel):
     since: str | None = Field(None)
     """status.startTime: the account starts when the job first started."""
@@ -886,9 +893,14 @@ class GoodputAccount(ApiModel):
     high_water: int | None = Field(None)
     """The highest step ever trained: steps up to it are redone."""
     pace: dict[str, int] = Field(default_factory=dict)
-    """The per-step times measured, as steps per 1 % bin of 100 x ln(seconds)."""
+    """The per-step times measured (windows of a minute and 8 steps), as steps per 1 % bin of 100 x ln(seconds)."""
     pace_intervals: int | None = Field(None)
-    """Intervals in the pace; it is trusted from 3."""
+    """Windows in the pace; it is trusted from 3."""
+    pace_steps: int | None = Field(None)
+    """Steps in the pace's windows."""
+    window: GoodputWindow | None = Field(None)
+    """The pace window being filled: stepping seconds and steps (a window of a minute and 8 steps is one
+    observation)."""
     pending: list[GoodputPending] = Field(default_factory=list)
     """Running intervals waiting for the healthy pace to be known."""
     process: GoodputProcess | None = Field(None)

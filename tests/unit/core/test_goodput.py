@@ -149,6 +149,17 @@ def test_a_slow_node_lowers_goodput_where_the_measured_step_time_would_not():
     assert dragged["seconds"][SLOW] == pytest.approx(600 * 1.0, rel=0.05)
 
 
+def test_readings_of_whole_steps_do_not_bias_the_pace():
+    """Readings every 15 s of a 2 s step see 7 or 8 steps (±7 %): windows of a minute, and a MAD of at least one
+    step's share, keep the healthy pace the mean, not the faster mode."""
+    run = Run(step_seconds=2.0, jitter=0.0, sample_every=15.0)
+    run.start(30.0, 0)
+    run.train(2000)
+    account = run.end()
+    assert account["healthyStepSeconds"] == pytest.approx(2.0, rel=0.01)
+    assert account["seconds"][SLOW] < 0.01 * account["wallSeconds"]
+
+
 def test_a_healthy_noisy_run_is_charged_almost_nothing_for_slowness():
     run = Run(jitter=0.10, seed=3)
     run.start(30.0, 0)
@@ -163,7 +174,7 @@ def test_nothing_is_attributed_until_the_pace_is_known_then_the_held_intervals_a
     run.start(20.0, 0)
     run.train(40)
     assert goodput.goodput(run.account) is None and run.account["pending"]
-    run.train(100)
+    run.train(300)  # three windows of a minute: the pace is known
     assert not run.account.get("pending") and goodput.goodput(run.account) is not None
 
 
@@ -191,12 +202,12 @@ def test_a_stall_is_carried_by_the_steps_that_end_it():
 
 def test_a_changed_world_measures_its_pace_afresh():
     account = None
-    for index in range(5):
+    for index in range(20):
         reading = Reading(T0 + timedelta(seconds=10 * (index + 1)), 10 * (index + 1), 10 * (index + 1))
         account = goodput.fold(account, since=T0, now=reading.at, mode=RUNNING, epoch="1/0", reading=reading,
                                world=8)
     assert account["healthyStepSeconds"] == pytest.approx(1.0)
-    reading = Reading(T0 + timedelta(seconds=80), 60, 60)
+    reading = Reading(T0 + timedelta(seconds=210), 210, 210)
     account = goodput.fold(account, since=T0, now=reading.at, mode=RUNNING, epoch="1/0", reading=reading, world=4)
     assert "healthyStepSeconds" not in account and account["world"] == 4
 
