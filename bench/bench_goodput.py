@@ -352,6 +352,9 @@ def summary(run: Run, healthy: float) -> dict:
     return figures
 
 
+GOODPUT_FLOOR = 0.5  # the goodput panel shows 0.5 … 1
+
+
 def svg(runs: dict[str, Run], path: Path) -> None:
     """Goodput and tokens over time, one line per run."""
     width, height, left, top = 720, 420, 60, 30
@@ -374,13 +377,15 @@ def svg(runs: dict[str, Run], path: Path) -> None:
             points, total = [], 0
             for minute, steps, goodput in run.timeline:
                 total += steps
-                value = (goodput or 0.0) if row == 0 else total / tokens
+                value = min(max(((goodput or 0.0) - GOODPUT_FLOOR) / (1 - GOODPUT_FLOOR), 0.0), 1.0) if row == 0 \
+                    else total / tokens
                 points.append(f"{left + plot_w * minute / minutes:.1f},{top_y + plot_h * (1 - value):.1f}")
             parts.append(f'<polyline fill="none" stroke="{colors.get(label, "#000")}" stroke-width="1.5" '
                          f'points="{" ".join(points)}"/>')
         scale = "1.0" if row == 0 else f"{tokens * TOKENS_PER_STEP / 1e9:.0f}"
         parts.append(f'<text x="{left - 6}" y="{top_y + 4}" text-anchor="end">{scale}</text>')
-        parts.append(f'<text x="{left - 6}" y="{top_y + plot_h}" text-anchor="end">0</text>')
+        floor = f"{GOODPUT_FLOOR:g}" if row == 0 else "0"
+        parts.append(f'<text x="{left - 6}" y="{top_y + plot_h}" text-anchor="end">{floor}</text>')
     base = height - 12
     parts.append(f'<text x="{left}" y="{base - 14}">minutes: 0 … {minutes}</text>')
     for offset, label in enumerate(runs):
