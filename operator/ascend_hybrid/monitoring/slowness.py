@@ -200,6 +200,8 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
     followed = {suspect.node for suspect in found} | {str((state.get("confirmed") or {}).get("node") or "")}
     if not settling:
         state["baselines"] = updated_baselines(baselines, ranked, followed, scored)
+    if learning or settling:
+        return state, None  # nothing is judged: a confirmed node stays so, until samples can say otherwise
     slowdown, slower = slowdown_text(recent_step_seconds or job_step_seconds(sample.ranks), healthy_step_seconds)
     confirmed = state.get("confirmed")
     if confirmed:

@@ -218,6 +218,10 @@ def test_new_trainer_processes_are_learned_again_before_a_node_is_named():
         state, change = slowness.fold(state, sample, nodes_of(2, 1), lambda rank: 0, SPEC, None, None, epoch)
         named += [index] if change is not None and change.on else []
     assert named == [9]  # three samples learning, then three in a row
+    for index in range(10, 13):  # a restart (another generation): its processes settle for three samples
+        restarted = Sample("trainer", NOW + timedelta(seconds=15 * index), step=100, ranks=readings(2, 1, rng=rng))
+        state, change = slowness.fold(state, restarted, nodes_of(2, 1), lambda rank: 0, SPEC, None, None, "1/2")
+        assert change is None and state["confirmed"]["node"] == "node-1"  # settling processes clear nothing
 
 
 def test_a_node_found_slow_in_two_jobs_or_twice_is_marked_for_the_administrator_and_once_is_not():
