@@ -179,6 +179,8 @@ def replace_or_shrink(p: Pass, current: dict, confirmed: dict, index: int, pod: 
         return True
     if shrink:
         record["rungs"] = [REPLACE_POD]
+        confirmed["decision"] = (f"Shrink at step {step}: no smaller data degree keeps the running pods (a checkpoint "
+                                 "sliced per rank, or too few pods running): replaced instead")
     text = (f"{why}: node {node} avoided, pod {pod} (index {index}) made again elsewhere at the checkpoint, the "
             f"others restart their ranks in place, rank generation {recovery_steps.rank_generation(p) + 1}")
     recovery_steps.replace_pod(p, record, failure, text, "the node is avoided by this job; check its NPUs", current)

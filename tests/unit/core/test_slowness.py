@@ -232,3 +232,21 @@ def test_a_node_found_slow_in_two_jobs_or_twice_is_marked_for_the_administrator_
     assert sorted(marked) == ["n1", "n2"]
     assert marked["n1"].startswith("found slow 2 times: a/one at 2026-12-08T00:10:00Z (1.5× its peers' compute)")
     assert slowness.nodes_to_mark({"a/one": once}) == {}
+
+
+def test_shrink_drops_the_slow_nodes_pod_and_keeps_the_others_in_a_smaller_data_degree():
+    """DP 8 on two pods of 4 ranks: pod 1's node slow, Shrink keeps pod 0 as DP 4 (the global batch of 8 in two
+    micro-batches), nothing placed; a job whose checkpoint is sliced per rank (TP 4) cannot shrink: it is replaced."""
+    dp = {"parallelism": {"data": 8, "tensor": 1}}
+    shrink = {**REPLACE, **dp, "runPolicy": {"slowness": {"action": "Shrink"}}, "elastic": {"minData": 1}}
+    acted = next(d for d in passes(shrink, [80, 90, 100, 110, 130, 140, 145, 160]) if d.status.get("slowNodes"))
+    record = acted.status["recoveries"][-1]
+    assert (record["cause"], record["rungs"], record["counted"], record["podsKept"]) == ("SlowNode", ["Shrink"], False, 1)
+    assert acted.status["elastic"]["data"] == 4 and acted.status["attempt"] == 2
+    assert acted.status["recovery"]["kept"] == ["demo-a1-0"]  # pod 0 goes on as pod 0 of the smaller world
+    assert "PlaceReplacement" not in kinds(acted) and "node-b" in acted.status["avoidedNodes"]
+    AscendHybridJobStatus.model_validate(acted.status)
+    sliced = {**REPLACE, "runPolicy": {"slowness": {"action": "Shrink"}}, "elastic": {"minData": 1}}
+    replaced = next(d for d in passes(sliced, [80, 90, 100, 110, 130, 140, 145, 160]) if d.status.get("slowNodes"))
+    assert replaced.status["recoveries"][-1]["rungs"] == ["ReplacePod"] and "PlaceReplacement" in kinds(replaced)
+    assert "no smaller data degree" in replaced.status["slowness"]["confirmed"]["decision"]
