@@ -145,3 +145,16 @@ def test_a_gqa_swiglu_dp2_job_matches_one_process(tmp_path):
     assert norm_diff <= 1e-4  # float32 sums in another order (all-reduce of two halves): measured 6.6e-6
     assert single[-1]["loss"] < single[0]["loss"] - 0.5  # it trains
     assert "training data_parallel on CPU" in pods[1].text("stderr")
+
+
+def test_a_dp2_job_timing_one_step_in_three_apart_trains_the_same_losses(tmp_path, reference_run):
+    """As on Ascend, where only one step in several runs as two graphs (AHJ_TIMED_STEP_EVERY): the other steps run
+    the one fused graph, and the losses are the single process's still."""
+    envs = [{**env, "AHJ_TIMED_STEP_EVERY": "3"} for env in pod_launch_envs(tmp_path, render_job(tmp_path, DP2_SPEC))]
+    processes = ProcessSet()
+    pods = [processes.start(TRAINER + ["launch"], env) for env in envs]
+    processes.wait_all(timeout=180)
+    assert [pod.process.returncode for pod in pods] == [0, 0], processes.report()
+    losses, reference = losses_of(pods[0].text("stdout")), reference_run["losses"]
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    assert max(abs(losses[step] - reference[step]) for step in reference) <= PARITY_TOLERANCE

@@ -283,3 +283,17 @@ def test_a_save_the_operator_asks_for_comes_on_top_of_the_interval(tmp_path):
     interval = checkpoint.Interval(100, str(path))
     path.write_text('{"everySteps": 100, "fromStep": 0, "saveAt": 137}')
     assert [step for step in range(101, 220) if interval.due(step)] == [137, 200]
+
+
+def test_a_window_of_timed_steps_among_untimed_ones_keeps_their_compute_and_wait(tmp_path):
+    """On Ascend one step in several is timed apart: the compute and wait are those of the timed steps."""
+    from ascend_hybrid_trainer import timing
+
+    clock = [0.0]
+    rank = timing.RankTiming(0, None, clock=lambda: clock[0])
+    for step in range(1, 81):  # a step every 2 s, one in 8 timed
+        clock[0] = 2.0 * step
+        rank.record(step, 2.0, 1.5 if step % 8 == 0 else None)
+    figures = rank.figures()
+    assert (figures.step_seconds, figures.compute_seconds, figures.wait_seconds) == (2.0, 1.5, 0.5)
+    assert figures.steps > 15 / 2  # older steps kept until two timed ones are in the window

@@ -54,19 +54,25 @@ class RankTiming:
             self.skipped += 1
             return
         self.window.append((now, seconds, compute))
-        while len(self.window) > MIN_STEPS and now - self.window[0][0] > WINDOW_SECONDS:
+        # the window: the steps of the last WINDOW_SECONDS, at least MIN_STEPS, and at least MIN_STEPS timed ones
+        # while older ones are there (one step in several is timed on Ascend)
+        while len(self.window) > MIN_STEPS and now - self.window[0][0] > WINDOW_SECONDS and (
+                self.window[0][2] is None or sum(item[2] is not None for item in self.window) > MIN_STEPS):
             self.window.popleft()
         if self.directory and now - self.written >= WRITE_SECONDS:
             self.written = now
             write(self.directory, self.figures())
 
     def figures(self) -> RankFigures:
+        """The window's mean step; the mean compute of its timed steps, and their wait (their step less it)."""
         count = len(self.window)
         seconds = sum(item[1] for item in self.window) / count if count else 0.0
-        computes = [item[2] for item in self.window if item[2] is not None]
-        compute = sum(computes) / len(computes) if computes and len(computes) == count else None
-        return RankFigures(self.rank, self.step, count, seconds, compute,
-                           None if compute is None else max(0.0, seconds - compute))
+        timed = [(item[1], item[2]) for item in self.window if item[2] is not None]
+        if not timed:
+            return RankFigures(self.rank, self.step, count, seconds, None, None)
+        compute = sum(own for _, own in timed) / len(timed)
+        waited = sum(took for took, _ in timed) / len(timed) - compute
+        return RankFigures(self.rank, self.step, count, seconds, compute, max(0.0, waited))
 
 
 def write(directory: str, figures: RankFigures) -> None:

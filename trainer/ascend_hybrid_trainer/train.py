@@ -29,6 +29,8 @@ from .metrics import TrainerMetrics
 from .model import GPTWithLoss
 from .strategy import DATA_PARALLEL, SEMI_AUTO_PARALLEL, ParallelPlan, validate_run
 
+TIMED_EVERY_ON_NPU = 8  # one step in this many is timed apart on Ascend (TimedStep): the overlap it costs
+
 
 @dataclass
 class Progress:
@@ -100,7 +102,7 @@ def pipeline_group(identity: WorkerIdentity, stages: int) -> str:
 
 
 def build_train_step(network, optimizer, plan: ParallelPlan, data_degree: int, clip_norm: float,
-                     stage_group: str | None = None):
+                     stage_group: str | None = None, timed_every: int = 1):
     """A compiled step (a TimedStep): forward, backward, gradient reduction for the mode, global gradient norm,
     optional clipping, optimizer update. A call returns (loss, gradient norm): the loss of the whole global batch on
     every rank that reports it, the norm of the reduced (mean) gradients before clipping, the same number on every
@@ -167,27 +169,41 @@ def build_train_step(network, optimizer, plan: ParallelPlan, data_degree: int, c
     def reduce_and_update(loss, grads):
         return finish(loss, grads)
 
+    @ms.jit
+    def accumulating_step(input_ids, labels):
+        loss, grads = accumulated_gradients(input_ids, labels)
+        return finish(loss, grads)
+
     compute = accumulated_gradients if plan.accumulates_gradients else local_gradients
-    return TimedStep(None, compute, reduce_and_update)
+    whole = accumulating_step if plan.accumulates_gradients else step
+    return TimedStep(whole, compute, reduce_and_update, timed_every)
 
 
 class TimedStep:
-    """One training step, and the seconds of this rank's own compute in it (`compute_seconds`). Data parallel runs
-    it as two compiled graphs — the local forward and backward, then the gradient all-reduce and the update — and
-    waits for the first to finish before timing it, so the rest is the wait for the slowest rank; semi-auto
-    parallel (Ascend) runs one graph, whose compute share is not known (None)."""
+    """One training step, and the seconds of this rank's own compute in it (`compute_seconds`, None for a step not
+    timed). A timed data-parallel step runs as two compiled graphs — the local forward and backward, then the
+    gradient all-reduce and the update — and waits for the first to finish before timing it, so the rest is the wait
+    for the slowest rank. That costs the overlap of the backward pass with the gradient all-reduce the one graph has
+    on Ascend, so there one step in `every` is timed (AHJ_TIMED_STEP_EVERY, default 8; on CPU, which overlaps
+    nothing, every step); 0 times none. The first timed step compiles its graphs: its compute is not kept. Semi-auto
+    parallel (Ascend) runs one graph, whose compute share is not known."""
 
-    def __init__(self, whole, compute=None, reduce_and_update=None):
-        self.whole, self.compute, self.reduce_and_update = whole, compute, reduce_and_update
+    def __init__(self, whole, compute=None, reduce_and_update=None, every: int = 1):
+        self.whole, self.compute, self.reduce_and_update, self.every = whole, compute, reduce_and_update, every
         self.compute_seconds: float | None = None
+        self.calls = self.timed = 0
 
     def __call__(self, input_ids, labels):
-        if self.compute is None:
+        self.calls += 1
+        self.compute_seconds = None
+        if self.compute is None or self.every <= 0 or self.calls % self.every:
             return self.whole(input_ids, labels)
         started = time.perf_counter()
         loss, grads = self.compute(input_ids, labels)
         ms.runtime.synchronize()
-        self.compute_seconds = time.perf_counter() - started
+        self.timed += 1
+        if self.timed > 1 or self.every == 1:  # every step timed: the process's warm-up is skipped by timing.py
+            self.compute_seconds = time.perf_counter() - started
         return self.reduce_and_update(loss, grads)
 
 
@@ -298,7 +314,9 @@ def train(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str], p
     network = GPTWithLoss(model_config, plan, training.seq_length, micro_batch, routing_groups)
     optimizer = make_optimizer(network.trainable_params(), training.learning_rate, plan)
     stage_group = pipeline_group(identity, plan.pipeline_stages) if plan.uses_pipeline else None
-    step_fn = build_train_step(network, optimizer, plan, degrees.data, training.gradient_clip_norm, stage_group)
+    timed_every = int(env.get("AHJ_TIMED_STEP_EVERY") or (1 if device_target == "CPU" else TIMED_EVERY_ON_NPU))
+    step_fn = build_train_step(network, optimizer, plan, degrees.data, training.gradient_clip_norm, stage_group,
+                               timed_every)
     report_loss = make_loss_reporter(plan, identity, stage_group)
     monitor = DivergenceMonitor(training.divergence_loss_factor, training.divergence_grad_factor)
     state = TrainState(network, optimizer)
