@@ -149,8 +149,9 @@ def test_a_gqa_swiglu_dp2_job_matches_one_process(tmp_path):
 
 def test_a_dp2_job_timing_one_step_in_three_apart_trains_the_same_losses(tmp_path, reference_run):
     """As on Ascend, where only one step in several runs as two graphs (AHJ_TIMED_STEP_EVERY): the other steps run
-    the one fused graph, and the losses are the single process's still."""
-    envs = [{**env, "AHJ_TIMED_STEP_EVERY": "3"} for env in pod_launch_envs(tmp_path, render_job(tmp_path, DP2_SPEC))]
+    the one fused graph — here with two accumulated micro-batches — and the losses are the single process's still."""
+    spec = {**DP2_SPEC, "parallelism": {"data": 2, "microBatches": 2}}
+    envs = [{**env, "AHJ_TIMED_STEP_EVERY": "3"} for env in pod_launch_envs(tmp_path, render_job(tmp_path, spec))]
     processes = ProcessSet()
     pods = [processes.start(TRAINER + ["launch"], env) for env in envs]
     processes.wait_all(timeout=180)
