@@ -478,7 +478,7 @@ def test_a_slowed_pod_is_named_replaced_at_a_checkpoint_and_training_goes_on_as_
     and only pod 1's computes longer. The operator names the node (SlowNode), waits for the next checkpoint, avoids
     the node and makes only pod 1 again on the spare node; pod 0 keeps its UID and restarts its ranks in place.
     The slow steps are charged to the goodput account, and every loss equals an uninterrupted run's."""
-    steps, name = 200, "real-slow"  # ~0.15 s a step on an idle machine; the slow phase stretches it
+    steps, name = 300, "real-slow"  # ~0.15 s a step on an idle machine; the slow phase stretches it
     latest = checkpoint_claim / "latest.json"
     nodes = cluster.nodes("910B")
     fillers({node: 7 if index < 3 else 8 for index, node in enumerate(nodes)})  # two pods on two nodes, one spare

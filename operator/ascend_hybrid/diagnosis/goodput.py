@@ -19,7 +19,7 @@ interval) is attributed by the next reading.
 
 The healthy pace is a robust estimate from the job's own steps, as Google's goodput library makes its ideal step
 time: the step-weighted mean of the per-step times at most median + 3·MAD, over a histogram of the job's stepping
-at its current world size in windows of at least a minute and 8 steps (1 % bins of the logarithm, so a week of
+at its current world size in windows of 32 steps (or a minute and 8 steps) (1 % bins of the logarithm, so a week of
 steps is a few dozen numbers; the MAD at least one step's share of a window, as readings count whole steps). Until
 MIN_PACE_INTERVALS windows are in, running intervals wait in `pending` and are split once the pace is known.
 """
@@ -45,8 +45,11 @@ MODES = (WAITING, STARTING, RUNNING)
 BINS_PER_UNIT = 100        # histogram bins per unit of ln(seconds): each bin is 1 % wide
 MAX_BINS = 200             # a pace histogram keeps at most this many bins (the least-filled go first)
 MIN_PACE_INTERVALS = 3     # pace windows before the healthy pace is trusted
-PACE_WINDOW_SECONDS = 60.0  # a pace observation spans at least this much stepping time and PACE_WINDOW_STEPS steps:
-PACE_WINDOW_STEPS = 8       # a reading sees whole steps, so an interval of 7.5 steps' time reads 7 or 8 (±7 %)
+# A pace observation spans PACE_WINDOW_STEPS steps, or PACE_WINDOW_SECONDS of stepping and at least MIN_WINDOW_STEPS:
+# a reading sees whole steps, so an interval of 7.5 steps' time reads 7 or 8 (±7 %); a window of 32 reads ±3 %.
+PACE_WINDOW_STEPS = 32
+PACE_WINDOW_SECONDS = 60.0
+MIN_WINDOW_STEPS = 8
 MAX_PENDING = 16           # running intervals held while the pace is unknown; beyond, each is its own pace
 MAD_FLOOR = 0.01           # the MAD is at least 1 % of the median: a perfectly steady job keeps its median
 OUTLIER_MADS = 3.0
@@ -109,14 +112,15 @@ def healthy_pace(pace: Mapping[str, int], quantum: float = MAD_FLOOR) -> float |
 
 
 def _observe_pace(account: dict, seconds: float, steps: int) -> None:
-    """A same-process interval's stepping time joins the open window; a window of PACE_WINDOW_SECONDS and
-    PACE_WINDOW_STEPS becomes one observation of the pace (weighted by its steps)."""
+    """A same-process interval's stepping time joins the open window; a full window becomes one observation of the
+    pace (weighted by its steps)."""
     if seconds <= 0 or steps <= 0:
         return
     window = account.setdefault("window", {"seconds": 0.0, "steps": 0})
     window["seconds"] = round(float(window["seconds"]) + seconds, DIGITS)
     window["steps"] = int(window["steps"]) + steps
-    if window["seconds"] < PACE_WINDOW_SECONDS or window["steps"] < PACE_WINDOW_STEPS:
+    if window["steps"] < PACE_WINDOW_STEPS and (window["seconds"] < PACE_WINDOW_SECONDS
+                                                or window["steps"] < MIN_WINDOW_STEPS):
         return
     per_step, steps = float(window["seconds"]) / int(window["steps"]), int(window["steps"])
     account.pop("window")

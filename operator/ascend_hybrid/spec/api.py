@@ -893,13 +893,13 @@ class GoodputAccount(ApiModel):
     high_water: int | None = Field(None)
     """The highest step ever trained: steps up to it are redone."""
     pace: dict[str, int] = Field(default_factory=dict)
-    """The per-step times measured (windows of a minute and 8 steps), as steps per 1 % bin of 100 x ln(seconds)."""
+    """The per-step times measured (windows of 32 steps, or a minute), as steps per 1 % bin of 100 x ln(seconds)."""
     pace_intervals: int | None = Field(None)
     """Windows in the pace; it is trusted from 3."""
     pace_steps: int | None = Field(None)
     """Steps in the pace's windows."""
     window: GoodputWindow | None = Field(None)
-    """The pace window being filled: stepping seconds and steps (a window of a minute and 8 steps is one
+    """The pace window being filled: stepping seconds and steps (32 steps, or a minute and 8 steps, make one
     observation)."""
     pending: list[GoodputPending] = Field(default_factory=list)
     """Running intervals waiting for the healthy pace to be known."""
