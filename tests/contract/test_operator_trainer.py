@@ -237,6 +237,9 @@ def test_the_recovery_channel_is_spelled_alike_on_both_sides():
     assert (control.STARTED, control.STEPPING, control.FAILED) == (recovery.STARTED, recovery.STEPPING,
                                                                    recovery.FAILED)
     assert control.WORLD_KEY == RECOVERY_WORLD_KEY
+    from ascend_hybrid.contracts.names import RECOVERY_CHECKPOINT_KEY
+
+    assert control.CHECKPOINT_KEY == RECOVERY_CHECKPOINT_KEY
 
 
 def test_the_world_the_operator_writes_for_kept_pods_is_the_world_the_launcher_runs():
@@ -271,3 +274,46 @@ def test_the_world_the_operator_writes_for_kept_pods_is_the_world_the_launcher_r
     run = config.parse_job(world["jobConfig"], json.loads(env["AHJ_PARALLEL"]))
     assert (run.parallelism.data, run.parallelism.world_size) == (2, int(env["RANK_SIZE"]))
     assert run.training.global_batch_size == 8 and run.parallelism.micro_batches == 2
+
+
+def test_the_trainers_step_and_save_figures_are_what_the_goodput_account_reads():
+    """The lead pod's step count and checkpoint seconds, served by the trainer, become the goodput account's
+    reading of its process (steps this process completed, seconds it saved)."""
+    from datetime import UTC, datetime
+
+    from prometheus_client import generate_latest
+
+    from ascend_hybrid.monitoring.progress import from_trainer_text
+    from ascend_hybrid.reconcile.goodput_steps import reading
+    from ascend_hybrid_trainer.metrics import TrainerMetrics
+
+    metrics = TrainerMetrics()
+    metrics.step.set(40)  # resumed from the checkpoint of step 40
+    for step in range(41, 46):
+        metrics.record_step(step, 2.0, 0.5, 8, 1024, 1.0)
+    metrics.record_save(3.25)
+    now = datetime(2026, 12, 8, tzinfo=UTC)
+    sample = from_trainer_text({0: generate_latest(metrics.registry).decode()}, now)
+    assert (sample.checkpoint_seconds_sum, sample.checkpoint_count) == (3.25, 1)
+    got = reading(sample)
+    assert got is not None and (got.step, got.steps_done, got.save_seconds, got.saves) == (45, 5, 3.25, 1)
+
+
+def test_an_auto_interval_is_read_by_the_trainer_and_the_operators_value_moves_it_at_its_step(tmp_path):
+    """job.json says everySteps: auto, which the trainer starts at the operator's start interval; the interval the
+    operator writes on the channel (checkpoint_steps.channel_value), passed on as a file by the launcher, moves the
+    ranks' saves from its fromStep on."""
+    from ascend_hybrid.reconcile.checkpoint_steps import START_STEPS
+    from ascend_hybrid_trainer.checkpoint import Interval
+
+    spec = {"parallelism": {"data": 2}, "npu": {"perPod": 1},
+            "training": {"steps": 500, "checkpoint": {"claimName": "ckpt", "everySteps": "auto"}}}
+    body = {"apiVersion": "hybrid.ascend.dev/v1alpha1", "kind": "AscendHybridJob", "metadata": {"name": "auto"},
+            "spec": spec}
+    config = parse_job(render.job_config(rules.parse(body)))
+    assert config.training.checkpoint_every == START_STEPS == defaults.CHECKPOINT["everySteps"]
+    path = tmp_path / "checkpoint-interval.json"
+    interval = Interval(config.training.checkpoint_every, str(path))
+    assert [step for step in range(1, 121) if interval.due(step)] == [100]
+    path.write_text(json.dumps({"everySteps": 7, "fromStep": 130}, sort_keys=True))
+    assert [step for step in range(121, 150) if interval.due(step)] == [133, 140, 147]

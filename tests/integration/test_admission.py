@@ -25,7 +25,9 @@ CEL_CASES = {"image-empty", "image-whitespace", "image-uppercase", "serviceAccou
              "pipelineLayers-not-interleaved", "context-world", "context-flash-attention", "context-sequence",
              "capacityFactor-moe-only", "auxLossWeight-moe-only", "slidingWindow-context",
              # annotations the device plugin, Volcano, Kueue and the operator write on the pods
-             "annotation-reserved", "annotation-reserved-key"}
+             "annotation-reserved", "annotation-reserved-key",
+             # the slowness policy and the checkpoint interval's int-or-auto
+             "slowness-shrink-needs-elastic", "checkpoint-every-steps-word", "checkpoint-every-steps-ge-1"}
 SCHEMA_CASES = {"imagePullPolicy-enum": "spec.template.imagePullPolicy", "tiers-at-most-16": "spec.scheduling.topologyTiers",
                 "seed-32-bit": "spec.training.seed",
                 "annotations-at-most-256": "spec.template.metadata.annotations"}

@@ -471,6 +471,79 @@ def test_killed_ranks_restart_in_place_a_lost_node_replaces_one_pod_and_training
         assert record["loss"] == pytest.approx(expected[record["step"] - 1], abs=1e-5), record
 
 
+def test_a_slowed_pod_is_named_replaced_at_a_checkpoint_and_training_goes_on_as_if_uninterrupted(
+        cluster, namespace, checkpoint_claim, jobs, fillers):
+    """spec.runPolicy.slowness Replace on real MindSpore: pod 1's node slowed 4× (`dev-cluster fault --slow 4`: the
+    process runtime stops and continues its processes in duty cycles), so every rank of the DP 2 job steps slower
+    and only pod 1's computes longer. The operator names the node (SlowNode), waits for the next checkpoint, avoids
+    the node and makes only pod 1 again on the spare node; pod 0 keeps its UID and restarts its ranks in place.
+    The slow steps are charged to the goodput account, and every loss equals an uninterrupted run's."""
+    steps, name = 300, "real-slow"  # ~0.15 s a step on an idle machine; the slow phase stretches it
+    latest = checkpoint_claim / "latest.json"
+    nodes = cluster.nodes("910B")
+    fillers({node: 7 if index < 3 else 8 for index, node in enumerate(nodes)})  # two pods on two nodes, one spare
+    # a shared 2-core machine moves a rank's compute by half from sample to sample: twice its peers' is slow here
+    slowness = {"action": "Replace", "computeFactor": 2.0, "confirmSamples": 3}
+    jobs.create(real_job(name, steps, runPolicy={"slowness": slowness},
+                         checkpoint={"claimName": "ckpt", "everySteps": 10}))
+    jobs.wait_running(name, timeout=180, attempt=1)
+    pods = {int(p["metadata"]["labels"][names.POD_INDEX_LABEL]): p for p in jobs.pods(name, attempt=1)}
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods.values()}
+    slow, healthy = pods[1]["spec"]["nodeName"], pods[0]["spec"]["nodeName"]
+
+    def story() -> str:
+        logs = "\n".join(f"--- {pod}:\n" + "\n".join(kubectl(cluster, "logs", "-n", namespace, pod, check=False)
+                                                          .splitlines()[-25:]) for pod in sorted(uids))
+        return f"{describe(cluster, jobs, name)}\n{logs}"
+
+    # the healthy pace known (three readings of the lead trainer), then a checkpoint: the node turns slow
+    wait_for(lambda: (jobs.status(name).get("goodputAccount") or {}).get("healthyStepSeconds"), 240,
+             "the job's healthy pace", story)
+    wait_for(lambda: checkpointed(latest) >= 30, 240, "a checkpoint of step 30", story)
+    try:
+        onset = time.monotonic()
+        fleet.set_slowness(cluster.core, slow, compute=4.0)
+
+        def named() -> bool:
+            found = next((c for c in jobs.status(name).get("conditions") or () if c["type"] == "SlowNode"), None)
+            return bool(found and found["status"] == "True" and slow in found["message"])
+        wait_for(named, 120, f"SlowNode naming {slow}", story)
+        detected = time.monotonic() - onset
+
+        def replaced() -> bool:
+            ledger = jobs.status(name).get("recoveries") or []
+            return bool(ledger) and ledger[-1]["cause"] == "SlowNode" and ledger[-1].get("outcome") == "Recovered"
+        wait_for(replaced, 300, "the slow node's pod replaced and training stepping again", story)
+        recovered = time.monotonic() - onset
+    finally:
+        fleet.set_slowness(cluster.core, slow, clear=True)
+    status = jobs.status(name)
+    record = status["recoveries"][-1]
+    assert (record["rungs"], record["recoveredBy"], record["node"], record["counted"], record["attempt"]) == (
+        ["ReplacePod"], "ReplacePod", slow, False, 1), (record, status.get("slowness"), status.get("slowNodes"))
+    # right after a checkpoint: the interval's, or the one the operator asked for (saveAt) when that was far
+    assert record["stepsRedone"] <= 10, record
+    assert slow in status["avoidedNodes"] and status["slowNodes"][-1]["node"] == slow, status
+    now = {p["metadata"]["name"]: p for p in jobs.pods(name)}
+    pod_zero, pod_one = (names.pod_name(name, 1, index) for index in (0, 1))
+    assert now[pod_zero]["metadata"]["uid"] == uids[pod_zero], "pod 0 was made again"
+    assert now[pod_one]["metadata"]["uid"] != uids[pod_one] and now[pod_one]["spec"]["nodeName"] not in (
+        slow, healthy), now[pod_one]["spec"]
+    jobs.wait_phase(name, "Succeeded", timeout=600)
+    account = jobs.status(name)["goodputAccount"]
+    assert account["seconds"]["slowSteps"] > 0 and abs(account["wallSeconds"] - sum(account["seconds"].values())) \
+        <= 0.01 * account["wallSeconds"], account
+    print(f"\nslow node on real MindSpore (DP 2, {LAYERS} layers, node {slow} at 4x): named {detected:.1f} s after the "
+          f"onset, training stepping on the replacement {recovered:.1f} s after it (the wait for the checkpoint "
+          f"included); ledger {json.dumps(record)}; goodput {jobs.status(name).get('goodput')}, buckets "
+          f"{account['seconds']}; load average {os.getloadavg()[0]:.1f}")
+    records = step_records(kubectl(cluster, "logs", "-n", namespace, pod_zero))
+    assert {r["step"] for r in records} == set(range(1, steps + 1))
+    expected = local_losses(steps)
+    for item in records:  # the redone steps included: each equals the uninterrupted run's
+        assert item["loss"] == pytest.approx(expected[item["step"] - 1], abs=1e-5), item
+
+
 def rank_worker(pod: dict, rank: int) -> int:
     """The worker process of global rank `rank` in a pod that runs several."""
     pids = processes.group_members(process_group(pod))

@@ -30,7 +30,9 @@ OUT_OF_RANGE = [
     ({"training": {"divergenceLossFactor": 0.5}}, "training.divergenceLossFactor=0.5: must be 0 (off) or greater "
                                                   "than 1"),
     ({"training": {"divergenceGradFactor": 1}}, "training.divergenceGradFactor=1: must be 0 (off) or greater than 1"),
-    ({"training": {"checkpoint": {"everySteps": 0}}}, "training.checkpoint.everySteps=0: must be >= 1"),
+    ({"training": {"checkpoint": {"everySteps": 0}}}, "training.checkpoint.everySteps=0: must be an integer >= 1 or auto"),
+    ({"training": {"checkpoint": {"everySteps": "often"}}},
+     "training.checkpoint.everySteps='often': must be an integer >= 1 or auto"),
     ({"model": {"layers": 0}}, "model.layers=0: must be >= 1"),
     ({"model": {"kvHeads": 0}}, "model.kvHeads=0: must be >= 1"),
     ({"model": {"experts": -1}}, "model.experts=-1: must be >= 0"),

@@ -94,6 +94,25 @@ def test_metrics_endpoint_serves_the_design_metrics_during_training(dp2_run):
         assert "ascend_trainer_npu_utilization_percent" not in text  # no npu-smi on this machine
 
 
+def test_each_pod_serves_its_ranks_compute_and_wait_in_their_recent_steps(dp2_run):
+    """The data-parallel step runs as the local gradients, then the all-reduce and update: each rank's compute and
+    wait add up to its step time, as the operator's slow-node detection reads them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for pod, scrapes in dp2_run["scrapes"].items():
+        figures = {}
+        for family in text_string_to_metric_families(scrapes[-1]):
+            for sample in family.samples:
+                if sample.name.startswith("ascend_trainer_rank_"):
+                    figures[(sample.name, sample.labels["rank"])] = sample.value
+        rank = str(pod)  # one rank per pod: pod i runs rank i
+        step, compute, wait = (figures[(f"ascend_trainer_rank_{name}", rank)]
+                               for name in ("step_seconds", "compute_seconds", "wait_seconds"))
+        assert step > 0 and compute > 0 and wait >= 0, figures
+        assert compute + wait == pytest.approx(step, rel=1e-6)
+        assert figures[("ascend_trainer_rank_step", rank)] >= 1
+
+
 GQA_SWIGLU = {**MODEL, "kvHeads": 2, "ffnType": "swiglu"}
 
 
@@ -126,3 +145,17 @@ def test_a_gqa_swiglu_dp2_job_matches_one_process(tmp_path):
     assert norm_diff <= 1e-4  # float32 sums in another order (all-reduce of two halves): measured 6.6e-6
     assert single[-1]["loss"] < single[0]["loss"] - 0.5  # it trains
     assert "training data_parallel on CPU" in pods[1].text("stderr")
+
+
+def test_a_dp2_job_timing_one_step_in_three_apart_trains_the_same_losses(tmp_path, reference_run):
+    """As on Ascend, where only one step in several runs as two graphs (AHJ_TIMED_STEP_EVERY): the other steps run
+    the one fused graph — here with two accumulated micro-batches — and the losses are the single process's still."""
+    spec = {**DP2_SPEC, "parallelism": {"data": 2, "microBatches": 2}}
+    envs = [{**env, "AHJ_TIMED_STEP_EVERY": "3"} for env in pod_launch_envs(tmp_path, render_job(tmp_path, spec))]
+    processes = ProcessSet()
+    pods = [processes.start(TRAINER + ["launch"], env) for env in envs]
+    processes.wait_all(timeout=180)
+    assert [pod.process.returncode for pod in pods] == [0, 0], processes.report()
+    losses, reference = losses_of(pods[0].text("stdout")), reference_run["losses"]
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    assert max(abs(losses[step] - reference[step]) for step in reference) <= PARITY_TOLERANCE

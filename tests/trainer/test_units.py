@@ -245,3 +245,55 @@ def test_moe_routing_respects_capacity_and_gate_weights():
     moe.router.weight.set_data(ms.Tensor(np.zeros((4, 8), np.float32)))
     _, balance = moe(ms.Tensor(rng.randn(32, 8).astype(np.float32)))
     assert float(balance) == pytest.approx(1.0)  # uniform router probabilities: the Switch loss is exactly 1
+
+
+def test_a_ranks_timing_is_the_mean_of_its_recent_steps_written_for_its_pod(tmp_path):
+    from ascend_hybrid_trainer import timing
+
+    clock = [0.0]
+    rank = timing.RankTiming(3, str(tmp_path), clock=lambda: clock[0])
+    for step in range(1, 31):  # one step a second: the first ten at 1 s compute, then the rank turns slow
+        clock[0] = float(step)
+        rank.record(step, 2.0, 1.0 if step <= 10 else 1.5)
+        if step <= timing.WARMUP_STEPS:  # compilation and warm-up: not timed
+            assert rank.figures().steps == 0
+    figures = rank.figures()
+    assert figures.steps == 16  # the steps that ended within the last 15 s
+    assert (figures.step, figures.compute_seconds, figures.wait_seconds) == (30, 1.5, 0.5)
+    assert timing.read_all(str(tmp_path)) == [figures]
+    whole = timing.RankTiming(0, None, clock=lambda: clock[0])
+    whole.record(1, 2.0, None)  # one compiled graph (semi-auto): no compute share
+    assert whole.figures().compute_seconds is None and timing.read_all(None) == []
+
+
+def test_a_checkpoint_interval_follows_the_file_the_launcher_rewrites_and_keeps_its_own_without_one(tmp_path):
+    fixed = checkpoint.Interval(50, None)
+    assert [step for step in range(1, 201) if fixed.due(step)] == [50, 100, 150, 200]
+    path = tmp_path / "interval.json"
+    following = checkpoint.Interval(50, str(path))
+    assert following.due(50)
+    path.write_text('{"everySteps": 20, "fromStep": 0}')  # a new process reads it at once
+    assert [step for step in range(51, 101) if following.due(step)] == [60, 80, 100]
+    path.write_text("{half")  # a torn file is not read: the interval in force stays
+    assert following.due(120) and not following.due(130)
+
+
+def test_a_save_the_operator_asks_for_comes_on_top_of_the_interval(tmp_path):
+    path = tmp_path / "interval.json"
+    interval = checkpoint.Interval(100, str(path))
+    path.write_text('{"everySteps": 100, "fromStep": 0, "saveAt": 137}')
+    assert [step for step in range(101, 220) if interval.due(step)] == [137, 200]
+
+
+def test_a_window_of_timed_steps_among_untimed_ones_keeps_their_compute_and_wait(tmp_path):
+    """On Ascend one step in several is timed apart: the compute and wait are those of the timed steps."""
+    from ascend_hybrid_trainer import timing
+
+    clock = [0.0]
+    rank = timing.RankTiming(0, None, clock=lambda: clock[0])
+    for step in range(1, 81):  # a step every 2 s, one in 8 timed
+        clock[0] = 2.0 * step
+        rank.record(step, 2.0, 1.5 if step % 8 == 0 else None)
+    figures = rank.figures()
+    assert (figures.step_seconds, figures.compute_seconds, figures.wait_seconds) == (2.0, 1.5, 0.5)
+    assert figures.steps > 15 / 2  # older steps kept until two timed ones are in the window

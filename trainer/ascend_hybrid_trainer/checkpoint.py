@@ -18,6 +18,7 @@ from typing import Any
 from .rank_table import write_json_atomically
 
 LATEST = "latest.json"
+INTERVAL_FILE = "checkpoint-interval.json"  # in the launcher's directory: the operator's interval for an auto job
 CHECKPOINT_NAME = re.compile(r"^step_(\d+)\.ckpt$")
 
 
@@ -63,3 +64,39 @@ def steps_to_prune(steps: list[int], committed: int, keep: int) -> list[int]:
     (a newer file is a save still waiting for its commit)."""
     committed_or_older = sorted(step for step in steps if step <= committed)
     return committed_or_older[:-keep] if keep > 0 and len(committed_or_older) > keep else []
+
+
+class Interval:
+    """The steps a rank saves at: the multiples of `every`. Where the launcher passes the operator's interval of an
+    `everySteps: auto` job (AHJ_CHECKPOINT_INTERVAL_FILE, JSON {"everySteps", "fromStep"}, rewritten when it
+    changes), the new one from its fromStep on: every rank of the job changes at the same step. A "saveAt" step in
+    it is one save more (the operator asks for it before it replaces a slow node's pod)."""
+
+    def __init__(self, every: int, path: str | None = None):
+        self.every, self.path = every, path
+        self.seen: float | None = None
+        self.upcoming: tuple[int, int] | None = None
+        self.save_at: int | None = None
+
+    def due(self, step: int) -> bool:
+        self._read()
+        if self.upcoming is not None and step >= self.upcoming[1]:
+            self.every, self.upcoming = self.upcoming[0], None
+        return step % self.every == 0 or step == self.save_at
+
+    def _read(self) -> None:
+        if not self.path:
+            return
+        try:
+            changed = os.stat(self.path).st_mtime_ns
+            if changed == self.seen:
+                return
+            with open(self.path, encoding="utf-8") as handle:
+                raw = json.load(handle)
+            every, start = int(raw["everySteps"]), int(raw.get("fromStep") or 0)
+            save_at = int(raw["saveAt"]) if raw.get("saveAt") is not None else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # none yet, or half written (it is replaced whole): the interval in force stays
+        self.seen, self.save_at = changed, save_at
+        if every >= 1 and (every, start) != (self.every, 0):
+            self.upcoming = (every, start)

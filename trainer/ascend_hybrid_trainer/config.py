@@ -186,7 +186,9 @@ def parse_training(document: TrainingDocument, degrees: Parallelism) -> Training
         gradient_bucket_mb=given.get("gradientBucketMB"),
         divergence_loss_factor=float(given["divergenceLossFactor"]),
         divergence_grad_factor=float(given["divergenceGradFactor"]),
-        checkpoint_every=checkpoint["everySteps"], checkpoint_claim=checkpoint.get("claimName") or None,
+        # auto: the default interval until the operator's reaches the ranks (checkpoint.Interval)
+        checkpoint_every=(DEFAULT_CHECKPOINT_EVERY if checkpoint["everySteps"] == "auto" else checkpoint["everySteps"]),
+        checkpoint_claim=checkpoint.get("claimName") or None,
     )
     per_step_split = degrees.data * degrees.micro_batches
     if training.global_batch_size % per_step_split:

@@ -76,9 +76,20 @@ class ModelDocument(_Section):
     sliding_window: PositiveInt | None = None
 
 
+AUTO_MESSAGE = "must be an integer >= 1 or auto"
+
+
 class CheckpointDocument(_Section):
     claim_name: str | None = None
-    every_steps: PositiveInt | None = None
+    every_steps: int | str | None = None  # auto: the operator's interval (checkpoint.Interval)
+
+    @field_validator("every_steps", mode="before")
+    @classmethod
+    def _count_or_auto(cls, value: Any) -> Any:
+        if value is None or value == "auto" or (
+                isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= INT64_MAX):
+            return value
+        raise ValueError(AUTO_MESSAGE)
 
 
 RECOMPUTE_KINDS = ("none", "selective", "full")

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 
 GENERATION_KEY = "generation"
 WORLD_KEY = "world"  # only while pods an elastic shrink kept run: the world they run in now (generations.py)
+CHECKPOINT_KEY = "checkpoint"  # everySteps: auto: the operator's interval, handed to the ranks (generations.py)
 STARTED, STEPPING, FAILED = "Started", "Stepping", "Failed"
 FIELD_MANAGER = "ascend-hybrid-trainer"
 REQUEST_TIMEOUT_SECONDS = 10.0
@@ -183,6 +184,10 @@ class Channel:
         except ValueError:
             return None
         return world if isinstance(world, dict) and isinstance(world.get("pods"), dict) else None
+
+    def checkpoint_interval(self) -> str | None:
+        """The operator's checkpoint interval (JSON), for a job whose everySteps is auto."""
+        return self.data.get(CHECKPOINT_KEY)
 
     def report_of(self, pod_name: str) -> dict:
         try:

@@ -63,6 +63,7 @@ class Generations:
         self.pod_zero = pod_zero_name(channel.pod_name, self.launch.pod_index)
         self.recovery_wait = self.launch.recovery_wait
         self.world_attempt: int | None = None  # the kept pods' world this launcher runs in (None: its env's)
+        self.interval_passed: str | None = None  # the checkpoint interval last written for the ranks
 
     def log(self, message: str) -> None:
         self.launcher.log(message)
@@ -79,6 +80,7 @@ class Generations:
                     generation = self.channel.generation()
                     continue
             resumed = resumed_from(self.env)
+            self.pass_interval()
             records = os.path.join(self.launcher.records, f"generation-{generation}")
             os.makedirs(records, exist_ok=True)
             self.launcher.start_processes(self.env, self.device_ids, self.chips, records)
@@ -103,6 +105,20 @@ class Generations:
             if self.channel.generation() <= generation:
                 return self.launcher.end_with(verdict)
             generation = self.channel.generation()
+
+    def pass_interval(self) -> None:
+        """The operator's checkpoint interval (an auto job's) to the ranks: the file they read before each step,
+        replaced whole when it changes."""
+        value = self.channel.checkpoint_interval()
+        if value is None or value == self.interval_passed:
+            return
+        path = os.path.join(self.launcher.records, checkpoint.INTERVAL_FILE)
+        temporary = f"{path}.tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(value)
+        os.replace(temporary, path)
+        self.interval_passed = value
+        self.log(f"checkpoint interval from the operator: {value}")
 
     def follow_world(self) -> bool:
         """Take the world the operator wrote beside the generation for the pods an elastic shrink kept (their env
@@ -182,6 +198,7 @@ class Generations:
             if all(child.process.poll() == 0 for child in launcher.children):
                 self.log(f"all {len(launcher.children)} local processes succeeded")
                 return "exit", 0
+            self.pass_interval()
             if not stepped:
                 step = launcher.progress_step()
                 if step is not None and step >= resumed + 2:  # step resumed+1 is done: training runs again

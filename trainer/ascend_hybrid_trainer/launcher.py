@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, cast
 
-from . import control, defaults, failures
+from . import checkpoint, control, defaults, failures
 from .config import ConfigError, EnvSettings, load_run_config
 from .device import detect_device_target, logical_device_id, visible_devices
 from .rank_table import RankTableTimeout, local_device_ids, plain_rank_table_file, wait_for_completed
@@ -332,8 +332,10 @@ class Launcher:
             self.log(f"started the MindSpore scheduler on {scheduler_host(launch)}:{launch.sched_port} "
                      f"(pid {self.children[-1].process.pid})")
         for index, rank in enumerate(launch.ranks):
-            child = start(f"rank {rank}", "worker", worker_env(env, launch, index, device_ids[index], chips), rank,
-                          records)
+            # the pod's ranks write their step timing where its metrics endpoint reads them (timing.py)
+            child_env = {**worker_env(env, launch, index, device_ids[index], chips), "AHJ_TIMING_DIR": records,
+                         "AHJ_CHECKPOINT_INTERVAL_FILE": os.path.join(self.records, checkpoint.INTERVAL_FILE)}
+            child = start(f"rank {rank}", "worker", child_env, rank, records)
             self.children.append(child)
             self.log(f"started rank {rank} on device {device_ids[index]} (pid {child.process.pid})")
 

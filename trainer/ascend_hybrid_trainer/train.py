@@ -20,7 +20,7 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 from mindspore.communication import GlobalComm, create_group, get_group_size, get_rank, init
 
-from . import checkpoint, defaults, failures
+from . import checkpoint, defaults, failures, timing
 from .config import RunConfig, load_run_config
 from .data import inputs_and_labels, open_token_source, rank_slice
 from .device import detect_device_target, read_npu_utilization
@@ -28,6 +28,8 @@ from .divergence import DivergenceMonitor
 from .metrics import TrainerMetrics
 from .model import GPTWithLoss
 from .strategy import DATA_PARALLEL, SEMI_AUTO_PARALLEL, ParallelPlan, validate_run
+
+TIMED_EVERY_ON_NPU = 8  # one step in this many is timed apart on Ascend (TimedStep): the overlap it costs
 
 
 @dataclass
@@ -100,10 +102,11 @@ def pipeline_group(identity: WorkerIdentity, stages: int) -> str:
 
 
 def build_train_step(network, optimizer, plan: ParallelPlan, data_degree: int, clip_norm: float,
-                     stage_group: str | None = None):
-    """A compiled step: forward, backward, gradient reduction for the mode, global gradient norm, optional
-    clipping, optimizer update. Returns (loss, gradient norm): the loss of the whole global batch on every rank
-    that reports it, the norm of the reduced (mean) gradients before clipping, the same number on every rank.
+                     stage_group: str | None = None, timed_every: int = 1):
+    """A compiled step (a TimedStep): forward, backward, gradient reduction for the mode, global gradient norm,
+    optional clipping, optimizer update. A call returns (loss, gradient norm): the loss of the whole global batch on
+    every rank that reports it, the norm of the reduced (mean) gradients before clipping, the same number on every
+    rank; the step keeps the seconds of this rank's own compute in it.
 
     microBatches > 1 without a pipeline accumulates: on CPU (stand-alone, data parallel) the step runs the
     micro-batches one after the other and adds their gradients before the one reduction and update; in semi-auto
@@ -142,13 +145,17 @@ def build_train_step(network, optimizer, plan: ParallelPlan, data_degree: int, c
         loss, grads = grad_fn(input_ids, labels)
         return finish(loss, grads)
 
-    if plan.mode == SEMI_AUTO_PARALLEL or not plan.accumulates_gradients:
-        return step
+    if plan.mode == SEMI_AUTO_PARALLEL:
+        return TimedStep(step)  # the framework places the collectives inside the graph: no split to time
 
     micro_batches = plan.micro_batches
 
     @ms.jit
-    def accumulating_step(input_ids, labels):  # the loop is unrolled at compile time: one graph, one call
+    def local_gradients(input_ids, labels):
+        return grad_fn(input_ids, labels)
+
+    @ms.jit
+    def accumulated_gradients(input_ids, labels):  # the loop is unrolled at compile time: one graph, one call
         rows = input_ids.shape[0] // micro_batches
         total_loss, total_grads = grad_fn(input_ids[:rows], labels[:rows])
         for index in range(1, micro_batches):
@@ -156,9 +163,48 @@ def build_train_step(network, optimizer, plan: ParallelPlan, data_degree: int, c
                                   labels[index * rows:(index + 1) * rows])
             total_loss = total_loss + loss
             total_grads = tuple([total + grad for total, grad in zip(total_grads, grads)])
-        return finish(total_loss / micro_batches, tuple([grad / micro_batches for grad in total_grads]))
+        return total_loss / micro_batches, tuple([grad / micro_batches for grad in total_grads])
 
-    return accumulating_step
+    @ms.jit
+    def reduce_and_update(loss, grads):
+        return finish(loss, grads)
+
+    @ms.jit
+    def accumulating_step(input_ids, labels):
+        loss, grads = accumulated_gradients(input_ids, labels)
+        return finish(loss, grads)
+
+    compute = accumulated_gradients if plan.accumulates_gradients else local_gradients
+    whole = accumulating_step if plan.accumulates_gradients else step
+    return TimedStep(whole, compute, reduce_and_update, timed_every)
+
+
+class TimedStep:
+    """One training step, and the seconds of this rank's own compute in it (`compute_seconds`, None for a step not
+    timed). A timed data-parallel step runs as two compiled graphs — the local forward and backward, then the
+    gradient all-reduce and the update — and waits for the first to finish before timing it, so the rest is the wait
+    for the slowest rank. That costs the overlap of the backward pass with the gradient all-reduce the one graph has
+    on Ascend, so there one step in `every` is timed (AHJ_TIMED_STEP_EVERY, default 8; on CPU, which overlaps
+    nothing, every step); 0 times none. The first timed step compiles its graphs: its compute is not kept. Semi-auto
+    parallel (Ascend) runs one graph, whose compute share is not known."""
+
+    def __init__(self, whole, compute=None, reduce_and_update=None, every: int = 1):
+        self.whole, self.compute, self.reduce_and_update, self.every = whole, compute, reduce_and_update, every
+        self.compute_seconds: float | None = None
+        self.calls = self.timed = 0
+
+    def __call__(self, input_ids, labels):
+        self.calls += 1
+        self.compute_seconds = None
+        if self.compute is None or self.every <= 0 or self.calls % self.every:
+            return self.whole(input_ids, labels)
+        started = time.perf_counter()
+        loss, grads = self.compute(input_ids, labels)
+        ms.runtime.synchronize()
+        self.timed += 1
+        if self.timed > 1 or self.every == 1:  # every step timed: the process's warm-up is skipped by timing.py
+            self.compute_seconds = time.perf_counter() - started
+        return self.reduce_and_update(loss, grads)
 
 
 def make_loss_reporter(plan: ParallelPlan, identity: WorkerIdentity, stage_group: str | None):
@@ -231,11 +277,13 @@ def save(state, root: str, step: int, loss: float, identity: WorkerIdentity, pla
             os.remove(checkpoint.checkpoint_file(root, identity.rank, old))
 
 
-def start_metrics(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str]):
+def start_metrics(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str], own: timing.RankTiming):
     if identity.local_rank != 0:
         return None
     chips = [int(chip) for chip in (env.get("AHJ_POD_CHIPS") or "").split(",") if chip.strip()]
-    metrics = TrainerMetrics(npu_reader=(lambda: read_npu_utilization(chips)) if chips else None)
+    shared = env.get("AHJ_TIMING_DIR")
+    metrics = TrainerMetrics(npu_reader=(lambda: read_npu_utilization(chips)) if chips else None,
+                             rank_timings=(lambda: timing.read_all(shared)) if shared else (lambda: [own.figures()]))
     address = env.get("POD_IP") or "127.0.0.1"
     try:
         port = metrics.serve(address, config.metrics_port)
@@ -266,19 +314,23 @@ def train(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str], p
     network = GPTWithLoss(model_config, plan, training.seq_length, micro_batch, routing_groups)
     optimizer = make_optimizer(network.trainable_params(), training.learning_rate, plan)
     stage_group = pipeline_group(identity, plan.pipeline_stages) if plan.uses_pipeline else None
-    step_fn = build_train_step(network, optimizer, plan, degrees.data, training.gradient_clip_norm, stage_group)
+    timed_every = int(env.get("AHJ_TIMED_STEP_EVERY") or (1 if device_target == "CPU" else TIMED_EVERY_ON_NPU))
+    step_fn = build_train_step(network, optimizer, plan, degrees.data, training.gradient_clip_norm, stage_group,
+                               timed_every)
     report_loss = make_loss_reporter(plan, identity, stage_group)
     monitor = DivergenceMonitor(training.divergence_loss_factor, training.divergence_grad_factor)
     state = TrainState(network, optimizer)
     per_rank = plan.mode == SEMI_AUTO_PARALLEL or bool(plan.context.get("enable_parallel_optimizer"))
     keep = config.checkpoint_keep
     start_step = resume(state, config.checkpoint_dir, per_rank, identity) if config.checkpoint_dir else 0
-    metrics = start_metrics(config, identity, env)
+    rank_timing = timing.RankTiming(identity.rank, env.get("AHJ_TIMING_DIR"))
+    metrics = start_metrics(config, identity, env, rank_timing)
     if metrics is not None:
         metrics.step.set(start_step)
     if start_step >= training.steps:
         log(identity, f"checkpoint is at step {start_step} >= training.steps={training.steps}: nothing to train")
         return 0
+    interval = checkpoint.Interval(training.checkpoint_every, env.get("AHJ_CHECKPOINT_INTERVAL_FILE"))
     tokens_per_step = training.global_batch_size * training.seq_length
     log(identity, f"training {plan.mode} on {device_target}: steps {start_step + 1}..{training.steps}, global "
                   f"batch {training.global_batch_size}, seq {training.seq_length}")
@@ -294,6 +346,7 @@ def train(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str], p
         raw_loss, raw_norm = step_fn(Tensor(input_ids), Tensor(labels))
         loss, grad_norm = report_loss(raw_loss), float(raw_norm)
         seconds = time.perf_counter() - started
+        rank_timing.record(step, seconds, step_fn.compute_seconds)
         if identity.rank == 0:
             print(json.dumps({"step": step, "loss": loss, "gradNorm": grad_norm}), flush=True)
         if metrics is not None:
@@ -302,8 +355,11 @@ def train(config: RunConfig, identity: WorkerIdentity, env: Mapping[str, str], p
         if step % config.log_every == 0 or step == training.steps:
             log(identity, f"step {step}/{training.steps} loss {loss:.5f} step {seconds:.3f} s "
                           f"{tokens_per_step / seconds:.0f} tokens/s")
-        if config.checkpoint_dir and (step % training.checkpoint_every == 0 or step == training.steps):
+        if config.checkpoint_dir and (interval.due(step) or step == training.steps):
+            saving = time.perf_counter()
             save(state, config.checkpoint_dir, step, loss, identity, plan, per_rank, keep)
+            if metrics is not None:
+                metrics.record_save(time.perf_counter() - saving)
     writer.clear()
     return 0
 

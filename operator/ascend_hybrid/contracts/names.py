@@ -111,3 +111,6 @@ LEGACY_LAUNCHER_ROLE = "ascend-hybrid-launcher"
 RECOVERY_GENERATION_KEY = "generation"
 # Beside it, only while pods a shrink kept run (spec.elastic): the world they run in now, JSON (elastic_steps).
 RECOVERY_WORLD_KEY = "world"
+# Beside it, for training.checkpoint.everySteps: auto: the checkpoint interval in force, JSON {"everySteps", "fromStep"}
+# (reconcile/checkpoint_steps.py; the launchers pass it to their ranks).
+RECOVERY_CHECKPOINT_KEY = "checkpoint"

@@ -242,7 +242,8 @@ def signal_launchers(controller, key, job: dict, action) -> None:
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
     grant_launchers(controller, key, job, action.service_account)
-    live = controller.kube.apply(render.launcher_channel(name, namespace, uid, action.generation, action.world))
+    live = controller.kube.apply(render.launcher_channel(name, namespace, uid, action.generation, action.world,
+                                                         action.checkpoint))
     record.recovery_data = dict(live.get("data") or {})
 
 

@@ -168,6 +168,11 @@ class Kube:
             "patch", f"{api.PLURAL}/status", self.custom.patch_namespaced_custom_object_status,
             names.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": patch}, ok=(404,)))
 
+    def set_node_condition(self, name: str, condition: dict) -> None:
+        """One condition of a Node's status (a strategic merge patch: the conditions merge by type)."""
+        self._call("patch", "nodes/status", self.core.patch_node_status, name, {"status": {"conditions": [condition]}},
+                   ok=(404,))
+
     def delete_job(self, namespace: str, name: str) -> None:
         self._call("delete", api.PLURAL, self.custom.delete_namespaced_custom_object,
                    names.GROUP, api.VERSION, namespace, api.PLURAL, name,

@@ -30,6 +30,7 @@ from ascend_hybrid.controller.refused import Refused
 from ascend_hybrid.controller.settings import OperatorSettings
 from ascend_hybrid.controller.workqueue import WorkQueue
 from ascend_hybrid.diagnosis import recovery
+from ascend_hybrid.diagnosis.checkpointing import NodeFaults
 from ascend_hybrid.gang import ranktable, render
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner.observed import Reading, reading_of
@@ -118,6 +119,8 @@ class Controller:
     observed_efficiency: dict = field(default_factory=dict)  # profile → the cluster's factor (observed.py's loop)
     # namespaces where an older operator's namespace-wide launcher Role was deleted (children.delete_legacy_grant)
     legacy_grants_gone: set[str] = field(default_factory=set)
+    node_faults: NodeFaults | None = None  # the node faults every job's ledger saw (observed.py's loop)
+    marked_nodes: set[str] = field(default_factory=set)  # AscendSlowNode set by this process (--mark-slow-nodes)
     _threads: list[threading.Thread] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
     # leader.LeaderElector under --leader-elect: workers take keys only while leading
@@ -474,6 +477,7 @@ class Controller:
             launcher_generation=launcher_generation, launchers=launchers,
             launcher_world=(channel or {}).get(names.RECOVERY_WORLD_KEY),
             default_scheduler=self.settings.default_scheduler, podgroup=podgroup, podgroup_read=podgroup_read,
+            launcher_checkpoint=(channel or {}).get(names.RECOVERY_CHECKPOINT_KEY), node_faults=self.node_faults,
         )
 
     def podgroup(self, key: JobKey, job: dict, resolved: ResolvedJob | None) -> tuple[bool, dict | None]:
@@ -648,6 +652,8 @@ class Controller:
         record.step_time_ratio = (new.get("plan") or {}).get("stepTimeRatio")
         record.reading = reading_of(key[0], key[1], new)
         record.goodput = new.get("goodput")
+        record.goodput_seconds = (new.get("goodputAccount") or {}).get("seconds")
+        record.slow_node = (new.get("slowness") or {}).get("confirmed")
         placed = next((c for c in new.get("conditions", []) if c["type"] == "Placed"), None)
         admitted = next((c for c in new.get("conditions", []) if c["type"] == "Admitted"), None)
         if record.phase == "Pending":

@@ -55,6 +55,9 @@ def register(subparsers) -> None:
                         help="how jobs that name no spec.scheduling.schedulerName (nor a Kueue queue) are scheduled: "
                              "default (the operator places and binds their pods) or volcano (a PodGroup per attempt, "
                              "Volcano binds the pods; docs/install.md, \"On a MindCluster cluster with Volcano\")")
+    parser.add_argument("--mark-slow-nodes", action="store_true",
+                        help="set the node condition AscendSlowNode on a node found slow (SlowNode) in two jobs, or "
+                             "twice in one, for the administrator (needs patch on nodes/status)")
     hardening.add_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -67,7 +70,8 @@ def settings_from(args) -> OperatorSettings:
         telemetry_interval=args.telemetry_interval, log_level=args.log_level, log_format=args.log_format,
         hardware_profiles=args.hardware_profiles, ranktable_expander_image=args.ranktable_expander_image,
         device_plugin_mode=args.device_plugin_mode, device_plugin_namespace=args.device_plugin_namespace,
-        default_scheduler=None if args.scheduler == "default" else args.scheduler, **hardening.settings_of(args))
+        default_scheduler=None if args.scheduler == "default" else args.scheduler,
+        mark_slow_nodes=args.mark_slow_nodes, **hardening.settings_of(args))
 
 
 def load_hardware_profiles(path: str | None) -> dict:

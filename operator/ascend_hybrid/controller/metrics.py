@@ -45,6 +45,14 @@ REJECTED_INPUTS = Counter("ascend_hybrid_rejected_inputs_total",
                           "Inputs from pods and ConfigMaps ignored: launcher reports (malformed, or not of a pod of "
                           "the current attempt), rank tables, trainer metrics pages and lines, Prometheus answers; "
                           "by kind and reason", ["kind", "reason"])
+GOODPUT_SECONDS = Gauge("ascend_hybrid_goodput_seconds",
+                        "Wall time since each running job first started, by bucket (status.goodputAccount.seconds: "
+                        "productive, slowSteps, redoneSteps, checkpointSaves, startsAndRestarts, "
+                        "waitingForPlacement); the buckets add up to the wall time accounted", ["namespace", "job",
+                                                                                                 "bucket"])
+SLOW_NODE = Gauge("ascend_hybrid_slow_node_compute_ratio",
+                  "The node each running job's condition SlowNode names: its ranks' compute over their peers' "
+                  "median (status.slowness.confirmed.ratio)", ["namespace", "job", "node"])
 PLAN_STEP_TIME_RATIO = Gauge("ascend_hybrid_plan_step_time_ratio",
                              "Measured / predicted step seconds of each running job (status.plan.stepTimeRatio)",
                              ["namespace", "job"])
@@ -101,11 +109,19 @@ def publish_job_gauges(records) -> None:
         JOBS_PENDING.labels(reason=reason).set(count)
     PLAN_STEP_TIME_RATIO.clear()
     GOODPUT_RATIO.clear()
+    GOODPUT_SECONDS.clear()
+    SLOW_NODE.clear()
     for (namespace, name), record in records:
         if record.step_time_ratio is not None and record.phase == "Running":
             PLAN_STEP_TIME_RATIO.labels(namespace=namespace, job=name).set(record.step_time_ratio)
         if record.goodput is not None and record.phase in ("Running", "Restarting"):
             GOODPUT_RATIO.labels(namespace=namespace, job=name).set(record.goodput)
+        slow = record.slow_node or {}
+        if slow.get("node") and slow.get("ratio") is not None and record.phase in ("Running", "Restarting"):
+            SLOW_NODE.labels(namespace=namespace, job=name, node=slow["node"]).set(float(slow["ratio"]))
+        if record.goodput_seconds and record.phase in ("Running", "Restarting"):
+            for bucket, seconds in record.goodput_seconds.items():
+                GOODPUT_SECONDS.labels(namespace=namespace, job=name, bucket=bucket).set(float(seconds))
 
 
 def publishing_loop(controller, interval: float = 5.0) -> Callable[[], None]:

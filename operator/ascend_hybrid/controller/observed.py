@@ -10,9 +10,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.controller.kube import Kube
+from ascend_hybrid.diagnosis import checkpointing
+from ascend_hybrid.monitoring import slowness
 from ascend_hybrid.planner import observed
 
 log = logging.getLogger("ascend_hybrid.observed")
@@ -59,6 +62,22 @@ class EfficiencyBook:
         return observed.observe_all(self.book)
 
 
+def mark_slow_nodes(controller) -> None:
+    """--mark-slow-nodes: the node condition AscendSlowNode=True on each node found slow twice (slowness.py), set
+    once per node and process; the administrator drains or repairs it (nothing schedules by it)."""
+    statuses = {f"{key[0]}/{key[1]}": record.job.get("status") or {}
+                for key, record in list(controller.jobs.items()) if record.job}
+    for node, why in slowness.nodes_to_mark(statuses).items():
+        if node in controller.marked_nodes:
+            continue
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        controller.kube.set_node_condition(node, {"type": slowness.NODE_CONDITION, "status": "True",
+                                                  "reason": "FoundSlow", "message": why,
+                                                  "lastTransitionTime": now, "lastHeartbeatTime": now})
+        controller.marked_nodes.add(node)
+        log.warning("node %s marked %s: %s", node, slowness.NODE_CONDITION, why)
+
+
 def folding_loop(controller, book: EfficiencyBook, interval: float) -> Callable[[], None]:
     """The loop that keeps the book: only the leader writes; a standby reads it again when it starts leading."""
 
@@ -73,5 +92,10 @@ def folding_loop(controller, book: EfficiencyBook, interval: float) -> Callable[
                 except Exception:  # Kube retried with backoff (logged with its traceback): the next interval tries again
                     log.exception("cannot keep %s/%s", book.namespace, names.OBSERVED_EFFICIENCY_CONFIG_MAP)
                 controller.observed_efficiency = book.factors()
+                controller.node_faults = checkpointing.cluster_node_faults(
+                    [record.job.get("status") or {} for record in list(controller.jobs.values()) if record.job],
+                    datetime.now(UTC))
+                if controller.settings.mark_slow_nodes:
+                    mark_slow_nodes(controller)
             time.sleep(interval)
     return observed_efficiency

@@ -25,6 +25,8 @@ class JobRecord:
     attempt: int = 1
     step_time_ratio: float | None = None        # status.plan.stepTimeRatio, for the metric
     goodput: float | None = None                # status.goodput, for the metric
+    goodput_seconds: dict | None = None         # status.goodputAccount.seconds: the buckets, for the metric
+    slow_node: dict | None = None               # status.slowness.confirmed: the node SlowNode names, for the metric
     reading: Reading | None = None              # steady measured / predicted step (the observed-efficiency book)
     pending_reason: str = "Waiting"
     failures: int = 0                           # consecutive passes that raised

@@ -56,6 +56,7 @@ class OperatorSettings:
     network_policy: bool = False               # one NetworkPolicy per job (render.network_policy)
     ranktable_expander_image: str = DEFAULT_EXPANDER_IMAGE  # the rank-table expander of large jobs' pods
     metrics_peers: tuple = ()                  # NetworkPolicyPeers admitted to the trainers' :9400
+    mark_slow_nodes: bool = False              # the node condition AscendSlowNode on a node found slow twice
 
     @property
     def watches_cluster(self) -> bool:

@@ -12,6 +12,7 @@
     dev-cluster add-nodes N [--chip …]
     dev-cluster fault NODE --not-ready | --ready | --chip-unhealthy ID | --chip-healthy ID
                            | --chip-ip-unreadable ID | --chip-ip-readable ID | --[no-]straddle-rings
+                           | --slow F | --slow-link PEER F | --clear   a slow node or link (telemetry/coupled.py)
 Each takes --name (default ahj), so several clusters can run side by side.
 """
 
@@ -107,7 +108,16 @@ def handle_add_nodes(args) -> int:
 def handle_fault(args) -> int:
     try:
         core = cluster.core_api(cluster.require_running(args.name))
-        if args.not_ready or args.ready:
+        if args.slow is not None or args.slow_link is not None or args.clear:
+            link = None
+            if args.slow_link is not None:
+                peer, factor = args.slow_link
+                link = (peer, _factor(factor))
+            faults = fleet.set_slowness(core, args.node, compute=_factor(args.slow) if args.slow is not None else None,
+                                        link=link, clear=args.clear)
+            print(f"{args.node}: " + (", ".join(f"{key.split('/')[-1]} {value}" for key, value in faults.items())
+                                      or "no slowness"))
+        elif args.not_ready or args.ready:
             fleet.set_node_ready(core, args.node, ready=args.ready)
             print(f"{args.node}: Ready={'True' if args.ready else 'False'}")
         elif args.straddle_rings is not None:
@@ -127,6 +137,16 @@ def handle_fault(args) -> int:
         return 0
     except EXPECTED_ERRORS as error:
         return _fail(error)
+
+
+def _factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number: a slowness factor is ≥ 1 (2 = twice as slow)") from None
+    if not value >= 1 or value > 1000:
+        raise ValueError(f"slowness factor {text}: must be between 1 and 1000 (2 = twice as slow)")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -209,6 +229,11 @@ def register(subparsers) -> None:
     kinds.add_argument("--chip-ip-unreadable", type=int, metavar="ID",
                        help="the device plugin annotates chip ID with device_ip -1 in the pods it allocates next")
     kinds.add_argument("--chip-ip-readable", type=int, metavar="ID", help="undo --chip-ip-unreadable")
+    kinds.add_argument("--slow", metavar="F", help="its chips compute F times slower (F ≥ 1): every rank of a job "
+                       "on it waits for its ranks; process pods on it are throttled (SIGSTOP/SIGCONT)")
+    kinds.add_argument("--slow-link", nargs=2, metavar=("PEER", "F"), help="the link to node PEER carries 1/F of "
+                       "its bandwidth: the collectives of a job on both nodes slow down")
+    kinds.add_argument("--clear", action="store_true", help="undo --slow and --slow-link on this node")
     kinds.add_argument("--straddle-rings", action=argparse.BooleanOptionalAction, default=None,
                        help="the kubelet takes a 910A pod's chips from both HCCS rings whenever it can "
                             "(--no-straddle-rings: any free chips again)")

@@ -1,5 +1,5 @@
 """The recovery ladder and its ledger (pure): which rung a failure starts at, when a rung gives way to the next,
-and the record of every incident in status.recoveries, with status.goodput.
+and the record of every incident in status.recoveries.
 
 Rungs, finest first (docs/reliability.md, "The recovery ladder"):
   RestartRanks  pods, IPs, chips and rank table kept; every pod's launcher stops its MindSpore processes (pod 0's
@@ -204,20 +204,6 @@ def resumed(record: dict, first_step: int, moment: datetime, resumed_from: int |
 def gave_up(record: dict, why: str) -> None:
     record["outcome"] = GAVE_UP
     record["why"] = why
-
-
-def goodput(start: datetime | None, step: int | None, step_seconds: float | None, first_step: int, now: datetime,
-            ) -> float | None:
-    """Fraction of the wall time since the job first ran that went to steps that were kept: the steps trained
-    since the job's first step (redone ones count once) at the measured step time, over the wall time. Startup,
-    compilation, every recovery's downtime and the steps redone after it are what is missing from 1."""
-    if start is None or step is None or not step_seconds or step_seconds <= 0:
-        return None
-    wall = (now - start).total_seconds()
-    if wall <= 0:
-        return None
-    kept = max(0, step - first_step + 1)
-    return round(min(1.0, kept * step_seconds / wall), 4)
 
 
 # -- the launchers' reports -------------------------------------------------------------------------------------

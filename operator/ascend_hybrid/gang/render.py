@@ -217,14 +217,18 @@ def rank_table_config_map(job: str, namespace: str, uid: str, job_json: str, tab
     return manifest
 
 
-def launcher_channel(job: str, namespace: str, uid: str, generation: int, world: str | None = None) -> dict:
-    """The launchers' channel (recovery.py), LauncherChannel `<job>-recovery`, as a restart applies it: only the
-    `generation` key (and `world` while pods a shrink kept run), so the apply never removes a report (each launcher
-    merge-patches the key of its own pod). The channel itself is made empty with the job's children
-    (new_launcher_channel): the launchers may only patch it, never make one."""
+def launcher_channel(job: str, namespace: str, uid: str, generation: int, world: str | None = None,
+                     checkpoint: str | None = None) -> dict:
+    """The launchers' channel (recovery.py), LauncherChannel `<job>-recovery`, as a restart or an auto checkpoint
+    interval applies it: only the `generation` key (`world` while pods a shrink kept run, `checkpoint` for an auto
+    interval), so the apply never removes a report (each launcher merge-patches the key of its own pod). The channel
+    itself is made empty with the job's children (new_launcher_channel): the launchers may only patch it, never
+    make one."""
     data = {names.RECOVERY_GENERATION_KEY: str(generation)}
     if world is not None:
         data[names.RECOVERY_WORLD_KEY] = world
+    if checkpoint is not None:
+        data[names.RECOVERY_CHECKPOINT_KEY] = checkpoint
     return {**new_launcher_channel(job, namespace, uid), "data": data}
 
 

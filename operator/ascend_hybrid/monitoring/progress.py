@@ -24,6 +24,18 @@ class ChipReading:
 
 
 @dataclass(frozen=True)
+class RankReading:
+    """One rank's recent steps as its trainer timed them (ascend_trainer_rank_* of its pod's endpoint)."""
+
+    pod: str
+    rank: int
+    step_seconds: float
+    compute_seconds: float | None = None  # its own forward and backward; None where the trainer cannot split it
+    wait_seconds: float | None = None     # the collectives' wait and the update
+    step: int | None = None
+
+
+@dataclass(frozen=True)
 class Sample:
     source: str                      # "trainer" | "prometheus"
     sampled_at: datetime
@@ -41,6 +53,9 @@ class Sample:
     step_count: float | None = None        # steps after a mark of them exclude warm-up (strategy.measured)
     rejected_lines: int = 0                # lines or pages of the source refused (read_page; the shell's caps)
     rejected: tuple[str, ...] = ()         # the first of them, for a person
+    checkpoint_seconds_sum: float | None = None  # the lead pod's checkpoint saves (this process): seconds, count
+    checkpoint_count: float | None = None
+    ranks: tuple[RankReading, ...] = ()    # every rank's recent step, compute and wait, where pods report them
 
     @property
     def ok(self) -> bool:
@@ -58,8 +73,12 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 # The series read off a trainer's page; every other line is skipped unparsed.
 UTILIZATION = "ascend_trainer_npu_utilization_percent"
 FIGURES = ("ascend_trainer_step", "ascend_trainer_loss", "ascend_trainer_tokens_per_second",
-           "ascend_trainer_step_seconds_sum", "ascend_trainer_step_seconds_count")
-READ_SERIES = frozenset({UTILIZATION, *FIGURES})
+           "ascend_trainer_step_seconds_sum", "ascend_trainer_step_seconds_count",
+           "ascend_trainer_checkpoint_seconds_sum", "ascend_trainer_checkpoint_seconds_count")
+RANK_FIGURES = {"ascend_trainer_rank_step_seconds": "step_seconds", "ascend_trainer_rank_compute_seconds":
+                "compute_seconds", "ascend_trainer_rank_wait_seconds": "wait_seconds",
+                "ascend_trainer_rank_step": "step"}
+READ_SERIES = frozenset({UTILIZATION, *FIGURES, *RANK_FIGURES})
 # A figure beyond this is refused: a step or count past it cannot be written into the status (int64, JSON's exact
 # integers), and no utilization, loss or throughput means it.
 MAX_FIGURE = 2.0 ** 53
@@ -96,6 +115,27 @@ def read_page(text: str, pod: str) -> tuple[list[tuple[str, dict[str, str], floa
     return samples, rejected
 
 
+def rank_readings(figures: dict[tuple[str, int], dict[str, float]]) -> tuple[RankReading, ...]:
+    """(pod, rank) → its figures by field → the readings that have a step time, by rank."""
+    readings = []
+    for (pod, rank), values in sorted(figures.items(), key=lambda item: item[0][1]):
+        seconds = values.get("step_seconds")
+        if seconds is None or not _finite(seconds) or seconds <= 0:
+            continue
+        compute, wait, step = values.get("compute_seconds"), values.get("wait_seconds"), values.get("step")
+        readings.append(RankReading(pod, rank, seconds, compute if compute is not None and _finite(compute) else None,
+                                    wait if wait is not None and _finite(wait) else None,
+                                    int(step) if step is not None and _finite(step) else None))
+    return tuple(readings)
+
+
+def _rank_label(labels: dict) -> int | None:
+    try:
+        return int(labels.get("rank", ""))
+    except ValueError:
+        return None
+
+
 def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: dict[int, str] | None = None,
                       rejected: tuple[str, ...] = ()) -> Sample:
     """Pod index → the text of its :9400/metrics. Training figures are job-wide in every pod's endpoint (the
@@ -106,6 +146,7 @@ def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: di
     figures: dict[int, dict[str, float]] = {}
     chips: list[ChipReading] = []
     refused = list(rejected)
+    ranks: dict[tuple[str, int], dict[str, float]] = {}
     for index, text in sorted(texts.items()):
         pod = (pod_names or {}).get(index, str(index))
         mine = figures.setdefault(index, {})
@@ -114,6 +155,9 @@ def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: di
         for name, labels, value in samples:
             if name == UTILIZATION:
                 chips.append(ChipReading(pod, str(labels.get("device", "?"))[:64], value))
+            elif name in RANK_FIGURES:
+                if (rank := _rank_label(labels)) is not None:
+                    ranks.setdefault((pod, rank), {})[RANK_FIGURES[name]] = value
             else:
                 mine[name.removeprefix("ascend_trainer_")] = value
     lead = figures.get(first, {}) if first is not None else {}
@@ -123,8 +167,10 @@ def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: di
                   tokens_per_second=lead.get("tokens_per_second"),
                   step_seconds=_ratio(lead.get("step_seconds_sum"), lead.get("step_seconds_count")),
                   step_seconds_sum=lead.get("step_seconds_sum"), step_count=lead.get("step_seconds_count"),
+                  checkpoint_seconds_sum=lead.get("checkpoint_seconds_sum"),
+                  checkpoint_count=lead.get("checkpoint_seconds_count"),
                   npu_percent=_mean([chip.percent for chip in chips]), chips=tuple(chips), pod_step_seconds=per_pod,
-                  rejected_lines=len(refused), rejected=tuple(refused[:KEPT_REJECTIONS]))
+                  ranks=rank_readings(ranks), rejected_lines=len(refused), rejected=tuple(refused[:KEPT_REJECTIONS]))
 
 
 def prometheus_queries(namespace: str, pod_regex: str, first_pod: str) -> dict[str, str]:
@@ -139,6 +185,8 @@ def prometheus_queries(namespace: str, pod_regex: str, first_pod: str) -> dict[s
                          f"sum(rate(ascend_trainer_step_seconds_count{{{trainer}}}[2m]))"),
         "step_seconds_sum": f"max(ascend_trainer_step_seconds_sum{{{trainer}}})",
         "step_count": f"max(ascend_trainer_step_seconds_count{{{trainer}}})",
+        "checkpoint_seconds_sum": f"max(ascend_trainer_checkpoint_seconds_sum{{{trainer}}})",
+        "checkpoint_count": f"max(ascend_trainer_checkpoint_seconds_count{{{trainer}}})",
         "npu_percent": f"avg(npu_chip_info_utilization{{{exporter}}})",
         "hbm_percent": (f"100 * sum(npu_chip_info_hbm_used_memory{{{exporter}}}) / "
                         f"sum(npu_chip_info_hbm_total_memory{{{exporter}}})"),
@@ -153,6 +201,7 @@ def prometheus_vector_queries(namespace: str, pod_regex: str) -> dict[str, str]:
         "chips": f"npu_chip_info_utilization{{{exporter}}}",
         "pod_step_seconds": (f"sum by (pod) (rate(ascend_trainer_step_seconds_sum{{{trainer}}}[2m])) / "
                              f"sum by (pod) (rate(ascend_trainer_step_seconds_count{{{trainer}}}[2m]))"),
+        **{name: f"{name}{{{trainer}}}" for name in RANK_FIGURES},
     }
 
 
@@ -174,11 +223,18 @@ def from_prometheus(values: dict[str, float | None], sampled_at: datetime,
                   for labels, value in vectors.get("chips", ()) if _readable(value))
     per_pod = tuple(sorted((labels.get("pod", "?"), value) for labels, value in vectors.get("pod_step_seconds", ())
                            if _readable(value) and value > 0))
+    ranks: dict[tuple[str, int], dict[str, float]] = {}
+    for name, field in RANK_FIGURES.items():
+        for labels, value in vectors.get(name, ()):
+            if _readable(value) and (rank := _rank_label(labels)) is not None:
+                ranks.setdefault((labels.get("pod", "?"), rank), {})[field] = value
     return Sample("prometheus", sampled_at, step=values.get("step"), loss=values.get("loss"),
                   tokens_per_second=values.get("tokens_per_second"), step_seconds=values.get("step_seconds"),
                   npu_percent=values.get("npu_percent"), hbm_percent=values.get("hbm_percent"),
                   step_seconds_sum=values.get("step_seconds_sum"), step_count=values.get("step_count"),
-                  chips=chips, pod_step_seconds=per_pod)
+                  checkpoint_seconds_sum=values.get("checkpoint_seconds_sum"),
+                  checkpoint_count=values.get("checkpoint_count"), chips=chips, pod_step_seconds=per_pod,
+                  ranks=rank_readings(ranks))
 
 
 def _rounded(value: float | None, digits: int) -> float | None:

@@ -150,6 +150,7 @@ class SignalLaunchers:
     generation: int
     service_account: str
     world: str | None = None  # spec.elastic, pods kept at a shrink: their ranks and world, JSON (elastic_steps)
+    checkpoint: str | None = None  # everySteps: auto: the interval in force, JSON (checkpoint_steps)
 
 
 @dataclass(frozen=True)

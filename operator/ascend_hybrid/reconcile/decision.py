@@ -37,11 +37,14 @@ from ascend_hybrid.diagnosis.failures import Failure
 from ascend_hybrid.gang import ranktable
 from ascend_hybrid.gang.placement import GangRequest, Placement
 from ascend_hybrid.reconcile import (
+    checkpoint_steps,
     elastic_steps,
     failure_steps,
+    goodput_steps,
     membership,
     queue_steps,
     recovery_steps,
+    slowness_steps,
     strategy,
     telemetry_steps,
     volcano_steps,
@@ -268,6 +271,7 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
         p.write_rank_table(table, current.values())
         p.d.act(GrantLaunchers(membership.service_account(p)))
     status["rankTable"].update(status="completed", version=table["version"])
+    checkpoint_steps.record_interval(p)  # before the signal: a new interval goes with it
     recovery_steps.signal_launchers(p)
     if recovery_steps.follow_in_place(p, current) or elastic_steps.grow_step(p, current):
         return p.d
@@ -284,8 +288,10 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     p.cond("Restarting", False, "Running", f"attempt {attempt} running")
     p.phase("Running", f"attempt {attempt}: {e.pod_count} pods running, rank table completed")
     telemetry_steps.record_telemetry(p)
+    if slowness_steps.record_slowness(p, current):  # a slow node replaced or shrunk around at the checkpoint
+        return p.d
+    recovery_steps.signal_launchers(p)  # a checkpoint the slow node's action asked for goes out in this pass
     recovery_steps.follow_gang(p, current)
-    recovery_steps.record_goodput(p, current)
     p.requeue(SLOW_REQUEUE_SECONDS)
     return p.d
 
@@ -503,5 +509,10 @@ def suspended(p: Pass) -> Decision:
 
 
 def decide(observed: Observed) -> Decision:
-    """The whole decision of one pass over what was observed; the shell executes it and asks again."""
-    return run(Pass(observed))
+    """The whole decision of one pass over what was observed; the shell executes it and asks again. The goodput
+    account follows every pass of a started job (goodput_steps: the state the pass leaves names the bucket)."""
+    p = Pass(observed)
+    finished_before = p.status.get("phase") in TERMINAL_JOB_PHASES
+    decision = run(p)
+    goodput_steps.account(p, finished_before)
+    return decision

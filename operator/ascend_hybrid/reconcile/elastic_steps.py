@@ -33,7 +33,7 @@ from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang.placement import GangRequest, Placement
 from ascend_hybrid.planner import search
 from ascend_hybrid.planner.hardware import GIB, Hardware
-from ascend_hybrid.reconcile import membership, strategy, volcano_steps
+from ascend_hybrid.reconcile import checkpoint_steps, membership, strategy, volcano_steps
 from ascend_hybrid.reconcile.actions import EnsureChildren, PlaceReplacement, ProbeGrow
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
 from ascend_hybrid.spec import rules
@@ -185,8 +185,11 @@ def drop(p: Pass, why: str) -> None:
 
 def healthy_avoided(p: Pass) -> list[str]:
     """status.avoidedNodes less the nodes Ready again: for an elastic job a node is avoided only while it is
-    unhealthy, so a repaired node counts for the growth."""
-    return [node for node in p.status.get("avoidedNodes") or () if not is_node_ready(p.o.nodes.get(node))]
+    unhealthy, so a repaired node counts for the growth; a node it left for slowness (status.slowNodes) is Ready
+    and stays avoided."""
+    slow = {entry.get("node") for entry in p.status.get("slowNodes") or ()}
+    return [node for node in p.status.get("avoidedNodes") or ()
+            if node in slow or not is_node_ready(p.o.nodes.get(node))]
 
 
 def shrink_options(p: Pass) -> tuple[tuple[tuple[GangRequest, ResolvedJob], ...], float | None]:
@@ -348,7 +351,8 @@ def grow_step(p: Pass, current: Mapping[int, dict]) -> bool:
     full = spec_job(p)
     keep = keeps_pods(p, current)
     settled = recovery.current_incident(p.status.get("recoveries") or []) is None  # the shrink's first step is in
-    if settled and state.get("growFits") and at_boundary(full, state, (p.status.get("training") or {}).get("step")):
+    if settled and state.get("growFits") and at_boundary(checkpoint_steps.every_steps(p), state,
+                                                         (p.status.get("training") or {}).get("step")):
         added = state.get("growNodes") or ()
         if keep and len(added) == full.pod_count - len(current):
             grow_in_place(p, full, current, added)
@@ -380,15 +384,14 @@ def growth_request(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> G
                    near_nodes=nodes)
 
 
-def at_boundary(full: ResolvedJob, state: Mapping, step: int | None) -> bool:
+def at_boundary(every: int | None, state: Mapping, step: int | None) -> bool:
     """Training passed a checkpoint since the spec's gang first fitted (at once without checkpoints)."""
-    checkpoint = full.spec.training.checkpoint
-    if checkpoint is None:
+    if every is None:
         return True
     since = state.get("growFitsAtStep")
     if step is None or since is None:
         return False
-    return int(step) // checkpoint.every_steps > int(since) // checkpoint.every_steps
+    return int(step) // every > int(since) // every
 
 
 def probed(status: dict, placement: Placement, data: int, now: datetime, keep: bool = False) -> Decision:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from ascend_hybrid.contracts import names, volcano
 from ascend_hybrid.contracts.podview import attempt_of, is_deleting, labels_of, pod_index
 from ascend_hybrid.gang import render
+from ascend_hybrid.reconcile import checkpoint_steps
 from ascend_hybrid.reconcile.actions import AdoptPods, SignalLaunchers
 from ascend_hybrid.reconcile.state import Pass
 
@@ -139,4 +140,4 @@ def service_account(p: Pass) -> str:
 def signal(p: Pass, generation: int) -> SignalLaunchers:
     """The generation for every launcher; with pods a shrink or growth kept, the world they run in now beside it
     (gone again once no kept pod runs)."""
-    return SignalLaunchers(generation, service_account(p), launcher_world(p, p.o.pods))
+    return SignalLaunchers(generation, service_account(p), launcher_world(p, p.o.pods), checkpoint_steps.channel_value(p))

@@ -371,7 +371,10 @@ def signal_launchers(p: Pass) -> None:
     """Level-based: the channel holds the generation status names (after a failover, a lost write, a
     deleted channel too). A channel without one (none yet, or only the launchers' reports) means generation 0."""
     wanted = membership.signal(p, rank_generation(p))
-    if (p.o.launcher_generation or 0) != wanted.generation or p.o.launcher_world != wanted.world:
+    if wanted in p.d.actions:
+        return  # this pass says it already
+    if (p.o.launcher_generation or 0) != wanted.generation or p.o.launcher_world != wanted.world \
+            or p.o.launcher_checkpoint != wanted.checkpoint:
         p.d.act(wanted)
 
 
@@ -448,19 +451,3 @@ def follow_gang(p: Pass, current: dict) -> None:
         message = f"{record['rungs'][-1]}: training stepped again {record.get('seconds', 0):.1f}s after the fault"
         p.cond("Restarting", False, "Recovered", message)
         p.d.emit("Normal", "Recovered", message)
-
-
-def record_goodput(p: Pass, current: dict) -> None:
-    """status.goodput from the training figures; the step the job first trained from is the launchers' first
-    resumedFrom (a job started on an existing checkpoint), else 0."""
-    state = p.status.setdefault("recovery", {})
-    if "baseStep" not in state and not p.status.get("recoveries"):  # only the job's first start tells
-        resumed = [report.resumed_from for report in launcher_reports(p, current).values()
-                   if report.resumed_from is not None]
-        if resumed:
-            state["baseStep"] = min(resumed)
-    training = p.status.get("training") or {}
-    value = recovery.goodput(parse_time(p.status.get("startTime")), training.get("step"),
-                             training.get("stepSeconds"), int(state.get("baseStep") or 0) + 1, p.o.now)
-    if value is not None:
-        p.status["goodput"] = value

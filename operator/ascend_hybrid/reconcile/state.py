@@ -24,6 +24,7 @@ from ascend_hybrid.contracts.podview import (
     pod_index,
 )
 from ascend_hybrid.diagnosis import recovery
+from ascend_hybrid.diagnosis.checkpointing import NodeFaults
 from ascend_hybrid.diagnosis.recovery import LauncherReport
 from ascend_hybrid.diagnosis.refusals import Refusal
 from ascend_hybrid.gang import ranktable, render
@@ -72,6 +73,8 @@ class Observed:
     expander_image: str = names.DEFAULT_EXPANDER_IMAGE  # of the rank-table expander (--ranktable-expander-image)
     launcher_generation: int | None = None    # the rank generation <job>-recovery holds (None: not written yet)
     launcher_world: str | None = None         # the world it holds beside it (pods an elastic shrink kept)
+    launcher_checkpoint: str | None = None    # the checkpoint interval it holds beside it (everySteps: auto)
+    node_faults: NodeFaults | None = None     # the cluster's node faults, for the auto checkpoint interval
     launchers: Mapping[str, LauncherReport] = field(default_factory=dict)  # pod name → its launcher's report
     children_data: int | None = None          # the data degree job.json was applied for (None: not known)
     default_scheduler: str | None = None      # the operator's --scheduler: volcano runs jobs that name none there

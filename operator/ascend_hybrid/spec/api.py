@@ -7,7 +7,7 @@ Cross-field rules live in `rules.py`, which also emits them as CEL for the CRD.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
@@ -200,12 +200,33 @@ class Model(ApiModel):
     causal attention). Not with context parallelism (the trainer's ring attention is causal only)."""
 
 
+AUTO = "auto"
+# int or "auto": the apiserver's int-or-string form (untyped); its CEL rule bounds the number and names the one word.
+EVERY_STEPS_SCHEMA: JsonDict = {
+    "x-kubernetes-int-or-string": True, "default": 100,
+    "x-kubernetes-validations": [{
+        "rule": "type(self) == int ? self >= 1 : self == 'auto'",
+        "messageExpression": ("type(self) == string ? "
+                              r"'spec.training.checkpoint.everySteps=\'%s\': must be an integer ≥ 1 or auto'.format([self])"
+                              " : 'spec.training.checkpoint.everySteps=%d: must be an integer ≥ 1 or auto'.format([self])")}]}
+
+
 class Checkpoint(ApiModel):
     claim_name: str = Field(max_length=DNS1123_SUBDOMAIN_MAX)
     """PersistentVolumeClaim mounted at /checkpoints in every pod (a PersistentVolumeClaim name: a lowercase RFC 1123
     subdomain)."""
-    every_steps: int = Field(100, ge=1)
-    """Save a checkpoint every this many steps; training resumes from the newest."""
+    every_steps: Annotated[int | Literal["auto"], WithJsonSchema(EVERY_STEPS_SCHEMA)] = Field(100)
+    """Save a checkpoint every this many steps; training resumes from the newest. auto: the operator sets it from the
+    save cost the trainer measures and the failure rate it sees (Young/Daly: the interval ≈ √(2 × save seconds ×
+    mean time between failures), bounded), changes it as they change and reports it in status.checkpointInterval;
+    until the first save is measured the trainer saves every 100 steps."""
+
+    @field_validator("every_steps", mode="before")
+    @classmethod
+    def _steps_or_auto(cls, value: Any) -> Any:
+        if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError(f"must be an integer ≥ 1 or {AUTO}")
 
 
 class Training(ApiModel):
@@ -370,6 +391,33 @@ class Recovery(ApiModel):
     gang. 0: every failure restarts the whole gang."""
 
 
+class SlownessAction(str, Enum):
+    report = "Report"
+    replace_node = "Replace"
+    shrink = "Shrink"
+
+
+class Slowness(ApiModel):
+    action: SlownessAction = Field(SlownessAction.report)
+    """What a confirmed slow node leads to. Report: the condition SlowNode, an event and a metric only. Replace: at
+    the next checkpoint, the node avoided and only its pod made again elsewhere (ReplacePod; the other pods restart
+    their ranks in place); with spec.elastic and no node free, the job shrinks around it as for a lost node. Shrink
+    (spec.elastic only): the node avoided and its pod dropped at the next checkpoint, the data degree shrunk (the
+    global batch kept), grown back when a healthy node is free."""
+    compute_factor: float = Field(1.2, gt=1, le=10)
+    """A rank is slow when its own compute per step (the trainer times it apart from the collectives' wait) takes
+    more than this many times the median of its peers' (the other ranks of its pipeline stage)."""
+    confirm_samples: int = Field(3, ge=1, le=100)
+    """Telemetry samples in a row that must name the same node before SlowNode turns on (and healthy ones before it
+    turns off)."""
+    min_slowdown: float = Field(1.1, ge=1, le=10)
+    """Act (Replace, Shrink) only while the job's steps take at least this many times its healthy pace, and only
+    when the steps left are worth more than what the action costs (a restart of the ranks and the steps since the
+    checkpoint)."""
+    max_actions_per_hour: int = Field(1, ge=0, le=12)
+    """At most this many actions for slowness within an hour; beyond, SlowNode is only reported."""
+
+
 class RunPolicy(ApiModel):
     backoff_limit: int = Field(3, ge=0)
     """Recoveries after failures (any rung of the recovery ladder, one per incident) before the job is Failed;
@@ -392,6 +440,9 @@ class RunPolicy(ApiModel):
     recovery: Recovery = Field(default_factory=Recovery)
     """The recovery ladder: the finest rung allowed, each rung's timeout and the cap on in-place recoveries
     (docs/reliability.md)."""
+    slowness: Slowness = Field(default_factory=Slowness)
+    """A slow node found from the ranks' compute times: reported, or acted on at the next checkpoint
+    (docs/reliability.md, "Slow nodes")."""
 
 
 class Monitoring(ApiModel):
@@ -784,8 +835,6 @@ class RecoveryState(ApiModel):
     LauncherChannel <job>-recovery the launchers watch."""
     rung: str | None = Field(None)
     """The in-place rung in progress (RestartRanks), while it runs."""
-    base_step: int | None = Field(None)
-    """The checkpoint step the job first trained from (goodput counts the steps after it)."""
     replacing: int | None = Field(None)
     """ReplacePod: the index of the pod being made again."""
     unplaced: str | None = Field(None)
@@ -831,14 +880,192 @@ class MonitoringStatus(ApiModel):
     """When the step last advanced (RFC 3339)."""
 
 
+class GoodputSeconds(ApiModel):
+    productive: float = Field(0.0)
+    """New steps (never trained before) at the job's healthy pace."""
+    slow_steps: float = Field(0.0)
+    """What new steps took beyond the healthy pace: a slow node, a slow link, a throttled chip."""
+    redone_steps: float = Field(0.0)
+    """Steps trained again after a recovery resumed from an older checkpoint."""
+    checkpoint_saves: float = Field(0.0)
+    """The trainer's checkpoint saves that blocked training."""
+    starts_and_restarts: float = Field(0.0)
+    """Pods starting, MindSpore's start and graph compilation, and every recovery until training stepped again."""
+    waiting_for_placement: float = Field(0.0)
+    """A new attempt waiting for nodes (after a whole-gang restart, or a shrunk gang waiting to grow)."""
+
+
+class GoodputProcess(ApiModel):
+    epoch: str = Field()
+    """attempt/rank generation of the lead trainer process last read."""
+    base: int = Field()
+    """The step it started from (its checkpoint)."""
+    done: int = Field()
+    """Steps it had completed at the last reading."""
+    save_seconds: float = Field(0.0)
+    """Seconds it had spent saving checkpoints."""
+    saves: int = Field(0)
+    """Checkpoints it had saved."""
+
+
+class GoodputPending(ApiModel):
+    from_: int = Field(alias="from")
+    """The step before the interval."""
+    to: int = Field()
+    """The step after it."""
+    seconds: float = Field()
+    """Its stepping seconds (saves taken out)."""
+    start: bool = Field(False)
+    """The first interval of a trainer process (its start is charged to startsAndRestarts)."""
+    redone: int = Field(0)
+    """How many of its steps were trained before."""
+
+
+class GoodputWindow(ApiModel):
+    seconds: float = Field(0.0)
+    """Stepping seconds in the window."""
+    steps: int = Field(0)
+    """Steps in it."""
+
+
+class GoodputAccount(ApiModel):
+    since: str | None = Field(None)
+    """status.startTime: the account starts when the job first started."""
+    accounted_at: str | None = Field(None)
+    """Up to when the wall time is attributed (the last telemetry reading, or the last change of state)."""
+    wall_seconds: float | None = Field(None)
+    """accountedAt - since: what the buckets add up to."""
+    seconds: GoodputSeconds | None = Field(None)
+    """The buckets, in seconds; status.goodput = productive / wallSeconds."""
+    steps_kept: int | None = Field(None)
+    """New steps accounted (each step once, whatever was redone)."""
+    steps_redone: int | None = Field(None)
+    """Steps accounted as trained again."""
+    stepping_seconds: float | None = Field(None)
+    """The seconds the new steps took: productive and slowSteps together, split by the healthy pace."""
+    healthy_step_seconds: float | None = Field(None)
+    """The job's healthy pace: the step-weighted mean of its per-step times at most median + 3 x MAD."""
+    predicted_step_seconds: float | None = Field(None)
+    """The planner's step time for the degrees the job runs at, beside it."""
+    mode: str | None = Field(None)
+    """waiting, starting or running: the job's state since accountedAt."""
+    world: int | None = Field(None)
+    """The world size the healthy pace was measured at (a change measures it afresh)."""
+    high_water: int | None = Field(None)
+    """The highest step ever trained: steps up to it are redone."""
+    pace: dict[str, int] = Field(default_factory=dict)
+    """The per-step times measured (windows of 32 steps, or a minute), as steps per 1 % bin of 100 x ln(seconds)."""
+    pace_intervals: int | None = Field(None)
+    """Windows in the pace; it is trusted from 3."""
+    pace_steps: int | None = Field(None)
+    """Steps in the pace's windows."""
+    window: GoodputWindow | None = Field(None)
+    """The pace window being filled: stepping seconds and steps (32 steps, or a minute and 8 steps, make one
+    observation)."""
+    pending: list[GoodputPending] = Field(default_factory=list)
+    """Running intervals waiting for the healthy pace to be known."""
+    process: GoodputProcess | None = Field(None)
+    """The lead trainer process as last read."""
+
+
+class CheckpointInterval(ApiModel):
+    every_steps: int | None = Field(None)
+    """The interval the trainer saves at (training.checkpoint.everySteps: auto), from step fromStep on."""
+    from_step: int | None = Field(None)
+    """The step it applies from (a minute ahead of the step it was set at, so every launcher has it first)."""
+    save_seconds: float | None = Field(None)
+    """The measured blocking save: the lead trainer's mean save seconds."""
+    saves: int | None = Field(None)
+    """Saves it was measured over."""
+    mtbf_seconds: float | None = Field(None)
+    """The mean time between failures the operator sees for this job."""
+    failures: float | None = Field(None)
+    """The job's failures it counts (weighted by age: a failure's weight halves in about 5 days)."""
+    exposure_seconds: float | None = Field(None)
+    """The time they were counted over (weighted alike)."""
+    node_faults_per_node_day: float | None = Field(None)
+    """The cluster's node faults per node-day (from every job's ledger), where they replace the job's own."""
+    basis: str | None = Field(None)
+    """The failure rate in words."""
+    step_seconds: float | None = Field(None)
+    """The job's healthy pace the interval is counted in."""
+    optimum_seconds: float | None = Field(None)
+    """Daly's optimum for these inputs: training seconds between saves."""
+    optimum_steps: int | None = Field(None)
+    """The optimum in steps, within the bounds (at least 30 s and the saves at most half the time, at most 6 h)."""
+    changed_at: str | None = Field(None)
+    """When everySteps last changed."""
+    reason: str | None = Field(None)
+    """Why everySteps is what it is."""
+
+
+class SlowNodeFinding(ApiModel):
+    node: str = Field()
+    """The slow node."""
+    since: str | None = Field(None)
+    """When it was confirmed (RFC 3339)."""
+    at_step: int | None = Field(None)
+    """The training step then: an action waits for the next checkpoint after it."""
+    pods: list[str] = Field(default_factory=list)
+    """This job's pods on it."""
+    ranks: list[int] = Field(default_factory=list)
+    """Its ranks found slow (the first 64)."""
+    ratio: float | None = Field(None)
+    """Their compute over their peers' median compute."""
+    slowdown: float | None = Field(None)
+    """The job's recent step over its healthy pace."""
+    evidence: str | None = Field(None)
+    """The figures, in words."""
+    save_at: int | None = Field(None)
+    """The step the trainer was asked to save at, so the action need not wait for the interval's next checkpoint."""
+    acted: str | None = Field(None)
+    """When spec.runPolicy.slowness acted on it."""
+    decision: str | None = Field(None)
+    """What the policy did, or why it waits or only reports."""
+
+
+class SlownessStatus(ApiModel):
+    sampled_at: str | None = Field(None)
+    """The telemetry sample last scored (RFC 3339)."""
+    epoch: str | None = Field(None)
+    """attempt/rank generation of the trainer processes scored."""
+    scored: int | None = Field(None)
+    """Samples scored; the job's first confirmSamples only learn each node's usual ratio."""
+    epoch_scored: int | None = Field(None)
+    """Samples scored in this epoch; its first confirmSamples (new processes warming up) neither learn nor judge."""
+    baselines: dict[str, float] = Field(default_factory=dict)
+    """Each node's usual compute ratio to its peers, where above 1.05 (a node always a little slower)."""
+    suspects: dict[str, int] = Field(default_factory=dict)
+    """The nodes the last sample found slow, each with the samples in a row that found it."""
+    clear_samples: int | None = Field(None)
+    """Samples in a row without the confirmed node slow (it clears at confirmSamples)."""
+    confirmed: SlowNodeFinding | None = Field(None)
+    """The slow node the condition SlowNode names."""
+
+
+class SlowNodeRecord(ApiModel):
+    node: str = Field()
+    """A node this job found slow and acted on: avoided for the job's life."""
+    since: str | None = Field(None)
+    """When it was confirmed."""
+    ratio: float | None = Field(None)
+    """Its ranks' compute over their peers'."""
+    slowdown: float | None = Field(None)
+    """The job's step over its healthy pace then."""
+    action: str | None = Field(None)
+    """Replace or Shrink."""
+    at: str | None = Field(None)
+    """When the action was taken."""
+
+
 class AscendHybridJobStatus(ApiModel):
     phase: str | None = Field(None)
     """Pending, Placing, Starting, Running, Restarting, Succeeded, Failed or Suspended."""
     conditions: list[Condition] = Field(default_factory=list)
     """Created, StrategyFits, Admitted (queued jobs), Placed, RankTableReady, Running, Restarting, Succeeded, Failed,
-    Suspended, MetricsAvailable, LoadImbalanced, Straggling, TrainingStalled, Degraded (spec.elastic: True while the job
-    runs at a smaller data degree than its spec's), PlacementHonoured (under Volcano: whether where Volcano bound the
-    pods is as close as the operator's plan)."""
+    Suspended, MetricsAvailable, LoadImbalanced, Straggling, SlowNode, TrainingStalled, Degraded (spec.elastic: True
+    while the job runs at a smaller data degree than its spec's), PlacementHonoured (under Volcano: whether where
+    Volcano bound the pods is as close as the operator's plan)."""
     world_size: int | None = Field(None)
     """Ranks the pods run with: data x tensor x pipeline x context of status.parallelism (smaller than the spec's
     while an elastic job runs shrunk)."""
@@ -895,8 +1122,17 @@ class AscendHybridJobStatus(ApiModel):
     """The last 32 incidents, oldest first: cause, where, the rungs tried and the one that worked, their timestamps
     and the steps redone (docs/reliability.md)."""
     goodput: float | None = Field(None)
-    """Fraction (0-1) of the wall time since the job first ran that went to training steps that were kept (steps ×
-    measured step time / wall time)."""
+    """Fraction (0-1) of the wall time since the job first started that went to new training steps at the job's
+    healthy pace (status.goodputAccount.seconds.productive / wallSeconds): slow steps, redone steps, checkpoint
+    saves, starts, restarts and placement waits are what is missing from 1."""
+    goodput_account: GoodputAccount | None = Field(None)
+    """The wall time since the job first started, split into buckets that add up to it (docs/reliability.md)."""
+    checkpoint_interval: CheckpointInterval | None = Field(None)
+    """training.checkpoint.everySteps: auto: the interval in force and what it was computed from."""
+    slowness: SlownessStatus | None = Field(None)
+    """What the condition SlowNode is computed from: the suspect node, the confirmed one (docs/reliability.md)."""
+    slow_nodes: list[SlowNodeRecord] = Field(default_factory=list)
+    """The nodes this job found slow and acted on (spec.runPolicy.slowness), newest last: avoided for its life."""
 
 
 # The launchers' channel (docs/reliability.md, "The launchers' channel"): its own kind, so that one Role per

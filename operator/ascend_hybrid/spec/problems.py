@@ -62,6 +62,8 @@ def pydantic_problem(error: Mapping[str, Any]) -> str:
         elif expected == "a string" and isinstance(value, int | float) and not isinstance(value, bool):
             expected = f"a string (quote it: '{value}')"
         return f"{path}={shown(value)}: must be {expected}"
+    if kind == "value_error" and "error" in context:  # a validator's own words
+        return f"{path}={shown(value)}: {context['error']}"
     return f"{path}={shown(value)}: {error['msg'][:1].lower()}{error['msg'][1:]}"
 
 

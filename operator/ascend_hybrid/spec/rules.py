@@ -293,11 +293,22 @@ def _elastic_not_auto(e: ResolvedJob) -> str | None:
     return _ELASTIC_AUTO_MESSAGE if e.spec.elastic is not None and e.spec.parallelism.auto else None
 
 
+_SHRINK_MESSAGE = ("spec.runPolicy.slowness.action: Shrink needs spec.elastic (the data degree it shrinks, and "
+                   "minData, how far)")
+
+
+def _shrink_needs_elastic(e: ResolvedJob) -> str | None:
+    return _SHRINK_MESSAGE if e.spec.run_policy.slowness.action == "Shrink" and e.spec.elastic is None else None
+
+
 _ELASTIC_RULES = (
     Rule(_min_data_within_data, f"!has(self.elastic) || {CEL_AUTO} || self.elastic.minData <= self.parallelism.data",
          cel_format("spec.elastic.minData=%d must be ≤ spec.parallelism.data=%d", "self.elastic.minData",
                     "self.parallelism.data")),
     Rule(_elastic_not_auto, f"!has(self.elastic) || !{CEL_AUTO}", repr(_ELASTIC_AUTO_MESSAGE)),
+    Rule(_shrink_needs_elastic,
+         "!has(self.runPolicy) || !has(self.runPolicy.slowness) || !has(self.runPolicy.slowness.action) || "
+         "self.runPolicy.slowness.action != 'Shrink' || has(self.elastic)", repr(_SHRINK_MESSAGE)),
 )
 
 _KUEUE_OR_VOLCANO_MESSAGE = (

@@ -74,6 +74,28 @@ def test_goodput_is_published_for_running_jobs():
     assert published == {"a": 0.75}
 
 
+def test_the_goodput_buckets_are_published_for_running_jobs():
+    from ascend_hybrid.controller.records import JobRecord
+
+    buckets = {"productive": 700.0, "slowSteps": 120.5, "redoneSteps": 30.0, "checkpointSaves": 20.0,
+               "startsAndRestarts": 100.0, "waitingForPlacement": 29.5}
+    running = JobRecord(phase="Running", goodput=0.7, goodput_seconds=buckets)
+    finished = JobRecord(phase="Succeeded", goodput=0.5, goodput_seconds=buckets)
+    metrics.publish_job_gauges([(("ns", "a"), running), (("ns", "b"), finished)])
+    published = {(sample.labels["job"], sample.labels["bucket"]): sample.value
+                 for sample in metrics.GOODPUT_SECONDS.collect()[0].samples}
+    assert published == {("a", bucket): seconds for bucket, seconds in buckets.items()}
+
+
+def test_the_slow_node_a_job_names_is_published_with_its_compute_ratio():
+    from ascend_hybrid.controller.records import JobRecord
+
+    slow = JobRecord(phase="Running", slow_node={"node": "node-7", "ratio": 1.52})
+    metrics.publish_job_gauges([(("ns", "a"), slow), (("ns", "b"), JobRecord(phase="Running"))])
+    published = {(s.labels["job"], s.labels["node"]): s.value for s in metrics.SLOW_NODE.collect()[0].samples}
+    assert published == {("a", "node-7"): 1.52}
+
+
 def observed_passes(outcome: str) -> float:
     metrics.RECONCILE_SECONDS.labels(outcome=outcome)  # the series exists before its first pass
     return next(sample.value for sample in metrics.RECONCILE_SECONDS.collect()[0].samples

@@ -88,10 +88,16 @@ def test_every_property_has_type_and_description():
             if (path, name) == ("", "metadata"):
                 continue
             count += 1
-            assert child.get("type") or child.get("x-kubernetes-preserve-unknown-fields") is True, (
-                f"{path}.{name} has no type")
+            assert child.get("type") or child.get("x-kubernetes-preserve-unknown-fields") is True or child.get(
+                "x-kubernetes-int-or-string") is True, f"{path}.{name} has no type"
             assert child.get("description", "").strip(), f"{path}.{name} has no description"
     assert count > 100
+
+
+def test_every_steps_is_an_integer_or_auto_for_the_apiserver_as_for_the_operator():
+    checkpoint = SPEC["properties"]["training"]["properties"]["checkpoint"]["properties"]["everySteps"]
+    assert checkpoint["x-kubernetes-int-or-string"] is True and checkpoint["default"] == 100
+    assert checkpoint["x-kubernetes-validations"][0]["rule"] == "type(self) == int ? self >= 1 : self == 'auto'"
 
 
 def test_learning_rate_bound_is_exclusive_minimum_zero():
@@ -151,7 +157,9 @@ def test_crd_defaults_equal_the_model_defaults():
                                    "cleanPodPolicy": "Running", "refuseUnfitStrategy": False,
                                    "failurePolicy": {},
                                    "recovery": {"finestRung": "RestartRanks", "restartRanksTimeoutSeconds": 300,
-                                                "replacePodTimeoutSeconds": 600, "maxInPlacePerHour": 6}}
+                                                "replacePodTimeoutSeconds": 600, "maxInPlacePerHour": 6},
+                                   "slowness": {"action": "Report", "computeFactor": 1.2, "confirmSamples": 3,
+                                                "minSlowdown": 1.1, "maxActionsPerHour": 1}}
     assert filled["monitoring"] == {"utilizationSpreadPercent": 30.0, "imbalanceSamples": 3, "stragglerFactor": 1.5,
                                     "stragglerWindow": 10, "stallSeconds": 300}
     assert filled["npu"] == {"resource": "huawei.com/Ascend910", "chip": "910B"}

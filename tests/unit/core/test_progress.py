@@ -88,3 +88,18 @@ def test_prometheus_vectors_give_chips_and_pod_step_times_and_drop_what_is_not_a
     queries = prometheus_vector_queries("ns", "job-a2-[0-9]+")
     assert queries["chips"] == 'npu_chip_info_utilization{namespace="ns",pod_name=~"job-a2-[0-9]+"}'
     assert "sum by (pod)" in queries["pod_step_seconds"] and 'pod=~"job-a2-[0-9]+"' in queries["pod_step_seconds"]
+
+
+def test_prometheus_vectors_give_each_ranks_step_compute_and_wait():
+    from ascend_hybrid.monitoring.progress import RankReading
+
+    def series(name, values):
+        return [({"pod": pod, "rank": str(rank), "__name__": name}, value) for (pod, rank), value in values.items()]
+    vectors = {"ascend_trainer_rank_step_seconds": series("s", {("p0", 0): 0.5, ("p1", 1): 0.5, ("p1", 2): float("nan")}),
+               "ascend_trainer_rank_compute_seconds": series("c", {("p0", 0): 0.4, ("p1", 1): 0.2}),
+               "ascend_trainer_rank_wait_seconds": series("w", {("p0", 0): 0.1, ("p1", 1): 0.3}),
+               "ascend_trainer_rank_step": series("n", {("p0", 0): 12, ("p1", 1): 12})}
+    queries = prometheus_vector_queries("ns", "job-a1-.*")
+    assert set(vectors) <= set(queries)
+    sample = from_prometheus({"step": 12.0}, NOW, vectors)
+    assert sample.ranks == (RankReading("p0", 0, 0.5, 0.4, 0.1, 12), RankReading("p1", 1, 0.5, 0.2, 0.3, 12))

@@ -11,6 +11,7 @@ import pytest
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.ascend import DEVICE_ANNOTATION, RACK_LABEL, DeviceInfo
+from ascend_hybrid.contracts.conditions import timestamp
 from ascend_hybrid.diagnosis import refusals
 from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.reconcile import decision as reconcile
@@ -980,10 +981,64 @@ def test_a_start_grants_the_launchers_and_writes_no_channel():
     assert "signal_launchers" not in kinds(reported) and "grant_launchers" not in kinds(reported)
 
 
-def test_goodput_counts_the_steps_kept_since_the_first_checkpoint():
-    body, table = running_job(startTime="2026-11-29T11:58:20Z", training={"step": 40, "stepSeconds": 2.0})
-    decision = ladder_pass(body, table, [said(0, "Started", resumed_from=0), said(1, "Started", resumed_from=0)])
-    assert decision.status["goodput"] == 0.8 and decision.status["recovery"]["baseStep"] == 0
+def test_goodput_is_the_productive_share_of_an_account_that_follows_the_job_pass_by_pass():
+    """Each pass attributes the time since the last to a bucket by the state it leaves: the start until the lead
+    trainer steps, then its readings' steps at the healthy pace (two slow intervals charged as slowness), then a
+    failure's restart."""
+    from ascend_hybrid.monitoring.progress import Sample
+
+    started = NOW - timedelta(seconds=100)
+    body, table = running_job(startTime=timestamp(started))
+    reports = [said(0, "Started", resumed_from=0), said(1, "Started", resumed_from=0)]
+    moment, step = NOW, 0
+    for seconds_per_step in (1.0,) * 10 + (2.0, 2.0, 1.0):  # three windows of a minute make the pace
+        moment += timedelta(seconds=20)
+        step += int(20 / seconds_per_step)
+        sample = Sample("trainer", moment, step=step, step_count=step, step_seconds=seconds_per_step)
+        decision = ladder_pass(body, table, reports, now=moment, telemetry=sample)
+        body = job(status=decision.status)
+    account = body["status"]["goodputAccount"]
+    # placed 100 s before its pods ran, and the 20 steps before the first reading go with the start
+    assert account["seconds"]["startsAndRestarts"] == 120.0
+    assert account["healthyStepSeconds"] == pytest.approx(1.0)
+    assert account["seconds"]["slowSteps"] == pytest.approx(20.0)  # 20 steps at 2 s where 1 s is the pace
+    assert body["status"]["goodput"] == round(220 / 360, 4)
+    failing = failed_rank_one(body, table, now=moment + timedelta(seconds=15))
+    failed = job(status=failing.status)
+    restarted = ladder_pass(failed, table, [said(0, "Started", generation=1, resumed_from=100),
+                                            said(1, "Started", generation=1, resumed_from=100)],
+                            now=moment + timedelta(seconds=45))
+    assert restarted.status["phase"] == "Restarting"
+    again = restarted.status["goodputAccount"]
+    assert again["mode"] == "starting" and again["wallSeconds"] == pytest.approx(375.0)
+    assert again["seconds"]["startsAndRestarts"] == pytest.approx(135.0)  # the 15 s since the last reading
+
+
+def test_an_auto_checkpoint_interval_is_set_from_the_measured_save_and_failures_and_told_to_the_launchers():
+    from ascend_hybrid.diagnosis import checkpointing
+    from ascend_hybrid.monitoring.progress import Sample
+
+    auto = {"training": {"steps": 100_000, "checkpoint": {"claimName": "ckpt", "everySteps": "auto"}}}
+    failure = {"cause": "Unknown", "detected": timestamp(NOW - timedelta(hours=1)), "rungs": ["RestartRanks"],
+               "outcome": "Recovered"}
+    status = placed_status(phase="Running", startTime=timestamp(NOW - timedelta(hours=2)), recoveries=[failure],
+                           goodputAccount={"healthyStepSeconds": 0.5})
+    body = job(auto, status=status)
+    table = decide(observe(job(auto, status=placed_status(phase="Starting")), pods=[live(0), live(1)]))
+    sample = Sample("trainer", NOW, step=400, step_count=400, checkpoint_seconds_sum=8.0, checkpoint_count=4)
+    decision = ladder_pass(body, action(table, "write_rank_table").table,
+                           [said(0, "Started", resumed_from=0), said(1, "Started", resumed_from=0)], telemetry=sample)
+    interval = decision.status["checkpointInterval"]
+    optimum = checkpointing.daly_seconds(2.0, interval["mtbfSeconds"])
+    assert interval["saveSeconds"] == 2.0 and interval["everySteps"] == round(optimum / 0.5)
+    assert interval["fromStep"] == 400 + 120  # a minute ahead at 0.5 s a step
+    told = action(decision, "signal_launchers")
+    assert json.loads(told.checkpoint) == {"everySteps": interval["everySteps"], "fromStep": 520}
+    from ascend_hybrid.spec.api import AscendHybridJobStatus
+
+    AscendHybridJobStatus.model_validate(decision.status)  # what the CRD keeps: every key declared
+    fixed = decide(observe(job(status=status), pods=[live(0), live(1)], rank_table=action(table, "write_rank_table").table))
+    assert "checkpointInterval" not in fixed.status  # a job with its own interval has none
 
 
 def test_a_pod_lost_with_its_node_is_replaced_alone_and_the_others_restart_in_place():

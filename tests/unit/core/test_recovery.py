@@ -183,22 +183,6 @@ def test_the_ledger_keeps_the_last_incidents():
     assert len(ledger) == recovery.LEDGER_SIZE
 
 
-def test_goodput():
-    start = NOW - timedelta(seconds=100)
-    assert recovery.goodput(start, 40, 2.0, 1, NOW) == 0.8
-    assert recovery.goodput(start, 40, 2.0, 21, NOW) == 0.4  # started from a checkpoint at step 20
-    assert recovery.goodput(start, 400, 2.0, 1, NOW) == 1.0
-    assert recovery.goodput(None, 40, 2.0, 1, NOW) is None
-    assert recovery.goodput(start, 40, None, 1, NOW) is None
-    assert recovery.goodput(NOW, 40, 2.0, 1, NOW) is None
-
-
-@given(st.integers(0, 10_000), st.floats(0.001, 100), st.integers(1, 10_000), st.integers(1, 10**6))
-def test_goodput_is_a_fraction(step, seconds, first, wall):
-    value = recovery.goodput(NOW - timedelta(seconds=wall), step, seconds, first, NOW)
-    assert value is not None and 0.0 <= value <= 1.0
-
-
 def test_every_action_is_a_rung_or_fails():
     for action in ACTIONS:
         assert recovery.rung_of(action, "Unknown", True) in (*RUNGS, None)

@@ -85,6 +85,8 @@ KUBE_PY_CALLS = {
     "create_namespaced_role_binding": {("rbac.authorization.k8s.io", "rolebindings", "create")},
     # The namespace-wide launcher Role of earlier versions, by its one name (NAMED_RULES).
     "delete_namespaced_role": {("rbac.authorization.k8s.io", "roles", "delete")},
+    # --mark-slow-nodes (slowNodes.markNodes): the node condition AscendSlowNode.
+    "patch_node_status": {("", "nodes/status", "patch")},
 }
 # Rules the chart limits to fixed names (resourceNames): (apiGroup, resource, verb) → the names.
 NAMED_RULES = {("rbac.authorization.k8s.io", "roles", "delete"): ["ascend-hybrid-launcher"]}
@@ -95,6 +97,7 @@ KUEUE_NEEDS = {("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workl
 # volcano.enabled; read by the resource they name as the Kueue ones are.
 VOLCANO_NEEDS = {("scheduling.volcano.sh", "podgroups", verb) for verb in ("get", "create", "patch", "delete")}
 NETWORK_POLICY_CALLS = {"patch_namespaced_network_policy"}
+MARK_SLOW_NODES_CALLS = {"patch_node_status"}  # granted only with slowNodes.markNodes
 # controller/leader.py (--leader-elect) and controller/metrics_auth.py (--metrics-auth): their calls and needs.
 LEADER_CALLS = {"read_namespaced_lease": ("coordination.k8s.io", "leases", "get"),
                 "create_namespaced_lease": ("coordination.k8s.io", "leases", "create"),
@@ -438,6 +441,15 @@ def test_security_values_reach_the_operator_and_prometheus(rendered):
     assert endpoint["scheme"] == "https" and endpoint["bearerTokenFile"].endswith("serviceaccount/token")
 
 
+def test_marking_slow_nodes_is_off_by_default_and_its_grant_comes_with_it(rendered, tmp_path):
+    default = objects_of(rendered["chart-default"])
+    assert ("", "nodes/status", "patch") not in granted(default)
+    assert "--mark-slow-nodes" not in one(default, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    marking = objects_of(render_with(tmp_path, {"slowNodes": {"markNodes": True}}))
+    assert ("", "nodes/status", "patch") in granted(marking)
+    assert "--mark-slow-nodes" in one(marking, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 # kube.py's pod writes past the client's models (Kube._send): (method, resource) → the client method they stand for.
 RAW_CALLS = {("POST", "pods"): "create_namespaced_pod", ("PATCH", "pods"): "patch_namespaced_pod",
              ("DELETE", "pods"): "delete_namespaced_pod"}
@@ -475,7 +487,7 @@ def test_every_api_call_of_leader_election_and_metrics_auth_is_known():
 def operator_needs(namespaced: bool, network_policy: bool = False, with_kueue: bool = False,
                    metrics_auth: bool = True, with_volcano: bool = False) -> set[tuple[str, str, str]]:
     calls = {name: needs for name, needs in KUBE_PY_CALLS.items()
-             if network_policy or name not in NETWORK_POLICY_CALLS}
+             if (network_policy or name not in NETWORK_POLICY_CALLS) and name not in MARK_SLOW_NODES_CALLS}
     needs = set().union(*calls.values()) | kopf_watch_needs() | KOPF_OWN_NEEDS | set(LEADER_CALLS.values())
     if '"blockOwnerDeletion": True' in Path(render.__file__).read_text():
         needs |= OWNER_REFERENCE_NEEDS

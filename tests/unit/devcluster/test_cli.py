@@ -183,3 +183,16 @@ def test_server_ports_come_from_below_the_ephemeral_range_and_skip_a_taken_one()
 def test_picking_more_ports_than_a_range_holds_is_an_error_not_a_hang():
     with pytest.raises(RuntimeError, match="no 3 free ports in 15000-15001"):
         devports.pick_free_ports(3, (15000, 15002), "127.0.0.1")
+
+
+def test_a_slow_node_or_link_is_asked_for_with_its_factor_and_a_bad_factor_named(monkeypatch, capsys):
+    args = parse("fault", "node-003", "--slow", "1.5")
+    assert (args.slow, args.slow_link, args.clear) == ("1.5", None, False)
+    assert parse("fault", "node-003", "--slow-link", "node-004", "4").slow_link == ["node-004", "4"]
+    assert parse("fault", "node-003", "--clear").clear
+    with pytest.raises(SystemExit):
+        parse("fault", "node-003", "--slow", "2", "--clear")
+    monkeypatch.setattr(cli.cluster, "require_running", lambda name: None)
+    monkeypatch.setattr(cli.cluster, "core_api", lambda paths: None)
+    assert cli.handle_fault(parse("fault", "node-003", "--slow", "0.5")) == 1
+    assert "slowness factor 0.5: must be between 1 and 1000 (2 = twice as slow)" in capsys.readouterr().err

@@ -232,12 +232,16 @@ def test_prometheus_config_relabels_trainer_targets_and_reads_the_target_files()
 
 
 def test_the_simulated_trainer_exports_exactly_the_bundled_trainers_series():
-    from ascend_hybrid_trainer.metrics import STEP_SECONDS_BUCKETS, TrainerMetrics
+    from ascend_hybrid_trainer.metrics import CHECKPOINT_SECONDS_BUCKETS, STEP_SECONDS_BUCKETS, TrainerMetrics
+    from ascend_hybrid_trainer.timing import RankFigures
 
-    real = {(f.name, f.type) for f in TrainerMetrics(npu_reader=lambda: {"0": 1.0}).registry.collect()}
+    timed = [RankFigures(0, 3, 3, 0.5, 0.4, 0.1)]
+    real = {(f.name, f.type) for f in TrainerMetrics(npu_reader=lambda: {"0": 1.0},
+                                                     rank_timings=lambda: timed).registry.collect()}
     simulated = {(f.name, f.type) for f in figures.trainer_families(figures.trainer_figures(sim(), T0 + 9))}
     assert simulated == real
     assert figures.STEP_SECONDS_BUCKETS == STEP_SECONDS_BUCKETS
+    assert figures.CHECKPOINT_SECONDS_BUCKETS == CHECKPOINT_SECONDS_BUCKETS
 
 
 # Step times from the plan's prediction -------------------------------------------------------------------
@@ -271,3 +275,86 @@ def test_the_prediction_is_read_from_the_jobs_plan():
     assert figures.predicted_step_seconds(job) == 52.3
     assert figures.predicted_step_seconds({"metadata": {}, "status": {}}) is None
     assert figures.predicted_step_seconds({"status": {"plan": {"time": {"stepSeconds": "x"}}}}) is None
+
+
+# A slow node or link, coupled across a synchronous job's ranks ---------------------------------------------------------
+def job_pods(nodes=("n1", "n2", "n3", "n4"), chips=2, step="1.0"):
+    """One pod per node of a job (pod i on nodes[i], `chips` ranks each), started at T0."""
+    from dataclasses import replace
+
+    pods = []
+    for index, node in enumerate(nodes):
+        pod = sim(annotations={figures.STEP_SECONDS_ANNOTATION: step}, chips=tuple(range(chips)))
+        pods.append(replace(pod, name=f"job-a1-{index}", node=node, index=index))
+    return pods
+
+
+def coupled_to(pods, faults):
+    from dataclasses import replace
+
+    from ascend_hybrid.devcluster.telemetry import coupled
+
+    compute, links = coupled.node_histories(faults)
+    return [replace(pod, coupling=coupled.Job({p.node for p in pods}, compute, links)) for pod in pods]
+
+
+def test_a_slow_node_slows_every_rank_of_its_job_and_only_its_own_ranks_compute_longer():
+    from ascend_hybrid.devcluster.telemetry import coupled
+
+    faults = {"n3": {coupled.SLOW_COMPUTE_ANNOTATION: coupled.appended(None, 1.5, T0 + 100)}}
+    pods = coupled_to(job_pods(), faults)
+    at = T0 + 400
+    steps = {figures.trainer_figures(pod, at).step for pod in pods}
+    assert steps == {100 + int(300 / (0.8 * 1.5 + 0.2))}  # one pace for all: the slowest node's, after 100 s
+    ranks = {rank: (step, compute, wait) for pod in pods for rank, step, compute, wait in
+             figures.trainer_figures(pod, at).ranks}
+    assert sorted(ranks) == list(range(8))
+    slow = [ranks[4][1], ranks[5][1]]  # pod 2 on n3: ranks 4 and 5
+    others = [ranks[rank][1] for rank in (0, 1, 2, 3, 6, 7)]
+    assert min(slow) > 1.35 * max(others)
+    assert max(ranks[4][2], ranks[5][2]) < min(ranks[rank][2] for rank in (0, 1, 2, 3, 6, 7))
+    assert max(step for step, _, _ in ranks.values()) / min(step for step, _, _ in ranks.values()) < 1.01
+    cleared = {"n3": {coupled.SLOW_COMPUTE_ANNOTATION: coupled.appended(
+        faults["n3"][coupled.SLOW_COMPUTE_ANNOTATION], 1.0, T0 + 400)}}
+    again = coupled_to(job_pods(), cleared)
+    later = figures.trainer_figures(again[0], T0 + 500).step
+    assert later == figures.trainer_figures(again[0], T0 + 400).step + 100  # back at its pace
+
+
+def test_a_slow_link_slows_the_collectives_of_a_job_across_it_and_no_other_job():
+    from ascend_hybrid.devcluster.telemetry import coupled
+
+    faults = {"n1": {coupled.SLOW_LINKS_ANNOTATION: f"n2=4@{T0:.3f}"}}
+    across = coupled_to(job_pods(("n1", "n2")), faults)
+    beside = coupled_to(job_pods(("n3", "n4")), faults)
+    assert figures.trainer_figures(across[0], T0 + 160).step == int(160 / (0.8 + 0.2 * 4))
+    assert figures.trainer_figures(beside[0], T0 + 160).step == 160
+    (_, step, compute, wait), *_ = figures.trainer_figures(across[1], T0 + 160).ranks
+    assert compute == pytest.approx(0.8, rel=0.04) and wait == pytest.approx(0.8, rel=0.1)
+
+
+def test_the_operator_names_the_simulated_slow_node_from_the_exported_figures():
+    from datetime import datetime
+
+    from ascend_hybrid.devcluster.telemetry import coupled
+    from ascend_hybrid.monitoring import slowness
+    from ascend_hybrid.monitoring.progress import from_trainer_text
+    from ascend_hybrid.spec.api import Slowness
+
+    faults = {"n3": {coupled.SLOW_COMPUTE_ANNOTATION: coupled.appended(None, 1.5, T0 + 100)}}
+    pods = coupled_to(job_pods(chips=8), faults)
+    texts = {pod.index: figures.trainer_text(pod, T0 + 300).decode() for pod in pods}
+    sample = from_trainer_text(texts, datetime.fromtimestamp(T0 + 300, UTC), {pod.index: pod.name for pod in pods})
+    found = slowness.suspects(sample.ranks, {pod.name: pod.node for pod in pods}, lambda rank: 0,
+                              Slowness().compute_factor)
+    assert [(suspect.node, suspect.ranks) for suspect in found] == [("n3", tuple(range(16, 24)))]
+
+
+def test_a_fault_history_reads_back_as_written_and_ignores_what_it_cannot_read():
+    from ascend_hybrid.devcluster.telemetry import coupled
+
+    text = coupled.appended(coupled.appended(None, 2.0, 100.0), 1.0, 200.0)
+    history = coupled.parse_history(text + ";junk;0.5@300")
+    assert history == ((100.0, 2.0), (200.0, 1.0), (300.0, 1.0))  # a factor below 1 is no speed-up
+    assert [coupled.at(history, t) for t in (50, 150, 250)] == [1.0, 2.0, 1.0]
+    assert coupled.parse_links(coupled.links_text({"n2": ((5.0, 4.0),)})) == {"n2": ((5.0, 4.0),)}

@@ -27,6 +27,7 @@ from ascend_hybrid.devcluster.nodes.manifests import (
     reported_unhealthy,
     sim_node_from_manifest,
 )
+from ascend_hybrid.devcluster.telemetry import coupled
 
 CREATE_WORKERS = 8
 NOT_READY_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
@@ -150,3 +151,31 @@ def set_straddle_rings(core: client.CoreV1Api, node_name: str, straddle: bool) -
     value = "true" if straddle else None  # None: the merge patch removes the label
     with_retries(lambda: core.patch_node(node_name, {"metadata": {"labels": {STRADDLE_RINGS_LABEL: value}}}),
                  f"label node {node_name}")
+
+
+def set_slowness(core: client.CoreV1Api, node_name: str, compute: float | None = None,
+                 link: tuple[str, float] | None = None, clear: bool = False, now: float | None = None) -> dict[str, str]:
+    """A slow node (its chips compute `compute` times slower), a slow link to a peer (its bandwidth divided by the
+    factor), or both cleared: appended to the node's fault histories (telemetry/coupled.py), which the simulated
+    telemetry and the process runtime's throttle read. Returns the node's two annotations."""
+    node = read_raw(core.read_node, node_name)
+    if sim_node_from_manifest(node) is None:
+        raise ValueError(f"{node_name} is not a simulated Ascend node")
+    moment = time.time() if now is None else now
+    annotations = node["metadata"].get("annotations") or {}
+    compute_text = annotations.get(coupled.SLOW_COMPUTE_ANNOTATION)
+    links = coupled.parse_links(annotations.get(coupled.SLOW_LINKS_ANNOTATION))
+    if compute is not None or clear:
+        compute_text = coupled.appended(compute_text, 1.0 if clear else float(compute or 1.0), moment)
+    if link is not None:
+        peer, factor = link
+        if sim_node_from_manifest(read_raw(core.read_node, peer)) is None:
+            raise ValueError(f"{peer} is not a simulated Ascend node")
+        links[peer] = (*links.get(peer, ()), (moment, max(factor, 1.0)))
+    if clear:
+        links = {peer: (*history, (moment, 1.0)) for peer, history in links.items()}
+    patch = {coupled.SLOW_COMPUTE_ANNOTATION: compute_text or None,
+             coupled.SLOW_LINKS_ANNOTATION: coupled.links_text(links) or None}
+    with_retries(lambda: core.patch_node(node_name, {"metadata": {"annotations": patch}}),
+                 f"annotate node {node_name}")
+    return {key: value for key, value in patch.items() if value}

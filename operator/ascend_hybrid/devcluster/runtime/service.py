@@ -9,7 +9,8 @@ directory (and keeps them in sync), starts the process with the container's env 
 Running, serves its output to `kubectl logs` through a kwok Logs object, reports Succeeded or Failed with the
 exit code (or restarts a container as its restartPolicy says: restart.py), stops the group on deletion (SIGTERM,
 SIGKILL after the grace period) and then deletes the pod. The decisions are decisions.decide(); this module
-carries them out.
+carries them out. A process pod on a node `dev-cluster fault NODE --slow F` slowed runs in duty cycles of SIGSTOP
+and SIGCONT, 1/F of the time (throttle.py).
 
     python -m ascend_hybrid.devcluster.runtime.service --kubeconfig FILE --cluster-dir DIR [--ready-file F]
         [--capacity N] [--containers]
@@ -65,13 +66,19 @@ from ascend_hybrid.devcluster.runtime.kubelet import (
 from ascend_hybrid.devcluster.runtime.launch import NotRunnable, PodLayout, runtime_container
 from ascend_hybrid.devcluster.runtime.process import PodProcess
 from ascend_hybrid.devcluster.runtime.restart import next_streak
+from ascend_hybrid.devcluster.runtime.throttle import Throttle
 from ascend_hybrid.devcluster.runtime.volumes import VolumeFile
+from ascend_hybrid.devcluster.telemetry import coupled
 
 TICK_SECONDS = 0.2
 ROUTES_EVERY_SECONDS = 0.5
 RETRY_REMOVE_SECONDS = 5.0
 SHUTDOWN_GRACE_SECONDS = 5.0
 RUNTIME_DIR = "runtime"  # under the cluster's directory: pods/<ns>_<name>_<uid>/, claims/<ns>/<claim>/
+
+
+def _slowness_of(node: dict) -> str:
+    return (node["metadata"].get("annotations") or {}).get(coupled.SLOW_COMPUTE_ANNOTATION) or ""
 
 
 def _uid(item: dict) -> str:
@@ -110,6 +117,7 @@ class ProcessRuntime:
         self.handles: dict[str, Handle] = {}
         self.told: dict[str, tuple[str, str]] = {}   # uid → (reason, message) of its last waiting status
         self.removing: dict[str, float] = {}
+        self.node_slowness: dict[str, str] = {}  # node → its slow-compute history (dev-cluster fault --slow)
         self.forwarder = Forwarder(log)
         bin_dir = str(Path(sys.executable).parent)  # the trainer's console script lives beside this Python
         self.base_env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -144,6 +152,36 @@ class ProcessRuntime:
             self._store_one(self.process_pods, kind, item, _uid)
             self.wake.set()
 
+    def sync_nodes(self, items: list[dict]) -> None:
+        with self.lock:
+            self.node_slowness = {node["metadata"]["name"]: text for node in items
+                                  if (text := _slowness_of(node))}
+
+    def node_event(self, kind: str, node: dict) -> None:
+        name, text = node["metadata"]["name"], _slowness_of(node)
+        with self.lock:
+            if kind == "DELETED" or not text:
+                self.node_slowness.pop(name, None)
+            else:
+                self.node_slowness[name] = text
+
+    def throttled(self) -> dict[int, float]:
+        """Process group → slowness factor of the running process pods on slowed nodes (not those going)."""
+        now = time.time()
+        with self.lock:
+            slowness, pods = dict(self.node_slowness), dict(self.process_pods)
+        found = {}
+        for uid, handle in list(self.handles.items()):
+            pod, process = pods.get(uid), self.tracked.get(uid)
+            node = ((pod or {}).get("spec") or {}).get("nodeName")
+            if not node or node not in slowness or process is None or not process.running or uid in self.removing \
+                    or not isinstance(handle.mode, ProcessMode) or handle.process.process is None:
+                continue
+            factor = coupled.at(coupled.parse_history(slowness[node]), now)
+            if factor > 1:
+                found[handle.process.pid] = factor
+        return found
+
     def sync_services(self, items: list[dict]) -> None:
         self._store_all(self.services, items, _uid)
 
@@ -161,6 +199,7 @@ class ProcessRuntime:
     # The loop (one long-lived thread: the processes' PR_SET_PDEATHSIG is tied to it) -----------------------
     def run(self, stop: threading.Event) -> None:
         self.forwarder.start()
+        threading.Thread(target=Throttle(self.throttled).run, args=(stop,), name="throttle", daemon=True).start()
         while not stop.is_set():
             self.wake.wait(TICK_SECONDS)
             self.wake.clear()
@@ -427,7 +466,8 @@ def serve(kubeconfig: str, root: Path, capacity: int, ready_file: Path | None, s
         Source("configmaps", core.list_config_map_for_all_namespaces, runtime.sync_configmaps,
                runtime.configmap_event),
         Source("pods", core.list_pod_for_all_namespaces, runtime.sync_pods, runtime.pod_event,
-               {"field_selector": "spec.nodeName!="})), stop, log)
+               {"field_selector": "spec.nodeName!="}),
+        Source("nodes", core.list_node, runtime.sync_nodes, runtime.node_event)), stop, log)
     # Ready (and running its tick loop) only once the ConfigMaps and Services pods need are known.
     if wait_synced(synced, stop) and ready_file:
         ready_file.write_text(f"{os.getpid()}\n")

@@ -34,6 +34,7 @@ from ascend_hybrid.devcluster.kube.informer import Source, start_informers
 from ascend_hybrid.devcluster.kube.processes import helper_main, log, run_until_signalled
 from ascend_hybrid.devcluster.nodes.manifests import SIMULATED_LABEL, profile_of_node
 from ascend_hybrid.devcluster.paths import ClusterPaths
+from ascend_hybrid.devcluster.telemetry import coupled
 from ascend_hybrid.devcluster.telemetry.figures import (
     JOBS_RESOURCE,
     TRAINER_PORT,
@@ -109,6 +110,7 @@ class TelemetrySimulation:
         self.pods: dict[str, SimPod] = {}           # uid → a Running pod holding chips
         self.predictions: dict[tuple[str, str], float] = {}  # (namespace, job) → predicted step seconds
         self.chip_of_node: dict[str, str] = {}      # node name → chip generation (910A, 910B, A3)
+        self.faults_of_node: dict[str, dict[str, str]] = {}  # node name → its slow-compute and slow-links annotations
         self.listeners: dict[str, tuple[str, asyncio.AbstractServer]] = {}  # uid → (ip, server on ip:9400)
         self.refused: dict[str, str] = {}           # uid → why its bind failed (logged once)
         self.exporter: asyncio.Server | None = None
@@ -144,24 +146,34 @@ class TelemetrySimulation:
                 self.predictions[key] = seconds
 
     def with_prediction(self, pod: SimPod) -> SimPod:
-        """The pod with its job's predicted step time (read at scrape time: the plan may come after the pod)."""
+        """The pod with its job's predicted step time (read at scrape time: the plan may come after the pod) and
+        its job's coupling: the nodes of the job's pods and their faults (coupled.py)."""
         with self.lock:
             seconds = self.predictions.get((pod.namespace, pod.job))
+            nodes = {other.node for other in self.pods.values() if other.training_key == pod.training_key}
+            compute, links = coupled.node_histories(dict(self.faults_of_node))
+        pod = replace(pod, coupling=coupled.Job(nodes | {pod.node}, compute, links))
         return replace(pod, predicted_step_seconds=seconds) if seconds else pod
 
     def sync_nodes(self, items: list[dict]) -> None:
         with self.lock:
-            self.chip_of_node = {}
+            self.chip_of_node, self.faults_of_node = {}, {}
         for node in items:
             self.node_event("ADDED", node)
 
     def node_event(self, kind: str, node: dict) -> None:
         chip = profile_of_node(node)
+        name = node["metadata"]["name"]
+        annotations = node["metadata"].get("annotations") or {}
+        faults = {key: annotations[key] for key in (coupled.SLOW_COMPUTE_ANNOTATION, coupled.SLOW_LINKS_ANNOTATION)
+                  if annotations.get(key)}
         with self.lock:
             if kind == "DELETED" or chip is None:
-                self.chip_of_node.pop(node["metadata"]["name"], None)
+                self.chip_of_node.pop(name, None)
+                self.faults_of_node.pop(name, None)
             else:
-                self.chip_of_node[node["metadata"]["name"]] = chip.chip
+                self.chip_of_node[name] = chip.chip
+                self.faults_of_node[name] = faults
         self._wake()
 
     def _wake(self) -> None:

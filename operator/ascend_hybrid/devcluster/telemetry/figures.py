@@ -18,6 +18,10 @@ namespace/name (a hash); tests pin them with the pod annotations below.
     sim.hybrid.ascend.dev/hbm-used-percent   HBM in use on each chip, percent (default 55..85)
     sim.hybrid.ascend.dev/runtime: process or container   the pod runs the real trainer, which serves :9400 itself
 The annotations are read at scrape time, so patching them on a running pod changes its figures from then on.
+
+A slow node or link (`dev-cluster fault NODE --slow F`, `--slow-link PEER F`: annotations of the nodes) slows the
+whole job the pod belongs to, as a synchronous job slows (coupled.py): its steps come at the pace of its slowest node
+and link, and each rank's figures (ascend_trainer_rank_*: step, compute, wait) show whose compute it is.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from ascend_hybrid.devcluster.deviceplugin.allocation import held_chips
+from ascend_hybrid.devcluster.telemetry import coupled
 
 ANNOTATION_PREFIX = "sim.hybrid.ascend.dev/"
 UTILIZATION_ANNOTATION = ANNOTATION_PREFIX + "utilization"
@@ -54,10 +59,12 @@ JOB_LABEL = "hybrid.ascend.dev/job"
 # of the operator (tests/contract/test_layering.py), so the API's names are repeated here.
 JOBS_RESOURCE = ("hybrid.ascend.dev", "v1alpha1", "ascendhybridjobs")
 ATTEMPT_LABEL = "hybrid.ascend.dev/attempt"
+POD_INDEX_LABEL = "hybrid.ascend.dev/pod-index"
 
 TRAINER_PORT = 9400  # design §9; names.METRICS_PORT on the operator side
 # The bundled trainer's buckets (ascend_hybrid_trainer.metrics, which the operator package must not import).
 STEP_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+CHECKPOINT_SECONDS_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 HBM_TOTAL_MB = {"910A": 32768, "910B": 65536, "A3": 65536}  # per chip (A3: per die, as npu-smi lists them)
 CHIP_MODEL = {"910A": "Ascend910A", "910B": "Ascend910B3", "A3": "Ascend910_9391"}
 DEFAULT_CHIP = "910B"
@@ -85,6 +92,8 @@ class SimPod:
     training_key: str = ""                # pods of one job attempt share their training figures
     job: str = ""                         # the AscendHybridJob's name (its pods' label)
     predicted_step_seconds: float | None = field(default=None, compare=False)  # the job's status.plan, if known
+    index: int = 0                        # its pod index: its ranks are index × chips … + chips − 1
+    coupling: coupled.Job | None = field(default=None, compare=False)  # its job's nodes and their faults, if known
 
     @property
     def serves_trainer_metrics(self) -> bool:
@@ -118,10 +127,14 @@ def sim_pod(pod: dict) -> SimPod | None:
     job = labels.get(JOB_LABEL)
     namespace, name = metadata.get("namespace", ""), metadata.get("name", "")
     training_key = f"{namespace}/{job}/{labels.get(ATTEMPT_LABEL, '')}" if job else f"{namespace}/{name}"
+    try:
+        index = int(labels.get(POD_INDEX_LABEL, "0"))
+    except ValueError:
+        index = 0
     return SimPod(namespace=namespace, name=name, uid=metadata.get("uid", ""), ip=status["podIP"],
                   node=spec.get("nodeName", ""), container=containers[0].get("name", ""), started_at=started_at,
                   chips=chips, annotations=dict(metadata.get("annotations") or {}), training_key=training_key,
-                  job=job or "")
+                  job=job or "", index=index)
 
 
 # Figures ------------------------------------------------------------------------------------------------------
@@ -215,6 +228,7 @@ class TrainerFigures:
     samples_total: int
     npu_utilization: dict[str, float]  # device (chip id as text) → percent
     phases: tuple[tuple[int, float], ...] = ()  # (steps, seconds each): what the step-time histogram observed
+    ranks: tuple[tuple[int, float, float, float], ...] = ()  # (rank, step, compute, wait) of its recent steps
 
 
 def step_phases(pod: SimPod, now: float) -> tuple[tuple[int, float], ...]:
@@ -227,10 +241,32 @@ def step_phases(pod: SimPod, now: float) -> tuple[tuple[int, float], ...]:
         elapsed = min(elapsed, stall)
     slow_after = _pinned(pod.annotations, SLOW_AFTER_ANNOTATION, 0.0, 1e9)
     slow = _pinned(pod.annotations, SLOW_STEP_SECONDS_ANNOTATION, 0.01, 3600.0)
+    if (slow_after is None or slow is None) and pod.coupling is not None and not pod.coupling.healthy:
+        return coupled_phases(pod.coupling, base, pod.started_at, elapsed)
     if slow_after is None or slow is None or elapsed <= slow_after:
         return ((int(elapsed // base), base),)
     first = int(slow_after // base)
     return ((first, base), (int((elapsed - first * base) // slow), slow))
+
+
+def coupled_phases(job: coupled.Job, base: float, start: float, elapsed: float) -> tuple[tuple[int, float], ...]:
+    """(steps, seconds each) of a job whose pace changed with its nodes' and links' faults: whole steps, the
+    fraction of one carried from piece to piece."""
+    phases, done = [], 0.0
+    for seconds, factor in job.segments(start, start + elapsed):
+        each = base * factor
+        before, done = done, done + seconds / each
+        phases.append((int(done) - int(before), each))
+    return tuple(phases) or ((0, base),)
+
+
+def rank_figures(pod: SimPod, now: float) -> tuple[tuple[int, float, float, float], ...]:
+    """(rank, step, compute, wait) of each of the pod's ranks (one per chip): coupled with its job's other nodes."""
+    job = pod.coupling or coupled.Job((pod.node,), {}, {})
+    base = step_seconds(pod)
+    first = pod.index * len(pod.chips)
+    return tuple((rank, *job.rank(pod.training_key, rank, pod.node, base, now))
+                 for rank in range(first, first + len(pod.chips)))
 
 
 def trainer_figures(pod: SimPod, now: float) -> TrainerFigures:
@@ -245,7 +281,7 @@ def trainer_figures(pod: SimPod, now: float) -> TrainerFigures:
                           tokens_per_second=TOKENS_PER_STEP / seconds * jitter, step_seconds=seconds,
                           samples_total=step * SAMPLES_PER_STEP,
                           npu_utilization={str(c): chip_utilization(pod, c, now) for c in pod.chips},
-                          phases=phases)
+                          phases=phases, ranks=rank_figures(pod, now))
 
 
 @dataclass(frozen=True)
@@ -309,13 +345,36 @@ def trainer_families(figures: TrainerFigures) -> list:
     seconds = HistogramMetricFamily("ascend_trainer_step_seconds", "Wall time of a training step.",
                                     buckets=histogram_buckets(*phases[0], *phases[1:]),
                                     sum_value=sum(count * each for count, each in phases))
+    # the simulated trainer saves no checkpoint: the series is there, empty, as the real one's before its first save
+    saves = HistogramMetricFamily("ascend_trainer_checkpoint_seconds", "Wall time of a checkpoint save that blocked "
+                                  "training (the save and its commit).",
+                                  buckets=[(floatToGoString(bound), 0) for bound in CHECKPOINT_SECONDS_BUCKETS]
+                                  + [("+Inf", 0)], sum_value=0.0)
     samples = CounterMetricFamily("ascend_trainer_samples", "Samples of the global batch trained on since this "
                                   "process started.", value=figures.samples_total)
     utilization = GaugeMetricFamily("ascend_trainer_npu_utilization_percent",
                                     "AI Core utilization of each NPU of this pod, from npu-smi.", labels=["device"])
     for device, value in sorted(figures.npu_utilization.items(), key=lambda item: int(item[0])):
         utilization.add_metric([device], value)
-    return [step, loss, grad_norm, tokens, seconds, samples, utilization]
+    return [step, loss, grad_norm, tokens, seconds, saves, samples, utilization, *rank_families(figures)]
+
+
+def rank_families(figures: TrainerFigures) -> list:
+    """The trainer's per-rank timing series (ascend_hybrid_trainer.metrics.RankTimingCollector's names)."""
+    step = GaugeMetricFamily("ascend_trainer_rank_step_seconds", "Mean wall time of this rank's recent steps.",
+                             labels=["rank"])
+    compute = GaugeMetricFamily("ascend_trainer_rank_compute_seconds", "Mean seconds of this rank's own compute "
+                                "(forward and backward) in its recent steps.", labels=["rank"])
+    wait = GaugeMetricFamily("ascend_trainer_rank_wait_seconds", "Mean seconds of its recent steps spent in the "
+                             "collectives and the update (waiting for the slowest rank).", labels=["rank"])
+    last = GaugeMetricFamily("ascend_trainer_rank_step", "The last step this rank completed.", labels=["rank"])
+    for rank, seconds, own, waited in figures.ranks:
+        label = [str(rank)]
+        step.add_metric(label, seconds)
+        compute.add_metric(label, own)
+        wait.add_metric(label, waited)
+        last.add_metric(label, figures.step)
+    return [step, compute, wait, last] if figures.ranks else []
 
 
 EXPORTER_LABELS = ["id", "model_name", "namespace", "pod_name", "container_name"]

@@ -1,0 +1,78 @@
+"""The reconcile step of the checkpoint interval (pure): for `training.checkpoint.everySteps: auto`, every pass of
+a running job folds the lead trainer's save cost, the job's healthy pace and the failure rate into
+status.checkpointInterval (diagnosis/checkpointing.py), whose interval in force goes to the launchers beside the
+rank generation (membership.signal, key `checkpoint` of `<job>-recovery`)."""
+
+from __future__ import annotations
+
+import json
+
+from ascend_hybrid.contracts.conditions import parse_time
+from ascend_hybrid.diagnosis import checkpointing
+from ascend_hybrid.reconcile.state import Pass
+from ascend_hybrid.spec.api import AUTO
+from ascend_hybrid.spec.resolved import ResolvedJob
+
+START_STEPS = 100  # the trainer's interval for an auto job until the operator says one (trainer defaults.py too)
+
+
+def is_auto(job: ResolvedJob) -> bool:
+    checkpoint = job.spec.training.checkpoint
+    return checkpoint is not None and checkpoint.every_steps == AUTO
+
+
+def every_steps(p: Pass) -> int | None:
+    """The interval the trainer saves at now: the spec's, or the one in force for an auto job; None without
+    checkpoints."""
+    checkpoint = p.resolved.spec.training.checkpoint
+    if checkpoint is None:
+        return None
+    if checkpoint.every_steps != AUTO:
+        return int(checkpoint.every_steps)
+    return int((p.status.get("checkpointInterval") or {}).get("everySteps") or START_STEPS)
+
+
+def channel_value(p: Pass) -> str | None:
+    """What the launchers are told (JSON {"everySteps", "fromStep"} and, while an action waits for it, "saveAt": one
+    more save at that step); None for a job that saves at its spec's interval and was asked for no save."""
+    if p.o.resolved is None or p.resolved.spec.training.checkpoint is None:
+        return None
+    save_at = requested_save(p.status)
+    if not is_auto(p.resolved) and save_at is None:
+        return None
+    state = p.status.get("checkpointInterval") or {}
+    value = {"everySteps": every_steps(p) or START_STEPS, "fromStep": int(state.get("fromStep") or 0)}
+    if save_at is not None:
+        value["saveAt"] = save_at
+    return json.dumps(value, sort_keys=True)
+
+
+def requested_save(status: dict) -> int | None:
+    """The step a confirmed slow node's action asked the trainer to save at (slowness_steps), until it acted."""
+    confirmed = (status.get("slowness") or {}).get("confirmed") or {}
+    value = confirmed.get("saveAt")
+    return int(value) if isinstance(value, int) and not confirmed.get("acted") else None
+
+
+def record_interval(p: Pass) -> None:
+    """status.checkpointInterval from this pass's reading (an auto job that runs); gone for any other job."""
+    if not is_auto(p.resolved):
+        p.status.pop("checkpointInterval", None)
+        return
+    since = parse_time(p.status.get("startTime"))
+    if since is None:
+        return
+    sample = p.o.telemetry
+    save, saves = None, 0
+    if sample is not None and sample.ok and sample.checkpoint_count:
+        saves = int(sample.checkpoint_count)
+        save = float(sample.checkpoint_seconds_sum or 0.0) / saves
+    account = p.status.get("goodputAccount") or {}
+    read = sample.step if sample is not None and sample.ok else None
+    step = int(read) if read is not None and read == read else (p.status.get("training") or {}).get("step")
+    nodes = len(set((p.status.get("placement") or {}).get("nodes") or ()))
+    p.status["checkpointInterval"] = checkpointing.fold(
+        p.status.get("checkpointInterval"), now=p.o.now, since=since, step=step,
+        step_seconds=account.get("healthyStepSeconds"), save_seconds=save, saves=saves,
+        ledger=p.status.get("recoveries") or [], nodes=nodes, total_steps=p.resolved.spec.training.steps,
+        start_steps=START_STEPS, cluster=p.o.node_faults)

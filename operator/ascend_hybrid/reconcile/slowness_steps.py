@@ -1,0 +1,198 @@
+"""The reconcile steps of a slow node (pure): each telemetry sample scored for SlowNode (monitoring/slowness.py),
+and a confirmed slow node acted on by spec.runPolicy.slowness at the next checkpoint.
+
+- Report: the condition, one Warning event SlowNode, the metric — nothing else.
+- Replace: once training passed a checkpoint after the confirmation (the interval's next, or one the trainer is
+  asked for — saveAt on the launchers' channel — when that is more than a minute away), the node is avoided and only its pod
+  made again elsewhere (the recovery ladder's ReplacePod; the other pods restart their ranks in place from that
+  checkpoint); with spec.elastic and no node that fits, the ladder shrinks around it after
+  replacementTimeoutSeconds, as for a lost node.
+- Shrink (spec.elastic): at the checkpoint, the node avoided and the running pods but its own kept in a smaller data
+  degree (the global batch kept), grown back once a node fits the whole gang again.
+
+An action is taken only while the job's steps are at least minSlowdown times its healthy pace, at most
+maxActionsPerHour times an hour, and only when the steps left are worth more than it costs (a recovery as long as
+the job's past ones, RECOVERY_COST_SECONDS before it has any, the benefit counted with a margin of COST_MARGIN).
+Each action is an incident of the ledger with cause SlowNode, not counted against backoffLimit; the node joins
+status.avoidedNodes and status.slowNodes (kept avoided when an elastic job grows back).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from datetime import timedelta
+
+from ascend_hybrid.contracts.conditions import condition, parse_time, timestamp
+from ascend_hybrid.contracts.podview import node_of
+from ascend_hybrid.diagnosis import recovery
+from ascend_hybrid.diagnosis.failures import Failure
+from ascend_hybrid.diagnosis.recovery import REPLACE_POD, SHRINK
+from ascend_hybrid.monitoring import slowness
+from ascend_hybrid.reconcile import checkpoint_steps, elastic_steps, recovery_steps
+from ascend_hybrid.reconcile.state import Pass
+
+REPORT, REPLACE, SHRINK_ACTION = "Report", "Replace", "Shrink"
+ASK_SAVE_SECONDS = 60.0        # a checkpoint further away than this is asked for (saveAt) instead of waited for
+SAVE_MARGIN_SECONDS = 15.0     # the asked save's step this far ahead: every launcher has it before
+RECOVERY_COST_SECONDS = 120.0  # what a recovery costs before the job's own ledger says
+COST_MARGIN = 2.0              # the steps left must be worth this many times the action's cost
+SLOW_NODES_KEPT = 16
+
+
+def record_slowness(p: Pass, current: dict) -> bool:
+    """SlowNode from this pass's sample; the policy's action when one is due. True when the pass ends here (an
+    action was decided)."""
+    sample = p.o.telemetry
+    e = p.resolved
+    if sample is not None and sample.ok:
+        stage_size = max(e.world_size // max(e.pipeline, 1), 1)
+        node_of_pod = {pod["metadata"]["name"]: node_of(pod) or "" for pod in current.values()}
+        healthy = (p.status.get("goodputAccount") or {}).get("healthyStepSeconds")
+        recent = ((p.status.get("monitoring") or {}).get("stepSeconds") or [None])[-1]  # wall time, as the pace
+        epoch = f"{p.status.get('attempt')}/{recovery_steps.rank_generation(p)}"
+        folded = slowness.fold(p.status.get("slowness"), sample, node_of_pod, lambda rank: rank // stage_size,
+                               e.spec.run_policy.slowness, healthy, recent, epoch)
+        if folded is not None:
+            p.status["slowness"], change = folded
+            if change is not None:
+                report(p, change)
+    return act(p, current)
+
+
+def report(p: Pass, change: slowness.Change) -> None:
+    if change.on and (condition(p.status, slowness.SLOW_NODE) or {}).get("status") != "True":
+        p.d.emit("Warning", slowness.SLOW_NODE, change.message)
+    p.cond(slowness.SLOW_NODE, change.on, change.reason, change.message)
+
+
+def act(p: Pass, current: dict) -> bool:
+    """The policy's action on the confirmed slow node, once it is due; why not, once, in status.slowness.decision."""
+    state = p.status.get("slowness") or {}
+    confirmed = state.get("confirmed")
+    policy = p.resolved.spec.run_policy.slowness
+    if not confirmed or policy.action == REPORT or confirmed.get("acted") or recovery_steps.in_place_running(p):
+        return False
+    why_not = hold(p, confirmed)
+    if why_not is not None:
+        confirmed["decision"] = why_not
+        return False
+    node = confirmed["node"]
+    indexes = sorted(index for index, pod in current.items() if node_of(pod) == node)
+    if len(indexes) != 1:
+        confirmed["decision"] = (f"node {node} runs {len(indexes)} pods of this job: only a node with one pod is "
+                                 "replaced or shrunk around (reported only)")
+        return False
+    index = indexes[0]
+    pod = current[index]["metadata"]["name"]
+    ready, reason = recovery_steps.in_place_ready(p, current, excluding=index)
+    if not ready:
+        confirmed["decision"] = f"the other pods cannot restart in place ({reason}): reported only"
+        return False
+    return replace_or_shrink(p, current, confirmed, index, pod)
+
+
+def hold(p: Pass, confirmed: dict) -> str | None:
+    """Why the action waits or is not taken (None: it is due now)."""
+    policy = p.resolved.spec.run_policy.slowness
+    slowdown = confirmed.get("slowdown")
+    if slowdown is None:
+        return "waiting for the job's healthy pace (status.goodputAccount) to weigh the slowdown"
+    if slowdown < policy.min_slowdown:
+        return (f"the job's steps take {slowdown:.2f}× its healthy pace, under "
+                f"spec.runPolicy.slowness.minSlowdown={policy.min_slowdown:g}: reported only")
+    hour_ago = p.o.now - timedelta(hours=1)
+    taken = [record for record in p.status.get("recoveries") or () if record.get("cause") == slowness.SLOW_NODE
+             and (parse_time(record.get("decided")) or hour_ago) > hour_ago]
+    if len(taken) >= policy.max_actions_per_hour:
+        return (f"{len(taken)} actions for slowness in the last hour reach "
+                f"spec.runPolicy.slowness.maxActionsPerHour={policy.max_actions_per_hour}: reported only")
+    every = checkpoint_steps.every_steps(p)
+    if every is None:
+        return "the job keeps no checkpoint: an action would restart it from its first step (reported only)"
+    worth = worth_it(p, slowdown)
+    if worth is not None:
+        return worth
+    return checkpoint_wait(p, confirmed, every, slowdown)
+
+
+def checkpoint_wait(p: Pass, confirmed: dict, every: int, slowdown: float) -> str | None:
+    """None once training passed a checkpoint after the confirmation: the one asked for (saveAt), or the interval's
+    next. When the interval's is more than ASK_SAVE_SECONDS away, the trainer is asked for one SAVE_MARGIN_SECONDS
+    ahead (the launchers' channel, checkpoint_steps.channel_value): a save costs less than minutes at the slowdown."""
+    step, since = (p.status.get("training") or {}).get("step"), confirmed.get("atStep")
+    if step is None or since is None:
+        return "waiting for the training step"
+    step, since = int(step), int(since)
+    asked = confirmed.get("saveAt")
+    if isinstance(asked, int):
+        return None if step > asked else f"waiting for the checkpoint asked for at step {asked}"
+    boundary = (since // every + 1) * every
+    if step > boundary:
+        return None
+    pace = float((p.status.get("goodputAccount") or {}).get("healthyStepSeconds") or 0.0) * slowdown
+    if pace > 0 and (boundary - step) * pace > ASK_SAVE_SECONDS:
+        asked = step + max(2, math.ceil(SAVE_MARGIN_SECONDS / pace))
+        confirmed["saveAt"] = asked
+        return (f"asked the trainer for a checkpoint at step {asked}: the next of the interval, step {boundary}, is "
+                f"{(boundary - step) * pace:.0f}s away")
+    return f"waiting for the checkpoint of step {boundary} (training.checkpoint.everySteps={every})"
+
+
+def worth_it(p: Pass, slowdown: float) -> str | None:
+    """None when the steps left at this slowdown lose more than the action costs (with COST_MARGIN), else why not."""
+    account = p.status.get("goodputAccount") or {}
+    healthy = account.get("healthyStepSeconds")
+    step = (p.status.get("training") or {}).get("step")
+    if not healthy or step is None:
+        return "waiting for the job's healthy pace"
+    left = max(p.resolved.spec.training.steps - int(step), 0) * float(healthy) * slowdown
+    loss = left * (1 - 1 / slowdown)
+    past = [float(record["seconds"]) for record in p.status.get("recoveries") or ()
+            if record.get("outcome") == recovery.RECOVERED and record.get("seconds") is not None]
+    cost = statistics.median(past) if past else RECOVERY_COST_SECONDS
+    if loss < COST_MARGIN * cost:
+        return (f"the {left:.0f}s of training left lose {loss:.0f}s at this slowdown, less than {COST_MARGIN:g}× what "
+                f"an action costs ({cost:.0f}s): reported only")
+    return None
+
+
+def replace_or_shrink(p: Pass, current: dict, confirmed: dict, index: int, pod: str) -> bool:
+    policy = p.resolved.spec.run_policy.slowness
+    node = confirmed["node"]
+    step = (p.status.get("training") or {}).get("step")
+    evidence = confirmed.get("evidence") or f"node {node} is slow"
+    failure = Failure(slowness.SLOW_NODE, evidence, pod=pod, index=index, node=node, step=step, time=p.o.now)
+    shrink = policy.action == SHRINK_ACTION and p.resolved.spec.elastic is not None and not p.queue
+    why = f"spec.runPolicy.slowness.action={policy.action}: {evidence}"
+    record = recovery.open_incident(recovery_steps.ledger_of(p), cause=slowness.SLOW_NODE,
+                                    rung=SHRINK if shrink else REPLACE_POD, why=why,
+                                    detected=parse_time(confirmed.get("since")) or p.o.now, decided=p.o.now,
+                                    attempt=int(p.status["attempt"]), counted=False, pod=pod, node=node, step=step)
+    p.status["avoidedNodes"] = sorted(set(p.status.get("avoidedNodes") or []) | {node})
+    remember(p, confirmed, policy.action)
+    confirmed["acted"] = timestamp(p.o.now)
+    confirmed["decision"] = f"{policy.action} at step {step}"
+    if shrink and elastic_steps.shrink_in_place(p, current, record, index):
+        record["rungs"], record["why"] = [SHRINK], why  # shrunk() climbed it with its own words
+        p.d.emit("Warning", slowness.SLOW_NODE, f"{why}: shrinking around pod {pod}, node {node} avoided")
+        return True
+    if shrink:
+        record["rungs"] = [REPLACE_POD]
+        confirmed["decision"] = (f"Shrink at step {step}: no smaller data degree keeps the running pods (a checkpoint "
+                                 "sliced per rank, or too few pods running): replaced instead")
+    text = (f"{why}: node {node} avoided, pod {pod} (index {index}) made again elsewhere at the checkpoint, the "
+            f"others restart their ranks in place, rank generation {recovery_steps.rank_generation(p) + 1}")
+    recovery_steps.replace_pod(p, record, failure, text, "the node is avoided by this job; check its NPUs", current)
+    return True
+
+
+def remember(p: Pass, confirmed: dict, action: str) -> None:
+    """status.slowNodes: the nodes this job found slow (and acted on), newest last."""
+    found = p.status.setdefault("slowNodes", [])
+    found.append({key: value for key, value in {
+        "node": confirmed["node"], "since": confirmed.get("since"), "ratio": confirmed.get("ratio"),
+        "slowdown": confirmed.get("slowdown"), "action": action, "at": timestamp(p.o.now)}.items()
+        if value is not None})
+    del found[:-SLOW_NODES_KEPT]
+
