@@ -9,12 +9,13 @@ cluster keeps its own copy on purpose: it is the test oracle of this module.)
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
+
+from ascend_hybrid.contracts import untrusted
 
 RESOURCE = "huawei.com/Ascend910"
 
@@ -85,10 +86,10 @@ def _parsed_devices(raw: str) -> tuple[Mapping[str, Any], ...] | None:
     """Every reconcile pass of a starting gang reads every pod's annotation; each distinct one is parsed once, and
     shared read-only (copying them was a tenth of the operator's CPU in a 2 048-pod gang's start)."""
     try:
-        devices = json.loads(raw).get("devices") or []
+        devices = untrusted.json_value(raw, untrusted.ANNOTATIONS_LIMIT, DEVICE_ANNOTATION).get("devices") or []
         ordered = sorted(devices, key=lambda device: _device_id(device["device_id"]))
         return tuple(MappingProxyType(dict(device)) for device in ordered)
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # nested deeper than JSON is read
+    except (ValueError, KeyError, TypeError, AttributeError):  # untrusted.Rejected is a ValueError
         return None
 
 
@@ -113,9 +114,9 @@ def pod_devices(pod: Mapping) -> tuple[Mapping[str, Any], ...] | None:
 def _parsed_config(raw: str) -> tuple[tuple[str, str], ...] | None:
     """The annotation's fields other than its devices (server_id, host_ip, super_pod_id, rack_id, ...)."""
     try:
-        config = json.loads(raw)
+        config = untrusted.json_value(raw, untrusted.ANNOTATIONS_LIMIT, DEVICE_ANNOTATION)
         return tuple((str(key), str(value)) for key, value in config.items() if key != "devices")
-    except (ValueError, TypeError, AttributeError, RecursionError):
+    except (ValueError, TypeError, AttributeError):
         return None
 
 
@@ -173,9 +174,9 @@ def parse_deviceinfo(configmap: Mapping) -> DeviceInfo | None:
 def _parse_deviceinfo(name: str, device_info: str, separated: str) -> DeviceInfo:
     data = {DEVICEINFO_KEY: device_info, MANUALLY_SEPARATED_KEY: separated}
     try:
-        cfg = json.loads(data.get(DEVICEINFO_KEY) or "{}")
+        cfg = untrusted.json_value(data.get(DEVICEINFO_KEY) or "{}", untrusted.CONFIGMAP_LIMIT, DEVICEINFO_KEY)
         device_list = (cfg.get("DeviceInfo") or {}).get("DeviceList") or {}
-    except (ValueError, TypeError, AttributeError, RecursionError):
+    except (ValueError, TypeError, AttributeError):
         cfg, device_list = {}, {}
     if not isinstance(cfg, dict) or not isinstance(device_list, dict):
         cfg, device_list = {}, {}

@@ -4,8 +4,9 @@ page, a device annotation — within bounds, and totally: every reader here retu
 
 The bounds are sizes checked before any parsing (JSON text, compressed and expanded bytes), integers within the
 range the field can mean (JSON has no limit: `-10**400` is valid JSON), finite numbers, and times that say their
-zone (a naive one cannot be compared with the operator's clock). Deep nesting, which Python's JSON decoder
-answers with a RecursionError, is a rejection too. The shell counts each rejection in
+zone (a naive one cannot be compared with the operator's clock). Nesting deeper than MAX_DEPTH is a rejection
+too, counted before decoding: Python's decoder recurses, and how deep it may go is a process-wide limit that any
+imported library can raise (MindSpore sets 10000), so it cannot be the bound. The shell counts each rejection in
 `ascend_hybrid_rejected_inputs_total{kind,reason}` by `Rejected.reason`.
 """
 
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import zlib
+from itertools import accumulate
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +26,14 @@ TOO_LARGE, NOT_JSON, TOO_DEEP, OUT_OF_RANGE, BAD_TIME, MALFORMED = (
 REASONS = (TOO_LARGE, NOT_JSON, TOO_DEEP, OUT_OF_RANGE, BAD_TIME, MALFORMED)
 
 MAX_INTEGER_DIGITS = 19  # int64's width: no field we read means more, and a longer one costs quadratic time
+# What the apiserver holds at most: all of an object's annotations together, and a ConfigMap's data.
+ANNOTATIONS_LIMIT = 256 * 1024
+CONFIGMAP_LIMIT = 1024 * 1024
+MAX_DEPTH = 64  # arrays and objects inside each other; the deepest document we read (a rank table) nests 5
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 class Rejected(ValueError):
@@ -57,13 +68,23 @@ def json_value(text: str | bytes, limit: int, what: str) -> Any:
     if size > limit:
         raise Rejected(TOO_LARGE, f"{what} is {size} bytes: more than the {limit} read")
     try:
-        return json.loads(text, parse_int=_integer, parse_constant=_no_constant, parse_float=_finite_float)
+        decoded = text if isinstance(text, str) else text.decode(json.detect_encoding(text), "surrogatepass")
+        if depth(decoded) > MAX_DEPTH:
+            raise Rejected(TOO_DEEP, f"nests deeper than {MAX_DEPTH}")
+        return json.loads(decoded, parse_int=_integer, parse_constant=_no_constant, parse_float=_finite_float)
     except Rejected as rejected:
         raise Rejected(rejected.reason, f"{what}: {rejected}") from None
-    except RecursionError:
+    except RecursionError:  # unreachable below MAX_DEPTH, kept so that no input escapes as anything but Rejected
         raise Rejected(TOO_DEEP, f"{what} nests deeper than JSON is read") from None
     except ValueError as error:  # UnicodeDecodeError among them
         raise Rejected(NOT_JSON, f"{what} is not JSON: {str(error)[:120]}") from None
+
+
+def depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in `text`, brackets inside strings not counted; on text that is
+    not JSON a number that means nothing, which the decoder then refuses."""
+    brackets = _BRACKET.findall(_STRING.sub("", text))
+    return max(accumulate(_NESTING[bracket] for bracket in brackets), default=0)
 
 
 def integer(value: object, low: int, high: int, what: str) -> int:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypedDict
 
+from ascend_hybrid.contracts import untrusted
 from ascend_hybrid.contracts.ascend import DeviceInfo, pod_chip_ids
 from ascend_hybrid.contracts.conditions import parse_time, timestamp
 from ascend_hybrid.contracts.names import CONTAINER_NAME
@@ -98,9 +99,11 @@ def parse_termination_message(message: str | None) -> dict | None:
         line = line.strip()
         if not line.startswith("{"):
             continue
-        try:
+        if untrusted.depth(line) > untrusted.MAX_DEPTH:
+            continue
+        try:  # not json_value: a rank past int64 leaves the cause readable, read as no rank below
             report = json.loads(line)
-        except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
+        except ValueError:
             continue
         if isinstance(report, dict) and isinstance(report.get("cause"), str):
             cause = report["cause"] if _CAUSE_NAME.match(report["cause"]) else "Unknown"

@@ -9,6 +9,7 @@ import base64
 import gzip
 import json
 import math
+import sys
 import zlib
 from datetime import UTC, datetime
 
@@ -35,6 +36,25 @@ def report(**changes) -> str:
 
 def deep(depth: int) -> str:
     return "[" * depth + "]" * depth
+
+
+@pytest.fixture(autouse=True)
+def recursion_limit_as_mindspore_sets_it():
+    """Importing MindSpore raises the process's recursion limit to 10000, under which the decoder reads deep(5000)
+    whole: the bounds here must hold under that limit, not the default one."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(10000)
+    yield
+    sys.setrecursionlimit(before)
+
+
+def test_nesting_is_counted_outside_strings_only():
+    assert untrusted.depth('{"a": "[[[[", "b": [[1]]}') == 3
+    assert untrusted.depth('["\\\"[[", {}]') == 2
+    with pytest.raises(untrusted.Rejected) as refused:
+        untrusted.json_value(deep(untrusted.MAX_DEPTH + 1), 1 << 20, "x")
+    assert refused.value.reason == untrusted.TOO_DEEP
+    assert untrusted.json_value(deep(untrusted.MAX_DEPTH), 1 << 20, "x") is not None
 
 
 # -- the launchers' reports ------------------------------------------------------------------------------------
