@@ -16,8 +16,8 @@ import json
 import math
 import re
 import zlib
-from itertools import accumulate
 from datetime import UTC, datetime
+from itertools import accumulate
 from typing import Any
 
 # Rejection reasons: the metric's `reason` label, a closed set.
