@@ -3,8 +3,8 @@ and a confirmed slow node acted on by spec.runPolicy.slowness at the next checkp
 
 - Report: the condition, one Warning event SlowNode, the metric — nothing else.
 - Replace: once training passed a checkpoint after the confirmation (the interval's next, or one the trainer is
-  asked for — saveAt on the launchers' channel — when that is more than a minute away), the node is avoided and only its pod
-  made again elsewhere (the recovery ladder's ReplacePod; the other pods restart their ranks in place from that
+  asked for — saveAt on the launchers' channel — when waiting for the interval's at the slowdown loses more than a
+  save costs), the node is avoided and only its pod made again elsewhere (the recovery ladder's ReplacePod; the other pods restart their ranks in place from that
   checkpoint); with spec.elastic and no node that fits, the ladder shrinks around it after
   replacementTimeoutSeconds, as for a lost node.
 - Shrink (spec.elastic): at the checkpoint, the node avoided and the running pods but its own kept in a smaller data
@@ -33,7 +33,7 @@ from ascend_hybrid.reconcile import checkpoint_steps, elastic_steps, recovery_st
 from ascend_hybrid.reconcile.state import Pass
 
 REPORT, REPLACE, SHRINK_ACTION = "Report", "Replace", "Shrink"
-ASK_SAVE_SECONDS = 60.0        # a checkpoint further away than this is asked for (saveAt) instead of waited for
+UNMEASURED_SAVE_SECONDS = 20.0  # what a save costs before the trainer has timed one
 SAVE_MARGIN_SECONDS = 15.0     # the asked save's step this far ahead: every launcher has it before
 RECOVERY_COST_SECONDS = 120.0  # what a recovery costs before the job's own ledger says
 COST_MARGIN = 2.0              # the steps left must be worth this many times the action's cost
@@ -118,8 +118,9 @@ def hold(p: Pass, confirmed: dict) -> str | None:
 
 def checkpoint_wait(p: Pass, confirmed: dict, every: int, slowdown: float) -> str | None:
     """None once training passed a checkpoint after the confirmation: the one asked for (saveAt), or the interval's
-    next. When the interval's is more than ASK_SAVE_SECONDS away, the trainer is asked for one SAVE_MARGIN_SECONDS
-    ahead (the launchers' channel, checkpoint_steps.channel_value): a save costs less than minutes at the slowdown."""
+    next. When waiting for the interval's, beyond SAVE_MARGIN_SECONDS, loses more at the slowdown than one save
+    costs (`save_cost`), the trainer is asked for one SAVE_MARGIN_SECONDS ahead (the launchers' channel,
+    checkpoint_steps.channel_value)."""
     step, since = (p.status.get("training") or {}).get("step"), confirmed.get("atStep")
     if step is None or since is None:
         return "waiting for the training step"
@@ -131,12 +132,23 @@ def checkpoint_wait(p: Pass, confirmed: dict, every: int, slowdown: float) -> st
     if step > boundary:
         return None
     pace = float((p.status.get("goodputAccount") or {}).get("healthyStepSeconds") or 0.0) * slowdown
-    if pace > 0 and (boundary - step) * pace > ASK_SAVE_SECONDS:
+    waiting, save = (boundary - step) * pace, save_cost(p)
+    if pace > 0 and (waiting - SAVE_MARGIN_SECONDS) * (1 - 1 / slowdown) > save:
         asked = step + max(2, math.ceil(SAVE_MARGIN_SECONDS / pace))
         confirmed["saveAt"] = asked
         return (f"asked the trainer for a checkpoint at step {asked}: the next of the interval, step {boundary}, is "
-                f"{(boundary - step) * pace:.0f}s away")
+                f"{waiting:.0f}s away, which at {slowdown:.2f}× loses more than a save's {save:.0f}s")
     return f"waiting for the checkpoint of step {boundary} (training.checkpoint.everySteps={every})"
+
+
+def save_cost(p: Pass) -> float:
+    """Seconds one checkpoint save takes: the trainer's own timing (its mean so far), UNMEASURED_SAVE_SECONDS
+    before it has saved."""
+    sample = p.o.telemetry
+    if sample is not None and sample.ok and sample.checkpoint_count:
+        return float(sample.checkpoint_seconds_sum or 0.0) / float(sample.checkpoint_count)
+    measured = (p.status.get("checkpointInterval") or {}).get("saveSeconds")
+    return float(measured) if measured else UNMEASURED_SAVE_SECONDS
 
 
 def worth_it(p: Pass, slowdown: float) -> str | None:

@@ -127,8 +127,9 @@ def demo_readings(slow_pod: int | None, jitter_seed: int) -> tuple[RankReading, 
                  for r in ranked)
 
 
-def passes(spec, steps, slow_pod=1, healthy=0.25, status_extra=None):
-    """Running passes, one sample each (every 15 s, at the given steps): the decisions."""
+def passes(spec, steps, slow_pod=1, healthy=0.25, status_extra=None, save_seconds=None):
+    """Running passes, one sample each (every 15 s, at the given steps): the decisions. `save_seconds`: the trainer
+    has timed one save of that length."""
     pace = {str(round(math.log(healthy) * 100)): 10_000}  # the job's steps so far, all at the healthy pace
     account = {"healthyStepSeconds": healthy, "pace": pace, "paceIntervals": 100, "mode": "running",
                "accountedAt": timestamp(NOW - timedelta(seconds=1)), "seconds": {}}
@@ -139,7 +140,8 @@ def passes(spec, steps, slow_pod=1, healthy=0.25, status_extra=None):
     for index, step in enumerate(steps):
         moment = NOW + timedelta(seconds=15 * index)
         sample = Sample("trainer", moment, step=step, step_count=step,
-                        ranks=demo_readings(slow_pod if index >= WARMUP else None, index))
+                        ranks=demo_readings(slow_pod if index >= WARMUP else None, index),
+                        checkpoint_seconds_sum=save_seconds, checkpoint_count=None if save_seconds is None else 1)
         decision = running_pass(body, table, now=moment, telemetry=sample)
         decisions.append(decision)
         body = job(spec, status=decision.status)
@@ -205,6 +207,18 @@ def test_a_checkpoint_far_away_is_asked_for_and_the_pod_replaced_once_training_p
     assert acted.status["recoveries"][-1]["cause"] == "SlowNode"
     last = [a for a in acted.actions if type(a).__name__ == "SignalLaunchers"][-1]  # what the channel holds after
     assert last.generation == 1 and last.checkpoint is None  # asked no more: its own interval, nothing to say
+
+
+def test_a_checkpoint_is_asked_for_only_when_waiting_at_the_slowdown_loses_more_than_a_save_costs():
+    """The same distance to the interval's checkpoint: asked for when the trainer's measured save is cheap, waited
+    for when one save costs more than the wait loses at this slowdown."""
+    far = {**REPLACE, "training": {"steps": 100_000, "checkpoint": {"claimName": "ckpt", "everySteps": 300}}}
+    cheap = passes(far, [80, 90, 100, 110, 130, 140], save_seconds=1.0)[-1].status["slowness"]["confirmed"]
+    dear = passes(far, [80, 90, 100, 110, 130, 140], save_seconds=3600.0)[-1].status["slowness"]["confirmed"]
+    assert cheap["decision"].startswith("asked the trainer for a checkpoint") and "saveAt" in cheap
+    assert "loses more than a save's 1s" in cheap["decision"]
+    assert dear["decision"] == "waiting for the checkpoint of step 300 (training.checkpoint.everySteps=300)"
+    assert "saveAt" not in dear
 
 
 def test_new_trainer_processes_are_learned_again_before_a_node_is_named():
