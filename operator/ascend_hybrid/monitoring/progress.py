@@ -86,7 +86,9 @@ KEPT_REJECTIONS = 3  # what a Sample says of its rejected lines (all are counted
 
 
 def _series_of(line: str) -> str:
-    return line.split("{", 1)[0].split(None, 1)[0] if line else ""
+    """The metric name a line starts with; "" for a line with none (blank, or one that opens with its labels)."""
+    words = line.split("{", 1)[0].split(None, 1)
+    return words[0] if words else ""
 
 
 def read_page(text: str, pod: str) -> tuple[list[tuple[str, dict[str, str], float]], list[str]]:

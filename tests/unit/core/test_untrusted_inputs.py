@@ -14,7 +14,7 @@ import zlib
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ascend_hybrid.contracts import ascend, untrusted
@@ -267,6 +267,7 @@ def test_figures_that_are_not_finite_or_out_of_range_are_no_figures():
                                  "ascend_trainer_step_seconds_count", "ascend_trainer_npu_utilization_percent",
                                  "other"]) | st.text(max_size=12), max_size=6),
        st.lists(st.text(max_size=30), max_size=6))
+@example(series=["ascend_trainer_step"], tails=["\r{"])  # a line that opens with its labels names no series
 def test_any_page_gives_a_sample_within_bounds(series, tails):
     page = "\n".join(f"{name}{tail}" for name, tail in zip(series, tails, strict=False))
     sample = progress.from_trainer_text({0: page, 1: page}, NOW)
