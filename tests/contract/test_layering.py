@@ -7,7 +7,9 @@
 - `controller/` may import the core but cli/; the core never imports `controller/`;
 - only cli/ and `devtools/` import `devtools/` or `devcluster/`;
 - `devcluster/` imports nothing of the operator (it is the test oracle of the operator's Ascend knowledge);
-- the trainer imports nothing of the operator, and the operator nothing of the trainer.
+- the trainer imports nothing of the operator, and the operator nothing of the trainer;
+- no two modules import each other, directly or round a loop, counting the imports inside functions and under
+  TYPE_CHECKING (a cycle hidden that way is still one the reader must hold in mind).
 """
 
 from __future__ import annotations
@@ -136,6 +138,56 @@ def violations(root: Path) -> list[str]:
     return found
 
 
+def cycles(root: Path, package: str) -> list[list[str]]:
+    """The import cycles among the package's modules (strongly connected components of two or more), each sorted.
+    `from package import module` counts as importing the module; a module importing its own package does not."""
+    found = modules(root, package)
+    graph = {name: {imported for _, imported in imports_of(name, path)
+                    if imported in found and imported != name and not within(name, imported)}
+             for name, path in found.items()}
+    return sorted(sorted(component) for component in components(graph) if len(component) > 1)
+
+
+def components(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components, iteratively (no recursion limit to mind)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            step = next(successors, None)
+            if step is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    found.append(component)
+            elif step not in index:
+                index[step] = low[step] = len(index)
+                stack.append(step)
+                on_stack.add(step)
+                work.append((step, iter(sorted(graph[step]))))
+            elif step in on_stack:
+                low[node] = min(low[node], index[step])
+    return found
+
+
 def source_tree() -> Path:
     return REPO_ROOT / "operator"
 
@@ -143,6 +195,26 @@ def source_tree() -> Path:
 def test_the_source_tree_keeps_its_layers():
     found = violations(source_tree()) + violations(REPO_ROOT / "trainer")
     assert found == [], "\n".join(found)
+
+
+def test_no_module_imports_round_a_cycle():
+    found = cycles(source_tree(), PACKAGE) + cycles(REPO_ROOT / "trainer", TRAINER)
+    assert found == [], found
+
+
+@pytest.mark.parametrize("module, source, cycle", [
+    ("controller/placing.py", "\ndef _later():\n    from ascend_hybrid.controller import loop\n",
+     ["ascend_hybrid.controller.loop", "ascend_hybrid.controller.placing"]),
+    ("controller/children.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+     "    from ascend_hybrid.controller.loop import Controller\n",
+     ["ascend_hybrid.controller.children", "ascend_hybrid.controller.loop"]),
+    ("gang/layout.py", "from ascend_hybrid.gang import placement\n",
+     ["ascend_hybrid.gang.layout", "ascend_hybrid.gang.placement"]),
+])
+def test_a_planted_cycle_is_found(planted, module, source, cycle):
+    path = planted / PACKAGE / module
+    path.write_text(path.read_text() + "\n" + source)
+    assert any(set(cycle) <= set(found) for found in cycles(planted, PACKAGE)), cycles(planted, PACKAGE)
 
 
 def test_the_layers_are_what_the_architecture_says():

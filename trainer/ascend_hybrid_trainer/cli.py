@@ -84,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
                                   failures.TerminationRecord(failures.Cause.CONFIG_ERROR.value, None, 0, problem))
         return failures.MISSING_RUNTIME_EXIT
     if args.command == "launch":
+        from .generations import live
         from .launcher import main as launch_main
 
-        return launch_main()
+        return launch_main(across_generations=live)
     if args.command == "local":
         from .local import main as local_main
 

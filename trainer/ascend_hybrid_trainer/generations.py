@@ -205,3 +205,9 @@ class Generations:
                     self.channel.report(control.STEPPING, generation, resumedFrom=resumed, step=resumed + 1)
                     stepped = True
             time.sleep(POLL_SECONDS)
+
+
+def live(launcher: Launcher, channel: control.Channel, env: Mapping[str, str], device_ids: list[int],
+         chips: list[str], generation: int) -> int:
+    """The launcher's life across rank generations, from `generation` on (launcher.AcrossGenerations)."""
+    return Generations(launcher, channel, env, device_ids, chips).run(generation)

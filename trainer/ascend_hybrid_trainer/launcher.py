@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO, cast
+from typing import IO, Protocol, cast
 
 from . import checkpoint, control, defaults, failures
 from .config import ConfigError, EnvSettings, load_run_config
@@ -213,9 +213,19 @@ def stop(children: list[Child], grace: float) -> None:
             child.process.wait()
 
 
+class AcrossGenerations(Protocol):
+    """How a launcher lives once its recovery channel answers (generations.live): handed in by the entrypoint, so
+    that this module, which supervises one generation, never imports the one that runs many."""
+
+    def __call__(self, launcher: Launcher, channel: control.Channel, env: Mapping[str, str], device_ids: list[int],
+                 chips: list[str], generation: int) -> int: ...
+
+
 class Launcher:
-    def __init__(self, launch: PodLaunch, log, termination_log: str = defaults.ENV["AHJ_TERMINATION_LOG"]):
+    def __init__(self, launch: PodLaunch, log, termination_log: str = defaults.ENV["AHJ_TERMINATION_LOG"],
+                 across_generations: AcrossGenerations | None = None):
         self.launch, self.log, self.termination_log = launch, log, termination_log
+        self.across_generations = across_generations
         self.children: list[Child] = []
         self.stop_signal: int | None = None
         self.records = tempfile.mkdtemp(prefix="ahj-records-")
@@ -307,20 +317,18 @@ class Launcher:
             env = {**env, "RANK_TABLE_FILE": plain}
         visible = visible_devices(env)
         device_ids = [logical_device_id(chip, visible, rank) for chip, rank in zip(chips, launch.ranks)]
-        channel = control.Channel.from_env(env, self.log)
+        channel = control.Channel.from_env(env, self.log) if self.across_generations else None
         if channel is not None:
             try:
                 generation = channel.start()
             except control.ChannelUnavailable as error:
                 self.log(f"no recovery channel ({error}): a failure ends this pod")
                 channel = None
-        if channel is None:
+        if channel is None or self.across_generations is None:
             self.start_processes(env, device_ids, chips, self.records)
             return self.supervise()
-        from .generations import Generations  # the launcher's life with the recovery channel
-
         try:
-            return Generations(self, channel, env, device_ids, chips).run(generation)
+            return self.across_generations(self, channel, env, device_ids, chips, generation)
         finally:
             channel.close()
 
@@ -349,7 +357,9 @@ class Launcher:
         return max(steps) if steps else None
 
 
-def main(env: Mapping[str, str] = os.environ) -> int:
+def main(env: Mapping[str, str] = os.environ, across_generations: AcrossGenerations | None = None) -> int:
+    """The pod's launch; with `across_generations` (the image's entrypoint passes generations.live) the pod
+    outlives its ranks when the recovery channel answers, without it every failure ends the pod."""
     pod = [env.get("MS_NODE_RANK", "?")]  # the index read_pod_launch derives, once it has
 
     def log(message: str) -> None:
@@ -363,7 +373,7 @@ def main(env: Mapping[str, str] = os.environ) -> int:
         config = load_run_config(env)
         validate_run(config.parallelism, config.model, config.training, launch.world_size,
                      detect_device_target(env), launch.launch_mode)
-        return Launcher(launch, log, termination_log).run(env)
+        return Launcher(launch, log, termination_log, across_generations).run(env)
     except (ConfigError, RankTableTimeout) as error:
         record = failures.record_for_exception(error, rank, 0)
         log(f"error: {error}")

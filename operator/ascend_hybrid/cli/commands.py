@@ -273,9 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ascend_hybrid.cli import plan as plan_cli
     from ascend_hybrid.controller import main as operator_main
     from ascend_hybrid.devcluster import cli as devcluster_cli
-    from ascend_hybrid.devtools import chartgen, demo
+    from ascend_hybrid.devtools import chartgen, demo_command
 
-    for registrar in (operator_main, chartgen, devcluster_cli, demo, plan_cli):
+    for registrar in (operator_main, chartgen, devcluster_cli, demo_command, plan_cli):
         registrar.register(sub)
     return parser
 

@@ -14,30 +14,27 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.conditions import parse_time
 from ascend_hybrid.controller import metrics
 from ascend_hybrid.controller.kube import service_ip
+from ascend_hybrid.controller.records import JobKey, JobRecord
 from ascend_hybrid.controller.refused import Refused
+from ascend_hybrid.controller.roles import ChildrenWriter
 from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.gang import ranktable, render
 from ascend_hybrid.reconcile import membership
 from ascend_hybrid.reconcile.actions import PostEvent
 from ascend_hybrid.spec import api
-
-if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
-    from ascend_hybrid.controller.loop import Controller
-    from ascend_hybrid.controller.records import JobKey, JobRecord
-    from ascend_hybrid.spec.resolved import ResolvedJob
+from ascend_hybrid.spec.resolved import ResolvedJob
 
 log = logging.getLogger(__name__)
 KEEP_IP_SECONDS = 10.0  # how long a deleted Service's IP may take to be released before another is taken
 
 
-def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: ResolvedJob) -> None:
+def ensure_children(controller: ChildrenWriter, key: JobKey, job: dict, resolved: ResolvedJob) -> None:
     """Applies the job's Services and its ConfigMap (job.json from `resolved`, the resolved job the pods run)."""
     namespace, name = key
     uid = job["metadata"]["uid"]
@@ -74,7 +71,7 @@ def ensure_children(controller: Controller, key: JobKey, job: dict, resolved: Re
         record.children_data = resolved.data
 
 
-def _delete_old_slices(controller: Controller, key: JobKey, job: dict) -> None:
+def _delete_old_slices(controller: ChildrenWriter, key: JobKey, job: dict) -> None:
     """Before design §6's records, `<job>` selected the job's pods and Kubernetes' EndpointSlice controller wrote
     its slices; the apply above removed that selector, but the controller leaves the slices it wrote (stale
     records beside the operator's). A job made before this process started may have them: they go, once per
@@ -88,7 +85,7 @@ def _delete_old_slices(controller: Controller, key: JobKey, job: dict) -> None:
     controller.record_of(key).old_slices_gone = True
 
 
-def write_dns_records(controller: Controller, key: JobKey, slices: tuple[dict, ...]) -> None:
+def write_dns_records(controller: ChildrenWriter, key: JobKey, slices: tuple[dict, ...]) -> None:
     """The headless `<job>`'s EndpointSlices, before its rank table. A refusal (an operator whose RBAC predates
     them) is logged and costs only the pods' DNS names: the table, which the gang needs, is still written."""
     try:
@@ -97,7 +94,7 @@ def write_dns_records(controller: Controller, key: JobKey, slices: tuple[dict, .
         log.warning("%s/%s: the pods' DNS records were refused, their names do not resolve: %s", *key, refused)
 
 
-def _recreate_with_ip(controller: Controller, service: dict, ip: str) -> None:
+def _recreate_with_ip(controller: ChildrenWriter, service: dict, ip: str) -> None:
     """Creates `<job>-sched` with the IP the pods know; 409: it exists again, nothing to do. The apiserver releases
     a deleted Service's IP a moment later ("provided IP is already allocated" until then): tried for
     KEEP_IP_SECONDS, then the apply makes one with a new IP (the gang then fails and restarts)."""
@@ -114,7 +111,7 @@ def _recreate_with_ip(controller: Controller, service: dict, ip: str) -> None:
         time.sleep(0.5)
 
 
-def child_changed(controller: Controller, key: JobKey, kind: str, name: str, event_type: str, body: dict) -> None:
+def child_changed(controller: ChildrenWriter, key: JobKey, kind: str, name: str, event_type: str, body: dict) -> None:
     record = controller.jobs.get(key)
     if record is None:
         return  # not reconciled by this process yet: its first pass reads and applies everything anyway
@@ -149,7 +146,7 @@ def child_changed(controller: Controller, key: JobKey, kind: str, name: str, eve
 MAX_REFUSAL_EVENTS = 3  # per change of a channel: a pod that writes junk in a loop fills no event stream
 
 
-def screen_reports(controller: Controller, key: JobKey, record: JobRecord, data: dict) -> None:
+def screen_reports(controller: ChildrenWriter, key: JobKey, record: JobRecord, data: dict) -> None:
     """The reports that just changed on `<job>-recovery` and are ignored, counted in
     ascend_hybrid_rejected_inputs_total{kind="launcher-report"}: a malformed one (with a Warning event), and one of
     a pod that is not of the current attempt (an earlier attempt's pod, late; or a writer naming another pod)."""
@@ -166,7 +163,7 @@ def screen_reports(controller: Controller, key: JobKey, record: JobRecord, data:
         log.info("%s/%s: %d reports of pods not of the current attempt ignored", *key, len(ignored) - len(refused))
 
 
-def read_rank_table(controller: Controller, key: JobKey, config_map: dict | None) -> dict | None:
+def read_rank_table(controller: ChildrenWriter, key: JobKey, config_map: dict | None) -> dict | None:
     """The table `rings-config-<job>` holds (ranktable.read_config_map). A table refused (too large, expanding past
     its bound, not JSON) reads as {}, so the next pass writes the right one again; it is counted in
     ascend_hybrid_rejected_inputs_total{kind="rank-table"} and said in a Warning event on the job."""
@@ -186,7 +183,7 @@ def read_rank_table(controller: Controller, key: JobKey, config_map: dict | None
 GRANT_RECHECK_SECONDS = 60.0
 
 
-def launcher_grant(controller: Controller, key: JobKey, uid: str, service_account: str) -> list[dict]:
+def launcher_grant(controller: ChildrenWriter, key: JobKey, uid: str, service_account: str) -> list[dict]:
     """What to create for the job's launchers (render.launcher_grant, with the empty channel): everything, the
     first time in a while (GRANT_RECHECK_SECONDS), else nothing. Where the operator grants a namespace's first job,
     the namespace-wide Role of older operators goes (delete_legacy_grant)."""
@@ -202,7 +199,7 @@ def launcher_grant(controller: Controller, key: JobKey, uid: str, service_accoun
             *render.launcher_grant(name, namespace, uid, service_account)]
 
 
-def delete_legacy_grant(controller: Controller, namespace: str) -> None:
+def delete_legacy_grant(controller: ChildrenWriter, namespace: str) -> None:
     """The namespace-wide launcher Role an older operator made (names.LEGACY_LAUNCHER_ROLE): it let any pod of the
     namespace running as a ServiceAccount it was bound to (`default` among them) write every job's channel. Pods of
     jobs started before the upgrade lose their channel with it (their next failure restarts the gang). Refused (an
@@ -215,13 +212,13 @@ def delete_legacy_grant(controller: Controller, namespace: str) -> None:
                     "%s", namespace, names.LEGACY_LAUNCHER_ROLE, refused)
 
 
-def grant_launchers(controller: Controller, key: JobKey, job: dict, service_account: str) -> None:
+def grant_launchers(controller: ChildrenWriter, key: JobKey, job: dict, service_account: str) -> None:
     """The launchers' channel and grant (launcher_grant), created where missing (create_grant)."""
     controller.each(lambda manifest: create_grant(controller, key, manifest),
                     launcher_grant(controller, key, job["metadata"]["uid"], service_account))
 
 
-def create_grant(controller: Controller, key: JobKey, manifest: dict, needed: bool = False) -> None:
+def create_grant(controller: ChildrenWriter, key: JobKey, manifest: dict, needed: bool = False) -> None:
     """One part of the launchers' grant. A create the apiserver refuses (an operator not allowed to manage roles)
     is logged and only costs the in-place rungs (launchers that never report get RestartGang) — but for the job's
     own ServiceAccount before its pods (`needed`): without it they cannot be made, and the refusal is the job's

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ascend_hybrid.contracts.ascend import parse_deviceinfo, plugin_daemonset
 from ascend_hybrid.contracts.podview import ready_condition
 from ascend_hybrid.controller.listwatch import SYNC_TIMEOUT_SECONDS
-
-if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
-    from ascend_hybrid.controller.loop import Controller
+from ascend_hybrid.controller.roles import ClusterListener
 
 Change = Callable[[str, dict | None, dict | None], None]
 T = TypeVar("T")
@@ -104,7 +102,7 @@ def node_signature(node: dict | None) -> tuple | None:
             repr(status.get("allocatable")), repr(dict((node.get("metadata") or {}).get("labels") or {})))
 
 
-def node_reaction(controller: Controller) -> Change:
+def node_reaction(controller: ClusterListener) -> Change:
     """A node changed what placement reads: the waiting jobs try again; not Ready: every job looks (its pods)."""
     def changed(name: str, old: dict | None, new: dict | None) -> None:
         if node_signature(old) == node_signature(new):
@@ -115,7 +113,7 @@ def node_reaction(controller: Controller) -> Change:
     return changed
 
 
-def device_reaction(controller: Controller) -> Change:
+def device_reaction(controller: ClusterListener) -> Change:
     """A node's chip health changed: a waiting job may fit now, and a running gang may hold a chip that broke
     (ChipUnhealthy). The device plugin rewrites its ConfigMap with every UpdateTime: only the unusable chips count."""
     def unusable(item: dict | None) -> frozenset[int] | None:
@@ -132,7 +130,7 @@ def device_reaction(controller: Controller) -> Change:
     return changed
 
 
-def plugin_reaction(controller: Controller) -> Change:
+def plugin_reaction(controller: ClusterListener) -> Change:
     """A device-plugin DaemonSet changed its mode or its nodes: the waiting jobs try again (a node may take them
     now, or no longer)."""
     def changed(name: str, old: dict | None, new: dict | None) -> None:

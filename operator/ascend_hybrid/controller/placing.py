@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE, DeviceInfo, device_infos_by_node
 from ascend_hybrid.contracts.podview import node_of
 from ascend_hybrid.controller import metrics
+from ascend_hybrid.controller.records import JobKey, JobRecord
+from ascend_hybrid.controller.roles import Placer
 from ascend_hybrid.gang import backlog
 from ascend_hybrid.gang.inventory import build_inventory, pinned_node
 from ascend_hybrid.gang.placement import place as place_on
@@ -21,14 +22,8 @@ from ascend_hybrid.reconcile.actions import Place, PlaceReplacement, PostEvent, 
 from ascend_hybrid.reconcile.placement_record import record_placement, record_replacement
 from ascend_hybrid.reconcile.state import Decision, Observed
 
-if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
-    from ascend_hybrid.controller.loop import Controller
-    from ascend_hybrid.controller.records import JobRecord
 
-JobKey = tuple[str, str]
-
-
-def place(controller: Controller, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
+def place(controller: Placer, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
     """Places the gang under the one lock; the core records the outcome, this executes its events."""
     resolved, request = action.job, action.request
     record = controller.record_of(key)
@@ -91,7 +86,7 @@ def place(controller: Controller, key: JobKey, job: dict, observed: Observed, de
     return placement.ok or handed_over
 
 
-def probe_grow(controller: Controller, key: JobKey, job: dict, observed: Observed, decision: Decision,
+def probe_grow(controller: Placer, key: JobKey, job: dict, observed: Observed, decision: Decision,
                action: ProbeGrow) -> None:
     """spec.elastic, shrunk: whether the spec's gang would fit under the one lock, the chips of this job's own
     pods counted free (a growth deletes them first); the core records the answer. Nothing is promised."""
@@ -109,7 +104,7 @@ def probe_grow(controller: Controller, key: JobKey, job: dict, observed: Observe
             controller.post_event(job, event.type, event.reason, event.message)
 
 
-def place_replacement(controller: Controller, key: JobKey, job: dict, observed: Observed, decision: Decision,
+def place_replacement(controller: Placer, key: JobKey, job: dict, observed: Observed, decision: Decision,
                       action: PlaceReplacement) -> bool:
     """ReplacePod: one pod of a running gang placed again under the one lock, on the inventory less the chips
     every other gang holds or was promised; the core records where (placement_record.record_replacement)."""
@@ -133,7 +128,7 @@ def place_replacement(controller: Controller, key: JobKey, job: dict, observed: 
     return placement.ok
 
 
-def _hold(controller: Controller, record: JobRecord, blocker: backlog.QueueKey, decision: Decision) -> None:
+def _hold(controller: Placer, record: JobRecord, blocker: backlog.QueueKey, decision: Decision) -> None:
     """A job held back behind one that no try found short of chips (not tried yet, or held back itself) is placed
     in a moment: its Queued status stays unwritten for up to `status_coalesce_seconds` of holding, and it passes
     again by then at the latest (the head it waits for wakes it sooner)."""
@@ -148,7 +143,7 @@ def _hold(controller: Controller, record: JobRecord, blocker: backlog.QueueKey, 
         decision.requeue_after = min(decision.requeue_after or left, left)
 
 
-def _try_first(controller: Controller, job: backlog.QueueKey | None, *, only_untried: bool = False) -> None:
+def _try_first(controller: Placer, job: backlog.QueueKey | None, *, only_untried: bool = False) -> None:
     """Puts a pass of `job` before every pass already due. A job held back by an older one that this process has
     not tried yet asks for that one (a job already tried and waiting for chips is woken when chips free)."""
     if job is None:
@@ -160,7 +155,7 @@ def _try_first(controller: Controller, job: backlog.QueueKey | None, *, only_unt
     controller.queue.add(key, first=True)
 
 
-def cluster_holdings(controller: Controller) -> tuple[list[dict], Mapping[str, DeviceInfo]]:
+def cluster_holdings(controller: Placer) -> tuple[list[dict], Mapping[str, DeviceInfo]]:
     """(NPU pods, each node's device health) of the whole cluster. When the operator watches only some namespaces
     its stores miss the NPUs held elsewhere and the kube-system ConfigMaps: those are listed cluster-wide. The
     watched health is the store's map, kept until a ConfigMap changes (not parsed again per placement)."""
@@ -170,7 +165,7 @@ def cluster_holdings(controller: Controller) -> tuple[list[dict], Mapping[str, D
         controller.kube.list_device_infos(DEVICEINFO_NAMESPACE, f"{DEVICEINFO_LABEL}=true")))
 
 
-def oldest_waiting(controller: Controller, entries: list[backlog.Entry], exclude: JobKey) -> dict[str, backlog.QueueKey]:
+def oldest_waiting(controller: Placer, entries: list[backlog.Entry], exclude: JobKey) -> dict[str, backlog.QueueKey]:
     """The head of each chip type's queue but `exclude`. Nothing `exclude`'s own placement changes moves it: its
     placement asks once, and the head it then wakes is the one asked before."""
     records = list(controller.jobs.items())
@@ -180,7 +175,7 @@ def oldest_waiting(controller: Controller, entries: list[backlog.Entry], exclude
     return backlog.oldest_waiting(known, entries, tried)
 
 
-def reserved(controller: Controller, npu_pods: list[dict], entries: list[backlog.Entry], exclude: JobKey) -> dict[str, int]:
+def reserved(controller: Placer, npu_pods: list[dict], entries: list[backlog.Entry], exclude: JobKey) -> dict[str, int]:
     """Chips per node promised to gangs the inventory cannot see on their nodes yet: this process's promises
     and the placements other jobs' statuses hold (made by a process that died before creating every pod), until
     their pods are shown bound or pinned (a queued gang's pods exist unpinned until Kueue admits them)."""

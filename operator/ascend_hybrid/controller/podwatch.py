@@ -13,17 +13,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts.podview import holds_npus, is_finished, labels_of, project_pod
 from ascend_hybrid.controller.listwatch import SYNC_TIMEOUT_SECONDS
-
-if TYPE_CHECKING:  # the loop imports this module: a runtime import would be circular
-    from ascend_hybrid.controller.loop import Controller
+from ascend_hybrid.controller.records import JobKey
+from ascend_hybrid.controller.roles import PodListener
 
 log = logging.getLogger(__name__)
-JobKey = tuple[str, str]
 PodKey = tuple[str, str]
 Change = Callable[[dict | None, dict | None], None]
 # How long a pod Kueue evicted is remembered after it is gone: the Workload that also says so is garbage-collected
@@ -156,7 +153,7 @@ class PodStore:
                 self.on_change(old, new)
 
 
-def reaction(controller: Controller) -> Change:
+def reaction(controller: PodListener) -> Change:
     """What a changed pod means to the controller: its job's next pass, and free chips for the waiting jobs
     when a pod holding NPUs went or finished."""
     def changed(old: dict | None, new: dict | None) -> None:

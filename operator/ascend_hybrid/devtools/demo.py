@@ -358,10 +358,6 @@ def placement_report(body: dict, racks: dict[str, str]) -> list[str]:
 
 
 def run_demo(args) -> int:
-    if args.kueue:
-        from ascend_hybrid.devtools import kueue_demo
-
-        return kueue_demo.run(args)
     started = time.monotonic()
     try:
         say("building the simulated cluster's toolchain if missing (first time ≈ 8-15 min on 2 cores)")
@@ -418,10 +414,3 @@ ready in {time.monotonic() - started:.0f}s. Look further:
 Stop everything: ascend-hybrid dev-cluster down --name {args.name}""")
     return 0
 
-
-def register(subparsers) -> None:
-    parser = subparsers.add_parser("demo", help="simulated cluster + operator + the example jobs, shown Running")
-    parser.add_argument("--name", default=devcluster.DEFAULT_NAME)
-    parser.add_argument("--kueue", action="store_true",
-                        help="instead: two teams' jobs against one Kueue quota (devtools/kueue_demo.py)")
-    parser.set_defaults(func=run_demo)

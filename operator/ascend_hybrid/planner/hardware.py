@@ -143,7 +143,8 @@ class Hardware:
 # Chips per node and the HCCS ring size come from the one chip table (chips.py).
 # The compute models are calibrated on published runs (docs/planner.md, "Calibration"): HBM bandwidths are the
 # product figures (910A 1.2 TB/s HBM2, 910B and an A3 die 1.6 TB/s HBM2e); the matmul and attention shares of peak,
-# the half-size dimension and the vector share are fitted (least squares of log error over the runs not held out).
+# the half-size dimension and the vector share are fitted on the dense 910B runs not held out by least absolute
+# log error, 910A's shares and the expert share by least squares (hack/calibration_fit.py).
 # A3 has no published training figure in the calibration set: it takes 910B's per-die figures.
 COMPUTE_910B = ComputeModel(matmul_efficiency=0.65, half_dim=130, attention_efficiency=0.43, hbm_gbps=1600,
                             vector_efficiency=0.45, expert_efficiency=0.52)
