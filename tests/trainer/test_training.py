@@ -100,3 +100,20 @@ def test_gradient_clipping_bounds_the_update_and_reports_the_norm_before_clippin
     assert np.allclose(small[0].asnumpy() / grads[0].asnumpy(), 1.0 / float(norm))
     untouched = clipped(grads, norm, 100.0)
     assert all(np.array_equal(a.asnumpy(), b.asnumpy()) for a, b in zip(untouched, grads))
+
+
+def test_a_timed_step_compiles_each_of_its_graphs_once(monkeypatch):
+    """Every step timed (AHJ_TIMED_STEP_EVERY=1, the CPU default) runs the compute graph and then the reduce-and-
+    update graph: each is compiled once for the run, not once a step (a tuple of gradients handed to a graph as
+    a constant would compile it anew for every step, ~1 s each on CPU). MindSpore's INFO log names each
+    compilation's phase."""
+    monkeypatch.setenv("GLOG_v", "1")
+    monkeypatch.setenv("AHJ_TIMED_STEP_EVERY", "1")
+    steps = 6
+    proc, processes, _ = run_local(["--data", "1", "--layers", str(LAYERS), "--steps", str(steps), "--global-batch",
+                                    "2", "--seq-length", "32", "--metrics-port", "0"])
+    assert proc.process.returncode == 0, processes.report()
+    assert sorted(losses_of(proc.text("stdout"))) == list(range(1, steps + 1))
+    compiled = [line.split("Start compiling, phase: ", 1)[1].split(".", 3)[2]
+                for line in proc.text("stderr").splitlines() if "Start compiling, phase: " in line]
+    assert sorted(compiled) == ["local_gradients", "reduce_and_update"], compiled

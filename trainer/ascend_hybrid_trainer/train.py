@@ -204,7 +204,8 @@ class TimedStep:
         self.timed += 1
         if self.timed > 1 or self.every == 1:  # every step timed: the process's warm-up is skipped by timing.py
             self.compute_seconds = time.perf_counter() - started
-        return self.reduce_and_update(loss, grads)
+        # mutable: a tuple handed to a compiled graph is otherwise a constant of it, compiled anew for every step
+        return self.reduce_and_update(loss, ms.mutable(grads))
 
 
 def make_loss_reporter(plan: ParallelPlan, identity: WorkerIdentity, stage_group: str | None):
