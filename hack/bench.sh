@@ -19,6 +19,7 @@ else
     "planner bench/bench_planner.py"
     "placement bench/bench_placement.py"
     "ranktable bench/bench_ranktable.py"
+    "timed-step bench/bench_timed_step.py --rounds 3"
     "operator-128 bench/bench_operator.py --nodes 256 --pods 128 --rounds 5"
     "operator-64 bench/bench_operator.py --nodes 128 --pods 64 --rounds 5"
     "restart-128 bench/bench_restart.py --nodes 256 --pods 128 --rounds 3"
