@@ -12,7 +12,8 @@ and a confirmed slow node acted on by spec.runPolicy.slowness at the next checkp
 
 An action is taken only while the job's steps are at least minSlowdown times its healthy pace, at most
 maxActionsPerHour times an hour, and only when the steps left are worth more than it costs (a recovery as long as
-the job's past ones, RECOVERY_COST_SECONDS before it has any, the benefit counted with a margin of COST_MARGIN).
+the job's past ones, or before it has any as long as its own start, RECOVERY_COST_SECONDS before either is measured;
+the benefit counted with a margin of COST_MARGIN).
 Each action is an incident of the ledger with cause SlowNode, not counted against backoffLimit; the node joins
 status.avoidedNodes and status.slowNodes (kept avoided when an elastic job grows back).
 """
@@ -25,7 +26,7 @@ from datetime import timedelta
 
 from ascend_hybrid.contracts.conditions import condition, parse_time, timestamp
 from ascend_hybrid.contracts.podview import node_of
-from ascend_hybrid.diagnosis import recovery
+from ascend_hybrid.diagnosis import goodput, recovery
 from ascend_hybrid.diagnosis.failures import Failure
 from ascend_hybrid.diagnosis.recovery import REPLACE_POD, SHRINK
 from ascend_hybrid.monitoring import slowness
@@ -35,7 +36,7 @@ from ascend_hybrid.reconcile.state import Pass
 REPORT, REPLACE, SHRINK_ACTION = "Report", "Replace", "Shrink"
 UNMEASURED_SAVE_SECONDS = 20.0  # what a save costs before the trainer has timed one
 SAVE_MARGIN_SECONDS = 15.0     # the asked save's step this far ahead: every launcher has it before
-RECOVERY_COST_SECONDS = 120.0  # what a recovery costs before the job's own ledger says
+RECOVERY_COST_SECONDS = 120.0  # what a recovery costs before the job has measured one, or its own start
 COST_MARGIN = 2.0              # the steps left must be worth this many times the action's cost
 SLOW_NODES_KEPT = 16
 
@@ -151,6 +152,18 @@ def save_cost(p: Pass) -> float:
     return float(measured) if measured else UNMEASURED_SAVE_SECONDS
 
 
+def action_cost(status: dict) -> float:
+    """Seconds an action is expected to cost: the median of the job's past recoveries; before it has any, its own
+    start (the goodput account's startsAndRestarts: pods made to its first step — what a replaced pod and the
+    others' restarted ranks go through again); RECOVERY_COST_SECONDS before either is measured."""
+    past = [float(record["seconds"]) for record in status.get("recoveries") or ()
+            if record.get("outcome") == recovery.RECOVERED and record.get("seconds") is not None]
+    if past:
+        return statistics.median(past)
+    started = float(((status.get("goodputAccount") or {}).get("seconds") or {}).get(goodput.STARTS) or 0.0)
+    return started if started > 0 else RECOVERY_COST_SECONDS
+
+
 def worth_it(p: Pass, slowdown: float) -> str | None:
     """None when the steps left at this slowdown lose more than the action costs (with COST_MARGIN), else why not."""
     account = p.status.get("goodputAccount") or {}
@@ -160,9 +173,7 @@ def worth_it(p: Pass, slowdown: float) -> str | None:
         return "waiting for the job's healthy pace"
     left = max(p.resolved.spec.training.steps - int(step), 0) * float(healthy) * slowdown
     loss = left * (1 - 1 / slowdown)
-    past = [float(record["seconds"]) for record in p.status.get("recoveries") or ()
-            if record.get("outcome") == recovery.RECOVERED and record.get("seconds") is not None]
-    cost = statistics.median(past) if past else RECOVERY_COST_SECONDS
+    cost = action_cost(p.status)
     if loss < COST_MARGIN * cost:
         return (f"the {left:.0f}s of training left lose {loss:.0f}s at this slowdown, less than {COST_MARGIN:g}× what "
                 f"an action costs ({cost:.0f}s): reported only")

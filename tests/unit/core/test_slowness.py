@@ -127,12 +127,12 @@ def demo_readings(slow_pod: int | None, jitter_seed: int) -> tuple[RankReading, 
                  for r in ranked)
 
 
-def passes(spec, steps, slow_pod=1, healthy=0.25, status_extra=None, save_seconds=None):
+def passes(spec, steps, slow_pod=1, healthy=0.25, status_extra=None, save_seconds=None, account_extra=None):
     """Running passes, one sample each (every 15 s, at the given steps): the decisions. `save_seconds`: the trainer
-    has timed one save of that length."""
+    has timed one save of that length; `account_extra`: more of the goodput account."""
     pace = {str(round(math.log(healthy) * 100)): 10_000}  # the job's steps so far, all at the healthy pace
     account = {"healthyStepSeconds": healthy, "pace": pace, "paceIntervals": 100, "mode": "running",
-               "accountedAt": timestamp(NOW - timedelta(seconds=1)), "seconds": {}}
+               "accountedAt": timestamp(NOW - timedelta(seconds=1)), "seconds": {}, **(account_extra or {})}
     status = placed(spec, startTime=timestamp(NOW - timedelta(hours=1)), goodputAccount=account,
                     **(status_extra or {}))
     body, table = job(spec, status=status), rank_table(spec)
@@ -188,6 +188,22 @@ def test_an_action_that_costs_more_than_the_steps_left_lose_is_not_taken():
     short = {**REPLACE, "training": {"steps": 170, "checkpoint": {"claimName": "ckpt", "everySteps": 50}}}
     decisions = passes(short, [80, 90, 100, 110, 130, 140, 160])
     assert "less than 2× what an action costs" in decisions[-1].status["slowness"]["confirmed"]["decision"]
+
+
+def test_before_any_recovery_an_action_is_weighed_against_the_jobs_own_start():
+    """The same short job: with no recovery in its ledger, an action costs what the job's own start took (its
+    goodput account's startsAndRestarts) — a quick start makes the steps left worth it, a slow one does not; 120 s
+    before the start is measured."""
+    short = {**REPLACE, "training": {"steps": 170, "checkpoint": {"claimName": "ckpt", "everySteps": 50}}}
+
+    def decision(started: float | None) -> str:
+        account = {"seconds": {"startsAndRestarts": started}} if started is not None else {}
+        confirmed = passes(short, [80, 90, 100, 110, 130, 140], account_extra=account)[-1]
+        return confirmed.status["slowness"]["confirmed"]["decision"]
+
+    assert "waiting for the checkpoint of step 150" in decision(5.0)
+    assert "less than 2× what an action costs (60s)" in decision(60.0)
+    assert "less than 2× what an action costs (120s)" in decision(None)
 
 
 def test_a_checkpoint_far_away_is_asked_for_and_the_pod_replaced_once_training_passed_it():
