@@ -259,7 +259,7 @@ def unrecorded_pods(p: Pass, current: dict) -> Decision:
     attempt = p.status["attempt"]
     message = (f"{len(current)} pods of attempt {attempt} exist without a recorded placement (the operator stopped "
                "before writing it); placing anew")
-    return place_anew(p, list(current.values()), "PlacementUnrecorded", message)
+    return p.place_anew(list(current.values()), "PlacementUnrecorded", message)
 
 
 def running(p: Pass, table: dict, current: dict) -> Decision:
@@ -396,7 +396,7 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
         names_ = ", ".join(p["metadata"]["name"] for p in unbound[:5])
         message = (f"{len(unbound)} pods not bound within schedulingTimeoutSeconds={limit} ({names_}){refusal}; "
                    "re-planning")
-        return place_anew(p, pods, "SchedulingTimeout", message)
+        return p.place_anew(pods, "SchedulingTimeout", message)
     # a pod made again beside running ones (ReplacePod, under Volcano) waits inside its rung: the job stays Restarting
     phase = "Restarting" if p.status.get("phase") == "Restarting" else "Starting"
     p.phase(phase, f"{len(unbound)} of {len(pods)} pods waiting for the scheduler{refusal}")
@@ -418,7 +418,7 @@ def refused_at_admission(p: Pass, current: dict) -> Decision | None:
                 if avoided else "")
     message = (f"{pod['metadata']['name']} refused by node {node_of(pod)}: {why}"
                + (f" (and {len(refused) - 1} more pods)" if len(refused) > 1 else "") + avoiding + "; placing anew")
-    return place_anew(p, list(current.values()), "RefusedByNode", message)
+    return p.place_anew(list(current.values()), "RefusedByNode", message)
 
 
 def count_refusals(status: dict, nodes: set[str]) -> list[str]:
@@ -446,32 +446,13 @@ def ring_split(p: Pass, pods: list[dict], split: list[tuple]) -> Decision:
     message = (f"{pod['metadata']['name']} got chips {ids} on {node_of(pod)} from both HCCS rings (the kubelet "
                f"chose them; HCCL needs a pod of ≤ {chip.ring_size} {chip.name} chips inside one ring)"
                + (f" (and {len(split) - 1} more pods)" if len(split) > 1 else "") + "; placing anew")
-    return place_anew(p, pods, "ChipsSplitAcrossRings", message)
-
-
-def place_anew(p: Pass, pods: list[dict], reason: str, message: str) -> Decision:
-    """The attempt's pods never all ran where they were placed: they go, and the next attempt is placed afresh,
-    not counted as a restart (Placed=False and a warning say why)."""
-    p.delete(pods)
-    p.reset_rank_table()
-    p.new_attempt()
-    p.cond("Placed", False, reason, message)
-    p.phase("Pending", message)
-    p.d.emit("Warning", reason, message)
-    p.requeue(FAST_REQUEUE_SECONDS)
-    return p.d
+    return p.place_anew(pods, "ChipsSplitAcrossRings", message)
 
 
 def restart_for_spec_change(p: Pass, current: list[dict]) -> Decision:
-    p.delete(current)
-    p.reset_rank_table()
-    p.new_attempt()
-    message = f"parallelism, npu or template changed; restarting as attempt {p.status['attempt']}"
-    p.cond("Restarting", True, "SpecChanged", message)
-    p.phase("Restarting", message)
-    p.d.emit("Normal", "SpecChanged", message)
-    p.requeue(FAST_REQUEUE_SECONDS)
-    return p.d
+    attempt = p.end_attempt(current)
+    message = f"parallelism, npu or template changed; restarting as attempt {attempt}"
+    return p.restarting("SpecChanged", message, event=("Normal", "SpecChanged", message), stops_running=False)
 
 
 def succeeded(p: Pass, current: list[dict]) -> Decision:

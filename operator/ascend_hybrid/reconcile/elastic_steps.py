@@ -35,7 +35,7 @@ from ascend_hybrid.planner import search
 from ascend_hybrid.planner.hardware import GIB, Hardware
 from ascend_hybrid.reconcile import checkpoint_steps, membership, strategy, volcano_steps
 from ascend_hybrid.reconcile.actions import EnsureChildren, PlaceReplacement, ProbeGrow
-from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
+from ascend_hybrid.reconcile.state import Decision, Pass
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
 
@@ -312,10 +312,7 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: in
     p.reset_rank_table()
     message = (f"no node fits pod index {lost}: data {asked.data}→{job.data} keeping {len(kept)} running pods "
                f"(attempt {attempt}), their ranks restart in the smaller world at rank generation {generation}")
-    p.cond("Restarting", True, SHRINK, message)
-    p.cond("Running", False, SHRINK, message)
-    p.phase("Restarting", message)
-    p.requeue(FAST_REQUEUE_SECONDS)
+    p.restarting(SHRINK, message)
     return True
 
 
@@ -441,20 +438,14 @@ def at_spec_degrees(p: Pass, full: ResolvedJob, state: Mapping, why: str) -> Non
     p.status.pop("podTemplateHash", None)  # as at a shrink: the next pods are made from the spec's job
     message = f"data {state['data']}→{full.data}: {why}; restarting as attempt {p.status['attempt']}"
     p.cond(DEGRADED, False, "Grown", message)
-    p.cond("Restarting", True, GROW, message)
-    p.cond("Running", False, GROW, message)
-    p.phase("Restarting", message)
-    p.d.emit("Normal", "Grown", message)
-    p.requeue(FAST_REQUEUE_SECONDS)
+    p.restarting(GROW, message, event=("Normal", "Grown", message))
 
 
 def grow(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> None:
     """Back to the spec's data degree as a new attempt, every pod made again (the running ones could not be kept,
     or the pods to add were not placed)."""
     state, why = grown(p, full)
-    p.delete(list(current.values()))
-    p.reset_rank_table()
-    p.new_attempt()
+    p.end_attempt(list(current.values()))
     at_spec_degrees(p, full, state, why)
 
 

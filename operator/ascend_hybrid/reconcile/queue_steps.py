@@ -105,18 +105,12 @@ def resized(p: Pass, current: dict) -> Decision | None:
              if (size := ((pod.get("metadata") or {}).get("annotations") or {}).get(kueue.GROUP_TOTAL_COUNT_ANNOTATION))}
     if not sizes or sizes == {str(p.resolved.pod_count)}:
         return None
-    p.delete(list(current.values()))
-    p.reset_rank_table()
     made = int(p.status["attempt"])
-    p.new_attempt()
+    p.end_attempt(list(current.values()))
     message = (f"pod group {kueue.group_name(p.meta['name'], made)} was made for {', '.join(sorted(sizes))} "
                f"pods; the job runs {p.resolved.pod_count} now (data {p.resolved.data}): queued again as pod group "
                f"{group_name(p)}")
-    p.cond("Admitted", False, "Resized", message)
-    p.phase("Pending", message)
-    p.d.emit("Normal", "Resized", message)
-    p.requeue(RECHECK_SECONDS)
-    return p.d
+    return p.pending_again("Admitted", "Resized", message, event_type="Normal", requeue_seconds=RECHECK_SECONDS)
 
 
 def waiting_for_quota(p: Pass, message: str) -> None:
@@ -181,14 +175,8 @@ def release(p: Pass, releasable: list[tuple[str, tuple[str, ...]]], current: dic
 def preempted(p: Pass, admission: kueue.Admission, current: dict) -> Decision:
     """Kueue evicted the group: the attempt ends, not as a failure. Kueue deletes its pods; whatever is left
     goes with its Workload, and a new attempt queues again (restarts and backoffLimit untouched)."""
-    p.delete(list(current.values()))
-    p.reset_rank_table()
-    p.new_attempt()
+    attempt = p.end_attempt(list(current.values()))
     message = (f"preempted by Kueue ({admission.reason}): {admission.message}; "
-               f"queued again as attempt {p.status['attempt']}")
-    p.cond("Admitted", False, PREEMPTED, message)
-    p.cond("Running", False, PREEMPTED, message)
-    p.phase("Pending", message)
-    p.d.emit("Warning", PREEMPTED, message)
-    p.requeue(RECHECK_SECONDS)
-    return p.d
+               f"queued again as attempt {attempt}")
+    return p.pending_again("Admitted", PREEMPTED, message, event_type="Warning", requeue_seconds=RECHECK_SECONDS,
+                           stops_running=True)

@@ -40,7 +40,7 @@ from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang.placement import GangRequest
 from ascend_hybrid.reconcile import elastic_steps, membership
 from ascend_hybrid.reconcile.actions import DeletePods, PlaceReplacement
-from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
+from ascend_hybrid.reconcile.state import Decision, Pass
 
 # Whether the ladder carries ReplacePod out (else it skips that rung and says so).
 REPLACE_POD_AVAILABLE = True
@@ -103,15 +103,8 @@ def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
     text = restart_text(what, verdict, status["attempt"] + 1, counted, limit)
     if start.why != verdict.why:
         text = f"{text}; {start.why.removeprefix(verdict.why).lstrip('; ')}"
-    p.delete(current)
-    p.reset_rank_table()
-    p.new_attempt()
-    p.cond("Restarting", True, failure.cause, text)
-    p.cond("Running", False, failure.cause, what)
-    p.phase("Restarting", text)
-    p.d.emit("Warning", failure.cause, f"{text}. Fix: {fix}")
-    p.requeue(FAST_REQUEUE_SECONDS)
-    return p.d
+    p.end_attempt(current)
+    return p.restarting(failure.cause, text, running_text=what, event=("Warning", failure.cause, f"{text}. Fix: {fix}"))
 
 
 def restart_gang_for(p: Pass, current: dict, why: str) -> bool:
@@ -122,14 +115,8 @@ def restart_gang_for(p: Pass, current: dict, why: str) -> bool:
         state.pop(key, None)
     record = recovery.current_incident(p.status.get("recoveries") or []) or {}
     p.status["avoidedNodes"] = sorted(set(p.status.get("avoidedNodes") or []) | set(record.get("avoid") or ()))
-    p.delete(list(current.values()))
-    p.reset_rank_table()
-    p.new_attempt()
-    text = f"{why}: restarting the whole gang as attempt {p.status['attempt']}"
-    p.cond("Restarting", True, "RecoveryEscalated", text)
-    p.cond("Running", False, "RecoveryEscalated", text)
-    p.phase("Restarting", text)
-    p.requeue(FAST_REQUEUE_SECONDS)
+    attempt = p.end_attempt(list(current.values()))
+    p.restarting("RecoveryEscalated", f"{why}: restarting the whole gang as attempt {attempt}")
     return True
 
 
@@ -313,12 +300,7 @@ def peer_nodes(p: Pass, index: int) -> list[str]:
 def _relaunch(p: Pass, generation: int, failure: Failure, text: str, fix: str) -> Decision:
     """The next rank generation to every launcher, and the job Restarting until they report it stepping."""
     p.d.act(membership.signal(p, generation))
-    p.cond("Restarting", True, failure.cause, text)
-    p.cond("Running", False, failure.cause, text)
-    p.phase("Restarting", text)
-    p.d.emit("Warning", failure.cause, f"{text}. Fix: {fix}")
-    p.requeue(FAST_REQUEUE_SECONDS)
-    return p.d
+    return p.restarting(failure.cause, text, event=("Warning", failure.cause, f"{text}. Fix: {fix}"))
 
 
 def replacing(p: Pass) -> int | None:

@@ -197,6 +197,48 @@ class Pass:
             if (condition(self.status, kind) or {}).get("status") == "True":
                 self.cond(kind, False, "NewAttempt", f"attempt {self.status['attempt']} starts afresh")
 
+    # -- transitions: the endings the steps share --------------------------------------------------------------
+    def end_attempt(self, pods: list[dict] | tuple[dict, ...]) -> int:
+        """The attempt ends: `pods` go, the rank table resets to initializing and the next attempt begins
+        (new_attempt). Returns the new attempt's number, which the callers' messages name."""
+        self.delete(pods)
+        self.reset_rank_table()
+        self.new_attempt()
+        return int(self.status["attempt"])
+
+    def restarting(self, reason: str, text: str, *, event: tuple[str, str, str] | None = None,
+                   running_text: str | None = None, stops_running: bool = True) -> Decision:
+        """The job is Restarting: condition Restarting=True (`reason`, `text`), Running=False (`running_text`, else
+        `text`) unless not `stops_running`, phase Restarting, the `event` (type, reason, message) if any, and the
+        next pass soon. Returns the pass's Decision."""
+        self.cond("Restarting", True, reason, text)
+        if stops_running:
+            self.cond("Running", False, reason, running_text or text)
+        self.phase("Restarting", text)
+        if event is not None:
+            self.d.emit(*event)
+        self.requeue(FAST_REQUEUE_SECONDS)
+        return self.d
+
+    def pending_again(self, kind: str, reason: str, message: str, *, event_type: str,
+                      requeue_seconds: float = FAST_REQUEUE_SECONDS, stops_running: bool = False) -> Decision:
+        """A new attempt waits to be placed or admitted again, not counted as a restart: condition `kind`=False
+        (and Running=False if `stops_running`) with `reason`, phase Pending, an event of `event_type` saying
+        `message`, and the next pass after `requeue_seconds`. Returns the pass's Decision."""
+        self.cond(kind, False, reason, message)
+        if stops_running:
+            self.cond("Running", False, reason, message)
+        self.phase("Pending", message)
+        self.d.emit(event_type, reason, message)
+        self.requeue(requeue_seconds)
+        return self.d
+
+    def place_anew(self, pods: list[dict], reason: str, message: str) -> Decision:
+        """The attempt's pods never all ran where they were placed: they go, and the next attempt is placed
+        afresh, not counted as a restart (Placed=False and a warning say why)."""
+        self.end_attempt(pods)
+        return self.pending_again("Placed", reason, message, event_type="Warning")
+
     # -- terminal outcomes --------------------------------------------------------------------------------------
     def fail(self, reason: str, message: str, fix: str | None = None) -> Decision:
         open_incident = recovery.current_incident(self.status.get("recoveries") or [])
