@@ -8,4 +8,4 @@ PodGroup, Volcano's word while it holds the gang, where it bound the pods agains
 of the Pass; `actions` — one frozen type per thing the shell must do;
 `membership` — which pod runs as which index of the attempt (pods a shrink or growth kept) and the world its
 launcher is told; `strategy` — the planner in the job's life (auto jobs, status.plan); `placement_record` — what a placement outcome
-writes into status."""
+writes into status; `status_edge` — the status parsed once into its typed model and dumped once for the shell."""

@@ -87,7 +87,7 @@ def run(p: Pass) -> Decision:
     if (done := chosen_strategy(p)) is not None:
         return done
     # a finished job only keeps its cleanPodPolicy and TTL
-    if p.status.get("phase") in TERMINAL_JOB_PHASES:
+    if p.s.phase in TERMINAL_JOB_PHASES:
         return p.finished()
     # the apiserver refused this job's writes: fail (400/422) or wait and say why (403)
     if (done := refusal(p)) is not None:
@@ -99,7 +99,7 @@ def run(p: Pass) -> Decision:
     # suspended: every pod goes; resumed: a new attempt
     if (done := suspension(p)) is not None:
         return done
-    attempt = int(p.status["attempt"])
+    attempt = p.attempt
     pods = membership.kept_views(p, p.o.pods)  # pods a shrink kept count as members of this attempt
     stale = [pod for pod in pods if attempt_of(pod) != attempt]
     p.delete(stale)
@@ -134,7 +134,7 @@ def run(p: Pass) -> Decision:
 def chosen_strategy(p: Pass) -> Decision | None:
     """The planner's step (strategy.step) on every live pass; the job runs with the strategy it resolves."""
     o, status = p.o, p.status
-    if status.get("phase") not in TERMINAL_JOB_PHASES:
+    if p.s.phase not in TERMINAL_JOB_PHASES:
         chosen = strategy.step(p.job.get("spec") or {}, p.resolved, status, o.hardware_profiles, o.now,
                                p.generation, o.observed_efficiency)
         for event in chosen.events:
@@ -159,10 +159,10 @@ def refusal(p: Pass) -> Decision | None:
 def first_seen(p: Pass) -> None:
     """Attempt 1 begins: condition Created, Pending. No event: the placement's (Placed, or why not) follows in the
     same pass and says as much; an event is a write per job."""
-    if p.status.get("attempt"):
+    if p.s.attempt:
         return
     e = p.resolved
-    p.status["attempt"] = 1
+    p.s.attempt = 1
     p.cond("Created", True, "Created", f"world {e.world_size}: {e.pod_count} pods × {e.per_pod} {e.chip} NPUs")
     p.phase("Pending", "waiting for placement")
 
@@ -182,7 +182,7 @@ def past_deadline(p: Pass) -> Decision | None:
 def suspension(p: Pass) -> Decision | None:
     if p.resolved.spec.run_policy.suspend:
         return suspended(p)
-    if p.status.get("phase") == "Suspended":
+    if p.s.phase == "Suspended":
         p.new_attempt()
         p.cond("Suspended", False, "Resumed", "resumed: placing anew")
         p.phase("Pending", "resumed: placing anew")
@@ -201,10 +201,10 @@ def attempt_outcome(p: Pass, current: dict, placement: dict) -> Decision | None:
     """A placed attempt's failure (judged by the failure policy), a failure whose cause is not in yet (hold), or
     its success. Every pod gone (the only pod of a one-pod gang deleted) is a failure too, not a gang to create
     again."""
-    if placement.get("attempt") != int(p.status["attempt"]):
+    if placement.get("attempt") != p.attempt:
         return None
     if not (current or p.queue or recovery_steps.in_place_running(p)
-            or p.status.get("phase") in ("Starting", "Running")):
+            or p.s.phase in ("Starting", "Running")):
         return None
     failure = failure_steps.failure(p, recovery_steps.seen_for_failures(p, current), placement)
     if isinstance(failure, Failure):
@@ -223,7 +223,7 @@ def enqueued(p: Pass, current: dict, stale: list, admission: Admission | None, t
     if admission is not None:
         return queue_steps.enqueued(p, current, stale, admission, template_hash)
     if stale:
-        p.phase(p.status.get("phase") or "Pending", "waiting for the previous attempt's pods to go")
+        p.phase(p.s.phase or "Pending", "waiting for the previous attempt's pods to go")
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
     if current:
@@ -242,8 +242,8 @@ def unrecorded_pods(p: Pass, current: dict) -> Decision:
     e = p.resolved
     nodes = tuple(node_of(current[index]) if index in current else None for index in range(e.pod_count))
     if p.volcano:  # Volcano places them: the attempt goes on without a plan, where it binds them is recorded
-        p.status.update(record_placement(p.status, e, Placement(ok=False, reason="the operator stopped before it "
-                                         "recorded its plan"), p.o.now, p.generation, {}, volcano=True).status)
+        p.absorb(record_placement(p.whole_status(), e, Placement(ok=False, reason="the operator stopped before it "
+                                  "recorded its plan"), p.o.now, p.generation, {}, volcano=True).status)
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
     if all(nodes):
@@ -251,12 +251,12 @@ def unrecorded_pods(p: Pass, current: dict) -> Decision:
         tier = tiers[0] if tiers else ""
         domains = {node: ((p.o.nodes.get(node) or {}).get("metadata", {}).get("labels") or {}).get(tier)
                    for node in nodes if node}
-        outcome = record_placement(p.status, e, Placement(ok=True, nodes=cast(tuple[str, ...], nodes)), p.o.now,
-                                   p.generation, domains)
-        p.status.update(outcome.status)
+        outcome = record_placement(p.whole_status(), e, Placement(ok=True, nodes=cast(tuple[str, ...], nodes)),
+                                   p.o.now, p.generation, domains)
+        p.absorb(outcome.status)
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
-    attempt = p.status["attempt"]
+    attempt = p.attempt
     message = (f"{len(current)} pods of attempt {attempt} exist without a recorded placement (the operator stopped "
                "before writing it); placing anew")
     return p.place_anew(list(current.values()), "PlacementUnrecorded", message)
@@ -266,7 +266,7 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     """Every pod runs and the table is complete: written, the launchers told their generation, an in-place rung or
     an elastic growth followed, else the job Running with its telemetry and goodput."""
     o, e, status = p.o, p.resolved, p.status
-    attempt = int(status["attempt"])
+    attempt = p.attempt
     if o.rank_table != table:
         p.write_rank_table(table, current.values())
         p.d.act(GrantLaunchers(membership.service_account(p)))
@@ -278,11 +278,11 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     completed = f"hccl.json completed for {e.world_size} ranks"
     table_news = (condition(status, "RankTableReady") or {}).get("status") != "True"
     p.cond("RankTableReady", True, "Completed", f"hccl.json v{table['version']} lists {e.world_size} ranks")
-    if status.get("phase") != "Running" and ran_before(status):  # one event tells both milestones
+    if p.s.phase != "Running" and ran_before(p):  # one event tells both milestones
         where = (status.get("placement") or {}).get("summary")
         p.d.emit("Normal", "Running", f"attempt {attempt}: {e.pod_count} pods running"
                  + (f" on {where}" if where else "") + (f", {completed}" if table_news else ""))
-    elif table_news and status.get("phase") == "Running":
+    elif table_news and p.s.phase == "Running":
         p.d.emit("Normal", "RankTableReady", completed)
     p.cond("Running", True, "AllPodsRunning", f"attempt {attempt}")
     p.cond("Restarting", False, "Running", f"attempt {attempt} running")
@@ -296,12 +296,12 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     return p.d
 
 
-def ran_before(status: dict) -> bool:
+def ran_before(p: Pass) -> bool:
     """Whether this Running is a return: after a restart, a recovery or a resume (a later attempt). Only a return
     gets the Running event: the status keeps a job's first start (startTime, the Running and RankTableReady
     conditions, placement.summary naming the nodes) until it runs again, and events keep the history the status
     overwrites — one write fewer for every job that never fails."""
-    return int(status.get("attempt") or 1) > 1 or bool(status.get("restarts")) or bool(status.get("recoveries"))
+    return (p.s.attempt or 1) > 1 or bool(p.status.get("restarts")) or bool(p.status.get("recoveries"))
 
 
 def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decision:
@@ -309,7 +309,7 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
     pinned to their nodes (a queued gang's are released too), wait for the scheduler, then complete the rank table
     (or reset it while a pod is not ready) and read the running job's telemetry."""
     o, e, status = p.o, p.resolved, p.status
-    attempt = int(status["attempt"])
+    attempt = p.attempt
     status["podTemplateHash"] = template_hash
     status.setdefault("startTime", timestamp(o.now))
     # job.json describes the degrees the pods run with: an elastic job's shrink or growth applies it again
@@ -398,7 +398,7 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
                    "re-planning")
         return p.place_anew(pods, "SchedulingTimeout", message)
     # a pod made again beside running ones (ReplacePod, under Volcano) waits inside its rung: the job stays Restarting
-    phase = "Restarting" if p.status.get("phase") == "Restarting" else "Starting"
+    phase = "Restarting" if p.s.phase == "Restarting" else "Starting"
     p.phase(phase, f"{len(unbound)} of {len(pods)} pods waiting for the scheduler{refusal}")
     p.requeue(min(FAST_REQUEUE_SECONDS, limit - waited))
     return p.d
@@ -459,14 +459,14 @@ def succeeded(p: Pass, current: list[dict]) -> Decision:
     p.status["completionTime"] = timestamp(p.o.now)
     p.status["pods"] = pod_counts(current, p.resolved.pod_count)
     p.cond("Running", False, "Completed", "all pods succeeded")
-    p.cond("Succeeded", True, "AllPodsSucceeded", f"attempt {p.status['attempt']} succeeded")
+    p.cond("Succeeded", True, "AllPodsSucceeded", f"attempt {p.attempt} succeeded")
     p.phase("Succeeded", f"all {len(current)} pods succeeded")
     p.d.emit("Normal", "Succeeded", f"all {len(current)} pods succeeded")
     return p.finished(first=True)
 
 
 def invalid(p: Pass) -> Decision:
-    if p.status.get("phase") == "Failed":
+    if p.s.phase == "Failed":
         return p.finished()
     message = "; ".join(p.o.spec_problems)
     return p.fail("InvalidSpec", message)
@@ -478,7 +478,7 @@ def suspended(p: Pass) -> Decision:
     p.reset_rank_table()
     p.status.pop("placement", None)
     p.status["pods"] = pod_counts([], 0)
-    if p.status.get("phase") != "Suspended":
+    if p.s.phase != "Suspended":
         p.delete_pod_group()  # a PodGroup left in its Queue would keep the Queue's room while the job is away
         p.d.emit("Normal", "Suspended", "job suspended; pods deleted")
     p.cond("Suspended", True, "Suspended", "spec.runPolicy.suspend is true")
@@ -493,7 +493,8 @@ def decide(observed: Observed) -> Decision:
     """The whole decision of one pass over what was observed; the shell executes it and asks again. The goodput
     account follows every pass of a started job (goodput_steps: the state the pass leaves names the bucket)."""
     p = Pass(observed)
-    finished_before = p.status.get("phase") in TERMINAL_JOB_PHASES
+    finished_before = p.s.phase in TERMINAL_JOB_PHASES
     decision = run(p)
     goodput_steps.account(p, finished_before)
+    decision.status = p.serialised()
     return decision

@@ -298,7 +298,7 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: in
     asked = p.resolved
     p.delete(extra)
     p.new_attempt()
-    attempt = int(p.status["attempt"])
+    attempt = p.attempt
     place_kept(p, job, [node_of(pod) or "" for pod in kept], f"kept {len(kept)} running pods")
     if p.volcano:  # the kept pods move into the new attempt's PodGroup as they are adopted
         volcano_steps.apply_group(p, job, attempt, 0)
@@ -323,7 +323,7 @@ def place_kept(p: Pass, job: ResolvedJob, nodes: list[str], how: str, running: i
     tiers = job.spec.scheduling.topology_tiers
     racks = {labels_of(p.o.nodes.get(node) or {}).get(tiers[0]) if tiers else None for node in nodes}
     p.status["placement"] = {
-        "attempt": int(p.status["attempt"]), "nodes": list(nodes),
+        "attempt": p.attempt, "nodes": list(nodes),
         "summary": f"{how}: {len(set(nodes))} nodes in {len(racks)} racks",
         "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layouts.from_resolved(job), tuple(nodes)),
         "racks": len(racks)}
@@ -331,7 +331,7 @@ def place_kept(p: Pass, job: ResolvedJob, nodes: list[str], how: str, running: i
         kept = len(nodes) if running is None else running
         domains = volcano_steps.node_domains(p, tuple(nodes), job)
         p.status["placement"].update(
-            scheduler=volcanos.SCHEDULER_NAME, podGroup=names.pod_group(job.name, int(p.status["attempt"])),
+            scheduler=volcanos.SCHEDULER_NAME, podGroup=names.pod_group(job.name, p.attempt),
             planned=volcano_steps.planned(job, tuple(nodes), domains),
             nodes=[node if index < kept else "" for index, node in enumerate(nodes)])
 
@@ -427,7 +427,7 @@ def grown(p: Pass, full: ResolvedJob) -> tuple[dict, str]:
     why = (f"a placement for data {full.data} fits again; growing from data {state['data']} at the checkpoint "
            f"boundary (step {training_step})")
     recovery.open_incident(p.status.setdefault("recoveries", []), cause="CapacityReturned", rung=GROW, why=why,
-                           detected=p.o.now, decided=p.o.now, attempt=int(p.status["attempt"]), counted=False,
+                           detected=p.o.now, decided=p.o.now, attempt=p.attempt, counted=False,
                            step=training_step)
     return state, why
 
@@ -436,7 +436,7 @@ def at_spec_degrees(p: Pass, full: ResolvedJob, state: Mapping, why: str) -> Non
     p.status["parallelism"] = {**(p.status.get("parallelism") or {}), **full.degrees}
     p.status["worldSize"] = full.world_size
     p.status.pop("podTemplateHash", None)  # as at a shrink: the next pods are made from the spec's job
-    message = f"data {state['data']}→{full.data}: {why}; restarting as attempt {p.status['attempt']}"
+    message = f"data {state['data']}→{full.data}: {why}; restarting as attempt {p.attempt}"
     p.cond(DEGRADED, False, "Grown", message)
     p.restarting(GROW, message, event=("Normal", "Grown", message))
 
@@ -458,7 +458,7 @@ def grow_in_place(p: Pass, full: ResolvedJob, current: Mapping[int, dict], added
     state, why = grown(p, full)
     p.status["recoveries"][-1]["podsKept"] = len(kept)
     p.new_attempt()
-    attempt = int(p.status["attempt"])
+    attempt = p.attempt
     membership.keep(p, kept)
     generation = int(p.status["recovery"].get("generation") or 0) + 1
     p.status["recovery"].update(generation=generation, rung=GROW)

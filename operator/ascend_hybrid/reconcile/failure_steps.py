@@ -23,7 +23,7 @@ def failure(p: Pass, current: dict, placement: dict) -> Failure | Wait | None:
     cause is not in yet; None while it is healthy (or a node is within its grace)."""
     e = p.resolved
     lost = []
-    if p.status.get("phase") in ("Starting", "Running") or recovery_steps.in_place_running(p) or p.queue:
+    if p.s.phase in ("Starting", "Running") or recovery_steps.in_place_running(p) or p.queue:
         lost = [(index, membership.member_name(p, index)) for index in range(e.pod_count) if index not in current]
         # ReplacePod's pod, and under Volcano a pod a node refused, are meant to be away a while
         away = volcano_steps.remaking(p) | {recovery_steps.replacing(p)}

@@ -15,11 +15,11 @@ from ascend_hybrid.planner import observed
 from ascend_hybrid.reconcile.state import Pass
 
 
-def mode(status: dict) -> str:
+def mode(p: Pass) -> str:
     """The job's state over the interval that ends with this pass."""
-    if (status.get("placement") or {}).get("attempt") != status.get("attempt"):
+    if (p.status.get("placement") or {}).get("attempt") != p.s.attempt:
         return goodput.WAITING
-    if status.get("phase") in ("Running", *TERMINAL_JOB_PHASES):
+    if p.s.phase in ("Running", *TERMINAL_JOB_PHASES):
         return goodput.RUNNING
     return goodput.STARTING
 
@@ -55,8 +55,8 @@ def account(p: Pass, terminal_before: bool) -> None:
     if terminal_before or since is None or p.o.resolved is None:
         return
     generation = int((p.status.get("recovery") or {}).get("generation") or 0)
-    epoch = f"{p.status.get('attempt')}/{generation}"
-    folded = goodput.fold(p.status.get("goodputAccount"), since=since, now=p.o.now, mode=mode(p.status),
+    epoch = f"{p.s.attempt}/{generation}"
+    folded = goodput.fold(p.status.get("goodputAccount"), since=since, now=p.o.now, mode=mode(p),
                           epoch=epoch, reading=reading(p.o.telemetry), world=p.resolved.world_size,
                           predicted_step_seconds=predicted_step_seconds(p.status),
                           trained_to=failed_at(p.status))

@@ -23,12 +23,12 @@ from ascend_hybrid.reconcile.state import Pass
 
 def kept_names(p: Pass) -> list[str]:
     """The kept pods of the current attempt by index ('' where a pod was made again since); [] when none."""
-    return kept_in(p.status)
+    return kept_in(p.status.get("recovery") or {}, p.s.attempt)
 
 
-def kept_in(status: Mapping) -> list[str]:
-    state = status.get("recovery") or {}
-    if not state.get("kept") or state.get("keptAttempt") != status.get("attempt"):
+def kept_in(state: Mapping, attempt: int | None) -> list[str]:
+    """The kept pods status.recovery (`state`) lists for `attempt`, by index; [] when it lists none for it."""
+    if not state.get("kept") or state.get("keptAttempt") != attempt:
         return []
     return [str(name or "") for name in state["kept"]]
 
@@ -37,7 +37,7 @@ def members(status: Mapping, pods: Iterable[dict]) -> dict[str, str]:
     """Pod name → UID of every live pod of the job's current attempt (made for it, or kept into it): the pods whose
     launchers' reports the operator reads."""
     attempt = int(status.get("attempt") or 1)
-    kept = set(kept_in(status)) - {""}
+    kept = set(kept_in(status.get("recovery") or {}, status.get("attempt"))) - {""}
     return {pod["metadata"]["name"]: str(pod["metadata"].get("uid") or "") for pod in pods
             if not is_deleting(pod) and (attempt_of(pod) == attempt or pod["metadata"]["name"] in kept)}
 
@@ -45,7 +45,7 @@ def members(status: Mapping, pods: Iterable[dict]) -> dict[str, str]:
 def keep(p: Pass, pods: Iterable[dict]) -> None:
     """The pods (in their new index order) go on into the current attempt."""
     p.status.setdefault("recovery", {}).update(kept=[pod["metadata"]["name"] for pod in pods],
-                                               keptAttempt=int(p.status["attempt"]))
+                                               keptAttempt=p.attempt)
 
 
 def kept_views(p: Pass, pods: Iterable[dict]) -> list[dict]:
@@ -54,7 +54,7 @@ def kept_views(p: Pass, pods: Iterable[dict]) -> list[dict]:
     kept = {name: index for index, name in enumerate(kept_names(p)) if name}
     if not kept:
         return list(pods)
-    attempt = int(p.status["attempt"])
+    attempt = p.attempt
     return [as_member(pod, attempt, kept[name]) if (name := pod["metadata"]["name"]) in kept else pod
             for pod in pods]
 
@@ -73,7 +73,7 @@ def as_member(pod: dict, attempt: int, index: int) -> dict:
 def adopt(p: Pass, observed: Iterable[dict]) -> None:
     """Level-based: the kept pods' labels (attempt, index) and rank-index annotation patched to what they are now,
     so Services, the watch and a restarted operator find them by their labels."""
-    attempt = int(p.status.get("attempt") or 0)
+    attempt = p.s.attempt or 0
     by_name = {pod["metadata"]["name"]: pod for pod in observed}
     patches = []
     for index, name in enumerate(kept_names(p)):
@@ -106,7 +106,7 @@ def member_name(p: Pass, index: int) -> str:
     kept = kept_names(p)
     if index < len(kept) and kept[index]:
         return kept[index]
-    return names.pod_name(p.meta["name"], int(p.status["attempt"]), index)
+    return names.pod_name(p.meta["name"], p.attempt, index)
 
 
 def replaced(p: Pass, index: int) -> None:
@@ -122,7 +122,7 @@ def launcher_world(p: Pass, pods: Iterable[dict]) -> str | None:
     the attempt was kept."""
     if not kept_names(p):
         return None
-    attempt = int(p.status["attempt"])
+    attempt = p.attempt
     job = p.resolved
     members = {pod_index(pod): pod["metadata"]["name"] for pod in kept_views(p, pods)
                if attempt_of(pod) == attempt and not is_deleting(pod)}

@@ -41,11 +41,11 @@ WAITING_FOR_QUOTA = "WaitingForQuota"
 
 
 def group_name(p: Pass) -> str:
-    return kueue.group_name(p.meta["name"], int(p.status["attempt"]))
+    return kueue.group_name(p.meta["name"], p.attempt)
 
 
 def kueue_admission(p: Pass, current: dict) -> kueue.Admission:
-    attempt = int(p.status["attempt"])
+    attempt = p.attempt
     evicted = [pod for pod in p.o.evicted_pods if attempt_of(pod) == attempt and of_this_job(p, pod)]
     return kueue.assess(list(current.values()), p.resolved.pod_count, p.o.workload, group_name(p), evicted)
 
@@ -59,7 +59,7 @@ def of_this_job(p: Pass, pod: dict) -> bool:
 # -- before placement --------------------------------------------------------------------------------------
 def enqueued(p: Pass, current: dict, stale: list, admission: kueue.Admission, template_hash: str) -> Decision:
     o, e, status = p.o, p.resolved, p.status
-    attempt, job, group = int(status["attempt"]), p.meta["name"], group_name(p)
+    attempt, job, group = p.attempt, p.meta["name"], group_name(p)
     status["podTemplateHash"] = template_hash  # a spec change while queued restarts the attempt too
     if not o.children_ready or not o.sched_known(e):
         p.d.act(EnsureChildren(e))
@@ -105,7 +105,7 @@ def resized(p: Pass, current: dict) -> Decision | None:
              if (size := ((pod.get("metadata") or {}).get("annotations") or {}).get(kueue.GROUP_TOTAL_COUNT_ANNOTATION))}
     if not sizes or sizes == {str(p.resolved.pod_count)}:
         return None
-    made = int(p.status["attempt"])
+    made = p.attempt
     p.end_attempt(list(current.values()))
     message = (f"pod group {kueue.group_name(p.meta['name'], made)} was made for {', '.join(sorted(sizes))} "
                f"pods; the job runs {p.resolved.pod_count} now (data {p.resolved.data}): queued again as pod group "
@@ -117,7 +117,7 @@ def waiting_for_quota(p: Pass, message: str) -> None:
     """Pending while Kueue holds the group; a preempted job keeps reason Preempted until it is admitted again."""
     previous = condition(p.status, "Admitted")
     if previous is not None and previous["status"] == "False" and previous["reason"] == PREEMPTED:
-        message = f"preempted by Kueue; attempt {p.status['attempt']} waits for quota again: {message}"
+        message = f"preempted by Kueue; attempt {p.attempt} waits for quota again: {message}"
         p.cond("Admitted", False, PREEMPTED, message)
     else:
         p.cond("Admitted", False, WAITING_FOR_QUOTA, message)

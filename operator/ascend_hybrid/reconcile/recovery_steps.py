@@ -65,7 +65,7 @@ def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
     e, status = p.resolved, p.status
     verdict = judge(e.spec.run_policy.failure_policy.rules, failure)
     fix = hint(failure, e, prediction(e) if failure.cause == "DeviceOutOfMemory" else None)
-    status["lastFailure"] = last_failure(failure, verdict.action, int(status["attempt"]), fix, p.o.now)
+    status["lastFailure"] = last_failure(failure, verdict.action, p.attempt, fix, p.o.now)
     what = summary(failure)
     open_incident = recovery.current_incident(status.get("recoveries") or [])
     if verdict.fails:
@@ -100,7 +100,7 @@ def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
                 f"restart their ranks in place, rank generation {rank_generation(p) + 1} "
                 f"({counted_text(verdict, counted, limit)})")
         return replace_pod(p, record, failure, text, fix, by_index)
-    text = restart_text(what, verdict, status["attempt"] + 1, counted, limit)
+    text = restart_text(what, verdict, p.attempt + 1, counted, limit)
     if start.why != verdict.why:
         text = f"{text}; {start.why.removeprefix(verdict.why).lstrip('; ')}"
     p.end_attempt(current)
@@ -247,7 +247,7 @@ def start_incident(p: Pass, failure: Failure, start: recovery.Start, counted: bo
     training_step = (p.status.get("training") or {}).get("step")
     return recovery.open_incident(
         ledger_of(p), cause=failure.cause, rung=start.rung, why=start.why, detected=failure.time or p.o.now,
-        decided=p.o.now, attempt=int(p.status["attempt"]), counted=counted, pod=failure.pod,
+        decided=p.o.now, attempt=p.attempt, counted=counted, pod=failure.pod,
         node=failure.node, rank=failure.rank, step=failure.step if failure.step is not None else training_step)
 
 
@@ -415,8 +415,7 @@ def follow_gang(p: Pass, current: dict) -> None:
     """The milestones of a whole-gang restart, once the new attempt runs: pods ready now; ranks relaunched and
     the first step after from the launchers' reports, else from telemetry of the new attempt."""
     record = recovery.current_incident(p.status.get("recoveries") or [])
-    if record is None or record["rungs"][-1] not in WHOLE_GANG_RUNGS or int(record.get("attempt") or 0) >= int(
-            p.status["attempt"]):
+    if record is None or record["rungs"][-1] not in WHOLE_GANG_RUNGS or int(record.get("attempt") or 0) >= p.attempt:
         return
     recovery.mark(record, "podsReady", p.o.now)
     reports = list(launcher_reports(p, current).values())

@@ -51,7 +51,7 @@ def record_slowness(p: Pass, current: dict) -> bool:
         node_of_pod = {pod["metadata"]["name"]: node_of(pod) or "" for pod in current.values()}
         healthy = (p.status.get("goodputAccount") or {}).get("healthyStepSeconds")
         recent = ((p.status.get("monitoring") or {}).get("stepSeconds") or [None])[-1]  # wall time, as the pace
-        epoch = f"{p.status.get('attempt')}/{recovery_steps.rank_generation(p)}"
+        epoch = f"{p.s.attempt}/{recovery_steps.rank_generation(p)}"
         folded = slowness.fold(p.status.get("slowness"), sample, node_of_pod, lambda rank: rank // stage_size,
                                e.spec.run_policy.slowness, healthy, recent, epoch)
         if folded is not None:
@@ -191,7 +191,7 @@ def replace_or_shrink(p: Pass, current: dict, confirmed: dict, index: int, pod: 
     record = recovery.open_incident(recovery_steps.ledger_of(p), cause=slowness.SLOW_NODE,
                                     rung=SHRINK if shrink else REPLACE_POD, why=why,
                                     detected=parse_time(confirmed.get("since")) or p.o.now, decided=p.o.now,
-                                    attempt=int(p.status["attempt"]), counted=False, pod=pod, node=node, step=step)
+                                    attempt=p.attempt, counted=False, pod=pod, node=node, step=step)
     p.status["avoidedNodes"] = sorted(set(p.status.get("avoidedNodes") or []) | {node})
     remember(p, confirmed, policy.action)
     confirmed["acted"] = timestamp(p.o.now)

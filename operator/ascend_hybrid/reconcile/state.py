@@ -9,6 +9,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts import volcano as volcanos
@@ -33,6 +34,7 @@ from ascend_hybrid.monitoring import anomalies
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner.hardware import Hardware
 from ascend_hybrid.planner.observed import Observed as ObservedFactor
+from ascend_hybrid.reconcile import status_edge
 from ascend_hybrid.reconcile.actions import (
     Action,
     DeleteJob,
@@ -42,11 +44,16 @@ from ascend_hybrid.reconcile.actions import (
     PostEvent,
     WriteRankTable,
 )
+from ascend_hybrid.spec.api import AscendHybridJobStatus
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
 SLOW_REQUEUE_SECONDS = 30.0
 FAST_REQUEUE_SECONDS = 2.0
+
+# The status fields (by JSON name) the core reads and writes typed, on Pass.s; it edits the others as the dict
+# Pass.status until they are typed too.
+TYPED_FIELDS = frozenset({"attempt", "phase", "message"})
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,44 @@ class Decision:
         self.actions.append(action)
 
 
+class UntypedStatus(dict[str, Any]):
+    """The status fields the core does not read typed yet, as a dict. A typed field (TYPED_FIELDS) lives on Pass.s
+    only: reaching for it here raises, so no step reads a stale or missing copy of it."""
+
+    @staticmethod
+    def _untyped(key: str) -> str:
+        if key in TYPED_FIELDS:
+            raise KeyError(f"status.{key} is typed: read and write it on Pass.s")
+        return key
+
+    def __getitem__(self, key: str) -> Any:
+        return super().__getitem__(self._untyped(key))
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(self._untyped(key), value)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(self._untyped(key))
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(self._untyped(key) if isinstance(key, str) else key)
+
+    def get(self, key: str, default: Any = None, /) -> Any:
+        return super().get(self._untyped(key), default)
+
+    def setdefault(self, key: str, default: Any = None, /) -> Any:
+        return super().setdefault(self._untyped(key), default)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        return super().pop(self._untyped(key), *default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        changes = dict(*args, **kwargs)
+        for key in changes:
+            self._untyped(key)
+        super().update(changes)
+
+
 class Pass:
     """One reconcile pass: steps read `o` (the observation) and write `d` (the decision) and `status` (its status)."""
 
@@ -110,8 +155,46 @@ class Pass:
         self.job = observed.job
         self.meta = observed.job["metadata"]
         self.generation = self.meta.get("generation")
-        self.d = Decision(status=copy.deepcopy(observed.job.get("status") or {}))
-        self.status = self.d.status
+        raw = observed.job.get("status") or {}
+        self.typed = status_edge.parse({key: value for key, value in raw.items() if key in TYPED_FIELDS})
+        self.status = UntypedStatus({key: copy.deepcopy(value) for key, value in raw.items()
+                                     if key not in TYPED_FIELDS})
+        self.d = Decision(status=self.status)
+
+    @property
+    def s(self) -> AscendHybridJobStatus:
+        """The status this pass reads and writes, typed (the fields of TYPED_FIELDS)."""
+        return self.typed.model
+
+    @property
+    def attempt(self) -> int:
+        """The current attempt (status.attempt, from 1); the steps that read it run after decision.first_seen."""
+        if self.s.attempt is None:
+            raise ValueError("a reconcile step read the attempt of a job that has none yet")
+        return self.s.attempt
+
+    def serialised(self) -> dict:
+        """The status the pass leaves, as the plain dict the shell patches the job with: its typed fields dumped
+        (status_edge.dump) beside the untyped ones. Called once, when the pass ends."""
+        return {**status_edge.dump(self.typed), **self.status}
+
+    def whole_status(self) -> dict:
+        """The status as one dict, for a function the shell shares that edits a whole status; what it edited comes
+        back with absorb()."""
+        return self.serialised()
+
+    def absorb(self, whole: Mapping[str, Any]) -> None:
+        """`whole` (a dict whole_status() gave, edited) is the pass's status now: its typed fields go to the model
+        in place (a field `whole` lacks is unset), the others to Pass.status."""
+        fresh = status_edge.parse({key: value for key, value in whole.items() if key in TYPED_FIELDS})
+        model = self.typed.model
+        for name in type(model).model_fields:
+            setattr(model, name, getattr(fresh.model, name))
+        model.model_fields_set.clear()
+        model.model_fields_set.update(fresh.model.model_fields_set)
+        self.typed.unparsed = fresh.unparsed
+        dict.clear(self.status)
+        dict.update(self.status, {key: value for key, value in whole.items() if key not in TYPED_FIELDS})
 
     @property
     def resolved(self) -> ResolvedJob:
@@ -145,7 +228,7 @@ class Pass:
         set_condition(self.status, kind, value, reason, message, self.o.now, self.generation)
 
     def phase(self, phase: str, message: str) -> None:
-        self.status["phase"], self.status["message"] = phase, message
+        self.s.phase, self.s.message = phase, message
 
     def requeue(self, seconds: float) -> None:
         current = self.d.requeue_after
@@ -183,19 +266,19 @@ class Pass:
 
     def delete_pod_group(self) -> None:
         """Volcano: the current attempt's PodGroup goes (its attempt ended, or the job did)."""
-        if self.volcano and self.status.get("attempt"):
-            self.d.act(DeletePodGroups((names.pod_group(self.meta["name"], int(self.status["attempt"])),)))
+        if self.volcano and self.s.attempt:
+            self.d.act(DeletePodGroups((names.pod_group(self.meta["name"], self.s.attempt),)))
 
     def new_attempt(self) -> None:
         self.delete_pod_group()
-        self.status["attempt"] = int(self.status.get("attempt") or 0) + 1
+        self.s.attempt = (self.s.attempt or 0) + 1
         self.status.pop("placement", None)
         self.status.pop("monitoring", None)  # the anomaly history of the old attempt says nothing of the new one
         for key in ("rung", "replacing", "unplaced"):  # no in-place rung outlives its pods
             (self.status.get("recovery") or {}).pop(key, None)
         for kind in anomalies.CONDITIONS:
             if (condition(self.status, kind) or {}).get("status") == "True":
-                self.cond(kind, False, "NewAttempt", f"attempt {self.status['attempt']} starts afresh")
+                self.cond(kind, False, "NewAttempt", f"attempt {self.s.attempt} starts afresh")
 
     # -- transitions: the endings the steps share --------------------------------------------------------------
     def end_attempt(self, pods: list[dict] | tuple[dict, ...]) -> int:
@@ -204,7 +287,7 @@ class Pass:
         self.delete(pods)
         self.reset_rank_table()
         self.new_attempt()
-        return int(self.status["attempt"])
+        return self.attempt
 
     def restarting(self, reason: str, text: str, *, event: tuple[str, str, str] | None = None,
                    running_text: str | None = None, stops_running: bool = True) -> Decision:

@@ -97,7 +97,7 @@ def ensure_group(p: Pass, current: Mapping[int, dict]) -> None:
     if not (p.volcano and p.o.podgroup_read and p.o.podgroup is None and current):
         return
     unbound = sum(1 for pod in current.values() if not node_of(pod))
-    apply_group(p, p.resolved, int(p.status["attempt"]), unbound)
+    apply_group(p, p.resolved, p.attempt, unbound)
 
 
 def remaking(p: Pass) -> set[int]:
@@ -112,7 +112,7 @@ def waiting(p: Pass, pods: list[dict], unbound: list[dict]) -> Decision | None:
     applies as on the direct path)."""
     if len(unbound) < len(pods):
         return None
-    e, attempt = p.resolved, int(p.status["attempt"])
+    e, attempt = p.resolved, p.attempt
     group = names.pod_group(p.meta["name"], attempt)
     verdict = volcanos.assess(p.o.podgroup, queue_of(e)) if p.o.podgroup_read else None
     if verdict is not None and verdict.state == volcanos.PENDING:
@@ -144,7 +144,7 @@ def remake_refused(p: Pass, current: Mapping[int | None, dict]) -> Decision | No
     placement = p.status.setdefault("placement", {})
     placement["remaking"] = sorted(remaking(p) | {index for index, _, _ in refused})
     fresh = [(pod, why) for _, pod, why in refused if not is_deleting(pod)]
-    group = names.pod_group(p.meta["name"], int(p.status["attempt"]))
+    group = names.pod_group(p.meta["name"], p.attempt)
     if fresh:
         p.d.act(DeletePods(tuple(pod["metadata"]["name"] for pod, _ in fresh)))
         for pod, why in fresh:
@@ -153,7 +153,7 @@ def remake_refused(p: Pass, current: Mapping[int | None, dict]) -> Decision | No
     pod, why = refused[0][1], refused[0][2]
     message = (f"{pod['metadata']['name']} refused by node {node_of(pod)}: {why}; making it again in PodGroup "
                f"{group}" + (f" (and {len(refused) - 1} more pods)" if len(refused) > 1 else ""))
-    p.phase(p.status.get("phase") or "Starting", message)
+    p.phase(p.s.phase or "Starting", message)
     p.requeue(FAST_REQUEUE_SECONDS)
     return p.d
 
@@ -168,12 +168,12 @@ def bound(p: Pass, pods: list[dict]) -> None:
     placed = (condition(p.status, "Placed") or {}).get("status") == "True"
     if len(nodes) != e.pod_count or (placement.get("nodes") == list(nodes) and placed):
         return
-    for event in bound_by_volcano(p.status, e, nodes, p.o.now, p.generation, node_domains(p, nodes, e)):
+    for event in bound_by_volcano(p.status, e, p.attempt, nodes, p.o.now, p.generation, node_domains(p, nodes, e)):
         p.d.emit(*event)
 
 
-def bound_by_volcano(status: dict, job: ResolvedJob, bound: tuple[str, ...], now: datetime, generation: int | None,
-                     node_domains: Mapping[str, str | None]) -> list[tuple[str, str, str]]:
+def bound_by_volcano(status: dict, job: ResolvedJob, attempt: int, bound: tuple[str, ...], now: datetime,
+                     generation: int | None, node_domains: Mapping[str, str | None]) -> list[tuple[str, str, str]]:
     """Every pod bound: status.placement says where Volcano put them and how far that is from the plan, Placed
     is True and PlacementHonoured says whether the plan held (the events to post: a plan broken says so once)."""
     placement = status["placement"]
@@ -182,7 +182,6 @@ def bound_by_volcano(status: dict, job: ResolvedJob, bound: tuple[str, ...], now
     placement.update(nodes=list(bound), summary=f"{_count(len(set(bound)), 'node')} in {_count(len(racks), 'rack')}",
                      tensorGroupsNodeLocal=layouts.tensor_groups_node_local(layout, bound), racks=len(racks),
                      stageRacks=layouts.stage_racks(layout, bound, node_domains))
-    attempt = int(status.get("attempt") or 1)
     set_condition(status, "Placed", True, "BoundByVolcano",
                   f"attempt {attempt}: Volcano bound {_count(len(bound), 'pod')} on {placement['summary']}", now,
                   generation)
