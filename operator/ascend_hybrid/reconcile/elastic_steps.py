@@ -37,6 +37,7 @@ from ascend_hybrid.reconcile import checkpoint_steps, membership, strategy, volc
 from ascend_hybrid.reconcile.actions import EnsureChildren, PlaceReplacement, ProbeGrow
 from ascend_hybrid.reconcile.state import Decision, Pass
 from ascend_hybrid.spec import rules
+from ascend_hybrid.spec.api import ElasticStatus
 from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
 
 # How often a shrunk job asks the shell whether its whole gang fits again (a placement under the one lock).
@@ -140,15 +141,15 @@ def run_shrunk(p: Pass) -> None:
     """While status.elastic holds a shrunk degree, the pass runs the job at it. A spec that no longer allows it
     (elasticity off, a data degree at or below it, a rule it breaks now) drops it: the pods, made at the shrunk
     degree, then differ from the spec's and restart as a spec change."""
-    state = p.status.get("elastic")
-    if not state:
+    state = p.s.elastic
+    if state is None or state.data is None or state.micro_batches is None:  # shrunk() writes both
         return
     full = p.resolved
-    if full.spec.elastic is None or not full.spec.elastic.min_data <= int(state["data"]) < full.data:
+    if full.spec.elastic is None or not full.spec.elastic.min_data <= state.data < full.data:
         drop(p, "the spec changed")
         return
     try:
-        shrunk = at_data(full, int(state["data"]), int(state["microBatches"]))
+        shrunk = at_data(full, state.data, state.micro_batches)
     except SpecError as error:
         drop(p, f"the spec changed: {error.problems[0]}")
         return
@@ -177,7 +178,7 @@ def predict_running(status: dict, shrunk: ResolvedJob, profiles: Mapping[str, Ha
 
 
 def drop(p: Pass, why: str) -> None:
-    p.status.pop("elastic", None)
+    p.s.elastic = None
     (p.status.get("plan") or {}).pop("running", None)
     if (condition(p.status, DEGRADED) or {}).get("status") == "True":
         p.cond(DEGRADED, False, "SpecChanged", why)
@@ -213,7 +214,7 @@ def shrink_options(p: Pass) -> tuple[tuple[tuple[GangRequest, ResolvedJob], ...]
         return (), None
     choice = choose(spec_job(p), e.data, hw)
     if not choice.jobs:
-        if not p.status.get("elastic"):  # shrunk already: Degraded keeps saying so, the placement why it waits
+        if p.s.elastic is None:  # shrunk already: Degraded keeps saying so, the placement why it waits
             cannot_shrink(p, "; ".join(choice.rejected) or f"spec.elastic.minData={elastic.min_data} is the data "
                                                               "degree it runs with")
         return (), None
@@ -262,8 +263,9 @@ def unplaced_step(p: Pass, current: Mapping[int, dict], record: dict, index: int
         return False
     left = elastic.replacement_timeout_seconds - (p.o.now - decided).total_seconds()
     if left > 0:
-        state = p.status["recovery"]
-        p.phase("Restarting", f"ReplacePod: no node fits pod index {index} yet ({state.pop('unplaced')}); "
+        state = p.recovery()
+        unplaced, state.unplaced = state.unplaced, None
+        p.phase("Restarting", f"ReplacePod: no node fits pod index {index} yet ({unplaced}); "
                               f"shrinking in {left:.0f}s unless one frees (spec.elastic.replacementTimeoutSeconds)")
         p.d.act(PlaceReplacement(index, request))
         p.requeue(min(left, GROW_PROBE_SECONDS))
@@ -302,12 +304,14 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: in
     place_kept(p, job, [node_of(pod) or "" for pod in kept], f"kept {len(kept)} running pods")
     if p.volcano:  # the kept pods move into the new attempt's PodGroup as they are adopted
         volcano_steps.apply_group(p, job, attempt, 0)
-    for kind, reason, message in shrunk(p.status, asked, job, p.o.now, p.generation):
+    status = p.whole_status()  # shrunk() is the placement's too, which the shell records on a whole status
+    for kind, reason, message in shrunk(status, asked, job, p.o.now, p.generation):
         p.d.emit(kind, reason, message)
+    p.absorb(status)
     membership.keep(p, kept)
     record["podsKept"] = len(kept)
-    generation = int((p.status.get("recovery") or {}).get("generation") or 0) + 1
-    p.status.setdefault("recovery", {}).update(generation=generation, rung=SHRINK)
+    generation = p.rank_generation + 1
+    p.recovery().generation, p.recovery().rung = generation, SHRINK
     p.o = replace(p.o, resolved=job)
     p.reset_rank_table()
     message = (f"no node fits pod index {lost}: data {asked.data}→{job.data} keeping {len(kept)} running pods "
@@ -341,16 +345,16 @@ def grow_step(p: Pass, current: Mapping[int, dict]) -> bool:
     """While shrunk with growBack: ask the shell whether the spec's gang fits (ProbeGrow: the pods it adds beside the
     running ones, or the whole gang when those cannot be kept); once it did and training passed the next checkpoint
     after that, grow to the spec's degree. True when the pass ends here."""
-    state = p.status.get("elastic")
+    state = p.s.elastic
     elastic = p.resolved.spec.elastic
-    if not state or elastic is None or not elastic.grow_back:
+    if state is None or elastic is None or not elastic.grow_back:
         return False
     full = spec_job(p)
     keep = keeps_pods(p, current)
     settled = recovery.current_incident(p.status.get("recoveries") or []) is None  # the shrink's first step is in
-    if settled and state.get("growFits") and at_boundary(checkpoint_steps.every_steps(p), state,
-                                                         (p.status.get("training") or {}).get("step")):
-        added = state.get("growNodes") or ()
+    if settled and state.grow_fits and at_boundary(checkpoint_steps.every_steps(p), state.grow_fits_at_step,
+                                                   (p.status.get("training") or {}).get("step")):
+        added = state.grow_nodes or ()
         if keep and len(added) == full.pod_count - len(current):
             grow_in_place(p, full, current, added)
         else:
@@ -381,11 +385,11 @@ def growth_request(p: Pass, full: ResolvedJob, current: Mapping[int, dict]) -> G
                    near_nodes=nodes)
 
 
-def at_boundary(every: int | None, state: Mapping, step: int | None) -> bool:
-    """Training passed a checkpoint since the spec's gang first fitted (at once without checkpoints)."""
+def at_boundary(every: int | None, since: int | None, step: int | None) -> bool:
+    """Training passed a checkpoint since the spec's gang first fitted at step `since` (at once without
+    checkpoints)."""
     if every is None:
         return True
-    since = state.get("growFitsAtStep")
     if step is None or since is None:
         return False
     return int(step) // every > int(since) // every
@@ -417,14 +421,17 @@ def probed(status: dict, placement: Placement, data: int, now: datetime, keep: b
     return outcome
 
 
-def grown(p: Pass, full: ResolvedJob) -> tuple[dict, str]:
+def grown(p: Pass, full: ResolvedJob) -> tuple[ElasticStatus, str]:
     """Out of shrunk: status.elastic gone, the ledger's incident of the growth (rung Grow, not counted); the
-    previous elastic state and the incident's reason."""
-    state = p.status.pop("elastic")
+    previous elastic state and the incident's reason. Only a shrunk job grows."""
+    state = p.s.elastic
+    if state is None:
+        raise ValueError("a job that did not shrink was grown")
+    p.s.elastic = None
     (p.status.get("plan") or {}).pop("running", None)
     p.status["avoidedNodes"] = healthy_avoided(p)
     training_step = (p.status.get("training") or {}).get("step")
-    why = (f"a placement for data {full.data} fits again; growing from data {state['data']} at the checkpoint "
+    why = (f"a placement for data {full.data} fits again; growing from data {state.data} at the checkpoint "
            f"boundary (step {training_step})")
     recovery.open_incident(p.status.setdefault("recoveries", []), cause="CapacityReturned", rung=GROW, why=why,
                            detected=p.o.now, decided=p.o.now, attempt=p.attempt, counted=False,
@@ -432,11 +439,11 @@ def grown(p: Pass, full: ResolvedJob) -> tuple[dict, str]:
     return state, why
 
 
-def at_spec_degrees(p: Pass, full: ResolvedJob, state: Mapping, why: str) -> None:
+def at_spec_degrees(p: Pass, full: ResolvedJob, state: ElasticStatus, why: str) -> None:
     p.status["parallelism"] = {**(p.status.get("parallelism") or {}), **full.degrees}
     p.status["worldSize"] = full.world_size
     p.status.pop("podTemplateHash", None)  # as at a shrink: the next pods are made from the spec's job
-    message = f"data {state['data']}→{full.data}: {why}; restarting as attempt {p.attempt}"
+    message = f"data {state.data}→{full.data}: {why}; restarting as attempt {p.attempt}"
     p.cond(DEGRADED, False, "Grown", message)
     p.restarting(GROW, message, event=("Normal", "Grown", message))
 
@@ -460,8 +467,8 @@ def grow_in_place(p: Pass, full: ResolvedJob, current: Mapping[int, dict], added
     p.new_attempt()
     attempt = p.attempt
     membership.keep(p, kept)
-    generation = int(p.status["recovery"].get("generation") or 0) + 1
-    p.status["recovery"].update(generation=generation, rung=GROW)
+    generation = p.rank_generation + 1
+    p.recovery().generation, p.recovery().rung = generation, GROW
     nodes = [node_of(pod) or "" for pod in kept] + list(added)
     place_kept(p, full, nodes, f"kept {len(kept)} running pods, {len(nodes) - len(kept)} added", running=len(kept))
     p.o = replace(p.o, resolved=full)

@@ -54,8 +54,7 @@ def account(p: Pass, terminal_before: bool) -> None:
     since = parse_time(p.status.get("startTime"))
     if terminal_before or since is None or p.o.resolved is None:
         return
-    generation = int((p.status.get("recovery") or {}).get("generation") or 0)
-    epoch = f"{p.s.attempt}/{generation}"
+    epoch = f"{p.s.attempt}/{p.rank_generation}"
     folded = goodput.fold(p.status.get("goodputAccount"), since=since, now=p.o.now, mode=mode(p),
                           epoch=epoch, reading=reading(p.o.telemetry), world=p.resolved.world_size,
                           predicted_step_seconds=predicted_step_seconds(p.status),

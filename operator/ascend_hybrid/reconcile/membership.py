@@ -23,29 +23,31 @@ from ascend_hybrid.reconcile.state import Pass
 
 def kept_names(p: Pass) -> list[str]:
     """The kept pods of the current attempt by index ('' where a pod was made again since); [] when none."""
-    return kept_in(p.status.get("recovery") or {}, p.s.attempt)
+    state = p.s.recovery
+    return kept_in(state.kept, state.kept_attempt, p.s.attempt) if state is not None else []
 
 
-def kept_in(state: Mapping, attempt: int | None) -> list[str]:
-    """The kept pods status.recovery (`state`) lists for `attempt`, by index; [] when it lists none for it."""
-    if not state.get("kept") or state.get("keptAttempt") != attempt:
+def kept_in(kept: list | None, kept_attempt: int | None, attempt: int | None) -> list[str]:
+    """The kept pods (status.recovery.kept, of the attempt they joined) if they joined `attempt`, by index; []
+    when none did."""
+    if not kept or kept_attempt != attempt:
         return []
-    return [str(name or "") for name in state["kept"]]
+    return [str(name or "") for name in kept]
 
 
 def members(status: Mapping, pods: Iterable[dict]) -> dict[str, str]:
     """Pod name → UID of every live pod of the job's current attempt (made for it, or kept into it): the pods whose
     launchers' reports the operator reads."""
     attempt = int(status.get("attempt") or 1)
-    kept = set(kept_in(status.get("recovery") or {}, status.get("attempt"))) - {""}
+    state = status.get("recovery") or {}
+    kept = set(kept_in(state.get("kept"), state.get("keptAttempt"), status.get("attempt"))) - {""}
     return {pod["metadata"]["name"]: str(pod["metadata"].get("uid") or "") for pod in pods
             if not is_deleting(pod) and (attempt_of(pod) == attempt or pod["metadata"]["name"] in kept)}
 
 
 def keep(p: Pass, pods: Iterable[dict]) -> None:
     """The pods (in their new index order) go on into the current attempt."""
-    p.status.setdefault("recovery", {}).update(kept=[pod["metadata"]["name"] for pod in pods],
-                                               keptAttempt=p.attempt)
+    p.recovery().kept, p.recovery().kept_attempt = [pod["metadata"]["name"] for pod in pods], p.attempt
 
 
 def kept_views(p: Pass, pods: Iterable[dict]) -> list[dict]:
@@ -111,9 +113,9 @@ def member_name(p: Pass, index: int) -> str:
 
 def replaced(p: Pass, index: int) -> None:
     """ReplacePod makes pod `index` again under the attempt's own name: a kept pod there is kept no more."""
-    kept = (p.status.get("recovery") or {}).get("kept") or []
-    if kept_names(p) and index < len(kept):
-        kept[index] = ""
+    state = p.s.recovery
+    if state is not None and state.kept and kept_names(p) and index < len(state.kept):
+        state.kept = [name if i != index else "" for i, name in enumerate(state.kept)]
 
 
 def launcher_world(p: Pass, pods: Iterable[dict]) -> str | None:

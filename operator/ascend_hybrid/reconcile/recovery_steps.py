@@ -55,7 +55,7 @@ FOLLOWED_IN_PLACE = IN_PLACE_RUNGS | {SHRINK, GROW}
 
 def in_place_running(p: Pass) -> bool:
     """An in-place rung runs: the pods of the attempt are all meant to be there."""
-    return (p.status.get("recovery") or {}).get("rung") in FOLLOWED_IN_PLACE
+    return p.rung in FOLLOWED_IN_PLACE
 
 
 def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
@@ -110,9 +110,8 @@ def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
 def restart_gang_for(p: Pass, current: dict, why: str) -> bool:
     """An in-place rung gave way to RestartGang: every pod deleted, a new attempt (the incident was counted
     when it began)."""
-    state = p.status.get("recovery") or {}
-    for key in ("rung", "replacing", "unplaced"):
-        state.pop(key, None)
+    if p.s.recovery is not None:
+        p.s.recovery.rung = p.s.recovery.replacing = p.s.recovery.unplaced = None
     record = recovery.current_incident(p.status.get("recoveries") or []) or {}
     p.status["avoidedNodes"] = sorted(set(p.status.get("avoidedNodes") or []) | set(record.get("avoid") or ()))
     attempt = p.end_attempt(list(current.values()))
@@ -122,7 +121,7 @@ def restart_gang_for(p: Pass, current: dict, why: str) -> bool:
 
 # -- what the launchers say --------------------------------------------------------------------------------
 def rank_generation(p: Pass) -> int:
-    return int((p.status.get("recovery") or {}).get("generation") or 0)
+    return p.rank_generation
 
 
 def launcher_reports(p: Pass, current: dict) -> dict[int, LauncherReport]:
@@ -254,8 +253,7 @@ def start_incident(p: Pass, failure: Failure, start: recovery.Start, counted: bo
 def restart_ranks(p: Pass, record: dict, failure: Failure, text: str, fix: str) -> Decision:
     """RestartRanks: the next rank generation to every launcher; pods, IPs, chips and rank table kept."""
     generation = rank_generation(p) + 1
-    p.status["recovery"] = {**(p.status.get("recovery") or {}), "generation": generation,
-                               "rung": RESTART_RANKS}
+    p.recovery().generation, p.recovery().rung = generation, RESTART_RANKS
     recovery.mark(record, "podsReady", p.o.now)  # no pod went: they are ready at the decision
     return _relaunch(p, generation, failure, text, fix)
 
@@ -267,9 +265,8 @@ def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, cu
     if index is None:
         raise ValueError("ReplacePod needs the failed pod's index (start_rung never picks it without one)")
     generation = rank_generation(p) + 1
-    p.status["recovery"] = {**(p.status.get("recovery") or {}), "generation": generation,
-                               "rung": REPLACE_POD, "replacing": index}
-    p.status["recovery"].pop("unplaced", None)
+    state = p.recovery()
+    state.generation, state.rung, state.replacing, state.unplaced = generation, REPLACE_POD, index, None
     membership.replaced(p, index)
     old = current.get(index)
     if old is not None and not is_deleting(old):
@@ -304,8 +301,7 @@ def _relaunch(p: Pass, generation: int, failure: Failure, text: str, fix: str) -
 
 
 def replacing(p: Pass) -> int | None:
-    state = p.status.get("recovery") or {}
-    return state.get("replacing") if state.get("rung") == REPLACE_POD else None
+    return p.s.recovery.replacing if p.s.recovery and p.rung == REPLACE_POD else None
 
 
 def seen_for_failures(p: Pass, current: dict) -> dict:
@@ -323,12 +319,12 @@ def replacement_step(p: Pass, current: dict) -> bool:
     record = recovery.current_incident(p.status.get("recoveries") or [])
     if index is None or record is None:
         return False
-    state = p.status["recovery"]
-    if state.get("unplaced") and elastic_steps.unplaced_step(p, current, record, index,
-                                                              replacement_request(p, index, record)):
+    state = p.recovery()
+    if state.unplaced and elastic_steps.unplaced_step(p, current, record, index,
+                                                      replacement_request(p, index, record)):
         return True
-    if state.get("unplaced"):
-        why = f"no node fits the replacement of pod index {index}: {state['unplaced']}"
+    if state.unplaced:
+        why = f"no node fits the replacement of pod index {index}: {state.unplaced}"
         recovery.climb(record, RESTART_GANG, why, p.o.now)
         p.d.emit("Warning", "RecoveryEscalated", f"{why}; escalating to RestartGang")
         return restart_gang_for(p, current, why)
@@ -363,11 +359,10 @@ def signal_launchers(p: Pass) -> None:
 def follow_in_place(p: Pass, current: dict) -> bool:
     """While an in-place rung runs: its milestones from the launchers' reports; Recovered at the first step
     after; the next rung when it passes its timeout. True while it still runs (the pass ends here)."""
-    state = p.status.get("recovery") or {}
-    rung, record = state.get("rung"), recovery.current_incident(p.status.get("recoveries") or [])
+    rung, record = p.rung, recovery.current_incident(p.status.get("recoveries") or [])
     if rung not in FOLLOWED_IN_PLACE or record is None:
         if rung is not None:
-            state.pop("rung", None)
+            p.recovery().rung = None
         return False
     generation, pod_count = rank_generation(p), p.resolved.pod_count
     reports = {index: report for index, report in launcher_reports(p, current).items()
@@ -379,7 +374,7 @@ def follow_in_place(p: Pass, current: dict) -> bool:
     stepping = [report for report in reports.values() if report.state == STEPPING]
     if stepping:
         recovered(p, record, min(stepping, key=lambda r: (r.time or p.o.now)))
-        state.pop("replacing", None)
+        p.recovery().replacing = None
         return False
     timer = REPLACE_POD if rung in (SHRINK, GROW) else rung  # an elastic rung that kept pods: bounded as ReplacePod
     over = recovery.timed_out(timer, parse_time(record.get("decided")), bounds(p), p.o.now)
@@ -403,7 +398,8 @@ def recovered(p: Pass, record: dict, report: LauncherReport) -> None:
     moment = report.time or p.o.now
     recovery.resumed(record, report.step if report.step is not None else (report.resumed_from or 0) + 1,
                      moment, report.resumed_from)
-    (p.status.get("recovery") or {}).pop("rung", None)
+    if p.s.recovery is not None:
+        p.s.recovery.rung = None
     redone = f", {record['stepsRedone']} steps redone" if "stepsRedone" in record else ""
     message = (f"{record['recoveredBy']}: training stepped again {record.get('seconds', 0):.1f}s after the "
                f"fault, from the checkpoint of step {record['resumedFromStep']}{redone}")

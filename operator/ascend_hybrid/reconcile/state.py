@@ -44,7 +44,7 @@ from ascend_hybrid.reconcile.actions import (
     PostEvent,
     WriteRankTable,
 )
-from ascend_hybrid.spec.api import AscendHybridJobStatus
+from ascend_hybrid.spec.api import AscendHybridJobStatus, RecoveryState
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
@@ -53,7 +53,7 @@ FAST_REQUEUE_SECONDS = 2.0
 
 # The status fields (by JSON name) the core reads and writes typed, on Pass.s; it edits the others as the dict
 # Pass.status until they are typed too.
-TYPED_FIELDS = frozenset({"attempt", "phase", "message"})
+TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic"})
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,23 @@ class Pass:
             raise ValueError("a reconcile step read the attempt of a job that has none yet")
         return self.s.attempt
 
+    def recovery(self) -> RecoveryState:
+        """status.recovery to write to, made where the status has none (reads go through `s.recovery`, which may
+        be None: making one for a read would write an empty status.recovery)."""
+        if self.s.recovery is None:
+            self.s.recovery = RecoveryState()
+        return self.s.recovery
+
+    @property
+    def rank_generation(self) -> int:
+        """The rank generation every launcher runs (status.recovery.generation); 0 before the first in-place rung."""
+        return (self.s.recovery.generation if self.s.recovery else None) or 0
+
+    @property
+    def rung(self) -> str | None:
+        """The in-place rung in progress (status.recovery.rung), None when none runs."""
+        return self.s.recovery.rung if self.s.recovery else None
+
     def serialised(self) -> dict:
         """The status the pass leaves, as the plain dict the shell patches the job with: its typed fields dumped
         (status_edge.dump) beside the untyped ones. Called once, when the pass ends."""
@@ -274,8 +291,8 @@ class Pass:
         self.s.attempt = (self.s.attempt or 0) + 1
         self.status.pop("placement", None)
         self.status.pop("monitoring", None)  # the anomaly history of the old attempt says nothing of the new one
-        for key in ("rung", "replacing", "unplaced"):  # no in-place rung outlives its pods
-            (self.status.get("recovery") or {}).pop(key, None)
+        if self.s.recovery is not None:  # no in-place rung outlives its pods
+            self.s.recovery.rung = self.s.recovery.replacing = self.s.recovery.unplaced = None
         for kind in anomalies.CONDITIONS:
             if (condition(self.status, kind) or {}).get("status") == "True":
                 self.cond(kind, False, "NewAttempt", f"attempt {self.s.attempt} starts afresh")
@@ -327,7 +344,8 @@ class Pass:
         open_incident = recovery.current_incident(self.status.get("recoveries") or [])
         if open_incident is not None:
             recovery.gave_up(open_incident, f"the job failed: {reason}")
-        (self.status.get("recovery") or {}).pop("rung", None)
+        if self.s.recovery is not None:
+            self.s.recovery.rung = None
         self.status["completionTime"] = timestamp(self.o.now)
         self.cond("Running", False, reason, message)
         self.cond("Failed", True, reason, message)
