@@ -70,7 +70,7 @@ def record_interval(p: Pass) -> None:
     account = p.status.get("goodputAccount") or {}
     read = sample.step if sample is not None and sample.ok else None
     step = int(read) if read is not None and read == read else (p.status.get("training") or {}).get("step")
-    nodes = len(set((p.status.get("placement") or {}).get("nodes") or ()))
+    nodes = len(set(p.placed_nodes))
     p.status["checkpointInterval"] = checkpointing.fold(
         p.status.get("checkpointInterval"), now=p.o.now, since=since, step=step,
         step_seconds=account.get("healthyStepSeconds"), save_seconds=save, saves=saves,

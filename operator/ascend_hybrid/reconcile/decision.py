@@ -56,6 +56,7 @@ from ascend_hybrid.reconcile.actions import (
 )
 from ascend_hybrid.reconcile.placement_record import record_placement
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision, Observed, Pass
+from ascend_hybrid.spec.api import PlacementStatus
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 # a node refusing this job's pods in this many attempts is avoided (count_refusals): once is a race with a rival
@@ -125,7 +126,7 @@ def run(p: Pass) -> Decision:
     if (done := attempt_outcome(p, current, placement)) is not None:
         return done
     # not placed yet: Kueue first for a queued job, else place the gang once the previous attempt's pods went
-    if placement.get("attempt") != attempt:
+    if placement.attempt != attempt:
         return enqueued(p, current, stale, admission, template_hash)
     # placed: create, release and complete the gang, then watch it run
     return start(p, current, placement, template_hash)
@@ -190,18 +191,18 @@ def suspension(p: Pass) -> Decision | None:
     return None
 
 
-def placement_of_attempt(p: Pass, attempt: int) -> dict:
-    placement = p.status.get("placement") or {}
-    if placement.get("attempt") == attempt and len(placement.get("nodes") or ()) != p.resolved.pod_count:
-        return {}  # made for another spec (its parallelism changed before any pod existed): place anew
+def placement_of_attempt(p: Pass, attempt: int) -> PlacementStatus:
+    placement = p.s.placement or PlacementStatus()
+    if placement.attempt == attempt and len(placement.nodes) != p.resolved.pod_count:
+        return PlacementStatus()  # made for another spec (its parallelism changed before any pod existed): place anew
     return placement
 
 
-def attempt_outcome(p: Pass, current: dict, placement: dict) -> Decision | None:
+def attempt_outcome(p: Pass, current: dict, placement: PlacementStatus) -> Decision | None:
     """A placed attempt's failure (judged by the failure policy), a failure whose cause is not in yet (hold), or
     its success. Every pod gone (the only pod of a one-pod gang deleted) is a failure too, not a gang to create
     again."""
-    if placement.get("attempt") != p.attempt:
+    if placement.attempt != p.attempt:
         return None
     if not (current or p.queue or recovery_steps.in_place_running(p)
             or p.s.phase in ("Starting", "Running")):
@@ -279,7 +280,7 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     table_news = (condition(status, "RankTableReady") or {}).get("status") != "True"
     p.cond("RankTableReady", True, "Completed", f"hccl.json v{table['version']} lists {e.world_size} ranks")
     if p.s.phase != "Running" and ran_before(p):  # one event tells both milestones
-        where = (status.get("placement") or {}).get("summary")
+        where = p.s.placement.summary if p.s.placement is not None else None
         p.d.emit("Normal", "Running", f"attempt {attempt}: {e.pod_count} pods running"
                  + (f" on {where}" if where else "") + (f", {completed}" if table_news else ""))
     elif table_news and p.s.phase == "Running":
@@ -304,7 +305,7 @@ def ran_before(p: Pass) -> bool:
     return (p.s.attempt or 1) > 1 or bool(p.status.get("restarts")) or bool(p.status.get("recoveries"))
 
 
-def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decision:
+def start(p: Pass, current: dict, placement: PlacementStatus, template_hash: str) -> Decision:
     """A placed attempt, from its children to Running: apply the Services and ConfigMaps, create the missing pods
     pinned to their nodes (a queued gang's are released too), wait for the scheduler, then complete the rank table
     (or reset it while a pod is not ready) and read the running job's telemetry."""
@@ -318,7 +319,7 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
         return p.d
     if recovery_steps.replacement_step(p, current):
         return p.d
-    nodes = placement["nodes"]
+    nodes = placement.nodes
     job = p.meta["name"]
     missing = [index for index in range(e.pod_count)
                if index not in current and names.pod_name(job, attempt, index) not in o.in_flight]
@@ -354,7 +355,7 @@ def start(p: Pass, current: dict, placement: dict, template_hash: str) -> Decisi
         return (p.volcano and volcano_steps.waiting(p, pods, unbound)) or waiting_for_binding(p, pods, unbound)
     if p.volcano:
         volcano_steps.bound(p, pods)
-        nodes = status["placement"]["nodes"]
+        nodes = p.placed_nodes
     if split := ranktable.ring_splits(pods, CHIPS[e.chip]):
         return ring_split(p, pods, split)
     node_super_pods = super_pods(p, nodes)
@@ -476,7 +477,7 @@ def suspended(p: Pass) -> Decision:
     if p.o.pods:
         p.delete(p.o.pods)
     p.reset_rank_table()
-    p.status.pop("placement", None)
+    p.s.placement = None
     p.status["pods"] = pod_counts([], 0)
     if p.s.phase != "Suspended":
         p.delete_pod_group()  # a PodGroup left in its Queue would keep the Queue's room while the job is away

@@ -37,7 +37,7 @@ from ascend_hybrid.reconcile import checkpoint_steps, membership, strategy, volc
 from ascend_hybrid.reconcile.actions import EnsureChildren, PlaceReplacement, ProbeGrow
 from ascend_hybrid.reconcile.state import Decision, Pass
 from ascend_hybrid.spec import rules
-from ascend_hybrid.spec.api import ElasticStatus
+from ascend_hybrid.spec.api import ElasticStatus, PlacementStatus, PlannedPlacement
 from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
 
 # How often a shrunk job asks the shell whether its whole gang fits again (a placement under the one lock).
@@ -326,18 +326,18 @@ def place_kept(p: Pass, job: ResolvedJob, nodes: list[str], how: str, running: i
     where they are bound already."""
     tiers = job.spec.scheduling.topology_tiers
     racks = {labels_of(p.o.nodes.get(node) or {}).get(tiers[0]) if tiers else None for node in nodes}
-    p.status["placement"] = {
-        "attempt": p.attempt, "nodes": list(nodes),
-        "summary": f"{how}: {len(set(nodes))} nodes in {len(racks)} racks",
-        "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layouts.from_resolved(job), tuple(nodes)),
-        "racks": len(racks)}
+    placement = PlacementStatus(
+        attempt=p.attempt, nodes=list(nodes), summary=f"{how}: {len(set(nodes))} nodes in {len(racks)} racks",
+        tensor_groups_node_local=layouts.tensor_groups_node_local(layouts.from_resolved(job), tuple(nodes)),
+        racks=len(racks))
     if p.volcano:
         kept = len(nodes) if running is None else running
         domains = volcano_steps.node_domains(p, tuple(nodes), job)
-        p.status["placement"].update(
-            scheduler=volcanos.SCHEDULER_NAME, podGroup=names.pod_group(job.name, p.attempt),
-            planned=volcano_steps.planned(job, tuple(nodes), domains),
-            nodes=[node if index < kept else "" for index, node in enumerate(nodes)])
+        placement.scheduler = volcanos.SCHEDULER_NAME
+        placement.pod_group = names.pod_group(job.name, p.attempt)
+        placement.planned = PlannedPlacement.model_validate(volcano_steps.planned(job, tuple(nodes), domains))
+        placement.nodes = [node if index < kept else "" for index, node in enumerate(nodes)]
+    p.s.placement = placement
 
 
 # -- growing back --------------------------------------------------------------------------------------------

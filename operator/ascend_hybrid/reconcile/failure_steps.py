@@ -16,9 +16,10 @@ from ascend_hybrid.diagnosis.refusals import Refusal
 from ascend_hybrid.gang import render
 from ascend_hybrid.reconcile import membership, recovery_steps, volcano_steps
 from ascend_hybrid.reconcile.state import Pass
+from ascend_hybrid.spec.api import PlacementStatus
 
 
-def failure(p: Pass, current: dict, placement: dict) -> Failure | Wait | None:
+def failure(p: Pass, current: dict, placement: PlacementStatus) -> Failure | Wait | None:
     """The first failure of this attempt (failures.find_failure); a Wait that holds the attempt while its
     cause is not in yet; None while it is healthy (or a node is within its grace)."""
     e = p.resolved
@@ -28,7 +29,7 @@ def failure(p: Pass, current: dict, placement: dict) -> Failure | Wait | None:
         # ReplacePod's pod, and under Volcano a pod a node refused, are meant to be away a while
         away = volcano_steps.remaking(p) | {recovery_steps.replacing(p)}
         lost = [(index, name) for index, name in lost if name not in p.o.in_flight and index not in away]
-    found = find_failure(current, placement["nodes"], p.o.nodes, p.o.device_infos, p.o.now,
+    found = find_failure(current, placement.nodes, p.o.nodes, p.o.device_infos, p.o.now,
                          p.o.node_grace_seconds, lost)
     if isinstance(found, Wait):
         p.requeue(found.seconds)

@@ -17,7 +17,7 @@ from ascend_hybrid.reconcile.state import Pass
 
 def mode(p: Pass) -> str:
     """The job's state over the interval that ends with this pass."""
-    if (p.status.get("placement") or {}).get("attempt") != p.s.attempt:
+    if (p.s.placement.attempt if p.s.placement is not None else None) != p.s.attempt:
         return goodput.WAITING
     if p.s.phase in ("Running", *TERMINAL_JOB_PHASES):
         return goodput.RUNNING

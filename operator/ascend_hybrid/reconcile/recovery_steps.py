@@ -285,8 +285,7 @@ def replacement_request(p: Pass, index: int, record: dict) -> GangRequest:
 def peer_nodes(p: Pass, index: int) -> list[str]:
     """The nodes of the pods that share the first placement group of pod `index` (its TP/stage/DP peers, in the
     priority order of gang/layout): the racks the replacement should join, as the gang's placement would."""
-    placement = p.status.get("placement") or {}
-    nodes = placement.get("nodes") or []  # under Volcano "" for a pod it has not bound
+    nodes = p.placed_nodes  # under Volcano "" for a pod it has not bound
     for group in layouts.from_resolved(p.resolved).placement_groups():
         peers = [nodes[i] for i in group if i != index and i < len(nodes) and nodes[i]]
         if index in group and peers:

@@ -44,7 +44,7 @@ from ascend_hybrid.reconcile.actions import (
     PostEvent,
     WriteRankTable,
 )
-from ascend_hybrid.spec.api import AscendHybridJobStatus, RecoveryState
+from ascend_hybrid.spec.api import AscendHybridJobStatus, PlacementStatus, RecoveryState
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
@@ -53,7 +53,7 @@ FAST_REQUEUE_SECONDS = 2.0
 
 # The status fields (by JSON name) the core reads and writes typed, on Pass.s; it edits the others as the dict
 # Pass.status until they are typed too.
-TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic"})
+TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", "placement"})
 
 
 @dataclass(frozen=True)
@@ -180,6 +180,17 @@ class Pass:
             self.s.recovery = RecoveryState()
         return self.s.recovery
 
+    def placement(self) -> PlacementStatus:
+        """status.placement to write to, made where the status has none (as recovery())."""
+        if self.s.placement is None:
+            self.s.placement = PlacementStatus()
+        return self.s.placement
+
+    @property
+    def placed_nodes(self) -> list[str]:
+        """status.placement.nodes: each pod's node by index ("" for one Volcano has not bound); [] unplaced."""
+        return self.s.placement.nodes if self.s.placement is not None else []
+
     @property
     def rank_generation(self) -> int:
         """The rank generation every launcher runs (status.recovery.generation); 0 before the first in-place rung."""
@@ -289,7 +300,7 @@ class Pass:
     def new_attempt(self) -> None:
         self.delete_pod_group()
         self.s.attempt = (self.s.attempt or 0) + 1
-        self.status.pop("placement", None)
+        self.s.placement = None
         self.status.pop("monitoring", None)  # the anomaly history of the old attempt says nothing of the new one
         if self.s.recovery is not None:  # no in-place rung outlives its pods
             self.s.recovery.rung = self.s.recovery.replacing = self.s.recovery.unplaced = None

@@ -19,7 +19,7 @@ from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang import render
 from ascend_hybrid.reconcile.actions import ApplyPodGroup, CreatePods, DeletePods, PodToCreate
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
-from ascend_hybrid.spec.api import VolcanoScheduling
+from ascend_hybrid.spec.api import PlacementStatus, VolcanoScheduling
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 # Volcano's verdict is read from the PodGroup on each pass while it holds the gang: this often at least
@@ -54,11 +54,10 @@ def planned(job: ResolvedJob, nodes: tuple[str, ...], domains: Mapping[str, str 
             "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layout, nodes)}
 
 
-def preferred_node(placement: Mapping, index: int) -> str | None:
+def preferred_node(placement: PlacementStatus, index: int) -> str | None:
     """Where pod `index` goes: under Volcano the plan's node (its preference; None without a plan), else the
     placed node."""
-    plan = placement.get("planned")
-    nodes = (plan.get("nodes") if plan is not None else placement.get("nodes")) or []
+    nodes = placement.planned.nodes if placement.planned is not None else placement.nodes
     return (nodes[index] or None) if index < len(nodes) else None
 
 
@@ -80,9 +79,9 @@ def create_pods(p: Pass, job: ResolvedJob, attempt: int,
     if p.volcano:
         apply_group(p, job, attempt, len(placed))
         by_volcano = selection(p, job)
-        remaking = (p.status.get("placement") or {}).get("remaking")
-        if remaking:
-            p.status["placement"]["remaking"] = sorted(set(remaking) - {index for index, _ in placed})
+        placement = p.s.placement
+        if placement is not None and placement.remaking:
+            placement.remaking = sorted(set(placement.remaking) - {index for index, _ in placed})
     manifests = render.gang_pods(job, p.meta["namespace"], p.meta["uid"], attempt,
                                  [(index, node or None) for index, node in placed], p.o.sched_ip,
                                  expander_image=p.o.expander_image, volcano=by_volcano)
@@ -101,7 +100,7 @@ def ensure_group(p: Pass, current: Mapping[int, dict]) -> None:
 
 
 def remaking(p: Pass) -> set[int]:
-    return set((p.status.get("placement") or {}).get("remaking") or ())
+    return set(p.s.placement.remaking) if p.s.placement is not None else set()
 
 
 # -- while Volcano holds the gang ------------------------------------------------------------------------------------
@@ -141,8 +140,7 @@ def remake_refused(p: Pass, current: Mapping[int | None, dict]) -> Decision | No
     if not refused:
         return None
     refused.sort(key=lambda found: found[0])
-    placement = p.status.setdefault("placement", {})
-    placement["remaking"] = sorted(remaking(p) | {index for index, _, _ in refused})
+    p.placement().remaking = sorted(remaking(p) | {index for index, _, _ in refused})
     fresh = [(pod, why) for _, pod, why in refused if not is_deleting(pod)]
     group = names.pod_group(p.meta["name"], p.attempt)
     if fresh:
@@ -164,12 +162,13 @@ def bound(p: Pass, pods: list[dict]) -> None:
     e = p.resolved
     by_index = {pod_index(pod): pod for pod in pods}
     nodes = tuple(node_of(by_index[index]) or "" for index in range(e.pod_count) if index in by_index)
-    placement = p.status.get("placement") or {}
     placed = (condition(p.status, "Placed") or {}).get("status") == "True"
-    if len(nodes) != e.pod_count or (placement.get("nodes") == list(nodes) and placed):
+    if len(nodes) != e.pod_count or (p.s.placement is not None and p.s.placement.nodes == list(nodes) and placed):
         return
-    for event in bound_by_volcano(p.status, e, p.attempt, nodes, p.o.now, p.generation, node_domains(p, nodes, e)):
+    status = p.whole_status()  # bound_by_volcano edits a whole status, as placement_record's functions do
+    for event in bound_by_volcano(status, e, p.attempt, nodes, p.o.now, p.generation, node_domains(p, nodes, e)):
         p.d.emit(*event)
+    p.absorb(status)
 
 
 def bound_by_volcano(status: dict, job: ResolvedJob, attempt: int, bound: tuple[str, ...], now: datetime,
