@@ -16,7 +16,6 @@ from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts.chips import CHIPS
 from ascend_hybrid.contracts.conditions import (
     TERMINAL_JOB_PHASES,
-    condition,
     parse_time,
     timestamp,
 )
@@ -134,10 +133,12 @@ def run(p: Pass) -> Decision:
 
 def chosen_strategy(p: Pass) -> Decision | None:
     """The planner's step (strategy.step) on every live pass; the job runs with the strategy it resolves."""
-    o, status = p.o, p.status
+    o = p.o
     if p.s.phase not in TERMINAL_JOB_PHASES:
-        chosen = strategy.step(p.job.get("spec") or {}, p.resolved, status, o.hardware_profiles, o.now,
+        whole = p.whole_status()  # the planner's step edits a whole status (status.plan, StrategyFits)
+        chosen = strategy.step(p.job.get("spec") or {}, p.resolved, whole, o.hardware_profiles, o.now,
                                p.generation, o.observed_efficiency)
+        p.absorb(whole)
         for event in chosen.events:
             p.d.emit(*event)
         if chosen.failure:
@@ -145,14 +146,17 @@ def chosen_strategy(p: Pass) -> Decision | None:
         p.o = replace(o, resolved=chosen.resolved)
         # an elastic job that shrank runs at its shrunk data degree (status.elastic)
         elastic_steps.run_shrunk(p)
-    status["worldSize"], status["observedGeneration"] = p.resolved.world_size, p.generation
-    status.setdefault("restarts", 0)
+    p.status["worldSize"], p.status["observedGeneration"] = p.resolved.world_size, p.generation
+    p.status.setdefault("restarts", 0)
     return None
 
 
 def refusal(p: Pass) -> Decision | None:
     if p.o.refusal is None:
-        refusals.allow(p.status, p.o.now, p.generation)
+        if p.condition(refusals.AUTHORIZED) is not None:  # allow() changes only a status that was refused once
+            whole = p.whole_status()
+            refusals.allow(whole, p.o.now, p.generation)
+            p.absorb(whole)
         return None
     return p.d if failure_steps.refused(p, p.o.refusal) else None
 
@@ -277,7 +281,7 @@ def running(p: Pass, table: dict, current: dict) -> Decision:
     if recovery_steps.follow_in_place(p, current) or elastic_steps.grow_step(p, current):
         return p.d
     completed = f"hccl.json completed for {e.world_size} ranks"
-    table_news = (condition(status, "RankTableReady") or {}).get("status") != "True"
+    table_news = not p.holds("RankTableReady")
     p.cond("RankTableReady", True, "Completed", f"hccl.json v{table['version']} lists {e.world_size} ranks")
     if p.s.phase != "Running" and ran_before(p):  # one event tells both milestones
         where = p.s.placement.summary if p.s.placement is not None else None
@@ -384,9 +388,9 @@ def waiting_for_binding(p: Pass, pods: list[dict], unbound: list[dict]) -> Decis
     e = p.resolved
     # from the creation of the pods still waiting (a pod ReplacePod made joins a gang that runs for long)
     created = min(parse_time(pod["metadata"].get("creationTimestamp")) or p.o.now for pod in unbound)
-    admitted = condition(p.status, "Admitted")  # a queued gang waits for the scheduler from its admission
-    if admitted is not None and admitted["status"] == "True":
-        created = max(created, parse_time(admitted["lastTransitionTime"]) or created)
+    admitted = p.condition("Admitted")  # a queued gang waits for the scheduler from its admission
+    if admitted is not None and admitted.status == "True":
+        created = max(created, parse_time(admitted.last_transition_time) or created)
     waited = (p.o.now - created).total_seconds()
     limit = e.spec.run_policy.scheduling_timeout_seconds
     # a pod pinned to its placed node that the scheduler calls unschedulable: the node refused it (a pod the

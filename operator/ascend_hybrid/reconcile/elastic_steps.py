@@ -19,7 +19,7 @@ from typing import Any
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts import volcano as volcanos
-from ascend_hybrid.contracts.conditions import condition, parse_time, set_condition, timestamp
+from ascend_hybrid.contracts.conditions import parse_time, set_condition, timestamp
 from ascend_hybrid.contracts.podview import (
     is_deleting,
     is_node_ready,
@@ -180,7 +180,7 @@ def predict_running(status: dict, shrunk: ResolvedJob, profiles: Mapping[str, Ha
 def drop(p: Pass, why: str) -> None:
     p.s.elastic = None
     (p.status.get("plan") or {}).pop("running", None)
-    if (condition(p.status, DEGRADED) or {}).get("status") == "True":
+    if p.holds(DEGRADED):
         p.cond(DEGRADED, False, "SpecChanged", why)
 
 
@@ -225,7 +225,8 @@ def shrink_options(p: Pass) -> tuple[tuple[tuple[GangRequest, ResolvedJob], ...]
 def cannot_shrink(p: Pass, why: str) -> None:
     """No smaller degree may run: the job waits whole and says why (once per reason, as an event too)."""
     message = f"the gang does not fit and the job cannot shrink: {why}"
-    if (condition(p.status, DEGRADED) or {}).get("message") != message:
+    previous = p.condition(DEGRADED)
+    if (previous.message if previous is not None else None) != message:
         p.d.emit("Warning", "CannotShrink", message)
     p.cond(DEGRADED, False, "CannotShrink", message)
 

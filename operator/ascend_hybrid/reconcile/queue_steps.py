@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ascend_hybrid.contracts import kueue, names
-from ascend_hybrid.contracts.conditions import condition, parse_time
+from ascend_hybrid.contracts.conditions import parse_time
 from ascend_hybrid.contracts.podview import attempt_of, pod_counts
 from ascend_hybrid.gang import render
 from ascend_hybrid.gang.inventory import pinned_node
@@ -83,8 +83,8 @@ def enqueued(p: Pass, current: dict, stale: list, admission: kueue.Admission, te
     elif admission.state == kueue.UNMANAGED:
         message = (f"{admission.message}. Label the namespace (kubectl label namespace {p.meta['namespace']} "
                    f"{kueue.MANAGED_LABEL}=true), then delete these pods: they are made again under Kueue")
-        previous = condition(status, "Admitted")
-        if previous is None or previous["reason"] != "NotManagedByKueue":
+        previous = p.condition("Admitted")
+        if previous is None or previous.reason != "NotManagedByKueue":
             p.d.emit("Warning", "NotManagedByKueue", message)
         p.cond("Admitted", False, "NotManagedByKueue", message)
         p.phase("Pending", message)
@@ -115,8 +115,8 @@ def resized(p: Pass, current: dict) -> Decision | None:
 
 def waiting_for_quota(p: Pass, message: str) -> None:
     """Pending while Kueue holds the group; a preempted job keeps reason Preempted until it is admitted again."""
-    previous = condition(p.status, "Admitted")
-    if previous is not None and previous["status"] == "False" and previous["reason"] == PREEMPTED:
+    previous = p.condition("Admitted")
+    if previous is not None and previous.status == "False" and previous.reason == PREEMPTED:
         message = f"preempted by Kueue; attempt {p.attempt} waits for quota again: {message}"
         p.cond("Admitted", False, PREEMPTED, message)
     else:
@@ -125,8 +125,7 @@ def waiting_for_quota(p: Pass, message: str) -> None:
 
 
 def admitted(p: Pass, admission: kueue.Admission, stale: list) -> Decision:
-    previous = condition(p.status, "Admitted")
-    if previous is None or previous["status"] != "True":
+    if not p.holds("Admitted"):
         p.d.emit("Normal", "Admitted", admission.message)
     p.cond("Admitted", True, "Admitted", admission.message)
     if stale:

@@ -24,7 +24,7 @@ import math
 import statistics
 from datetime import timedelta
 
-from ascend_hybrid.contracts.conditions import condition, parse_time, timestamp
+from ascend_hybrid.contracts.conditions import parse_time, timestamp
 from ascend_hybrid.contracts.podview import node_of
 from ascend_hybrid.diagnosis import goodput, recovery
 from ascend_hybrid.diagnosis.failures import Failure
@@ -62,7 +62,7 @@ def record_slowness(p: Pass, current: dict) -> bool:
 
 
 def report(p: Pass, change: slowness.Change) -> None:
-    if change.on and (condition(p.status, slowness.SLOW_NODE) or {}).get("status") != "True":
+    if change.on and not p.holds(slowness.SLOW_NODE):
         p.d.emit("Warning", slowness.SLOW_NODE, change.message)
     p.cond(slowness.SLOW_NODE, change.on, change.reason, change.message)
 

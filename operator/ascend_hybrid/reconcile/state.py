@@ -15,7 +15,7 @@ from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts import volcano as volcanos
 from ascend_hybrid.contracts.ascend import DeviceInfo
 from ascend_hybrid.contracts.chips import CHIPS
-from ascend_hybrid.contracts.conditions import condition, parse_time, set_condition, timestamp
+from ascend_hybrid.contracts.conditions import CONDITION_TYPES, parse_time, timestamp
 from ascend_hybrid.contracts.podview import (
     TERMINAL_POD_PHASES,
     attempt_of,
@@ -44,7 +44,7 @@ from ascend_hybrid.reconcile.actions import (
     PostEvent,
     WriteRankTable,
 )
-from ascend_hybrid.spec.api import AscendHybridJobStatus, PlacementStatus, RecoveryState
+from ascend_hybrid.spec.api import AscendHybridJobStatus, Condition, PlacementStatus, RecoveryState
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
@@ -53,7 +53,7 @@ FAST_REQUEUE_SECONDS = 2.0
 
 # The status fields (by JSON name) the core reads and writes typed, on Pass.s; it edits the others as the dict
 # Pass.status until they are typed too.
-TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", "placement"})
+TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", "placement", "conditions"})
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,10 @@ class Decision:
 
     def act(self, action: Action) -> None:
         self.actions.append(action)
+
+
+def condition_rank(found: Condition) -> int:
+    return CONDITION_TYPES.index(found.type) if found.type in CONDITION_TYPES else 99
 
 
 class UntypedStatus(dict[str, Any]):
@@ -253,7 +257,26 @@ class Pass:
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def cond(self, kind: str, value: bool, reason: str, message: str = "") -> None:
-        set_condition(self.status, kind, value, reason, message, self.o.now, self.generation)
+        """Sets one condition as conditions.set_condition does a dict status's: lastTransitionTime moves only when
+        its status flips (metav1.Condition), and the conditions stay in CONDITION_TYPES' order."""
+        wanted = "True" if value else "False"
+        found = self.condition(kind)
+        if found is None:
+            found = Condition(type=kind, status=wanted, reason=reason, last_transition_time=timestamp(self.o.now))
+            self.s.conditions = [*self.s.conditions, found]
+        elif found.status != wanted:
+            found.last_transition_time = timestamp(self.o.now)
+        found.status, found.reason, found.message, found.observed_generation = wanted, reason, message, self.generation
+        self.s.conditions = sorted(self.s.conditions, key=condition_rank)
+
+    def condition(self, kind: str) -> Condition | None:
+        """The condition of type `kind`, None when the status has none."""
+        return next((found for found in self.s.conditions if found.type == kind), None)
+
+    def holds(self, kind: str) -> bool:
+        """Whether condition `kind` is True."""
+        found = self.condition(kind)
+        return found is not None and found.status == "True"
 
     def phase(self, phase: str, message: str) -> None:
         self.s.phase, self.s.message = phase, message
@@ -305,7 +328,7 @@ class Pass:
         if self.s.recovery is not None:  # no in-place rung outlives its pods
             self.s.recovery.rung = self.s.recovery.replacing = self.s.recovery.unplaced = None
         for kind in anomalies.CONDITIONS:
-            if (condition(self.status, kind) or {}).get("status") == "True":
+            if self.holds(kind):
                 self.cond(kind, False, "NewAttempt", f"attempt {self.s.attempt} starts afresh")
 
     # -- transitions: the endings the steps share --------------------------------------------------------------

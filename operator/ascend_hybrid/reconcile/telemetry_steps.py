@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import cast
 
-from ascend_hybrid.contracts.conditions import condition
 from ascend_hybrid.diagnosis.hints import prediction
 from ascend_hybrid.monitoring import anomalies
 from ascend_hybrid.monitoring.progress import Sample, training_status, utilization_status
@@ -35,8 +34,8 @@ def record_telemetry(p: Pass) -> None:
     if sample.no_data_yet and "training" not in p.status:
         p.cond("MetricsAvailable", False, "NoDataYet", error)  # the first scrape has not happened
         return
-    previous = condition(p.status, "MetricsAvailable")
-    if previous is None or previous["status"] == "True" or previous["reason"] == "NoDataYet":
+    previous = p.condition("MetricsAvailable")
+    if previous is None or previous.status == "True" or previous.reason == "NoDataYet":
         p.d.emit("Warning", "MetricsUnavailable", f"{error}; training and utilization figures go stale")
     p.cond("MetricsAvailable", False, "SourceUnreachable", error)
 
@@ -49,7 +48,8 @@ def record_rejections(p: Pass, sample: Sample) -> None:
         return
     message = (f"read from {sample.source}, {sample.rejected_lines or len(sample.rejected)} lines or pages "
                f"refused and skipped: {'; '.join(sample.rejected)}")
-    if (condition(p.status, "MetricsAvailable") or {}).get("reason") != "PartlyRefused":
+    previous = p.condition("MetricsAvailable")
+    if (previous.reason if previous is not None else None) != "PartlyRefused":
         p.d.emit("Warning", "MetricsRefused", message)
     p.cond("MetricsAvailable", True, "PartlyRefused", message)
 
@@ -65,6 +65,6 @@ def record_anomalies(p: Pass, sample: Sample) -> None:
         return  # this sample was folded in by an earlier pass
     p.status["monitoring"], changes = folded
     for change in changes:
-        if change.on and (condition(p.status, change.kind) or {}).get("status") != "True":
+        if change.on and not p.holds(change.kind):
             p.d.emit("Warning", change.kind, change.message)
         p.cond(change.kind, change.on, change.reason, change.message)

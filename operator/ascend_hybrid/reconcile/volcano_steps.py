@@ -122,8 +122,8 @@ def waiting(p: Pass, pods: list[dict], unbound: list[dict]) -> Decision | None:
         reason, kind = SCHEDULING, ""
     message = verdict.message if verdict is not None and verdict.state != volcanos.ABSENT else (
         f"attempt {attempt}: {len(pods)} pods of PodGroup {group} waiting for Volcano to bind them")
-    previous = condition(p.status, "Placed") or {}
-    if kind and previous.get("reason") != reason:
+    previous = p.condition("Placed")
+    if kind and (previous.reason if previous is not None else None) != reason:
         p.d.emit(kind, reason, message)
     p.cond("Placed", False, reason, message)
     p.phase("Pending", message)
@@ -162,7 +162,7 @@ def bound(p: Pass, pods: list[dict]) -> None:
     e = p.resolved
     by_index = {pod_index(pod): pod for pod in pods}
     nodes = tuple(node_of(by_index[index]) or "" for index in range(e.pod_count) if index in by_index)
-    placed = (condition(p.status, "Placed") or {}).get("status") == "True"
+    placed = p.holds("Placed")
     if len(nodes) != e.pod_count or (p.s.placement is not None and p.s.placement.nodes == list(nodes) and placed):
         return
     status = p.whole_status()  # bound_by_volcano edits a whole status, as placement_record's functions do
