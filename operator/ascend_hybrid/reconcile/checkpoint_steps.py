@@ -59,7 +59,7 @@ def record_interval(p: Pass) -> None:
     if not is_auto(p.resolved):
         p.status.pop("checkpointInterval", None)
         return
-    since = parse_time(p.status.get("startTime"))
+    since = parse_time(p.s.start_time)
     if since is None:
         return
     sample = p.o.telemetry

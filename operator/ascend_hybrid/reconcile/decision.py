@@ -27,7 +27,6 @@ from ascend_hybrid.contracts.podview import (
     is_gated,
     node_of,
     phase_of,
-    pod_counts,
     pod_index,
     unschedulable_message,
 )
@@ -107,7 +106,7 @@ def run(p: Pass) -> Decision:
     membership.adopt(p, p.o.pods)
     template_hash = pod_template_hash(p.resolved)
     # parallelism, npu or template changed under running pods: restart as a new attempt
-    if current and p.status.get("podTemplateHash") not in (None, template_hash):
+    if current and p.s.pod_template_hash not in (None, template_hash):
         return restart_for_spec_change(p, list(current.values()))
     # an elastic job shrank at its placement under Kueue: its pod group, made for the whole gang, queues anew
     if p.queue and (done := queue_steps.resized(p, current)) is not None:
@@ -146,8 +145,9 @@ def chosen_strategy(p: Pass) -> Decision | None:
         p.o = replace(o, resolved=chosen.resolved)
         # an elastic job that shrank runs at its shrunk data degree (status.elastic)
         elastic_steps.run_shrunk(p)
-    p.status["worldSize"], p.status["observedGeneration"] = p.resolved.world_size, p.generation
-    p.status.setdefault("restarts", 0)
+    p.s.world_size, p.s.observed_generation = p.resolved.world_size, p.generation
+    if p.s.restarts is None:
+        p.s.restarts = 0
     return None
 
 
@@ -174,7 +174,7 @@ def first_seen(p: Pass) -> None:
 
 def past_deadline(p: Pass) -> Decision | None:
     deadline = p.resolved.spec.run_policy.active_deadline_seconds
-    started = parse_time(p.status.get("startTime"))
+    started = parse_time(p.s.start_time)
     if not (deadline and started):
         return None
     remaining = deadline - (p.o.now - started).total_seconds()
@@ -235,7 +235,7 @@ def enqueued(p: Pass, current: dict, stale: list, admission: Admission | None, t
         return unrecorded_pods(p, current)
     e = p.resolved
     alternatives, retry_within = elastic_steps.shrink_options(p)
-    p.d.act(Place(p.gang_request(e, p.status.get("avoidedNodes") or ()), e, alternatives, retry_within))
+    p.d.act(Place(p.gang_request(e, p.s.avoided_nodes), e, alternatives, retry_within))
     return p.d
 
 
@@ -270,12 +270,12 @@ def unrecorded_pods(p: Pass, current: dict) -> Decision:
 def running(p: Pass, table: dict, current: dict) -> Decision:
     """Every pod runs and the table is complete: written, the launchers told their generation, an in-place rung or
     an elastic growth followed, else the job Running with its telemetry and goodput."""
-    o, e, status = p.o, p.resolved, p.status
+    o, e = p.o, p.resolved
     attempt = p.attempt
     if o.rank_table != table:
         p.write_rank_table(table, current.values())
         p.d.act(GrantLaunchers(membership.service_account(p)))
-    status["rankTable"].update(status="completed", version=table["version"])
+    p.rank_table().status, p.rank_table().version = "completed", table["version"]
     checkpoint_steps.record_interval(p)  # before the signal: a new interval goes with it
     recovery_steps.signal_launchers(p)
     if recovery_steps.follow_in_place(p, current) or elastic_steps.grow_step(p, current):
@@ -306,17 +306,18 @@ def ran_before(p: Pass) -> bool:
     gets the Running event: the status keeps a job's first start (startTime, the Running and RankTableReady
     conditions, placement.summary naming the nodes) until it runs again, and events keep the history the status
     overwrites — one write fewer for every job that never fails."""
-    return (p.s.attempt or 1) > 1 or bool(p.status.get("restarts")) or bool(p.status.get("recoveries"))
+    return (p.s.attempt or 1) > 1 or bool(p.s.restarts) or bool(p.status.get("recoveries"))
 
 
 def start(p: Pass, current: dict, placement: PlacementStatus, template_hash: str) -> Decision:
     """A placed attempt, from its children to Running: apply the Services and ConfigMaps, create the missing pods
     pinned to their nodes (a queued gang's are released too), wait for the scheduler, then complete the rank table
     (or reset it while a pod is not ready) and read the running job's telemetry."""
-    o, e, status = p.o, p.resolved, p.status
+    o, e = p.o, p.resolved
     attempt = p.attempt
-    status["podTemplateHash"] = template_hash
-    status.setdefault("startTime", timestamp(o.now))
+    p.s.pod_template_hash = template_hash
+    if p.s.start_time is None:
+        p.s.start_time = timestamp(o.now)
     # job.json describes the degrees the pods run with: an elastic job's shrink or growth applies it again
     if not o.children_ready or not o.sched_known(e) or o.children_data not in (None, e.data):
         p.d.act(EnsureChildren(e))
@@ -328,7 +329,7 @@ def start(p: Pass, current: dict, placement: PlacementStatus, template_hash: str
     missing = [index for index in range(e.pod_count)
                if index not in current and names.pod_name(job, attempt, index) not in o.in_flight]
     pods = list(current.values())
-    status["pods"] = pod_counts(pods, e.pod_count)
+    p.pod_counts(pods, e.pod_count)
     releasable = [(pod["metadata"]["name"], tuple(gate["name"] for gate in pod["spec"]["schedulingGates"]))
                   for pod in pods if is_gated(pod) and not is_deleting(pod) and queue_steps.unreleased(p, pod)]
     if missing:
@@ -364,14 +365,14 @@ def start(p: Pass, current: dict, placement: PlacementStatus, template_hash: str
         return ring_split(p, pods, split)
     node_super_pods = super_pods(p, nodes)
     table, waiting = ranktable.assess(pods, e.per_pod, node_super_pods, pod_count=e.pod_count)
-    rank = status.setdefault("rankTable", {})
-    rank["configMap"] = names.rank_table_config_map(p.meta["name"])
+    rank = p.rank_table()
+    rank.config_map = names.rank_table_config_map(p.meta["name"])
     if table["status"] == "completed":
         return running(p, table, current)
     else:
         if o.rank_table is not None and o.rank_table.get("status") == "completed":
             p.reset_rank_table()
-        rank["status"] = "initializing"
+        rank.status = "initializing"
         p.cond("RankTableReady", False, "WaitingForPods", "; ".join(waiting[:3]))
         p.phase("Starting", f"waiting for {len(waiting)} pods: {waiting[0]}")
         p.requeue(FAST_REQUEUE_SECONDS)
@@ -418,7 +419,7 @@ def refused_at_admission(p: Pass, current: dict) -> Decision | None:
     if not refused:
         return None
     pod, why = refused[0]
-    avoided = count_refusals(p.status, {node for pod, _ in refused if (node := node_of(pod))})
+    avoided = count_refusals(p, {node for pod, _ in refused if (node := node_of(pod))})
     avoiding = (f"; node {', '.join(avoided)} refused this job in {REFUSALS_BEFORE_AVOIDING} attempts and is avoided"
                 if avoided else "")
     message = (f"{pod['metadata']['name']} refused by node {node_of(pod)}: {why}"
@@ -426,18 +427,17 @@ def refused_at_admission(p: Pass, current: dict) -> Decision | None:
     return p.place_anew(list(current.values()), "RefusedByNode", message)
 
 
-def count_refusals(status: dict, nodes: set[str]) -> list[str]:
+def count_refusals(p: Pass, nodes: set[str]) -> list[str]:
     """One more attempt refused by each node in `nodes` (status.admissionRefusals); the nodes that reach
     REFUSALS_BEFORE_AVOIDING join status.avoidedNodes, so a node that refuses every time (its kubelet counts fewer
     chips than its deviceinfo, its hostname label is not its name) does not take the gang's placements forever.
     Returns those nodes, sorted."""
-    counts = status.setdefault("admissionRefusals", {})
-    for node in nodes:
-        counts[node] = int(counts.get(node) or 0) + 1
+    counts = {**p.s.admission_refusals, **{node: p.s.admission_refusals.get(node, 0) + 1 for node in nodes}}
+    p.s.admission_refusals = counts
     newly = sorted(node for node in nodes if counts[node] >= REFUSALS_BEFORE_AVOIDING
-                   and node not in (status.get("avoidedNodes") or ()))
+                   and node not in p.s.avoided_nodes)
     if newly:
-        status["avoidedNodes"] = sorted(set(status.get("avoidedNodes") or ()) | set(newly))
+        p.avoid(newly)
     return newly
 
 
@@ -461,8 +461,8 @@ def restart_for_spec_change(p: Pass, current: list[dict]) -> Decision:
 
 
 def succeeded(p: Pass, current: list[dict]) -> Decision:
-    p.status["completionTime"] = timestamp(p.o.now)
-    p.status["pods"] = pod_counts(current, p.resolved.pod_count)
+    p.s.completion_time = timestamp(p.o.now)
+    p.pod_counts(current, p.resolved.pod_count)
     p.cond("Running", False, "Completed", "all pods succeeded")
     p.cond("Succeeded", True, "AllPodsSucceeded", f"attempt {p.attempt} succeeded")
     p.phase("Succeeded", f"all {len(current)} pods succeeded")
@@ -482,7 +482,7 @@ def suspended(p: Pass) -> Decision:
         p.delete(p.o.pods)
     p.reset_rank_table()
     p.s.placement = None
-    p.status["pods"] = pod_counts([], 0)
+    p.pod_counts([], 0)
     if p.s.phase != "Suspended":
         p.delete_pod_group()  # a PodGroup left in its Queue would keep the Queue's room while the job is away
         p.d.emit("Normal", "Suspended", "job suspended; pods deleted")

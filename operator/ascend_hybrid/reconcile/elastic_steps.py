@@ -189,7 +189,7 @@ def healthy_avoided(p: Pass) -> list[str]:
     unhealthy, so a repaired node counts for the growth; a node it left for slowness (status.slowNodes) is Ready
     and stays avoided."""
     slow = {entry.get("node") for entry in p.status.get("slowNodes") or ()}
-    return [node for node in p.status.get("avoidedNodes") or ()
+    return [node for node in p.s.avoided_nodes
             if node in slow or not is_node_ready(p.o.nodes.get(node))]
 
 
@@ -218,7 +218,7 @@ def shrink_options(p: Pass) -> tuple[tuple[tuple[GangRequest, ResolvedJob], ...]
             cannot_shrink(p, "; ".join(choice.rejected) or f"spec.elastic.minData={elastic.min_data} is the data "
                                                               "degree it runs with")
         return (), None
-    avoided = p.status.get("avoidedNodes") or ()
+    avoided = p.s.avoided_nodes
     return tuple((p.gang_request(job, avoided), job) for job in choice.jobs), None
 
 
@@ -430,7 +430,7 @@ def grown(p: Pass, full: ResolvedJob) -> tuple[ElasticStatus, str]:
         raise ValueError("a job that did not shrink was grown")
     p.s.elastic = None
     (p.status.get("plan") or {}).pop("running", None)
-    p.status["avoidedNodes"] = healthy_avoided(p)
+    p.s.avoided_nodes = healthy_avoided(p)
     training_step = (p.status.get("training") or {}).get("step")
     why = (f"a placement for data {full.data} fits again; growing from data {state.data} at the checkpoint "
            f"boundary (step {training_step})")
@@ -442,8 +442,8 @@ def grown(p: Pass, full: ResolvedJob) -> tuple[ElasticStatus, str]:
 
 def at_spec_degrees(p: Pass, full: ResolvedJob, state: ElasticStatus, why: str) -> None:
     p.status["parallelism"] = {**(p.status.get("parallelism") or {}), **full.degrees}
-    p.status["worldSize"] = full.world_size
-    p.status.pop("podTemplateHash", None)  # as at a shrink: the next pods are made from the spec's job
+    p.s.world_size = full.world_size
+    p.s.pod_template_hash = None  # as at a shrink: the next pods are made from the spec's job
     message = f"data {state.data}→{full.data}: {why}; restarting as attempt {p.attempt}"
     p.cond(DEGRADED, False, "Grown", message)
     p.restarting(GROW, message, event=("Normal", "Grown", message))

@@ -51,7 +51,7 @@ def failed_at(status: dict) -> int | None:
 def account(p: Pass, terminal_before: bool) -> None:
     """Fold this pass into status.goodputAccount; status.goodput once the healthy pace is known. Nothing before the
     job first started, nor after a pass that found it finished."""
-    since = parse_time(p.status.get("startTime"))
+    since = parse_time(p.s.start_time)
     if terminal_before or since is None or p.o.resolved is None:
         return
     epoch = f"{p.s.attempt}/{p.rank_generation}"

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts.conditions import parse_time
-from ascend_hybrid.contracts.podview import attempt_of, pod_counts
+from ascend_hybrid.contracts.podview import attempt_of
 from ascend_hybrid.gang import render
 from ascend_hybrid.gang.inventory import pinned_node
 from ascend_hybrid.gang.placement import GangRequest
@@ -58,13 +58,13 @@ def of_this_job(p: Pass, pod: dict) -> bool:
 
 # -- before placement --------------------------------------------------------------------------------------
 def enqueued(p: Pass, current: dict, stale: list, admission: kueue.Admission, template_hash: str) -> Decision:
-    o, e, status = p.o, p.resolved, p.status
+    o, e = p.o, p.resolved
     attempt, job, group = p.attempt, p.meta["name"], group_name(p)
-    status["podTemplateHash"] = template_hash  # a spec change while queued restarts the attempt too
+    p.s.pod_template_hash = template_hash  # a spec change while queued restarts the attempt too
     if not o.children_ready or not o.sched_known(e):
         p.d.act(EnsureChildren(e))
         return p.d
-    status["pods"] = pod_counts(list(current.values()), e.pod_count)
+    p.pod_counts(list(current.values()), e.pod_count)
     missing = [index for index in range(e.pod_count)
                if index not in current and names.pod_name(job, attempt, index) not in o.in_flight]
     if missing:
@@ -132,7 +132,7 @@ def admitted(p: Pass, admission: kueue.Admission, stale: list) -> Decision:
         p.phase("Pending", f"{admission.message}; waiting for the previous attempt's pods to go")
         p.requeue(RECHECK_SECONDS)
         return p.d
-    p.d.act(Place(admitted_request(GangRequest.for_job(p.resolved, p.status.get("avoidedNodes") or ()), admission),
+    p.d.act(Place(admitted_request(GangRequest.for_job(p.resolved, p.s.avoided_nodes), admission),
                   p.resolved, *admitted_alternatives(p, admission)))
     return p.d
 

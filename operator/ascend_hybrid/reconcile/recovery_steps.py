@@ -81,16 +81,18 @@ def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
         recovery.gave_up(open_incident, f"failed again before training stepped: {what}")
         open_incident["outcome"] = "NotRecovered"
     limit = e.spec.run_policy.backoff_limit
-    counters, counted = counters_after(status, verdict)
+    counters, counted = counters_after(
+        {"restarts": p.s.restarts, "disruptions": p.s.disruptions, "ignoredFailures": p.s.ignored_failures}, verdict)
     if verdict.counts and counted > limit:
         return p.fail("BackoffLimitExceeded", f"{what}; backoffLimit={limit} restarts exhausted", fix)
-    status.update(counters)
+    p.s.restarts, p.s.disruptions, p.s.ignored_failures = (
+        counters["restarts"], counters["disruptions"], counters["ignoredFailures"])
     start = start_rung(p, verdict.rung or RESTART_GANG, verdict.why, by_index, failure.index)
     record = start_incident(p, failure, start, verdict.counts)
     if verdict.avoid and start.rung == RESTART_RANKS:
         record["avoid"] = list(verdict.avoid)  # the pods stay; a rung that moves them avoids these
     else:
-        status["avoidedNodes"] = sorted(set(status.get("avoidedNodes") or []) | set(verdict.avoid))
+        p.avoid(verdict.avoid)
     if start.rung == RESTART_RANKS:
         text = (f"{what}; {verdict.action} by {start.why}: restarting every rank in place from the newest "
                 f"checkpoint, rank generation {rank_generation(p) + 1} ({counted_text(verdict, counted, limit)})")
@@ -113,7 +115,7 @@ def restart_gang_for(p: Pass, current: dict, why: str) -> bool:
     if p.s.recovery is not None:
         p.s.recovery.rung = p.s.recovery.replacing = p.s.recovery.unplaced = None
     record = recovery.current_incident(p.status.get("recoveries") or []) or {}
-    p.status["avoidedNodes"] = sorted(set(p.status.get("avoidedNodes") or []) | set(record.get("avoid") or ()))
+    p.avoid(record.get("avoid") or ())
     attempt = p.end_attempt(list(current.values()))
     p.restarting("RecoveryEscalated", f"{why}: restarting the whole gang as attempt {attempt}")
     return True
@@ -277,7 +279,7 @@ def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, cu
 
 def replacement_request(p: Pass, index: int, record: dict) -> GangRequest:
     """The one-pod request ReplacePod places: the job's chips, near the pod's peers, the suspects avoided."""
-    avoided = set(p.status.get("avoidedNodes") or ()) | set(record.get("avoid") or ())
+    avoided = set(p.s.avoided_nodes) | set(record.get("avoid") or ())
     return replace(p.gang_request(p.resolved, avoided), pod_count=1, groups=(),
                    near_nodes=frozenset(peer_nodes(p, index)))
 

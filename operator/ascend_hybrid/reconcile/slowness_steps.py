@@ -192,7 +192,7 @@ def replace_or_shrink(p: Pass, current: dict, confirmed: dict, index: int, pod: 
                                     rung=SHRINK if shrink else REPLACE_POD, why=why,
                                     detected=parse_time(confirmed.get("since")) or p.o.now, decided=p.o.now,
                                     attempt=p.attempt, counted=False, pod=pod, node=node, step=step)
-    p.status["avoidedNodes"] = sorted(set(p.status.get("avoidedNodes") or []) | {node})
+    p.avoid([node])
     remember(p, confirmed, policy.action)
     confirmed["acted"] = timestamp(p.o.now)
     confirmed["decision"] = f"{policy.action} at step {step}"

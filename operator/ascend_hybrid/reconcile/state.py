@@ -22,6 +22,7 @@ from ascend_hybrid.contracts.podview import (
     is_deleting,
     live_names,
     phase_of,
+    pod_counts,
     pod_index,
 )
 from ascend_hybrid.diagnosis import recovery
@@ -44,7 +45,14 @@ from ascend_hybrid.reconcile.actions import (
     PostEvent,
     WriteRankTable,
 )
-from ascend_hybrid.spec.api import AscendHybridJobStatus, Condition, PlacementStatus, RecoveryState
+from ascend_hybrid.spec.api import (
+    AscendHybridJobStatus,
+    Condition,
+    PlacementStatus,
+    PodCounts,
+    RankTableStatus,
+    RecoveryState,
+)
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 NODE_NOT_READY_GRACE_SECONDS = 30.0
@@ -53,7 +61,10 @@ FAST_REQUEUE_SECONDS = 2.0
 
 # The status fields (by JSON name) the core reads and writes typed, on Pass.s; it edits the others as the dict
 # Pass.status until they are typed too.
-TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", "placement", "conditions"})
+TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", "placement", "conditions",
+                          "avoidedNodes", "admissionRefusals", "podTemplateHash", "startTime", "completionTime",
+                          "worldSize", "observedGeneration", "restarts", "disruptions", "ignoredFailures", "pods",
+                          "rankTable"})
 
 
 @dataclass(frozen=True)
@@ -190,6 +201,20 @@ class Pass:
             self.s.placement = PlacementStatus()
         return self.s.placement
 
+    def rank_table(self) -> RankTableStatus:
+        """status.rankTable to write to, made where the status has none (as recovery())."""
+        if self.s.rank_table is None:
+            self.s.rank_table = RankTableStatus()
+        return self.s.rank_table
+
+    def pod_counts(self, pods: list[dict], total: int) -> None:
+        """status.pods: the current attempt's `pods` by phase, of `total`."""
+        self.s.pods = PodCounts.model_validate(pod_counts(pods, total))
+
+    def avoid(self, nodes: Iterable[str]) -> None:
+        """`nodes` join status.avoidedNodes (kept sorted, each once)."""
+        self.s.avoided_nodes = sorted(set(self.s.avoided_nodes) | set(nodes))
+
     @property
     def placed_nodes(self) -> list[str]:
         """status.placement.nodes: each pod's node by index ("" for one Volcano has not bound); [] unplaced."""
@@ -302,8 +327,8 @@ class Pass:
     def reset_rank_table(self) -> None:
         if self.o.rank_table is not None and self.o.rank_table.get("status") != "initializing":
             self.write_rank_table(ranktable.initializing(self.table_format()))
-        rank = self.status.setdefault("rankTable", {})
-        rank.update(configMap=names.rank_table_config_map(self.meta["name"]), status="initializing")
+        rank = self.rank_table()
+        rank.config_map, rank.status = names.rank_table_config_map(self.meta["name"]), "initializing"
         self.cond("RankTableReady", False, "Initializing", "waiting for every pod to run with its devices")
 
     def delete(self, pods: list[dict] | tuple[dict, ...]) -> None:
@@ -380,7 +405,7 @@ class Pass:
             recovery.gave_up(open_incident, f"the job failed: {reason}")
         if self.s.recovery is not None:
             self.s.recovery.rung = None
-        self.status["completionTime"] = timestamp(self.o.now)
+        self.s.completion_time = timestamp(self.o.now)
         self.cond("Running", False, reason, message)
         self.cond("Failed", True, reason, message)
         self.phase("Failed", message)
@@ -399,7 +424,7 @@ class Pass:
         elif policy == "Running":
             self.delete([pod for pod in self.o.pods if phase_of(pod) not in TERMINAL_POD_PHASES])
         ttl = e.spec.run_policy.ttl_seconds_after_finished if e else None
-        finished = parse_time(self.status.get("completionTime"))
+        finished = parse_time(self.s.completion_time)
         if ttl is not None and finished is not None:
             left = ttl - (self.o.now - finished).total_seconds()
             if left <= 0 and not first:
