@@ -1,6 +1,7 @@
 """One reconcile pass's state (pure): what it observed (Observed), what it decides (Decision), and the Pass the
-steps share — its helpers write conditions, the phase, requeues and the terminal outcomes. The steps themselves are
-functions of a Pass: decision.py (the main flow), queue_steps.py, failure_steps.py, telemetry_steps.py.
+steps share — its helpers write conditions, the phase, requeues, the attempt's endings and the terminal outcomes.
+The steps themselves are functions of a Pass: decision.py (the main flow), queue_steps.py, failure_steps.py,
+telemetry_steps.py.
 """
 
 from __future__ import annotations
@@ -163,7 +164,10 @@ class UntypedStatus(dict[str, Any]):
 
 
 class Pass:
-    """One reconcile pass: steps read `o` (the observation) and write `d` (the decision) and `status` (its status)."""
+    """One reconcile pass: steps read `o` (the observation) and write `d` (the decision) and its status: `s`, the
+    typed model (the fields of TYPED_FIELDS), and `status`, the dict of the fields not typed yet. The status is
+    parsed once here and dumped once into `d.status` when decide() ends (serialised); the transitions the steps
+    share (end_attempt, restarting, pending_again, place_anew, fail, finished) are methods."""
 
     def __init__(self, observed: Observed):
         self.o = observed
