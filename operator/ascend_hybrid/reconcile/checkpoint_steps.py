@@ -69,7 +69,7 @@ def record_interval(p: Pass) -> None:
         save = float(sample.checkpoint_seconds_sum or 0.0) / saves
     account = p.status.get("goodputAccount") or {}
     read = sample.step if sample is not None and sample.ok else None
-    step = int(read) if read is not None and read == read else (p.status.get("training") or {}).get("step")
+    step = int(read) if read is not None and read == read else p.training_step
     nodes = len(set(p.placed_nodes))
     p.status["checkpointInterval"] = checkpointing.fold(
         p.status.get("checkpointInterval"), now=p.o.now, since=since, step=step,

@@ -354,7 +354,7 @@ def grow_step(p: Pass, current: Mapping[int, dict]) -> bool:
     keep = keeps_pods(p, current)
     settled = recovery.current_incident(p.status.get("recoveries") or []) is None  # the shrink's first step is in
     if settled and state.grow_fits and at_boundary(checkpoint_steps.every_steps(p), state.grow_fits_at_step,
-                                                   (p.status.get("training") or {}).get("step")):
+                                                   p.training_step):
         added = state.grow_nodes or ()
         if keep and len(added) == full.pod_count - len(current):
             grow_in_place(p, full, current, added)
@@ -431,7 +431,7 @@ def grown(p: Pass, full: ResolvedJob) -> tuple[ElasticStatus, str]:
     p.s.elastic = None
     (p.status.get("plan") or {}).pop("running", None)
     p.s.avoided_nodes = healthy_avoided(p)
-    training_step = (p.status.get("training") or {}).get("step")
+    training_step = p.training_step
     why = (f"a placement for data {full.data} fits again; growing from data {state.data} at the checkpoint "
            f"boundary (step {training_step})")
     recovery.open_incident(p.status.setdefault("recoveries", []), cause="CapacityReturned", rung=GROW, why=why,

@@ -245,7 +245,7 @@ def escalate_for(p: Pass, record: dict, failure: Failure, what: str, fix: str, c
 
 
 def start_incident(p: Pass, failure: Failure, start: recovery.Start, counted: bool) -> dict:
-    training_step = (p.status.get("training") or {}).get("step")
+    training_step = p.training_step
     return recovery.open_incident(
         ledger_of(p), cause=failure.cause, rung=start.rung, why=start.why, detected=failure.time or p.o.now,
         decided=p.o.now, attempt=p.attempt, counted=counted, pod=failure.pod,

@@ -122,7 +122,7 @@ def checkpoint_wait(p: Pass, confirmed: dict, every: int, slowdown: float) -> st
     next. When waiting for the interval's, beyond SAVE_MARGIN_SECONDS, loses more at the slowdown than one save
     costs (`save_cost`), the trainer is asked for one SAVE_MARGIN_SECONDS ahead (the launchers' channel,
     checkpoint_steps.channel_value)."""
-    step, since = (p.status.get("training") or {}).get("step"), confirmed.get("atStep")
+    step, since = p.training_step, confirmed.get("atStep")
     if step is None or since is None:
         return "waiting for the training step"
     step, since = int(step), int(since)
@@ -168,7 +168,7 @@ def worth_it(p: Pass, slowdown: float) -> str | None:
     """None when the steps left at this slowdown lose more than the action costs (with COST_MARGIN), else why not."""
     account = p.status.get("goodputAccount") or {}
     healthy = account.get("healthyStepSeconds")
-    step = (p.status.get("training") or {}).get("step")
+    step = p.training_step
     if not healthy or step is None:
         return "waiting for the job's healthy pace"
     left = max(p.resolved.spec.training.steps - int(step), 0) * float(healthy) * slowdown
@@ -183,7 +183,7 @@ def worth_it(p: Pass, slowdown: float) -> str | None:
 def replace_or_shrink(p: Pass, current: dict, confirmed: dict, index: int, pod: str) -> bool:
     policy = p.resolved.spec.run_policy.slowness
     node = confirmed["node"]
-    step = (p.status.get("training") or {}).get("step")
+    step = p.training_step
     evidence = confirmed.get("evidence") or f"node {node} is slow"
     failure = Failure(slowness.SLOW_NODE, evidence, pod=pod, index=index, node=node, step=step, time=p.o.now)
     shrink = policy.action == SHRINK_ACTION and p.resolved.spec.elastic is not None and not p.queue

@@ -65,7 +65,7 @@ FAST_REQUEUE_SECONDS = 2.0
 TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", "placement", "conditions",
                           "avoidedNodes", "admissionRefusals", "podTemplateHash", "startTime", "completionTime",
                           "worldSize", "observedGeneration", "restarts", "disruptions", "ignoredFailures", "pods",
-                          "rankTable"})
+                          "rankTable", "training", "utilization"})
 
 
 @dataclass(frozen=True)
@@ -223,6 +223,11 @@ class Pass:
     def placed_nodes(self) -> list[str]:
         """status.placement.nodes: each pod's node by index ("" for one Volcano has not bound); [] unplaced."""
         return self.s.placement.nodes if self.s.placement is not None else []
+
+    @property
+    def training_step(self) -> int | None:
+        """The latest training step telemetry read (status.training.step); None before the first reading."""
+        return self.s.training.step if self.s.training is not None else None
 
     @property
     def rank_generation(self) -> int:

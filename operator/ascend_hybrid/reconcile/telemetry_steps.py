@@ -13,6 +13,7 @@ from ascend_hybrid.monitoring import anomalies
 from ascend_hybrid.monitoring.progress import Sample, training_status, utilization_status
 from ascend_hybrid.reconcile import strategy
 from ascend_hybrid.reconcile.state import Pass
+from ascend_hybrid.spec.api import TrainingStatus, UtilizationStatus
 
 
 def record_telemetry(p: Pass) -> None:
@@ -22,16 +23,18 @@ def record_telemetry(p: Pass) -> None:
     if sample is None:
         return
     if sample.ok:
-        p.status["training"] = training_status(sample, p.resolved.spec.training.steps)
-        p.status["utilization"] = utilization_status(sample)
+        training = training_status(sample, p.resolved.spec.training.steps)
+        utilization = utilization_status(sample)
+        p.s.training = TrainingStatus.model_validate(training)
+        p.s.utilization = UtilizationStatus.model_validate(utilization)
         if p.status.get("plan"):
-            p.status["plan"] = strategy.measured(p.status["plan"], p.status["training"], p.status["utilization"],
+            p.status["plan"] = strategy.measured(p.status["plan"], training, utilization,
                                                  (sample.step_seconds_sum, sample.step_count))
         record_rejections(p, sample)
         record_anomalies(p, sample)
         return
     error = cast(str, sample.error)  # not None: Sample.ok is `error is None`
-    if sample.no_data_yet and "training" not in p.status:
+    if sample.no_data_yet and p.s.training is None:
         p.cond("MetricsAvailable", False, "NoDataYet", error)  # the first scrape has not happened
         return
     previous = p.condition("MetricsAvailable")
