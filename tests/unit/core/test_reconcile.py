@@ -1033,7 +1033,8 @@ def test_an_auto_checkpoint_interval_is_set_from_the_measured_save_and_failures_
     assert interval["saveSeconds"] == 2.0 and interval["everySteps"] == round(optimum / 0.5)
     assert interval["fromStep"] == 400 + 120  # a minute ahead at 0.5 s a step
     told = action(decision, "signal_launchers")
-    assert json.loads(told.checkpoint) == {"everySteps": interval["everySteps"], "fromStep": 520}
+    assert json.loads(told.checkpoint) == {"everySteps": interval["everySteps"], "fromStep": 520,
+                                         "previousEverySteps": 100}  # what a process started before 520 saves at
     from ascend_hybrid.spec.api import AscendHybridJobStatus
 
     AscendHybridJobStatus.model_validate(decision.status)  # what the CRD keeps: every key declared
