@@ -123,3 +123,20 @@ def test_promises_are_written_under_the_placement_lock():
     writer.join(5)
     assert controller.record_of(KEY).promised == {"job-a1-0": ("node-001", 8)}
     controller.queue.close()
+
+
+def test_a_child_deleted_while_a_pass_records_its_children_applied_waits_for_it():
+    """The pass checks that no deletion came while it applied, then records the generation applied: a deletion
+    seen between the check and the record would be lost, and the child never made again."""
+    controller = Controller(kube=None)  # type: ignore[arg-type]
+    record = controller.record_of(KEY)
+    record.children_generation = 1
+    with record.children_lock:
+        deleted = threading.Thread(target=controller.child_changed,
+                                   args=(KEY, "Service", "job", "DELETED", {"metadata": {"name": "job"}}))
+        deleted.start()
+        deleted.join(0.2)
+        assert deleted.is_alive() and record.children_epoch == 0
+    deleted.join(5)
+    assert record.children_epoch == 1 and record.children_generation is None
+    controller.queue.close()
