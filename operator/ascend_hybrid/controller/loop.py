@@ -3,7 +3,7 @@
 Worker threads take job keys from a WorkQueue, so the blocking client never runs on kopf's event loop.
 Placement is serialised by one lock over one inventory (kopf indexes plus chips promised to gangs whose pods
 the watch has not shown yet), so two jobs never get the same chips. Everything the process remembers of one
-job lives in its `JobRecord`.
+job lives in its `JobRecord`, each field declared under the threads that write it (records.py).
 """
 
 from __future__ import annotations
