@@ -225,7 +225,7 @@ class Controller:
         if record is None and body is not None and not deleted:
             self.remember_job(key, copy.deepcopy(dict(body)))
         elif record is not None:
-            record.read_again()
+            record.read_again(None if deleted else resource_version)
         self.enqueue(key, delay=0.0)
 
     def current_job(self, key: JobKey) -> dict | None:

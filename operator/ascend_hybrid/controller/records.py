@@ -109,6 +109,7 @@ class JobRecord:
     job_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     cached: CachedJob | None = None
     changes_seen: int = 0                       # counts `read_again`: a read begun before one is stale
+    changed_to: str | None = None               # the resourceVersion the last change's event named, if any
 
     # -- the telemetry thread offers, the job's passes read: one reference (OfferedSample)
     offered: OfferedSample | None = None
@@ -146,14 +147,20 @@ class JobRecord:
 
     def remember(self, job: dict, changes_before: int | None = None) -> None:
         """Caches `job`, read or written when `changes_seen` was `changes_before`: unless a change was seen since
-        (its event may come after the read and before this call: that job would hide the change)."""
+        (its event may come after the read and before this call: that job would hide the change) other than the
+        one that made `job` itself (the echo of our own write may come before the write's answer)."""
         with self.job_lock:
-            if changes_before is None or self.changes_seen == changes_before:
+            seen = 0 if changes_before is None else self.changes_seen - changes_before
+            itself = seen == 1 and self.changed_to is not None \
+                and self.changed_to == job["metadata"].get("resourceVersion")
+            if seen == 0 or itself:
                 self.cached = CachedJob(job, time.monotonic())
 
-    def read_again(self) -> None:
+    def read_again(self, resource_version: str | None = None) -> None:
+        """Drops the cached job: it changed (to `resource_version`, when its event says), or something it owns went."""
         with self.job_lock:
             self.changes_seen += 1
+            self.changed_to = resource_version
             self.cached = None
 
     def sample(self) -> Sample | None:

@@ -140,3 +140,24 @@ def test_a_child_deleted_while_a_pass_records_its_children_applied_waits_for_it(
     deleted.join(5)
     assert record.children_epoch == 1 and record.children_generation is None
     controller.queue.close()
+
+
+class EchoFirstKube:
+    """The echo of our own status write comes before the write's answer."""
+
+    def __init__(self):
+        self.controller: Controller | None = None
+
+    def patch_job_status(self, namespace, name, old, new):
+        assert self.controller is not None
+        self.controller.job_changed(KEY, "50", deleted=False)
+        return {**job("50"), "status": new}
+
+
+def test_the_echo_of_our_own_write_before_its_answer_keeps_the_written_job():
+    kube = EchoFirstKube()
+    controller = Controller(kube=kube)  # type: ignore[arg-type]
+    kube.controller = controller
+    written, _ = controller.write_status(KEY, job("1"), {}, {"phase": "Running"})
+    assert controller.record_of(KEY).job is written, "no read for the pass our own echo queued"
+    controller.queue.close()
