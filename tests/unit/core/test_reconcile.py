@@ -503,7 +503,7 @@ def test_a_pod_the_kubelet_refused_at_admission_ends_the_attempt_without_a_resta
 
 
 def test_pods_whose_placement_was_never_written_record_it_when_all_are_there():
-    """A one-pod job's placement is written with its start's next change (the shell's defer_placement): an
+    """A one-pod job's placement is written with its start's next change (the shell's onepod.OnePodStart): an
     operator that stopped before that left its pod bound to a node no status names. The pods say where."""
     created = decide(observe(demo().build())).status
     nodes = {n: node(n).label(RACK_LABEL, f"rack-{i}").build() for i, n in enumerate(NODES)}
