@@ -17,7 +17,11 @@ device annotation, its Running, its deletion. The figures are each watcher's pro
 answering the bench's polls took) per event it handled and per pod, the ratio kopf ÷ list-watch, and the RSS each
 gained per 1 000 pods while they ran. CPU, not wall time: the machine's cores are shared. Never asserts on time.
 
-    .venv/bin/python bench/bench_watch.py [--pods 1000] [--per-pod 4] [--rounds 3] [--name N] [--keep]
+After each round, `--jobs` AscendHybridJobs are created, their status written 3 times and deleted, watched by kopf
+in a third subprocess as handlers.py watches them (the `ahj_jobs` index, the `job_changed` event handler): kopf's
+CPU per job event, where the jobs stay.
+
+    .venv/bin/python bench/bench_watch.py [--pods 1000] [--per-pod 4] [--jobs 100] [--rounds 3] [--name N] [--keep]
 
 The last line is `kopf/list-watch CPU per event ratio median: R (rounds: …)`.
 """
@@ -38,7 +42,7 @@ from pathlib import Path
 
 import psutil
 
-from benchkit import CREATE_WORKERS, DevCluster, median_range, ratio_line, running_with_devices, say
+from benchkit import CREATE_WORKERS, DevCluster, gang_job, median_range, ratio_line, running_with_devices, say
 
 SIDES = ("list-watch", "kopf")
 POLL_SECONDS = 0.5
@@ -105,21 +109,18 @@ def run_list_watch(kubeconfig: str) -> None:
     Answers(state).serve()
 
 
-def run_kopf(kubeconfig: str) -> None:
+def kopf_registry(kubeconfig: str):
+    """A registry of its own with the settings and login the operator gives kopf (handlers.configure, .login)."""
     import logging
 
     import kopf
 
     from ascend_hybrid.contracts import names
-    from ascend_hybrid.contracts.podview import holds_npus, project_pod
     from ascend_hybrid.controller.handlers import EventHandlersOnlyDiffBase
 
     logging.basicConfig(level=logging.WARNING)
     os.environ["KUBECONFIG"] = kubeconfig
     registry = kopf.OperatorRegistry()
-    held: dict = {}
-    counted = {"events": 0}
-    types: dict[str, int] = {}
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_) -> None:  # as handlers.configure
@@ -135,6 +136,19 @@ def run_kopf(kubeconfig: str) -> None:
     @kopf.on.login(registry=registry)
     def login(**kwargs):
         return kopf.login_with_kubeconfig(**kwargs)
+    return registry
+
+
+def run_kopf(kubeconfig: str) -> None:
+    import kopf
+
+    from ascend_hybrid.contracts import names
+    from ascend_hybrid.contracts.podview import holds_npus, project_pod
+
+    registry = kopf_registry(kubeconfig)
+    held: dict = {}
+    counted = {"events": 0}
+    types: dict[str, int] = {}
 
     def npus(spec, **_) -> bool:
         return holds_npus(spec or {})
@@ -173,6 +187,40 @@ def run_kopf(kubeconfig: str) -> None:
             except RuntimeError:  # changed size during iteration (kopf's loop thread)
                 continue
         return {**summary(True, counted["events"], kept, namespace), "types": types}
+
+    threading.Thread(target=Answers(state).serve, daemon=True).start()
+    kopf.run(registry=registry, standalone=True, clusterwide=True)
+
+
+def run_kopf_jobs(kubeconfig: str) -> None:
+    """The jobs as the operator watches them: handlers.ahj_jobs's index and handlers.job_changed's event handler."""
+    import kopf
+
+    from ascend_hybrid.contracts.names import GROUP
+    from ascend_hybrid.gang import backlog
+    from ascend_hybrid.spec.api import PLURAL, VERSION
+
+    registry = kopf_registry(kubeconfig)
+    held: dict = {}
+    counted = {"events": 0}
+
+    @kopf.index(GROUP, VERSION, PLURAL, id="ahj_jobs", registry=registry)
+    def ahj_jobs(namespace, name, body, **_):
+        return {(namespace, name): backlog.entry(body)}
+
+    @kopf.on.startup(registry=registry)
+    def bind_indexes(ahj_jobs, **_) -> None:
+        held["jobs"] = ahj_jobs
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def job_changed(namespace, name, type, meta, body, **_) -> None:  # Controller.job_changed, in the operator
+        counted["events"] += 1
+
+    def state(namespace: str) -> dict:
+        index = held.get("jobs")
+        kept = 0 if index is None else sum(1 for key in list(index.keys()) if key[0] == namespace)
+        return {"synced": index is not None, "events": counted["events"], "kept": kept, "running": kept,
+                "kept_bytes": 0}
 
     threading.Thread(target=Answers(state).serve, daemon=True).start()
     kopf.run(registry=registry, standalone=True, clusterwide=True)
@@ -260,9 +308,9 @@ def gang_pods(dev: DevCluster, namespace: str, count: int, per_pod: int) -> list
     return pods
 
 
-def delete_all(dev: DevCluster, namespace: str, names: list[str]) -> None:
-    """One DELETE per pod, CREATE_WORKERS at a time, with the pods' own grace (as the operator deletes)."""
-    url = dev.pods_url(namespace)
+def delete_all(dev: DevCluster, url: str, names: list[str]) -> None:
+    """One DELETE per object under `url`, CREATE_WORKERS at a time, with the pods' own grace (as the operator
+    deletes)."""
 
     def delete(name: str) -> None:
         response = dev.api.rest_client.request("DELETE", f"{url}/{name}", headers={"Accept": "application/json"},
@@ -283,7 +331,7 @@ def one_round(dev: DevCluster, args, number: int, logs: Path) -> dict[str, dict]
         dev.create_all(dev.pods_url(namespace), pods)
         running = wait_for(watchers, lambda s: s["running"] >= args.pods, f"{args.pods} pods Running", timeout)
         projecting = projection_cost(dev, namespace) if number == 1 else None
-        delete_all(dev, namespace, [pod["metadata"]["name"] for pod in pods])
+        delete_all(dev, dev.pods_url(namespace), [pod["metadata"]["name"] for pod in pods])
         gone = wait_for(watchers, lambda s: s["kept"] == 0, "the pods to go", timeout)
         say("  events by type: " + str({w.side: w.state()["types"] for w in watchers}))
     finally:
@@ -302,6 +350,38 @@ def one_round(dev: DevCluster, args, number: int, logs: Path) -> dict[str, dict]
             "kept_kb_per_1000": running[side]["kept_bytes"] / 1e3 * 1000 / args.pods,
             "idle_rss_mb": idle[side]["rss"] / 1e6, "project_us": projecting}
     return result
+
+
+def jobs_round(dev: DevCluster, count: int, number: int, logs: Path) -> dict:
+    """`count` jobs created, their status written 3 times (as a job's start writes Placing, Starting, Running),
+    deleted, with kopf watching them as the operator does: its CPU per job event."""
+    namespace = dev.namespace(f"bench-watch-jobs-{int(time.time())}-{number}")
+    url = dev.jobs_url(namespace)
+    names = [f"job-{index:04d}" for index in range(count)]
+    watcher = Watcher("kopf-jobs", str(dev.paths.kubeconfig), logs / "bench-watch-kopf-jobs.log", namespace)
+    merge = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
+
+    def patch(name: str, phase: str) -> None:
+        body = {"status": {"phase": phase, "attempt": 1, "message": f"attempt 1: {phase}"}}
+        response = dev.api.rest_client.request("PATCH", f"{url}/{name}/status", headers=merge, body=body,
+                                               _request_timeout=60)
+        if response.status != 200:
+            raise RuntimeError(f"patch {name}: HTTP {response.status}")
+    try:
+        idle = wait_for([watcher], lambda s: s["synced"], "the jobs' watcher to list", 120)["kopf-jobs"]
+        dev.create_all(url, [gang_job(name, 1, 8) for name in names])
+        for phase in ("Placing", "Starting", "Running"):
+            with ThreadPoolExecutor(CREATE_WORKERS) as pool:
+                list(pool.map(lambda name, phase=phase: patch(name, phase), names))
+        wait_for([watcher], lambda s: s["kept"] >= count and s["events"] - idle["events"] >= 4 * count,
+                 f"{count} jobs' events", 300)
+        delete_all(dev, url, names)
+        gone = wait_for([watcher], lambda s: s["kept"] == 0, "the jobs to go", 300)["kopf-jobs"]
+    finally:
+        watcher.stop()
+    dev.remove_namespace(namespace)
+    events = gone["events"] - idle["events"]
+    return {"events": events, "ms_per_event": 1000 * (gone["cpu"] - idle["cpu"]) / max(events, 1)}
 
 
 def projection_cost(dev: DevCluster, namespace: str, count: int = 200) -> dict[str, float]:
@@ -328,7 +408,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--name", default="ahj-bench-watch")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
-    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a watcher's subprocess
+    parser.add_argument("--jobs", type=int, default=100, help="AscendHybridJobs per round through kopf (0: none)")
+    parser.add_argument("--side", choices=(*SIDES, "kopf-jobs"), help=argparse.SUPPRESS)  # a watcher's subprocess
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side == "list-watch":
@@ -337,14 +418,21 @@ def main() -> int:
     if args.side == "kopf":
         run_kopf(args.kubeconfig)
         return 0
+    if args.side == "kopf-jobs":
+        run_kopf_jobs(args.kubeconfig)
+        return 0
     nodes = -(-args.pods // max(1, 8 // args.per_pod))
     rounds: list[dict[str, dict]] = []
+    jobs: list[dict] = []
     with DevCluster(args.name, nodes, keep=args.keep) as dev:
         for number in range(1, args.rounds + 1):
             rounds.append(one_round(dev, args, number, dev.paths.root))
             say(f"  round {number}: " + ", ".join(
                 f"{side} {r['ms_per_event']:.3f} ms/event ({r['events']} events), {r['rss_mb_per_1000']:.1f} MB/1000"
                 for side, r in rounds[-1].items()))
+            if args.jobs:
+                jobs.append(jobs_round(dev, args.jobs, number, dev.paths.root))
+                say(f"  round {number}: kopf, jobs {jobs[-1]['ms_per_event']:.3f} ms/event ({jobs[-1]['events']} events)")
     print(f"{args.pods} pods × {args.per_pod} NPUs (a gang's, rendered), {nodes} nodes, {args.rounds} rounds: "
           "created, annotated, Running, deleted; every namespace watched")
     for side in SIDES:
@@ -361,6 +449,10 @@ def main() -> int:
     print(f"  a Running pod as listed {projecting['pod_bytes'] / 1e3:.1f} kB of JSON, its projection "
           f"{projecting['projection_bytes'] / 1e3:.1f} kB; podview.project_pod alone {projecting['us']:.1f} µs per pod "
           "(round 1, in the bench's process)")
+    if jobs:
+        print(f"  kopf, {args.jobs} AscendHybridJobs (index + event handler as handlers.py's; created, 3 status "
+              f"writes, deleted): CPU per job event {median_range([j['ms_per_event'] for j in jobs], 3, ' ms')}; "
+              f"events per job {statistics.median(j['events'] for j in jobs) / args.jobs:.2f}")
     memory = [r["kopf"]["rss_mb_per_1000"] / max(r["list-watch"]["rss_mb_per_1000"], 1e-3) for r in rounds]
     print(ratio_line("  kopf/list-watch RSS per pod ratio", memory))
     print(ratio_line("kopf/list-watch CPU per event ratio",
