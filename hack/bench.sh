@@ -25,6 +25,7 @@ else
     "restart-128 bench/bench_restart.py --nodes 256 --pods 128 --rounds 3"
     "many-jobs bench/bench_many_jobs.py --nodes 1000 --jobs 1000 --rounds 1 --timeout 600"
     "api-cost bench/bench_api_cost.py --count 300 --rounds 3"
+    "watch bench/bench_watch.py --pods 1000 --jobs 100 --rounds 3"
     "devcluster bench/bench_devcluster.py"
   )
 fi

@@ -285,6 +285,15 @@ def test_a_save_the_operator_asks_for_comes_on_top_of_the_interval(tmp_path):
     assert [step for step in range(101, 220) if interval.due(step)] == [137, 200]
 
 
+def test_an_interval_told_directly_takes_the_new_one_from_its_from_step_and_ignores_what_does_not_parse():
+    interval = checkpoint.Interval(100)  # a fresh process: its own interval until the operator's fromStep
+    interval.told({"everySteps": 57, "fromStep": 314, "saveAt": 280})
+    assert [step for step in range(270, 400) if interval.due(step)] == [280, 300, 342, 399]
+    for garbage in ({"everySteps": "x"}, {"fromStep": 5}, None, ["everySteps"]):
+        interval.told(garbage)
+    assert interval.every == 57 and interval.due(456) and not interval.due(400)
+
+
 def test_a_window_of_timed_steps_among_untimed_ones_keeps_their_compute_and_wait(tmp_path):
     """On Ascend one step in several is timed apart: the compute and wait are those of the timed steps."""
     from ascend_hybrid_trainer import timing

@@ -68,21 +68,38 @@ def steps_to_prune(steps: list[int], committed: int, keep: int) -> list[int]:
 
 class Interval:
     """The steps a rank saves at: the multiples of `every`. Where the launcher passes the operator's interval of an
-    `everySteps: auto` job (AHJ_CHECKPOINT_INTERVAL_FILE, JSON {"everySteps", "fromStep"}, rewritten when it
-    changes), the new one from its fromStep on: every rank of the job changes at the same step. A "saveAt" step in
-    it is one save more (the operator asks for it before it replaces a slow node's pod)."""
+    `everySteps: auto` job (AHJ_CHECKPOINT_INTERVAL_FILE, JSON {"everySteps", "fromStep", "previousEverySteps"},
+    rewritten when it changes), the new one from its fromStep on: every rank of the job changes at the same step; a
+    process that starts before fromStep saves at previousEverySteps until then, as the ranks that run on do. A
+    "saveAt" step in it is one save more (the operator asks for it before it replaces a slow node's pod)."""
 
     def __init__(self, every: int, path: str | None = None):
         self.every, self.path = every, path
         self.seen: float | None = None
         self.upcoming: tuple[int, int] | None = None
         self.save_at: int | None = None
+        self.fresh = True  # told nothing yet: a process that starts takes the interval its peers save at
 
     def due(self, step: int) -> bool:
         self._read()
         if self.upcoming is not None and step >= self.upcoming[1]:
             self.every, self.upcoming = self.upcoming[0], None
         return step % self.every == 0 or step == self.save_at
+
+    def told(self, raw: Any) -> None:
+        """Takes the operator's interval as the file holds it (parsed); one that does not parse changes nothing."""
+        try:
+            every, start = int(raw["everySteps"]), int(raw.get("fromStep") or 0)
+            save_at = int(raw["saveAt"]) if raw.get("saveAt") is not None else None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return
+        self.save_at = save_at
+        previous = raw.get("previousEverySteps")
+        if self.fresh and isinstance(previous, int) and previous >= 1:
+            self.every = previous  # before fromStep the processes that run on save at the one before
+        self.fresh = False
+        if every >= 1 and (every, start) != (self.every, 0):
+            self.upcoming = (every, start)
 
     def _read(self) -> None:
         if not self.path:
@@ -93,10 +110,7 @@ class Interval:
                 return
             with open(self.path, encoding="utf-8") as handle:
                 raw = json.load(handle)
-            every, start = int(raw["everySteps"]), int(raw.get("fromStep") or 0)
-            save_at = int(raw["saveAt"]) if raw.get("saveAt") is not None else None
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError):
             return  # none yet, or half written (it is replaced whole): the interval in force stays
-        self.seen, self.save_at = changed, save_at
-        if every >= 1 and (every, start) != (self.every, 0):
-            self.upcoming = (every, start)
+        self.seen = changed
+        self.told(raw)

@@ -5,7 +5,8 @@ the Kubernetes client, telemetry readers, metrics).
   leader election (leader), authenticated metrics (metrics_auth) and NetworkPolicies; settings holds every tunable.
 - handlers: the only kopf decorators; they index or enqueue, nothing more.
 - loop: the Controller — the workers' reconcile pass (observe, `decide()`, act through kube); records holds what
-  it keeps per job and the watched stores; workqueue its keyed, delayed queue.
+  it keeps per job and the watched stores; workqueue its keyed, delayed queue; onepod a one-pod job's placement
+  written with its start's next status write.
 - roles: what each part below needs of the Controller, one Protocol per part (no part imports loop).
 - placing: a gang or replacement placed under the one placement lock; children: the job's Services, ConfigMaps,
   NetworkPolicy and launcher grants written and repaired.

@@ -39,16 +39,17 @@ def ensure_children(controller: ChildrenWriter, key: JobKey, job: dict, resolved
     namespace, name = key
     uid = job["metadata"]["uid"]
     record = controller.record_of(key)
-    epoch = record.children_epoch  # a deletion seen while this runs means: apply again next pass
+    with record.children_lock:
+        epoch = record.children_epoch  # a deletion seen while this runs means: apply again next pass
+        lost_sched_ip, record.lost_sched_ip = record.lost_sched_ip, None
+        table, revision = record.rank_table, record.rank_table_revision
     services = render.services(name, namespace, uid) if render.needs_services(resolved) else []
-    if record.lost_sched_ip and services:
-        _recreate_with_ip(controller, services[0], record.lost_sched_ip)
-    record.lost_sched_ip = None
+    if lost_sched_ip and services:
+        _recreate_with_ip(controller, services[0], lost_sched_ip)
     manifests = list(services)
     job_json = render.job_config_text(resolved)
     # The rank table rides along (the ConfigMap holds both): the one last written, or the initializing one. A
     # ConfigMap deleted under a job is made again with the next count: `version` never goes back for its readers.
-    table, revision = record.rank_table, record.rank_table_revision
     if table is None:
         table = ranktable.initializing(ranktable.format_of(CHIPS[resolved.chip].super_pods))
         revision = revision + 1 if revision else 0
@@ -62,13 +63,16 @@ def ensure_children(controller: ChildrenWriter, key: JobKey, job: dict, resolved
         *((lambda manifest: live.__setitem__(manifest["metadata"]["name"], controller.kube.apply(manifest)), manifest)
           for manifest in manifests),
         *((lambda manifest: create_grant(controller, key, manifest, needed=True), manifest) for manifest in grant)])
-    record.rank_table, record.rank_table_revision, record.job_config = table, revision, job_json
+    record.job_config = job_json
     record.sched_ip = service_ip(live[names.sched_service(name)]) if services else None
+    with record.children_lock:
+        record.rank_table, record.rank_table_revision = table, revision
     if services and not record.old_slices_gone:
         _delete_old_slices(controller, key, job)
-    if record.children_epoch == epoch:
-        record.children_generation = job["metadata"].get("generation")
-        record.children_data = resolved.data
+    with record.children_lock:  # checked and set at once: a deletion seen in between is not lost
+        if record.children_epoch == epoch:
+            record.children_generation = job["metadata"].get("generation")
+            record.children_data = resolved.data
 
 
 def _delete_old_slices(controller: ChildrenWriter, key: JobKey, job: dict) -> None:
@@ -112,9 +116,16 @@ def _recreate_with_ip(controller: ChildrenWriter, service: dict, ip: str) -> Non
 
 
 def child_changed(controller: ChildrenWriter, key: JobKey, kind: str, name: str, event_type: str, body: dict) -> None:
+    """Runs on a kopf handler thread, one per child at a time: the job's children fields under its children_lock."""
     record = controller.jobs.get(key)
     if record is None:
         return  # not reconciled by this process yet: its first pass reads and applies everything anyway
+    with record.children_lock:
+        _child_changed(controller, key, record, kind, name, event_type, body)
+
+
+def _child_changed(controller: ChildrenWriter, key: JobKey, record: JobRecord, kind: str, name: str,
+                   event_type: str, body: dict) -> None:
     job = key[1]
     if event_type == "DELETED":
         record.children_generation = None
@@ -241,7 +252,8 @@ def signal_launchers(controller, key, job: dict, action) -> None:
     grant_launchers(controller, key, job, action.service_account)
     live = controller.kube.apply(render.launcher_channel(name, namespace, uid, action.generation, action.world,
                                                          action.checkpoint))
-    record.recovery_data = dict(live.get("data") or {})
+    with record.children_lock:
+        record.recovery_data = dict(live.get("data") or {})
 
 
 def recovery_data(controller, key, job: dict) -> dict | None:
@@ -252,6 +264,7 @@ def recovery_data(controller, key, job: dict) -> dict | None:
     if not record.recovery_read:
         if (job.get("status") or {}).get("rankTable"):
             live = controller.kube.read_launcher_channel(key[0], names.launcher_channel(key[1]))
-            record.recovery_data = None if live is None else dict(live.get("data") or {})
+            with record.children_lock:
+                record.recovery_data = None if live is None else dict(live.get("data") or {})
         record.recovery_read = True
     return record.recovery_data

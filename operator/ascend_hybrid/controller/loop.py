@@ -3,7 +3,7 @@
 Worker threads take job keys from a WorkQueue, so the blocking client never runs on kopf's event loop.
 Placement is serialised by one lock over one inventory (kopf indexes plus chips promised to gangs whose pods
 the watch has not shown yet), so two jobs never get the same chips. Everything the process remembers of one
-job lives in its `JobRecord`.
+job lives in its `JobRecord`, each field declared under the threads that write it (records.py).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Protocol, cast
 
 from ascend_hybrid.contracts import conditions, kueue, names, volcano
 from ascend_hybrid.contracts.podview import attempt_of, only_progress, ready_for_table
-from ascend_hybrid.controller import children, metrics, placing
+from ascend_hybrid.controller import children, metrics, onepod, placing
 from ascend_hybrid.controller.kube import Kube, collection_chunks
 from ascend_hybrid.controller.logs import job_fields
-from ascend_hybrid.controller.records import Indexes, JobKey, JobRecord
+from ascend_hybrid.controller.records import Indexes, JobKey, JobRecord, OfferedSample
 from ascend_hybrid.controller.refused import Refused
 from ascend_hybrid.controller.settings import OperatorSettings
 from ascend_hybrid.controller.workqueue import WorkQueue
@@ -113,6 +113,8 @@ class Controller:
     queue: WorkQueue = field(default_factory=WorkQueue)
     placement_lock: threading.Lock = field(default_factory=threading.Lock)
     progress_lock: threading.Lock = field(default_factory=threading.Lock)  # JobRecord.unready and ready_seen
+    # workers add and drop records, kopf handlers add one on a job's first event, every other thread reads a
+    # copy (`list(jobs.items())`): each dict operation is one step under the GIL
     jobs: dict[JobKey, JobRecord] = field(default_factory=dict)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))  # jobs made before: an older one's too
     hardware_profiles: dict = field(default_factory=dict)  # planner profiles by name (--hardware-profiles)
@@ -223,19 +225,20 @@ class Controller:
         if record is None and body is not None and not deleted:
             self.remember_job(key, copy.deepcopy(dict(body)))
         elif record is not None:
-            record.job = None
+            record.read_again(None if deleted else resource_version)
         self.enqueue(key, delay=0.0)
 
     def current_job(self, key: JobKey) -> dict | None:
         """The job for a pass: as our last status write returned it while no other change of it was seen (pods
         changing do not change the job: a 128-pod gang's start is dozens of passes), else read."""
         record = self.jobs.get(key)
-        if record is not None and record.job is not None \
-                and time.monotonic() - record.job_since < self.settings.job_cache_seconds:
-            return record.job
+        cached = None if record is None else record.fresh_job(self.settings.job_cache_seconds)
+        if cached is not None:
+            return cached
+        changes_before = self.record_of(key).changes_seen
         job = self.kube.get_job(*key)
         if job is not None:
-            self.remember_job(key, job)
+            self.remember_job(key, job, changes_before)
         return job
 
     def read_job_again(self, key: JobKey) -> None:
@@ -244,11 +247,11 @@ class Controller:
         longer there."""
         record = self.jobs.get(key)
         if record is not None:
-            record.job = None
+            record.read_again()
 
-    def remember_job(self, key: JobKey, job: dict) -> None:
-        record = self.record_of(key)
-        record.job, record.job_since = job, time.monotonic()
+    def remember_job(self, key: JobKey, job: dict, changes_before: int | None = None) -> None:
+        """Caches the job for the next passes (JobRecord.remember)."""
+        self.record_of(key).remember(job, changes_before)
 
     def wake_pending(self) -> None:
         """Capacity may have changed: let the jobs that wait for placement try again — those not queued yet, and of
@@ -309,7 +312,7 @@ class Controller:
         finally:
             record = self.jobs.get(key)
             if record is not None and record.events:
-                events, record.events = record.events, []
+                events = record.events.drain()
                 for event in events if seen else ():
                     self.post_now(seen[0], event.type, event.reason, event.message)
 
@@ -321,13 +324,8 @@ class Controller:
             self.forget(key)
             return None
         written = job.get("status") or {}  # the status as the apiserver holds it
-        record = self.record_of(key)
-        # a one-pod job's placement not written yet (defer_placement): its passes decide from it — this job's, not
-        # one deleted and made again under its name before a pass saw it go
-        if record.unwritten is not None and record.unwritten_uid != job["metadata"].get("uid"):
-            record.unwritten = None
-        if record.unwritten is not None:
-            job = {**job, "status": record.unwritten}
+        one_pod = self.record_of(key).one_pod
+        job = one_pod.resume(job)
         for _ in range(self.settings.max_steps_per_pass):
             observed = self.observe(key, job)
             decision = decide(observed)
@@ -338,15 +336,16 @@ class Controller:
             after = self.execute(key, job, observed, decision)
             if after is Next.REFUSED:
                 continue
+            placed_first = any(self.places_first(action) for action in decision.actions)
             if after is Next.DECIDE_AGAIN and all(isinstance(a, EnsureChildren | PostEvent) or self.places_first(a)
                                                   for a in decision.actions):
                 # applied children need no record before the next step (a crash applies them again), nor does a
-                # direct placement (its pods record it, defer_placement): its status goes with the next step's write
+                # one-pod job's placement (onepod.py): its status goes with the next step's write
                 self.record(key, job, old_status, decision.status)
                 job = {**job, "status": decision.status}
-                self.keep_placement(key, job, decision)
+                one_pod.keep(job, decision, placed_first)
                 continue
-            deferred = self.defer_placement(key, after, decision)
+            deferred = one_pod.defer(after is Next.WAIT, decision, self.settings.status_coalesce_seconds)
             if deferred is not None:
                 self.record(key, job, old_status, decision.status)
                 return deferred
@@ -367,23 +366,22 @@ class Controller:
         held now. A decision that tells the launchers a new rank generation writes it before it acts: a crash
         between the two then leaves the status ahead of `<job>-recovery`, which the next pass writes again
         (signal_launchers is level-based), never the channel ahead of a status that knows no incident."""
+        record = self.record_of(key)
+        changes_before = record.changes_seen
         patched = self.kube.patch_job_status(key[0], key[1], written, status)
-        self.record_of(key).unwritten = None
+        record.one_pod.written()
         if patched is None:
             job = {**job, "status": status}
         else:
             job = patched
-            record = self.record_of(key)
             record.last_written, record.written_at = patched["metadata"].get("resourceVersion"), time.monotonic()
-            self.remember_job(key, job)
+            self.remember_job(key, job, changes_before)
         return job, job.get("status") or {}
 
     def places_first(self, action) -> bool:
-        """A one-pod job's placement on the direct path, whose status may wait (defer_placement): its pod, created
-        bound to its node, is its record. A gang's is written before its pods: a process stopped halfway through
-        creating them would leave no record of where the others go."""
-        return isinstance(action, Place) and not action.job.spec.scheduling.queue and action.job.pod_count == 1 \
-            and not self.through_volcano(action.job) and self.settings.status_coalesce_seconds > 0
+        """Whether `action` places a one-pod job whose placement status may wait (onepod.py)."""
+        return isinstance(action, Place) and onepod.places_first(action, self.settings.status_coalesce_seconds,
+                                                                 self.through_volcano(action.job))
 
     def through_volcano(self, job: ResolvedJob) -> bool:
         """Whether Volcano binds the job's pods (contracts/volcano.uses_volcano): its pod then says nothing of where
@@ -391,35 +389,6 @@ class Controller:
         scheduling = job.spec.scheduling
         return volcano.uses_volcano(scheduling.scheduler_name, scheduling.volcano is not None, scheduling.queue,
                                     self.settings.default_scheduler)
-
-    def defer_placement(self, key: JobKey, after: Next, decision: Decision) -> float | None:
-        """Seconds to wait instead of writing a one-pod job's placement once its pod is created bound to its node
-        (places_first): the pod holds the chips and says where it is, so the placement is written with the next
-        real change (Running, a failure) or after `status_coalesce_seconds`, whichever comes first — the job's
-        start is then one status write, not two. Meanwhile this process decides from the status it keeps
-        (JobRecord.unwritten); a process that starts without it records the placement from the pod
-        (decision.unrecorded_pods)."""
-        record = self.record_of(key)
-        if after is not Next.WAIT or record.unwritten is None:
-            return None
-        kept, status = record.unwritten, decision.status
-        if not (status == kept or conditions.only_progress(kept, status) or conditions.only_starting(kept, status)):
-            return None
-        left = self.settings.status_coalesce_seconds - (time.monotonic() - record.unwritten_since)
-        if left <= 0:
-            return None
-        record.unwritten = decision.status
-        return left if decision.requeue_after is None else min(left, decision.requeue_after)
-
-    def keep_placement(self, key: JobKey, job: dict, decision: Decision) -> None:
-        """A one-pod job's status kept unwritten (defer_placement) from its placement on, step by step: a pass that
-        fails before or after creating the pod finds the placement again, as it would have found it written."""
-        record = self.record_of(key)
-        if record.unwritten is None and any(self.places_first(a) for a in decision.actions):
-            record.unwritten_since, record.unwritten_uid = time.monotonic(), job["metadata"].get("uid")
-            record.unwritten = decision.status
-        elif record.unwritten is not None:
-            record.unwritten = decision.status
 
     def defer_progress(self, key: JobKey, after: Next, old: dict, decision: Decision) -> float | None:
         """Seconds to wait instead of writing a status that only counts pods coming up or moves a gang's start
@@ -452,8 +421,10 @@ class Controller:
             # dying unrecorded is applied "initializing" again with the other children, as a missing one would be.
             if (job.get("status") or {}).get("rankTable"):
                 config_map = self.kube.read_config_map(key[0], names.rank_table_config_map(key[1]))
-                record.rank_table = children.read_rank_table(self, key, config_map)
-                record.rank_table_revision = ranktable.config_map_revision(config_map)
+                table = children.read_rank_table(self, key, config_map)
+                with record.children_lock:
+                    record.rank_table = table
+                    record.rank_table_revision = ranktable.config_map_revision(config_map)
                 # job.json as the pods read it, for the table's next write (None in one an older operator wrote)
                 record.job_config = ((config_map or {}).get("data") or {}).get(names.JOB_CONFIG_KEY)
             record.rank_table_read = True
@@ -462,17 +433,20 @@ class Controller:
         nodes = self.indexes.nodes_by_name()
         pods = tuple(self.indexes.job_pods(key))
         podgroup_read, podgroup = self.podgroup(key, job, resolved)
+        with record.children_lock:
+            rank_table, rank_table_revision = record.rank_table, record.rank_table_revision
+            children_generation = record.children_generation
         return Observed(
             job=job, resolved=resolved, spec_problems=problems, pods=pods, workload=self.workload(key, job, resolved, pods),
             evicted_pods=tuple(self.indexes.evicted_pods(key)),
-            rank_table=record.rank_table, children_ready=record.children_generation == job["metadata"].get("generation"),
+            rank_table=rank_table, children_ready=children_generation == job["metadata"].get("generation"),
             children_data=record.children_data,
             sched_ip=record.sched_ip, nodes=nodes, now=datetime.now(UTC),
             node_grace_seconds=self.settings.node_grace_seconds,
-            in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample,
+            in_flight=record.recent(self.settings.in_flight_seconds), telemetry=record.sample(),
             device_infos=self.indexes.device_infos_by_node(), hardware_profiles=self.hardware_profiles,
             observed_efficiency=self.observed_efficiency,
-            refusal=record.refusal, rank_table_revision=record.rank_table_revision,
+            refusal=record.refusal, rank_table_revision=rank_table_revision,
             expander_image=self.settings.ranktable_expander_image,
             launcher_generation=launcher_generation, launchers=launchers,
             launcher_world=(channel or {}).get(names.RECOVERY_WORLD_KEY),
@@ -565,7 +539,8 @@ class Controller:
                     job_json = record.job_config or render.job_config_text(cast(ResolvedJob, observed.resolved))
                     self.kube.apply(render.rank_table_config_map(name, namespace, job["metadata"]["uid"], job_json,
                                                                  action.table, action.revision))
-                    record.rank_table, record.rank_table_revision = action.table, action.revision
+                    with record.children_lock:
+                        record.rank_table, record.rank_table_revision = action.table, action.revision
                 case GrantLaunchers():
                     children.grant_launchers(self, key, job, action.service_account)
                 case SignalLaunchers():
@@ -633,10 +608,11 @@ class Controller:
 
     def promise(self, key: JobKey, pods: Iterable[PodToCreate]) -> None:
         """Keeps the chips of pods about to be created counted until the watch shows them."""
-        promised = self.record_of(key).promised
-        for pod in pods:
-            if pod.node is not None:  # a queued job's pods hold no chips before they are placed
-                promised[pod.manifest["metadata"]["name"]] = (pod.node, pod.chips)
+        record = self.record_of(key)
+        with self.placement_lock:  # another job's placement forgets the promises its inventory shows
+            for pod in pods:
+                if pod.node is not None:  # a queued job's pods hold no chips before they are placed
+                    record.promised[pod.manifest["metadata"]["name"]] = (pod.node, pod.chips)
 
     def record(self, key: JobKey, job: dict, old: dict, new: dict) -> None:
         """Bookkeeping and metrics after a status change."""
@@ -645,10 +621,7 @@ class Controller:
         if was_pending and record.phase != "Pending":
             record.waiting = False
             self.wake_pending()  # the queue moved: the jobs behind it try again
-        attempt = int(new.get("attempt") or 1)
-        if attempt != record.attempt:
-            record.sample = None  # a reading of the previous attempt's pods says nothing of this one
-        record.attempt = attempt
+        record.attempt = int(new.get("attempt") or 1)  # a reading of another attempt's pods is not used (sample)
         record.step_time_ratio = (new.get("plan") or {}).get("stepTimeRatio")
         record.reading = reading_of(key[0], key[1], new)
         record.goodput = new.get("goodput")
@@ -661,7 +634,8 @@ class Controller:
             if admitted and admitted["status"] == "False":
                 record.pending_reason = admitted["reason"]  # WaitingForQuota, Preempted: Kueue holds the job
         if record.phase in ("Succeeded", "Failed", "Suspended", "Restarting"):
-            record.promised = {}
+            with self.placement_lock:
+                record.promised = {}
         metrics.record_transition(key[0], job, old, new)
 
     def forget(self, key: JobKey) -> None:
@@ -677,10 +651,11 @@ class Controller:
         return [record.reading for record in list(self.jobs.values()) if record.reading is not None]
 
     def offer_sample(self, key: JobKey, attempt: int, sample: Sample) -> None:
-        """A telemetry reading of one attempt; the next pass writes it into the status."""
+        """A telemetry reading of one attempt; the next pass writes it into the status if the attempt is still the
+        job's (JobRecord.sample: the attempt may change between this check and the pass)."""
         record = self.jobs.get(key)
         if record is not None and record.attempt == attempt:
-            record.sample = sample
+            record.offered = OfferedSample(attempt, sample)
             self.queue.add(key, 0.0)
 
 

@@ -62,11 +62,17 @@ class EfficiencyBook:
         return observed.observe_all(self.book)
 
 
+def job_statuses(controller) -> list[tuple[tuple[str, str], dict]]:
+    """Each cached job's status. A worker or a watch may drop a record's cached job at any moment: each is read
+    once (JobRecord.job)."""
+    jobs = ((key, record.job) for key, record in list(controller.jobs.items()))
+    return [(key, job.get("status") or {}) for key, job in jobs if job]
+
+
 def mark_slow_nodes(controller) -> None:
     """--mark-slow-nodes: the node condition AscendSlowNode=True on each node found slow twice (slowness.py), set
     once per node and process; the administrator drains or repairs it (nothing schedules by it)."""
-    statuses = {f"{key[0]}/{key[1]}": record.job.get("status") or {}
-                for key, record in list(controller.jobs.items()) if record.job}
+    statuses = {f"{key[0]}/{key[1]}": status for key, status in job_statuses(controller)}
     for node, why in slowness.nodes_to_mark(statuses).items():
         if node in controller.marked_nodes:
             continue
@@ -93,8 +99,7 @@ def folding_loop(controller, book: EfficiencyBook, interval: float) -> Callable[
                     log.exception("cannot keep %s/%s", book.namespace, names.OBSERVED_EFFICIENCY_CONFIG_MAP)
                 controller.observed_efficiency = book.factors()
                 controller.node_faults = checkpointing.cluster_node_faults(
-                    [record.job.get("status") or {} for record in list(controller.jobs.values()) if record.job],
-                    datetime.now(UTC))
+                    [status for _, status in job_statuses(controller)], datetime.now(UTC))
                 if controller.settings.mark_slow_nodes:
                     mark_slow_nodes(controller)
             time.sleep(interval)

@@ -185,10 +185,11 @@ def reserved(controller: Placer, npu_pods: list[dict], entries: list[backlog.Ent
     for key, record in list(controller.jobs.items()):
         if key == exclude:
             continue
-        for pod_name, (node, chips) in list(record.promised.items()):
+        promises = record.promised  # written under the placement lock, as this runs
+        for pod_name, (node, chips) in list(promises.items()):
             pod = visible.get((key[0], pod_name))
             if pod is not None and (node_of(pod) or pinned_node(pod, {})):
-                del record.promised[pod_name]
+                del promises[pod_name]
             else:
                 promised[(key[0], pod_name)] = (node, chips)
     totals: dict[str, int] = {}

@@ -159,10 +159,19 @@ def fold(previous: Mapping | None, *, now: datetime, since: datetime, step: int 
         state["reason"] = "in force" if wanted == current else f"within {CHANGE_FRACTION:.0%} of the optimum"
         return state
     margin = max(MIN_MARGIN_STEPS, math.ceil(MARGIN_SECONDS / step_seconds))
+    state["previousEverySteps"] = in_force_before(state, int(step))
     state.update(everySteps=wanted, fromStep=int(step) + margin, changedAt=timestamp(now),
                  reason=f"Daly: save {float(measured):.3g}s, MTBF {rate.mtbf_seconds / 3600:.3g}h → "
                         f"{optimum:.0f}s = {wanted} steps of {step_seconds:.3g}s")
     return state
+
+
+def in_force_before(state: Mapping, step: int) -> int:
+    """The interval the trainer processes save at by `step`: the last one once its fromStep is reached, else the
+    one before it (a change not in force yet is replaced as a whole)."""
+    if step >= int(state.get("fromStep") or 0) or state.get("previousEverySteps") is None:
+        return int(state["everySteps"])
+    return int(state["previousEverySteps"])
 
 
 def cluster_node_faults(statuses: Iterable[Mapping], now: datetime) -> NodeFaults:

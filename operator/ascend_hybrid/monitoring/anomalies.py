@@ -4,10 +4,12 @@ status.monitoring, turns the conditions LoadImbalanced, Straggling and TrainingS
 - LoadImbalanced: the busiest and the idlest chip of the job differ by more than
   spec.monitoring.utilizationSpreadPercent points for imbalanceSamples samples in a row (seed §5.3 in
   docs/design.md §11: some NPUs busy, some idle). Off at the first sample under the threshold.
-- Straggling: the step time since the last sample is above stragglerFactor × the median of the recent ones
-  (stragglerWindow) and, where the planner predicts a step time, above stragglerFactor × the prediction as well
-  (a job as slow as the planner said is not straggling). Needs three earlier step times; off at the next step
-  on pace. The slowest pod is named where pods report their own step times.
+- Straggling: the step time since the last sample (its wall time per step, the lead trainer's checkpoint saves
+  between the two samples taken out) is above stragglerFactor × the median of the recent ones (stragglerWindow)
+  and, where the planner predicts a step time, above stragglerFactor × the prediction as well (a job as slow as the
+  planner said is not straggling), for stragglerSamples samples in a row: a save still running when the trainer
+  was read makes one sample slow, not two. Needs three earlier step times; off at the next step on pace. The
+  slowest pod is named where pods report their own step times.
 - TrainingStalled: the step has not advanced for stallSeconds, counted from the first step seen (graph compilation
   before step 1 is no stall). Off when the step moves.
 
@@ -73,22 +75,50 @@ def slowest_pod(per_pod: tuple[tuple[str, float], ...]) -> str:
     return f"; the slowest pod is {pod} ({seconds:.3g}s per step, median pod {median:.3g}s)"
 
 
+def is_slow(recent: float, history: list[float], spec: Monitoring, predicted: float | None) -> bool:
+    """The step time is above stragglerFactor × the recent median (and × the planner's prediction, where it has
+    one); never before there is a history to compare with."""
+    if len(history) < MIN_HISTORY:
+        return False
+    factor = spec.straggler_factor
+    return recent > factor * statistics.median(history) and (predicted is None or recent > factor * predicted)
+
+
 def straggling(recent: float, history: list[float], spec: Monitoring, predicted: float | None,
-               per_pod: tuple[tuple[str, float], ...]) -> Change | None:
+               per_pod: tuple[tuple[str, float], ...], slow_samples: int) -> Change | None:
     if len(history) < MIN_HISTORY:
         return None
     median = statistics.median(history)
-    factor = spec.straggler_factor
-    slow = recent > factor * median and (predicted is None or recent > factor * predicted)
     figures = f"the last steps took {recent:.3g}s each, the median of the recent ones {median:.3g}s"
     if predicted is not None:
         figures += f", the planner predicted {predicted:.3g}s"
-    if not slow:
+    if slow_samples == 0:
         return Change(STRAGGLING, False, "OnPace", figures)
+    if slow_samples < spec.straggler_samples:
+        return Change(STRAGGLING, False, "Watching", f"{figures}: {slow_samples} of "
+                      f"spec.monitoring.stragglerSamples={spec.straggler_samples} slow samples")
     return Change(STRAGGLING, True, "SlowSteps",
-                  f"{figures}: above spec.monitoring.stragglerFactor={factor:g} times{slowest_pod(per_pod)}; check "
-                  "that pod's node (npu-smi: utilization, temperature, other work on its NPUs) and the HCCL "
-                  "bandwidth between the nodes")
+                  f"{figures} for {slow_samples} samples: above spec.monitoring.stragglerFactor="
+                  f"{spec.straggler_factor:g} times{slowest_pod(per_pod)}; check that pod's node (npu-smi: "
+                  "utilization, temperature, other work on its NPUs) and the HCCL bandwidth between the nodes")
+
+
+def mark_saves(state: dict, sample: Sample) -> None:
+    """Keeps the lead trainer's checkpoint seconds beside lastStep, where it reports them."""
+    seconds = sample.checkpoint_seconds_sum
+    if seconds is None or seconds != seconds:
+        state.pop("checkpointSeconds", None)
+    else:
+        state["checkpointSeconds"] = round(float(seconds), 6)
+
+
+def saved_seconds(state: dict, sample: Sample) -> float:
+    """The lead trainer's checkpoint seconds since the last step reading (0 where either reading has none, or the
+    trainer process started over and its sum with it)."""
+    before, now = state.get("checkpointSeconds"), sample.checkpoint_seconds_sum
+    if before is None or now is None or now != now:
+        return 0.0
+    return max(float(now) - float(before), 0.0)
 
 
 def stalled(step: int, since: datetime, now: datetime, spec: Monitoring) -> Change:
@@ -101,6 +131,26 @@ def stalled(step: int, since: datetime, now: datetime, spec: Monitoring) -> Chan
                   f"no training step for {idle:.0f}s while every pod runs: {figures}. A hung collective ends as "
                   "HCCLExecTimeout after spec.hccl.execTimeoutSeconds; check the pods' logs, the data loader and "
                   "npu-smi on their nodes")
+
+
+def fold_step(state: dict, step: int, sample: Sample, spec: Monitoring, predicted: float | None) -> list[Change]:
+    """Folds the lead trainer's step into `state`: Straggling and TrainingStalled as the step moved or not."""
+    now = sample.sampled_at
+    last_step, last_at = state.get("lastStep"), parse_time(state.get("lastStepAt"))
+    if last_step is None or last_at is None or step < last_step:
+        state.update(lastStep=step, lastStepAt=timestamp(now), slowSamples=0)  # the first reading, or a restart
+        mark_saves(state, sample)
+        return []
+    if step == last_step:
+        return [stalled(step, last_at, now, spec)] if step >= 1 else []
+    history = [float(value) for value in state.get("stepSeconds") or []]
+    recent = max((now - last_at).total_seconds() - saved_seconds(state, sample), 0.0) / (step - last_step)
+    state["slowSamples"] = int(state.get("slowSamples") or 0) + 1 if is_slow(recent, history, spec, predicted) else 0
+    change = straggling(recent, history, spec, predicted, sample.pod_step_seconds, state["slowSamples"])
+    state.update(lastStep=step, lastStepAt=timestamp(now),
+                 stepSeconds=[round(value, 6) for value in (history + [recent])[-spec.straggler_window:]])
+    mark_saves(state, sample)
+    return ([change] if change else []) + [stalled(step, now, now, spec)]
 
 
 def fold(previous: dict | None, sample: Sample, spec: Monitoring, predicted_step_seconds: float | None = None
@@ -121,18 +171,5 @@ def fold(previous: dict | None, sample: Sample, spec: Monitoring, predicted_step
         state["imbalancedSamples"] = count
         changes.append(imbalance(chips, count, spec))
     if sample.step is not None and sample.step == sample.step:
-        step = int(sample.step)
-        last_step, last_at = state.get("lastStep"), parse_time(state.get("lastStepAt"))
-        history = [float(value) for value in state.get("stepSeconds") or []]
-        if last_step is None or last_at is None or step < last_step:
-            state.update(lastStep=step, lastStepAt=timestamp(now))  # the first reading, or the trainer started over
-        elif step > last_step:
-            recent = (now - last_at).total_seconds() / (step - last_step)
-            change = straggling(recent, history, spec, predicted_step_seconds, sample.pod_step_seconds)
-            changes += [change] if change else []
-            state.update(lastStep=step, lastStepAt=timestamp(now),
-                         stepSeconds=[round(value, 6) for value in (history + [recent])[-spec.straggler_window:]])
-            changes.append(stalled(step, now, now, spec))
-        elif step >= 1:
-            changes.append(stalled(step, last_at, now, spec))
+        changes += fold_step(state, int(sample.step), sample, spec, predicted_step_seconds)
     return state, changes

@@ -228,6 +228,8 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
     state["confirmed"] = {"node": top.node, "since": timestamp(sample.sampled_at),
                           "atStep": int(sample.step) if sample.step is not None and sample.step == sample.step
                           else None, **_facts(top, slowdown)}
+    if sample.checkpoint_count is not None and sample.checkpoint_count == sample.checkpoint_count:
+        state["confirmed"]["savesAt"] = int(sample.checkpoint_count)
     others = f"; also above: {', '.join(s.node for s in found if s.node != top.node)[:200]}" if len(found) > 1 else ""
     return state, Change(True, "SlowCompute",
                          f"node {top.node} is slow: {top.evidence()} in {counts[top.node]} samples in a row, above "

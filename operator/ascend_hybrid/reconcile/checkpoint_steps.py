@@ -33,8 +33,9 @@ def every_steps(p: Pass) -> int | None:
 
 
 def channel_value(p: Pass) -> str | None:
-    """What the launchers are told (JSON {"everySteps", "fromStep"} and, while an action waits for it, "saveAt": one
-    more save at that step); None for a job that saves at its spec's interval and was asked for no save."""
+    """What the launchers are told (JSON {"everySteps", "fromStep"}, "previousEverySteps" — the interval before
+    fromStep, for a process that starts before it — and, while an action waits for it, "saveAt": one more save at
+    that step); None for a job that saves at its spec's interval and was asked for no save."""
     if p.o.resolved is None or p.resolved.spec.training.checkpoint is None:
         return None
     save_at = requested_save(p.status)
@@ -42,6 +43,8 @@ def channel_value(p: Pass) -> str | None:
         return None
     state = p.status.get("checkpointInterval") or {}
     value = {"everySteps": every_steps(p) or START_STEPS, "fromStep": int(state.get("fromStep") or 0)}
+    if state.get("previousEverySteps") is not None:
+        value["previousEverySteps"] = int(state["previousEverySteps"])
     if save_at is not None:
         value["saveAt"] = save_at
     return json.dumps(value, sort_keys=True)

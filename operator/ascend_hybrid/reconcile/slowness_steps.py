@@ -39,6 +39,7 @@ SAVE_MARGIN_SECONDS = 15.0     # the asked save's step this far ahead: every lau
 RECOVERY_COST_SECONDS = 120.0  # what a recovery costs before the job has measured one, or its own start
 COST_MARGIN = 2.0              # the steps left must be worth this many times the action's cost
 SLOW_NODES_KEPT = 16
+PACE_SAMPLES = 3               # step times the recent pace is the median of
 
 
 def record_slowness(p: Pass, current: dict) -> bool:
@@ -50,7 +51,7 @@ def record_slowness(p: Pass, current: dict) -> bool:
         stage_size = max(e.world_size // max(e.pipeline, 1), 1)
         node_of_pod = {pod["metadata"]["name"]: node_of(pod) or "" for pod in current.values()}
         healthy = (p.status.get("goodputAccount") or {}).get("healthyStepSeconds")
-        recent = ((p.status.get("monitoring") or {}).get("stepSeconds") or [None])[-1]  # wall time, as the pace
+        recent = recent_pace((p.status.get("monitoring") or {}).get("stepSeconds") or [])
         epoch = f"{p.s.attempt}/{recovery_steps.rank_generation(p)}"
         folded = slowness.fold(p.status.get("slowness"), sample, node_of_pod, lambda rank: rank // stage_size,
                                e.spec.run_policy.slowness, healthy, recent, epoch)
@@ -59,6 +60,14 @@ def record_slowness(p: Pass, current: dict) -> bool:
             if change is not None:
                 report(p, change)
     return act(p, current)
+
+
+def recent_pace(step_seconds: list[float]) -> float | None:
+    """The job's recent wall time per step, as its healthy pace is measured: the median of its last PACE_SAMPLES
+    step times, so one reading that a checkpoint save straddled (the save's seconds taken out of the wrong one)
+    moves it not at all."""
+    recent = [float(value) for value in step_seconds[-PACE_SAMPLES:]]
+    return statistics.median(recent) if recent else None
 
 
 def report(p: Pass, change: slowness.Change) -> None:
@@ -118,14 +127,16 @@ def hold(p: Pass, confirmed: dict) -> str | None:
 
 
 def checkpoint_wait(p: Pass, confirmed: dict, every: int, slowdown: float) -> str | None:
-    """None once training passed a checkpoint after the confirmation: the one asked for (saveAt), or the interval's
-    next. When waiting for the interval's, beyond SAVE_MARGIN_SECONDS, loses more at the slowdown than one save
-    costs (`save_cost`), the trainer is asked for one SAVE_MARGIN_SECONDS ahead (the launchers' channel,
-    checkpoint_steps.channel_value)."""
+    """None once training passed a checkpoint after the confirmation: any the lead trainer finished since
+    (`saved_since`), the one asked for (saveAt), or the interval's next. When waiting for the interval's, beyond
+    SAVE_MARGIN_SECONDS, loses more at the slowdown than one save costs (`save_cost`), the trainer is asked for one
+    SAVE_MARGIN_SECONDS ahead (the launchers' channel, checkpoint_steps.channel_value)."""
     step, since = p.training_step, confirmed.get("atStep")
     if step is None or since is None:
         return "waiting for the training step"
     step, since = int(step), int(since)
+    if saved_since(p, confirmed):
+        return None
     asked = confirmed.get("saveAt")
     if isinstance(asked, int):
         return None if step > asked else f"waiting for the checkpoint asked for at step {asked}"
@@ -140,6 +151,14 @@ def checkpoint_wait(p: Pass, confirmed: dict, every: int, slowdown: float) -> st
         return (f"asked the trainer for a checkpoint at step {asked}: the next of the interval, step {boundary}, is "
                 f"{waiting:.0f}s away, which at {slowdown:.2f}× loses more than a save's {save:.0f}s")
     return f"waiting for the checkpoint of step {boundary} (training.checkpoint.everySteps={every})"
+
+
+def saved_since(p: Pass, confirmed: dict) -> bool:
+    """The lead trainer finished a checkpoint save since the confirmation: its count of saves (this process's) grew
+    past the count at the confirmation, whichever step it saved."""
+    sample, before = p.o.telemetry, confirmed.get("savesAt")
+    count = sample.checkpoint_count if sample is not None and sample.ok else None
+    return isinstance(before, int) and count is not None and count == count and int(count) > before
 
 
 def save_cost(p: Pass) -> float:

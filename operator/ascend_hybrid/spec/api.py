@@ -457,6 +457,9 @@ class Monitoring(ApiModel):
     predicts the step time, more than this many times its prediction)."""
     straggler_window: int = Field(10, ge=3, le=100)
     """Telemetry samples the recent median step time is taken over."""
+    straggler_samples: int = Field(2, ge=1, le=1000)
+    """Straggling turns on after this many consecutive samples above stragglerFactor (one slow sample is often a
+    checkpoint save that was still running when the trainer was read)."""
     stall_seconds: int = Field(300, ge=1)
     """TrainingStalled when the training step has not advanced for this many seconds while every pod runs (counted
     from the first step, so graph compilation is not a stall)."""
@@ -873,7 +876,12 @@ class MonitoringStatus(ApiModel):
     imbalanced_samples: int | None = Field(None)
     """Consecutive samples with the NPU utilization spread above the threshold."""
     step_seconds: list[float] = Field(default_factory=list)
-    """Recent step times (seconds per step between samples), oldest first."""
+    """Recent step times (seconds per step between samples, the checkpoint saves between them taken out), oldest
+    first."""
+    slow_samples: int | None = Field(None)
+    """Consecutive samples with the step time above the straggler threshold."""
+    checkpoint_seconds: float | None = Field(None)
+    """The lead trainer's checkpoint seconds (ascend_trainer_checkpoint_seconds_sum) at lastStep."""
     last_step: int | None = Field(None)
     """The training step when it last advanced."""
     last_step_at: str | None = Field(None)
@@ -973,6 +981,9 @@ class CheckpointInterval(ApiModel):
     """The interval the trainer saves at (training.checkpoint.everySteps: auto), from step fromStep on."""
     from_step: int | None = Field(None)
     """The step it applies from (a minute ahead of the step it was set at, so every launcher has it first)."""
+    previous_every_steps: int | None = Field(None)
+    """The interval in force before fromStep: a trainer process that starts before fromStep saves at it, as the
+    processes that run on do."""
     save_seconds: float | None = Field(None)
     """The measured blocking save: the lead trainer's mean save seconds."""
     saves: int | None = Field(None)
@@ -1018,6 +1029,9 @@ class SlowNodeFinding(ApiModel):
     """The figures, in words."""
     save_at: int | None = Field(None)
     """The step the trainer was asked to save at, so the action need not wait for the interval's next checkpoint."""
+    saves_at: int | None = Field(None)
+    """The lead trainer process's count of checkpoint saves when the node was confirmed: one more means training
+    passed a checkpoint since."""
     acted: str | None = Field(None)
     """When spec.runPolicy.slowness acted on it."""
     decision: str | None = Field(None)

@@ -1,6 +1,6 @@
 """A direct placement's status is written with the start's next real change (Running, a failure) or after
 `status_coalesce_seconds`, not before the pods: the pods, created bound to their nodes, record it meanwhile, and the
-process decides from the status it keeps (Controller.defer_placement). A one-pod job's start is one status write."""
+process decides from the status it keeps (onepod.OnePodStart). A one-pod job's start is one status write."""
 
 from __future__ import annotations
 
@@ -103,13 +103,13 @@ def test_a_one_pod_jobs_start_writes_its_status_once_with_placement_and_running(
     assert len(kube.patches) == 1
     written = kube.patches[0]
     assert written["phase"] == "Running" and written["placement"] == {"attempt": 1, "nodes": ["node-a"]}
-    assert controller.record_of(KEY).unwritten is None
+    assert controller.record_of(KEY).one_pod.status is None
 
 
 def test_a_start_longer_than_the_coalescing_window_writes_its_placement(one_pod_job):
     controller, kube = one_pod_job()
     controller._reconcile(KEY, [])
-    controller.record_of(KEY).unwritten_since = time.monotonic() - controller.settings.status_coalesce_seconds
+    controller.record_of(KEY).one_pod.since = time.monotonic() - controller.settings.status_coalesce_seconds
     controller._reconcile(KEY, [])
     assert [(s["phase"], s["placement"]["nodes"]) for s in kube.patches] == [("Starting", ["node-a"])]
 
@@ -118,7 +118,7 @@ def test_a_queued_jobs_placement_is_written_before_its_pods(one_pod_job):
     """Kueue's pods are placed by the scheduler after admission: the status is the placement's only record."""
     controller, kube = one_pod_job(queue="team-a")
     controller._reconcile(KEY, [])
-    assert kube.patches[0]["phase"] == "Placing" and controller.record_of(KEY).unwritten is None
+    assert kube.patches[0]["phase"] == "Placing" and controller.record_of(KEY).one_pod.status is None
 
 
 @pytest.mark.parametrize("scheduler, default", [("volcano", None), (None, "volcano")])
@@ -126,7 +126,7 @@ def test_the_placement_of_a_job_volcano_binds_is_written_before_its_pod(one_pod_
     """Its pod is created unbound: until Volcano binds it, the status is the plan's only record."""
     controller, kube = one_pod_job(scheduler=scheduler, settings=OperatorSettings(default_scheduler=default))
     controller._reconcile(KEY, [])
-    assert kube.patches[0]["phase"] == "Placing" and controller.record_of(KEY).unwritten is None
+    assert kube.patches[0]["phase"] == "Placing" and controller.record_of(KEY).one_pod.status is None
 
 
 def test_a_gangs_placement_is_written_before_its_pods(one_pod_job):
@@ -134,7 +134,7 @@ def test_a_gangs_placement_is_written_before_its_pods(one_pod_job):
     controller, kube = one_pod_job(pods=2)
     controller._reconcile(KEY, [])
     assert [s["phase"] for s in kube.patches] == ["Placing"]  # then its start's steps coalesce (defer_progress)
-    assert controller.record_of(KEY).unwritten is None
+    assert controller.record_of(KEY).one_pod.status is None
 
 
 def test_without_a_coalescing_window_every_step_is_written(one_pod_job):
@@ -147,9 +147,9 @@ def test_a_job_made_again_under_the_same_name_is_not_given_the_kept_status(one_p
     """Deleted and created again before a pass saw it go: the new job (another uid) starts from its own status."""
     controller, kube = one_pod_job()
     controller._reconcile(KEY, [])
-    assert controller.record_of(KEY).unwritten is not None
+    assert controller.record_of(KEY).one_pod.status is not None
     kube.job = {**kube.job, "metadata": {**kube.job["metadata"], "uid": "another"}, "status": {}}
-    controller.record_of(KEY).job = None  # its events: the job is read again
+    controller.record_of(KEY).read_again()  # its events: the job is read again
     decisions = []
     real = loop.decide
     loop.decide = lambda observed: decisions.append(observed.job.get("status")) or real(observed)  # type: ignore
@@ -158,7 +158,7 @@ def test_a_job_made_again_under_the_same_name_is_not_given_the_kept_status(one_p
     finally:
         loop.decide = real  # type: ignore
     assert decisions[0] == {}
-    assert controller.record_of(KEY).unwritten_uid == "another", "its own placement is kept for it"
+    assert controller.record_of(KEY).one_pod.uid == "another", "its own placement is kept for it"
 
 
 class ForbiddenPodGroups(StatusKube):

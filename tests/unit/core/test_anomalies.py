@@ -13,7 +13,8 @@ from ascend_hybrid.monitoring.progress import ChipReading, Sample
 from ascend_hybrid.spec.api import Monitoring
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
-SPEC = Monitoring()  # spread 30 points, 3 samples, factor 1.5, window 10, stall 300 s
+SPEC = Monitoring()  # spread 30 points, 3 samples, factor 1.5 for 2 samples, window 10, stall 300 s
+ONE_SAMPLE = Monitoring(stragglerSamples=1)
 
 
 def chips(*percents):
@@ -21,8 +22,9 @@ def chips(*percents):
     return tuple(readings)
 
 
-def sample(t, step=None, utilization=(), per_pod=()):
-    return Sample("trainer", T0 + timedelta(seconds=t), step=step, chips=utilization, pod_step_seconds=per_pod)
+def sample(t, step=None, utilization=(), per_pod=(), saved=None):
+    return Sample("trainer", T0 + timedelta(seconds=t), step=step, chips=utilization, pod_step_seconds=per_pod,
+                  checkpoint_seconds_sum=saved)
 
 
 def run(samples, spec=SPEC, predicted=None):
@@ -71,16 +73,41 @@ def steady(steps, seconds, start=0, t0=0.0, interval=10.0):
     return [sample(t0 + k * interval, step=start + int(k * interval / seconds)) for k in range(steps)]
 
 
-def test_a_slowdown_is_straggling_naming_the_slowest_pod_and_back_on_pace_clears_it():
+def test_a_slowdown_is_straggling_after_straggler_samples_naming_the_slowest_pod_and_back_on_pace_clears_it():
     history = steady(6, 0.5)  # 20 steps per 10 s sample
-    slow = sample(60, step=history[-1].step + 4, per_pod=(("job-a1-0", 0.5), ("job-a1-1", 2.4), ("job-a1-2", 0.6)))
-    state, last, trace = run([*history, slow])
-    assert trace[-1][STRAGGLING] and not trace[-2].get(STRAGGLING)
+    per_pod = (("job-a1-0", 0.5), ("job-a1-1", 2.4), ("job-a1-2", 0.6))
+    first = sample(60, step=history[-1].step + 4, per_pod=per_pod)
+    second = sample(70, step=first.step + 4, per_pod=per_pod)
+    state, last, trace = run([*history, first, second])
+    assert [t.get(STRAGGLING) for t in trace[-3:]] == [False, False, True]
     message = last[STRAGGLING].message
-    assert "2.5s each" in message and "median of the recent ones 0.5s" in message
+    assert "2.5s each" in message and "for 2 samples" in message and "median of the recent ones 0.5s" in message
     assert "the slowest pod is job-a1-1 (2.4s per step" in message
-    again = fold(state, sample(70, step=slow.step + 20), SPEC)[1]
-    assert [(c.kind, c.on) for c in again if c.kind == STRAGGLING] == [(STRAGGLING, False)]
+    watching = run([*history, first])[1][STRAGGLING]
+    assert (watching.on, watching.reason) == (False, "Watching") and "1 of spec.monitoring.stragglerSamples=2" \
+        in watching.message
+    again = fold(state, sample(80, step=second.step + 20), SPEC)[1]
+    assert [(c.kind, c.on, c.reason) for c in again if c.kind == STRAGGLING] == [(STRAGGLING, False, "OnPace")]
+
+
+def test_a_checkpoint_save_between_two_readings_is_not_step_time():
+    history = [sample(10 * k, step=20 * k, saved=4.0) for k in range(6)]  # 0.5 s a step, one earlier save of 4 s
+    saving = sample(60, step=history[-1].step + 2, saved=13.0)  # 9 s of the 10 s went to a save
+    state, last, _ = run([*history, saving], ONE_SAMPLE)
+    assert not last[STRAGGLING].on and state["stepSeconds"][-1] == 0.5 and state["checkpointSeconds"] == 13.0
+    _, last, _ = run([*history, sample(60, step=history[-1].step + 2, saved=4.0)], ONE_SAMPLE)
+    assert last[STRAGGLING].on  # the same 2 steps in 10 s with no save are slow
+    restarted = sample(70, step=history[-1].step + 22, saved=0.0)  # a new process: its sum starts again
+    assert fold(state, restarted, ONE_SAMPLE)[0]["stepSeconds"][-1] == 0.5
+
+
+def test_a_save_still_running_when_the_trainer_is_read_makes_one_slow_sample_not_straggling():
+    history = steady(6, 0.5)
+    during = sample(60, step=history[-1].step + 2)  # the save has run 9 s and is not counted yet
+    after = sample(70, step=during.step + 18, saved=10.0)  # it ended 1 s after the last reading
+    _, last, trace = run([*history, during, after])
+    assert [t.get(STRAGGLING) for t in trace[-2:]] == [False, False]
+    assert last[STRAGGLING].reason == "OnPace"
 
 
 def test_no_straggling_before_there_is_a_history_or_when_the_planner_expected_it():
@@ -90,7 +117,7 @@ def test_no_straggling_before_there_is_a_history_or_when_the_planner_expected_it
     slow = sample(60, step=history[-1].step + 4)
     _, last, _ = run([*history, slow], predicted=2.0)  # 2.5 s ≤ 1.5 × the predicted 2 s
     assert not last[STRAGGLING].on and "the planner predicted 2s" in last[STRAGGLING].message
-    _, last, _ = run([*history, slow], predicted=0.001)
+    _, last, _ = run([*history, slow], ONE_SAMPLE, predicted=0.001)
     assert last[STRAGGLING].on
 
 

@@ -169,3 +169,11 @@ def test_auto_lands_within_ten_percent_of_the_analytic_optimum(mtbf_hours):
     print(f"\nMTBF {mtbf_hours} h: optimum {optimum:.0f} s, auto settled at {settled:.0f} s; time lost: auto "
           f"{wasted:.2%}, the optimum interval {best:.2%} on the same failures, analytic {analytic:.2%}")
     assert wasted == pytest.approx(best, rel=0.10)
+
+
+def test_the_interval_before_from_step_is_the_one_the_running_processes_save_at():
+    """A process that starts before fromStep is told previousEverySteps: the last interval once its fromStep was
+    reached, else the one before it (a change not in force yet is replaced whole)."""
+    changed = {"everySteps": 51, "fromStep": 279, "previousEverySteps": 46}
+    assert checkpointing.in_force_before(changed, 270) == 46 and checkpointing.in_force_before(changed, 279) == 51
+    assert checkpointing.in_force_before({"everySteps": 100, "fromStep": 0}, 5) == 100

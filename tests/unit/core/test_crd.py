@@ -161,7 +161,7 @@ def test_crd_defaults_equal_the_model_defaults():
                                    "slowness": {"action": "Report", "computeFactor": 1.2, "confirmSamples": 3,
                                                 "minSlowdown": 1.1, "maxActionsPerHour": 1}}
     assert filled["monitoring"] == {"utilizationSpreadPercent": 30.0, "imbalanceSamples": 3, "stragglerFactor": 1.5,
-                                    "stragglerWindow": 10, "stallSeconds": 300}
+                                    "stragglerWindow": 10, "stragglerSamples": 2, "stallSeconds": 300}
     assert filled["npu"] == {"resource": "huawei.com/Ascend910", "chip": "910B"}
     assert filled["model"] == {"preset": "tiny"}
 

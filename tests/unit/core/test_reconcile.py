@@ -503,7 +503,7 @@ def test_a_pod_the_kubelet_refused_at_admission_ends_the_attempt_without_a_resta
 
 
 def test_pods_whose_placement_was_never_written_record_it_when_all_are_there():
-    """A one-pod job's placement is written with its start's next change (the shell's defer_placement): an
+    """A one-pod job's placement is written with its start's next change (the shell's onepod.OnePodStart): an
     operator that stopped before that left its pod bound to a node no status names. The pods say where."""
     created = decide(observe(demo().build())).status
     nodes = {n: node(n).label(RACK_LABEL, f"rack-{i}").build() for i, n in enumerate(NODES)}
@@ -1033,7 +1033,8 @@ def test_an_auto_checkpoint_interval_is_set_from_the_measured_save_and_failures_
     assert interval["saveSeconds"] == 2.0 and interval["everySteps"] == round(optimum / 0.5)
     assert interval["fromStep"] == 400 + 120  # a minute ahead at 0.5 s a step
     told = action(decision, "signal_launchers")
-    assert json.loads(told.checkpoint) == {"everySteps": interval["everySteps"], "fromStep": 520}
+    assert json.loads(told.checkpoint) == {"everySteps": interval["everySteps"], "fromStep": 520,
+                                         "previousEverySteps": 100}  # what a process started before 520 saves at
     from ascend_hybrid.spec.api import AscendHybridJobStatus
 
     AscendHybridJobStatus.model_validate(decision.status)  # what the CRD keeps: every key declared

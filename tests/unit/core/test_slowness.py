@@ -127,9 +127,11 @@ def demo_readings(slow_pod: int | None, jitter_seed: int) -> tuple[RankReading, 
                  for r in ranked)
 
 
-def passes(spec, steps, slow_pod=1, healthy=0.25, status_extra=None, save_seconds=None, account_extra=None):
+def passes(spec, steps, slow_pod=1, healthy=0.25, status_extra=None, save_seconds=None, account_extra=None,
+           saves=None):
     """Running passes, one sample each (every 15 s, at the given steps): the decisions. `save_seconds`: the trainer
-    has timed one save of that length; `account_extra`: more of the goodput account."""
+    has timed one save of that length; `saves`: instead, its count of saves at each sample (2 s each);
+    `account_extra`: more of the goodput account."""
     pace = {str(round(math.log(healthy) * 100)): 10_000}  # the job's steps so far, all at the healthy pace
     account = {"healthyStepSeconds": healthy, "pace": pace, "paceIntervals": 100, "mode": "running",
                "accountedAt": timestamp(NOW - timedelta(seconds=1)), "seconds": {}, **(account_extra or {})}
@@ -139,9 +141,11 @@ def passes(spec, steps, slow_pod=1, healthy=0.25, status_extra=None, save_second
     decisions = []
     for index, step in enumerate(steps):
         moment = NOW + timedelta(seconds=15 * index)
+        count = saves[index] if saves is not None else None if save_seconds is None else 1
+        seconds = 2.0 * saves[index] if saves is not None else save_seconds
         sample = Sample("trainer", moment, step=step, step_count=step,
                         ranks=demo_readings(slow_pod if index >= WARMUP else None, index),
-                        checkpoint_seconds_sum=save_seconds, checkpoint_count=None if save_seconds is None else 1)
+                        checkpoint_seconds_sum=seconds, checkpoint_count=count)
         decision = running_pass(body, table, now=moment, telemetry=sample)
         decisions.append(decision)
         body = job(spec, status=decision.status)
@@ -223,6 +227,19 @@ def test_a_checkpoint_far_away_is_asked_for_and_the_pod_replaced_once_training_p
     assert acted.status["recoveries"][-1]["cause"] == "SlowNode"
     last = [a for a in acted.actions if type(a).__name__ == "SignalLaunchers"][-1]  # what the channel holds after
     assert last.generation == 1 and last.checkpoint is None  # asked no more: its own interval, nothing to say
+
+
+def test_a_save_the_trainer_finished_after_the_confirmation_is_the_checkpoint_the_action_waits_for():
+    """The step asked for is still ahead, but the lead trainer finished a save since the node was confirmed (its
+    count of saves grew): training passed a checkpoint, so the pod is replaced at once."""
+    far = {**REPLACE, "training": {"steps": 100_000, "checkpoint": {"claimName": "ckpt", "everySteps": 1000}}}
+    steps = [80, 90, 100, 110, 130, 140, 150]
+    waited = passes(far, steps, saves=[3] * 7)
+    assert waited[5].status["slowness"]["confirmed"]["savesAt"] == 3
+    assert "waiting for the checkpoint asked for" in waited[6].status["slowness"]["confirmed"]["decision"]
+    assert "PlaceReplacement" not in kinds(waited[6])
+    saved = passes(far, steps, saves=[3] * 6 + [4])
+    assert "PlaceReplacement" in kinds(saved[6]) and saved[6].status["recoveries"][-1]["cause"] == "SlowNode"
 
 
 def test_a_checkpoint_is_asked_for_only_when_waiting_at_the_slowdown_loses_more_than_a_save_costs():
