@@ -45,7 +45,12 @@ def ensure_children(controller: ChildrenWriter, key: JobKey, job: dict, resolved
         table, revision = record.rank_table, record.rank_table_revision
     services = render.services(name, namespace, uid) if render.needs_services(resolved) else []
     if lost_sched_ip and services:
-        _recreate_with_ip(controller, services[0], lost_sched_ip)
+        try:
+            _recreate_with_ip(controller, services[0], lost_sched_ip)
+        except Exception:
+            with record.children_lock:  # kept for the next pass, unless a newer loss came meanwhile
+                record.lost_sched_ip = record.lost_sched_ip or lost_sched_ip
+            raise
     manifests = list(services)
     job_json = render.job_config_text(resolved)
     # The rank table rides along (the ConfigMap holds both): the one last written, or the initializing one. A
@@ -65,12 +70,11 @@ def ensure_children(controller: ChildrenWriter, key: JobKey, job: dict, resolved
         *((lambda manifest: create_grant(controller, key, manifest, needed=True), manifest) for manifest in grant)])
     record.job_config = job_json
     record.sched_ip = service_ip(live[names.sched_service(name)]) if services else None
-    with record.children_lock:
-        record.rank_table, record.rank_table_revision = table, revision
     if services and not record.old_slices_gone:
         _delete_old_slices(controller, key, job)
     with record.children_lock:  # checked and set at once: a deletion seen in between is not lost
         if record.children_epoch == epoch:
+            record.rank_table, record.rank_table_revision = table, revision
             record.children_generation = job["metadata"].get("generation")
             record.children_data = resolved.data
 

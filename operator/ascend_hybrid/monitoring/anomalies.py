@@ -113,12 +113,12 @@ def mark_saves(state: dict, sample: Sample) -> None:
 
 
 def saved_seconds(state: dict, sample: Sample) -> float:
-    """The lead trainer's checkpoint seconds since the last step reading (0 where either reading has none, or the
-    trainer process started over and its sum with it)."""
+    """The lead trainer's checkpoint seconds since the last step reading (0 where either reading has none); a sum
+    below the last one is a new trainer process's, counted from its start."""
     before, now = state.get("checkpointSeconds"), sample.checkpoint_seconds_sum
     if before is None or now is None or now != now:
         return 0.0
-    return max(float(now) - float(before), 0.0)
+    return float(now) - float(before) if float(now) >= float(before) else float(now)
 
 
 def stalled(step: int, since: datetime, now: datetime, spec: Monitoring) -> Change:
@@ -147,8 +147,9 @@ def fold_step(state: dict, step: int, sample: Sample, spec: Monitoring, predicte
     recent = max((now - last_at).total_seconds() - saved_seconds(state, sample), 0.0) / (step - last_step)
     state["slowSamples"] = int(state.get("slowSamples") or 0) + 1 if is_slow(recent, history, spec, predicted) else 0
     change = straggling(recent, history, spec, predicted, sample.pod_step_seconds, state["slowSamples"])
+    measured = history + [recent] if recent > 0 else history  # a save that filled the interval measured no step
     state.update(lastStep=step, lastStepAt=timestamp(now),
-                 stepSeconds=[round(value, 6) for value in (history + [recent])[-spec.straggler_window:]])
+                 stepSeconds=[round(value, 6) for value in measured[-spec.straggler_window:]])
     mark_saves(state, sample)
     return ([change] if change else []) + [stalled(step, now, now, spec)]
 

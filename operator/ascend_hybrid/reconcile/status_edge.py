@@ -35,19 +35,51 @@ class Parsed:
 def parse(raw: Mapping[str, Any]) -> Parsed:
     """`raw` as the model; a field that does not validate is left out of the model and kept in `unparsed`, so one
     odd field neither fails the job's reconcile nor is lost from its status. Nothing of `raw` is shared with the
-    result: pydantic copies what it validates, and the free-form objects of status.plan are copied here."""
+    result: pydantic copies what it validates, and the free-form objects of status.plan are copied here. A key the
+    models do not declare inside a known field (a newer operator's, left by a rollback) is dropped, not the field:
+    the models forbid unknown keys, and one would otherwise lose the whole placement or every condition."""
     try:
         parsed = Parsed(AscendHybridJobStatus.model_validate(raw))
-    except ValidationError as error:
-        bad = {str(problem["loc"][0]) for problem in error.errors() if problem["loc"]}
-        valid = {key: value for key, value in raw.items() if key not in bad}
-        parsed = Parsed(AscendHybridJobStatus.model_validate(valid),
-                        {key: copy.deepcopy(raw[key]) for key in bad if key in raw})
+    except ValidationError:
+        parsed = parse_leniently(raw)
     plan = parsed.model.plan
     if plan is not None:  # dict[str, Any] keeps the nested objects it was given
         plan.memory, plan.time, plan.alternative = (copy.deepcopy(plan.memory), copy.deepcopy(plan.time),
                                                     copy.deepcopy(plan.alternative))
     return parsed
+
+
+def parse_leniently(raw: Mapping[str, Any]) -> Parsed:
+    """A status the models refuse as it is: undeclared keys inside known fields dropped (walking the whole status
+    costs about a millisecond, so only here), then each top-level field that still does not validate kept aside."""
+    raw = {**raw, **known_only(AscendHybridJobStatus, raw)}
+    try:
+        return Parsed(AscendHybridJobStatus.model_validate(raw))
+    except ValidationError as error:
+        bad = {str(problem["loc"][0]) for problem in error.errors() if problem["loc"]}
+        valid = {key: value for key, value in raw.items() if key not in bad}
+        return Parsed(AscendHybridJobStatus.model_validate(valid),
+                      {key: copy.deepcopy(raw[key]) for key in bad if key in raw})
+
+
+def known_only(model: type[BaseModel], data: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of `data` that `model` declares (by their JSON name), each value cleaned of undeclared keys at every
+    depth."""
+    return {alias: known_value(info.annotation, data[alias]) for name, info in model.model_fields.items()
+            if (alias := info.alias or name) in data}
+
+
+def known_value(annotation: Any, value: Any) -> Any:
+    """`value` cleaned as the annotation's model, list of models or map of models says; anything else as it is."""
+    for kind in leaf_types(annotation):
+        origin, arguments = typing.get_origin(kind), typing.get_args(kind)
+        if isinstance(kind, type) and issubclass(kind, BaseModel) and isinstance(value, Mapping):
+            return known_only(kind, value)
+        if origin is list and isinstance(value, list) and arguments:
+            return [known_value(arguments[0], item) for item in value]
+        if origin is dict and isinstance(value, Mapping) and len(arguments) == 2:
+            return {key: known_value(arguments[1], item) for key, item in value.items()}
+    return value
 
 
 def dump(parsed: Parsed) -> dict[str, Any]:

@@ -314,3 +314,48 @@ def test_a_refused_service_account_is_the_jobs_refusal_and_a_refused_role_is_not
     children.ensure_children(ctl, KEY, body, resolved(body))
     assert ctl.record_of(KEY).children_generation == 1
     assert [m["kind"] for m in kube.made] == ["LauncherChannel", "ServiceAccount", "RoleBinding"]
+
+
+class UnreachableKube(FakeKube):
+    """The apiserver cannot be reached while `<job>-sched` is made again with its kept IP."""
+
+    def create_service(self, manifest):
+        raise ConnectionError("apiserver unreachable")
+
+
+def test_a_lost_sched_ip_is_kept_for_the_next_pass_when_making_the_service_again_fails():
+    body = two_pod_body(3)
+    ctl = controller(UnreachableKube())
+    record = ctl.record_of(KEY)
+    record.lost_sched_ip = "127.32.0.7"
+    try:
+        children.ensure_children(ctl, KEY, body, resolved(body))
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("the failed create was swallowed")
+    assert record.lost_sched_ip == "127.32.0.7"  # else the next apply takes a new IP and the gang must restart
+
+
+class DeletedMeanwhileKube(FakeKube):
+    """The rank-table ConfigMap is deleted (its event handled) while the pass applies the children."""
+
+    def __init__(self):
+        super().__init__()
+        self.controller: Controller | None = None
+
+    def apply(self, manifest):
+        if manifest["metadata"]["name"] == names.rank_table_config_map("job") and self.controller is not None:
+            self.controller.child_changed(KEY, "ConfigMap", manifest["metadata"]["name"], "DELETED", manifest)
+        return super().apply(manifest)
+
+
+def test_a_rank_table_deleted_while_the_children_are_applied_is_not_written_back_over():
+    body = two_pod_body(3)
+    kube = DeletedMeanwhileKube()
+    ctl = controller(kube)
+    kube.controller = ctl
+    record = ctl.record_of(KEY)
+    record.rank_table, record.rank_table_revision = {"status": "completed", "version": "1.0"}, 4
+    children.ensure_children(ctl, KEY, body, resolved(body))
+    assert record.rank_table is None and record.children_generation is None  # the next pass makes it again

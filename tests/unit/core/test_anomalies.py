@@ -166,3 +166,13 @@ def test_steps_only_move_forward_in_the_state(advances, start):
         assert state["lastStep"] == step
         assert all(value > 0 for value in state.get("stepSeconds", []))
         assert len(state.get("stepSeconds", [])) <= SPEC.straggler_window
+
+
+def test_a_new_trainer_process_counts_its_saves_from_its_start_and_an_interval_all_save_measures_no_step():
+    history = [sample(10 * k, step=20 * k, saved=30.0) for k in range(6)]
+    restarted = sample(60, step=history[-1].step + 2, saved=9.0)  # a new process: 9 s of saves since it began
+    state, last, _ = run([*history, restarted], ONE_SAMPLE)
+    assert not last[STRAGGLING].on and state["stepSeconds"][-1] == 0.5
+    straddled = sample(70, step=restarted.step + 1, saved=19.0)  # a 10 s save filled the whole 10 s
+    after = fold(state, straddled, ONE_SAMPLE)[0]
+    assert after["stepSeconds"] == state["stepSeconds"] and after["lastStep"] == straddled.step

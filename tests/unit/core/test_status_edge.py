@@ -212,3 +212,16 @@ def test_a_typed_field_is_not_reachable_as_a_dict_key():
                   lambda: p.status.update(message="x"), lambda: "phase" in p.status):
         with pytest.raises(KeyError, match="typed"):
             reach()
+
+
+def test_an_unknown_key_inside_a_field_drops_the_key_not_the_field():
+    """A status a newer operator wrote (a rollback leaves it): a key the models do not declare, inside the
+    placement or one condition, is dropped; the placement and every condition are still read and written."""
+    raw = large_status()
+    raw["placement"] = {**raw["placement"], "futureField": "x"}
+    raw["conditions"] = [{**raw["conditions"][0], "futureKey": 1}, *raw["conditions"][1:]]
+    parsed = status_edge.parse(raw)
+    assert not parsed.unparsed
+    assert parsed.model.placement is not None and parsed.model.placement.nodes == raw["placement"]["nodes"]
+    expected = large_status()
+    assert status_edge.dump(parsed) == expected
