@@ -400,7 +400,11 @@ def test_killed_ranks_restart_in_place_a_lost_node_replaces_one_pod_and_training
     def story() -> str:
         logs = "\n".join(f"--- {pod}:\n" + "\n".join(kubectl(cluster, "logs", "-n", namespace, pod, check=False)
                                                           .splitlines()[-25:]) for pod in sorted(uids))
-        return f"{describe(cluster, jobs, name)}\n{logs}"
+        status = jobs.status(name)  # last, so that a log cut in its middle keeps what the detection saw
+        seen = {key: status.get(key) for key in ("slowness", "slowNodes")}
+        seen["MetricsAvailable"] = next((c for c in status.get("conditions") or ()
+                                         if c["type"] == "MetricsAvailable"), None)
+        return f"{describe(cluster, jobs, name)}\n{logs}\n--- what the detection saw:\n{json.dumps(seen, indent=1)}"
     jobs.wait_running(name, timeout=180, attempt=1)
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in jobs.pods(name, attempt=1)}
     # the cold start, for scale: created → pod 0's launcher reports its ranks stepping (the same milestone as a
@@ -500,7 +504,11 @@ def test_a_slowed_pod_is_named_replaced_at_a_checkpoint_and_training_goes_on_as_
     def story() -> str:
         logs = "\n".join(f"--- {pod}:\n" + "\n".join(kubectl(cluster, "logs", "-n", namespace, pod, check=False)
                                                           .splitlines()[-25:]) for pod in sorted(uids))
-        return f"{describe(cluster, jobs, name)}\n{logs}"
+        status = jobs.status(name)  # last, so that a log cut in its middle keeps what the detection saw
+        seen = {key: status.get(key) for key in ("slowness", "slowNodes")}
+        seen["MetricsAvailable"] = next((c for c in status.get("conditions") or ()
+                                         if c["type"] == "MetricsAvailable"), None)
+        return f"{describe(cluster, jobs, name)}\n{logs}\n--- what the detection saw:\n{json.dumps(seen, indent=1)}"
 
     # the healthy pace known (three readings of the lead trainer), then a checkpoint: the node turns slow
     wait_for(lambda: (jobs.status(name).get("goodputAccount") or {}).get("healthyStepSeconds"), 240,

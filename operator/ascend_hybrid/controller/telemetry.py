@@ -153,7 +153,9 @@ class TelemetrySource:
         # the filter drops the pods without an index, which mypy cannot see through the second call
         pod_names = cast("dict[int, str]",
                          {pod_index(pod): pod["metadata"]["name"] for pod in pods if pod_index(pod) is not None})
-        sample = from_trainer_text(texts, now, pod_names, refused)
+        unread = tuple(f"{pod_names.get(index, index)}: {error}" for index, text, error, whole in results
+                       if text is None and not whole)
+        sample = from_trainer_text(texts, now, pod_names, refused, unread)
         if sample.rejected_lines > len(refused):
             REJECTED_INPUTS.labels(kind="metrics-page", reason=untrusted.MALFORMED).inc(
                 sample.rejected_lines - len(refused))

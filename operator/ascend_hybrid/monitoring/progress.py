@@ -56,6 +56,7 @@ class Sample:
     checkpoint_seconds_sum: float | None = None  # the lead pod's checkpoint saves (this process): seconds, count
     checkpoint_count: float | None = None
     ranks: tuple[RankReading, ...] = ()    # every rank's recent step, compute and wait, where pods report them
+    unread: tuple[str, ...] = ()           # "pod: why" for each pod whose endpoint did not answer (the rest read)
 
     @property
     def ok(self) -> bool:
@@ -139,11 +140,12 @@ def _rank_label(labels: dict) -> int | None:
 
 
 def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: dict[int, str] | None = None,
-                      rejected: tuple[str, ...] = ()) -> Sample:
+                      rejected: tuple[str, ...] = (), unread: tuple[str, ...] = ()) -> Sample:
     """Pod index → the text of its :9400/metrics. Training figures are job-wide in every pod's endpoint (the
     trainer exports the global-batch loss and job throughput); pod 0's are used, utilization is averaged. Each
     chip's utilization and each pod's mean step time are kept too, named by `pod_names` (else the index). Lines
-    refused (read_page) are skipped and said in `rejected`, after the pages the shell refused whole."""
+    refused (read_page) are skipped and said in `rejected`, after the pages the shell refused whole; `unread`
+    names the pods whose endpoints did not answer."""
     first = min(texts) if texts else None
     figures: dict[int, dict[str, float]] = {}
     chips: list[ChipReading] = []
@@ -172,7 +174,8 @@ def from_trainer_text(texts: dict[int, str], sampled_at: datetime, pod_names: di
                   checkpoint_seconds_sum=lead.get("checkpoint_seconds_sum"),
                   checkpoint_count=lead.get("checkpoint_seconds_count"),
                   npu_percent=_mean([chip.percent for chip in chips]), chips=tuple(chips), pod_step_seconds=per_pod,
-                  ranks=rank_readings(ranks), rejected_lines=len(refused), rejected=tuple(refused[:KEPT_REJECTIONS]))
+                  ranks=rank_readings(ranks), rejected_lines=len(refused), rejected=tuple(refused[:KEPT_REJECTIONS]),
+                  unread=unread[:KEPT_REJECTIONS])
 
 
 def prometheus_queries(namespace: str, pod_regex: str, first_pod: str) -> dict[str, str]:

@@ -12,10 +12,12 @@ robust to jitter twice over: the median ignores a few odd peers, and with three 
 stand more than OUTLIER_MADS median absolute deviations above them. A node whose ranks are above
 spec.runPolicy.slowness.computeFactor is a suspect; a node suspect in confirmSamples samples in a row is
 confirmed (SlowNode True, naming the node, its pods and ranks, the ratio and the job's slowdown against its
-healthy pace); confirmSamples samples in a row without it turn the condition off. Everything is computed from
-the samples' own times, so a pass that sees the same sample again changes nothing. Several nodes may be suspect at
-once (each followed for MAX_SUSPECTS at most); the slowest of those found in confirmSamples samples in a row is
-named, and the others listed.
+healthy pace); confirmSamples samples in a row without it turn the condition off. A sample without a node's
+figures (its pod's endpoint did not answer in time, as a throttled node's may not) says nothing of it: the node's
+count in a row is kept, neither advanced nor broken, and so is a confirmed node's count toward clearing.
+Everything is computed from the samples' own times, so a pass that sees the same sample again changes nothing.
+Several nodes may be suspect at once (each followed for MAX_SUSPECTS at most); the slowest of those found in
+confirmSamples samples in a row is named, and the others listed.
 """
 
 from __future__ import annotations
@@ -203,12 +205,15 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
     if learning or settling:
         return state, None  # nothing is judged: a confirmed node stays so, until samples can say otherwise
     slowdown, slower = slowdown_text(recent_step_seconds or job_step_seconds(sample.ranks), healthy_step_seconds)
+    unread = set(node_of_pod.values()) - set(ranked)  # the job's nodes this sample has no figures of
     confirmed = state.get("confirmed")
     if confirmed:
         still = next((suspect for suspect in found if suspect.node == confirmed["node"]), None)
         if still is not None:
             state["clearSamples"] = 0
             state["confirmed"] = {**confirmed, **_facts(still, slowdown)}
+            return state, None
+        if confirmed["node"] in unread:
             return state, None
         clear = int(state.get("clearSamples") or 0) + 1
         state["clearSamples"] = clear
@@ -219,7 +224,8 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
         return state, Change(False, "OnPace", f"node {confirmed['node']} computes with its peers again"
                                               f" ({spec.confirm_samples} samples){slower}")
     previous_counts = state.get("suspects") or {}
-    counts = {suspect.node: int(previous_counts.get(suspect.node) or 0) + 1 for suspect in found[:MAX_SUSPECTS]}
+    counts = {node: int(count) for node, count in previous_counts.items() if node in unread}
+    counts.update({suspect.node: int(previous_counts.get(suspect.node) or 0) + 1 for suspect in found[:MAX_SUSPECTS]})
     state["suspects"] = counts
     ready = [suspect for suspect in found[:MAX_SUSPECTS] if counts[suspect.node] >= spec.confirm_samples]
     if not ready:

@@ -45,8 +45,13 @@ def record_telemetry(p: Pass) -> None:
 
 def record_rejections(p: Pass, sample: Sample) -> None:
     """MetricsAvailable, saying when lines or pages of the source were refused (skipped, the rest read): one
-    Warning event when that begins."""
+    Warning event when that begins. Pods whose endpoints did not answer are named (PartlyRead), without an event:
+    a busy or throttled node's endpoint misses a reading now and then, and the next one is a few seconds away."""
     if not sample.rejected:
+        if sample.unread:
+            p.cond("MetricsAvailable", True, "PartlyRead", f"read from {sample.source}; not from "
+                                                           f"{'; '.join(sample.unread)}"[:1024])
+            return
         p.cond("MetricsAvailable", True, "Sampled", f"read from {sample.source}")
         return
     message = (f"read from {sample.source}, {sample.rejected_lines or len(sample.rejected)} lines or pages "

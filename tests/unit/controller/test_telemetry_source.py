@@ -56,3 +56,17 @@ def test_trainer_endpoints_name_their_pods(monkeypatch):
     sample = source.sample("ns", "job", 1, pods)
     assert [(c.pod, c.chip, c.percent) for c in sample.chips] == [("job-a1-0", "3", 88.0), ("job-a1-1", "3", 12.0)]
     assert sample.pod_step_seconds == (("job-a1-0", 1.0), ("job-a1-1", 3.0))
+
+
+def test_a_pod_whose_endpoint_does_not_answer_is_named_and_the_others_are_read(monkeypatch):
+    pods = [{"metadata": {"name": f"job-a1-{i}", "labels": {"hybrid.ascend.dev/pod-index": str(i)}},
+             "status": {"phase": "Running", "podIP": f"127.16.0.{i + 1}"}} for i in range(2)]
+
+    def get(url, limit=0):
+        if urllib.parse.urlparse(url).hostname == "127.16.0.2":
+            raise TimeoutError("timed out")
+        return trainer_text([1.0, 1.0], 88)
+    source = TelemetrySource()
+    monkeypatch.setattr(source, "_get", get)
+    sample = source.sample("ns", "job", 1, pods)
+    assert sample.ok and sample.step == 2 and sample.unread == ("job-a1-1: 127.16.0.2:9400: timed out",)

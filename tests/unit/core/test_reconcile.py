@@ -1221,6 +1221,18 @@ def test_a_placement_kept_out_by_the_device_plugins_mode_says_so_in_its_reason()
     assert (placed["status"], placed["reason"]) == ("False", "DevicePluginVolcanoMode")
 
 
+def test_a_pod_whose_endpoint_did_not_answer_is_named_in_metrics_available_without_an_event():
+    from ascend_hybrid.monitoring.progress import from_trainer_text
+    body = demo().section("training", steps=200).status(placed_status(phase="Running")).build()
+    completed = next(a.table for a in decide(observe(body, pods=both())).actions if isinstance(a, WriteRankTable))
+    sample = from_trainer_text({0: "ascend_trainer_loss 2.5\n"}, NOW, {0: "job-a1-0"},
+                               unread=("job-a1-1: 127.0.0.2:9400: timed out",))
+    first = decide(Observed(**{**observe(body, pods=both(), rank_table=completed).__dict__, "telemetry": sample}))
+    metrics = next(c for c in first.status["conditions"] if c["type"] == "MetricsAvailable")
+    assert (metrics["status"], metrics["reason"]) == ("True", "PartlyRead") and "job-a1-1" in metrics["message"]
+    assert first.status["training"]["loss"] == 2.5 and not [e for e in events(first) if "Metrics" in e[1]]
+
+
 def test_a_metrics_page_with_refused_lines_is_read_and_says_so_once():
     from ascend_hybrid.monitoring.progress import from_trainer_text
     body = demo().section("training", steps=200).status(placed_status(phase="Running")).build()

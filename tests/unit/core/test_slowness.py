@@ -91,6 +91,29 @@ def test_two_ranks_compare_with_each_other_and_the_condition_clears_once_the_nod
     assert "confirmed" not in state
 
 
+def test_a_sample_without_the_slow_nodes_figures_neither_advances_nor_breaks_its_count_nor_clears_it():
+    """A throttled node's endpoint may not answer in time: the samples that miss its ranks say nothing of it."""
+    rng = random.Random(6)
+
+    def unread(ranked):  # pod p1's endpoint timed out: only rank 0 read
+        return tuple(reading for reading in ranked if reading.pod != "p1")
+    before = [readings(2, 1, rng=rng) for _ in range(4)]
+    slow = [readings(2, 1, slow={1: 3.0}, rng=rng) for _ in range(5)]
+    healthy = [readings(2, 1, rng=rng) for _ in range(5)]
+    state, changes = run(before + [slow[0], unread(slow[1]), slow[2], unread(slow[3]), slow[4]]
+                         + [healthy[0], unread(healthy[1]), healthy[2], unread(healthy[3]), healthy[4]],
+                         ranks=2, per_pod=1)
+    assert [(index, change.on) for index, change in changes] == [(8, True), (13, False)]
+    assert "node node-1 is slow" in changes[0][1].message and "confirmed" not in state
+    # a node that left the job (its pod made elsewhere) is not unread: its confirmation clears as before
+    gone = Sample("trainer", NOW + timedelta(hours=1), ranks=(RankReading("p0", 0, 0.25, 0.2, 0.05),
+                                                             RankReading("p2", 1, 0.25, 0.2, 0.05)))
+    confirmed = {**state, "confirmed": {"node": "node-1"}, "clearSamples": SPEC.confirm_samples - 1}
+    moved = {"p0": "node-0", "p2": "node-2"}
+    after, change = slowness.fold(confirmed, gone, moved, lambda rank: 0, SPEC, None)
+    assert change is not None and not change.on and "confirmed" not in after
+
+
 def test_a_node_that_was_always_slower_is_not_a_slow_node_until_it_slows_down_further():
     """Chips vary from machine to machine (Meta measured up to 14 % between GEMMs): a node 1.3× its peers from the
     job's start is its usual self, measured over the first samples; only a further slowdown of it counts."""
