@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ascend_hybrid.contracts.conditions import parse_time, timestamp
+from ascend_hybrid.spec.api import RecoveryRecord
 
 FAILURE_HORIZON_SECONDS = 7 * 86400.0  # the weight of a failure halves about every 4.9 days
 MIN_INTERVAL_SECONDS = 30.0            # never save more often than this
@@ -66,13 +67,13 @@ def expected_waste(interval_seconds: float, save_seconds: float, mtbf_seconds: f
             + (interval_seconds + save_seconds) / (2 * mtbf_seconds) + restart_seconds / mtbf_seconds)
 
 
-def weighted_failures(ledger: Iterable[Mapping], now: datetime, causes: frozenset[str] | None = None,
+def weighted_failures(ledger: Iterable[RecoveryRecord], now: datetime, causes: frozenset[str] | None = None,
                       excluded: frozenset[str] = frozenset()) -> float:
     """The job's incidents, each weighted exp(−age / horizon)."""
     total = 0.0
     for record in ledger:
-        cause = record.get("cause") or ""
-        detected = parse_time(record.get("detected"))
+        cause = record.cause
+        detected = parse_time(record.detected)
         if detected is None or cause in NOT_FAILURES or cause in excluded or (causes is not None and cause not in causes):
             continue
         total += math.exp(-max((now - detected).total_seconds(), 0.0) / FAILURE_HORIZON_SECONDS)
@@ -100,13 +101,13 @@ class FailureRate:
         return text
 
 
-def failure_rate(ledger: Iterable[Mapping], since: datetime, now: datetime, nodes: int,
+def failure_rate(ledger: Iterable[RecoveryRecord], since: datetime, now: datetime, nodes: int,
                  cluster: NodeFaults | None = None) -> FailureRate:
     """The job's mean time between failures as the operator sees it (see the module's docstring)."""
     records = list(ledger)
     age = (now - since).total_seconds()
     if len(records) >= LEDGER_KEPT:  # the ledger dropped older incidents: count over the span it still covers
-        oldest = min((moment for r in records if (moment := parse_time(r.get("detected"))) is not None), default=since)
+        oldest = min((moment for r in records if (moment := parse_time(r.detected)) is not None), default=since)
         age = min(age, (now - oldest).total_seconds())
     exposure = weighted_exposure(age)
     node_rate = cluster.rate if cluster is not None else None
@@ -130,7 +131,7 @@ def bounded_steps(interval_seconds: float, step_seconds: float, save_seconds: fl
 
 
 def fold(previous: Mapping | None, *, now: datetime, since: datetime, step: int | None, step_seconds: float | None,
-         save_seconds: float | None, saves: int, ledger: Iterable[Mapping], nodes: int, total_steps: int,
+         save_seconds: float | None, saves: int, ledger: Iterable[RecoveryRecord], nodes: int, total_steps: int,
          start_steps: int, cluster: NodeFaults | None = None) -> dict:
     """status.checkpointInterval after a pass: the interval in force (`everySteps`, from `fromStep`), the inputs it
     was computed from, and the optimum they give now. A new interval replaces the one in force only when it differs

@@ -32,6 +32,7 @@ from ascend_hybrid.contracts.podview import (
     pod_index,
     ready_condition,
 )
+from ascend_hybrid.spec.api import FailureStatus
 from ascend_hybrid.spec.causes import ECHO_CAUSE, FAULT_CAUSES
 
 PEER_GRACE_SECONDS = 10.0
@@ -253,10 +254,10 @@ def summary(failure: Failure) -> str:
             f"{failure.detail}")
 
 
-def last_failure(failure: Failure, action: str, attempt: int, hint: str, now: datetime) -> dict:
-    """status.lastFailure (api.FailureStatus); absent figures are left out."""
+def last_failure(failure: Failure, action: str, attempt: int, hint: str, now: datetime) -> FailureStatus:
+    """status.lastFailure; absent figures are left out (unset, so not dumped)."""
     moment = failure.time or now
     record = {"cause": failure.cause, "action": action, "attempt": attempt, "pod": failure.pod, "node": failure.node,
-              "rank": failure.rank, "exitCode": failure.exit_code, "step": failure.step, "reason": failure.reason,
+              "rank": failure.rank, "exit_code": failure.exit_code, "step": failure.step, "reason": failure.reason,
               "message": failure.detail, "hint": hint, "time": timestamp(moment)}
-    return {key: value for key, value in record.items() if value is not None}
+    return FailureStatus(**{key: value for key, value in record.items() if value is not None})

@@ -21,7 +21,7 @@ from ascend_hybrid.contracts import untrusted
 from ascend_hybrid.contracts.conditions import parse_time, timestamp
 from ascend_hybrid.contracts.names import RECOVERY_GENERATION_KEY as GENERATION_KEY
 from ascend_hybrid.contracts.names import RECOVERY_WORLD_KEY as WORLD_KEY
-from ascend_hybrid.spec.api import MAX_WORLD_SIZE
+from ascend_hybrid.spec.api import MAX_WORLD_SIZE, RecoveryRecord
 from ascend_hybrid.spec.api import Recovery as RecoverySpec
 from ascend_hybrid.spec.causes import (
     CAUSES,
@@ -110,18 +110,17 @@ class Start:
     why: str
 
 
-def in_place_within_hour(ledger: Iterable[Mapping], now: datetime) -> int:
+def in_place_within_hour(ledger: Iterable[RecoveryRecord], now: datetime) -> int:
     """Incidents of the last hour whose recovery started at a rung that kept the gang."""
     count = 0
     for record in ledger:
-        detected = parse_time(record.get("detected"))
-        rungs = record.get("rungs") or ()
-        if detected is not None and now - detected < HOUR and rungs and rungs[0] in IN_PLACE_RUNGS:
+        detected = parse_time(record.detected)
+        if detected is not None and now - detected < HOUR and record.rungs and record.rungs[0] in IN_PLACE_RUNGS:
             count += 1
     return count
 
 
-def starting_rung(wanted: str, why: str, bounds: Bounds, ledger: Sequence[Mapping], now: datetime,
+def starting_rung(wanted: str, why: str, bounds: Bounds, ledger: Sequence[RecoveryRecord], now: datetime,
                   in_place_ready: bool, in_place_reason: str = "") -> Start:
     """The rung this failure's recovery starts at: the one the policy wants, no finer than spec's finestRung,
     RestartGang once the in-place cap of the hour is used up or where the pods cannot restart in place."""
@@ -155,55 +154,62 @@ def seconds_left(rung: str, decided: datetime | None, bounds: Bounds, now: datet
 
 
 # -- the ledger -------------------------------------------------------------------------------------------------
-def open_incident(ledger: list[dict], *, cause: str, rung: str, why: str, detected: datetime, decided: datetime,
-                  attempt: int, counted: bool, pod: str | None = None, node: str | None = None,
-                  rank: int | None = None, step: int | None = None) -> dict:
+def open_incident(ledger: list[RecoveryRecord], *, cause: str, rung: str, why: str, detected: datetime,
+                  decided: datetime, attempt: int, counted: bool, pod: str | None = None, node: str | None = None,
+                  rank: int | None = None, step: int | None = None) -> RecoveryRecord:
     """Append a new incident (outcome Recovering) and keep the last LEDGER_SIZE; the record, to be updated."""
-    record = {"cause": cause, "pod": pod, "node": node, "rank": rank, "step": step, "attempt": attempt,
-              "rungs": [rung], "why": why, "outcome": RECOVERING, "counted": counted,
-              "detected": timestamp(min(detected, decided)), "decided": timestamp(decided)}
-    ledger.append({key: value for key, value in record.items() if value is not None})
+    given = {"cause": cause, "pod": pod, "node": node, "rank": rank, "step": step, "attempt": attempt,
+             "rungs": [rung], "why": why, "outcome": RECOVERING, "counted": counted,
+             "detected": timestamp(min(detected, decided)), "decided": timestamp(decided)}
+    ledger.append(RecoveryRecord(**{key: value for key, value in given.items() if value is not None}))
     del ledger[:-LEDGER_SIZE]
     return ledger[-1]
 
 
-def current_incident(ledger: Sequence[dict]) -> dict | None:
+def current_incident(ledger: Sequence[RecoveryRecord]) -> RecoveryRecord | None:
     """The incident still being recovered, if any (only the newest can be)."""
-    return ledger[-1] if ledger and ledger[-1].get("outcome") == RECOVERING else None
+    return ledger[-1] if ledger and ledger[-1].outcome == RECOVERING else None
 
 
-def climb(record: dict, rung: str, why: str, now: datetime) -> None:
+def climb(record: RecoveryRecord, rung: str, why: str, now: datetime) -> None:
     """The incident moves to a coarser rung: its timestamps after `decided` belong to the rung that gave way."""
-    record["rungs"] = [*record.get("rungs", ()), rung]
-    record["why"] = why
-    record["decided"] = timestamp(now)
-    for key in ("podsReady", "ranksRelaunched", "firstStepAfter", "resumedFromStep", "stepsRedone", "seconds"):
-        record.pop(key, None)
+    record.rungs = [*record.rungs, rung]
+    record.why = why
+    record.decided = timestamp(now)
+    record.pods_ready = record.ranks_relaunched = record.first_step_after = None
+    record.resumed_from_step = record.steps_redone = None
+    record.seconds = None
 
 
-def mark(record: dict, key: str, moment: datetime) -> None:
-    """Set a milestone once (podsReady, ranksRelaunched): the first observation is the one kept."""
-    record.setdefault(key, timestamp(moment))
+MILESTONES = frozenset({"pods_ready", "ranks_relaunched"})
 
 
-def resumed(record: dict, first_step: int, moment: datetime, resumed_from: int | None = None) -> None:
+def mark(record: RecoveryRecord, milestone: str, moment: datetime) -> None:
+    """Set a milestone once (pods_ready, ranks_relaunched): the first observation is the one kept."""
+    if milestone not in MILESTONES:
+        raise ValueError(f"{milestone!r} is not a milestone of an incident: {sorted(MILESTONES)}")
+    if getattr(record, milestone) is None:
+        setattr(record, milestone, timestamp(moment))
+
+
+def resumed(record: RecoveryRecord, first_step: int, moment: datetime, resumed_from: int | None = None) -> None:
     """Training stepped again after the recovery: the incident is Recovered by its last rung; the steps redone are
     those between the checkpoint it resumed from and the step the fault hit."""
-    record["firstStepAfter"] = timestamp(moment)
-    record["outcome"] = RECOVERED
-    record["recoveredBy"] = record["rungs"][-1]
+    record.first_step_after = timestamp(moment)
+    record.outcome = RECOVERED
+    record.recovered_by = record.rungs[-1]
     start = resumed_from if resumed_from is not None else first_step - 1
-    record["resumedFromStep"] = start
-    if record.get("step") is not None:
-        record["stepsRedone"] = max(0, int(record["step"]) - start)
-    detected = parse_time(record.get("detected"))
+    record.resumed_from_step = start
+    if record.step is not None:
+        record.steps_redone = max(0, record.step - start)
+    detected = parse_time(record.detected)
     if detected is not None:
-        record["seconds"] = round(max(0.0, (moment - detected).total_seconds()), 3)
+        record.seconds = round(max(0.0, (moment - detected).total_seconds()), 3)
 
 
-def gave_up(record: dict, why: str) -> None:
-    record["outcome"] = GAVE_UP
-    record["why"] = why
+def gave_up(record: RecoveryRecord, why: str) -> None:
+    record.outcome = GAVE_UP
+    record.why = why
 
 
 # -- the launchers' reports -------------------------------------------------------------------------------------

@@ -77,5 +77,5 @@ def record_interval(p: Pass) -> None:
     p.status["checkpointInterval"] = checkpointing.fold(
         p.status.get("checkpointInterval"), now=p.o.now, since=since, step=step,
         step_seconds=account.get("healthyStepSeconds"), save_seconds=save, saves=saves,
-        ledger=p.status.get("recoveries") or [], nodes=nodes, total_steps=p.resolved.spec.training.steps,
+        ledger=p.s.recoveries, nodes=nodes, total_steps=p.resolved.spec.training.steps,
         start_steps=START_STEPS, cluster=p.o.node_faults)

@@ -306,7 +306,7 @@ def ran_before(p: Pass) -> bool:
     gets the Running event: the status keeps a job's first start (startTime, the Running and RankTableReady
     conditions, placement.summary naming the nodes) until it runs again, and events keep the history the status
     overwrites — one write fewer for every job that never fails."""
-    return (p.s.attempt or 1) > 1 or bool(p.s.restarts) or bool(p.status.get("recoveries"))
+    return (p.s.attempt or 1) > 1 or bool(p.s.restarts) or bool(p.s.recoveries)
 
 
 def start(p: Pass, current: dict, placement: PlacementStatus, template_hash: str) -> Decision:

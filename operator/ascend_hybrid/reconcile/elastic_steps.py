@@ -37,7 +37,7 @@ from ascend_hybrid.reconcile import checkpoint_steps, membership, strategy, volc
 from ascend_hybrid.reconcile.actions import EnsureChildren, PlaceReplacement, ProbeGrow
 from ascend_hybrid.reconcile.state import Decision, Pass
 from ascend_hybrid.spec import rules
-from ascend_hybrid.spec.api import ElasticStatus, PlacementStatus, PlannedPlacement
+from ascend_hybrid.spec.api import ElasticStatus, PlacementStatus, PlannedPlacement, RecoveryRecord
 from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
 
 # How often a shrunk job asks the shell whether its whole gang fits again (a placement under the one lock).
@@ -200,12 +200,12 @@ def shrink_options(p: Pass) -> tuple[tuple[tuple[GangRequest, ResolvedJob], ...]
     waits whole)."""
     e = p.resolved
     elastic = e.spec.elastic
-    record = recovery.current_incident(p.status.get("recoveries") or [])
-    decided = parse_time((record or {}).get("decided"))
+    record = recovery.current_incident(p.s.recoveries)
+    decided = parse_time(record.decided) if record is not None else None
     if elastic is None or record is None or decided is None:
         return (), None
     left = elastic.replacement_timeout_seconds - (p.o.now - decided).total_seconds()
-    if left > 0 and not record.get("replacementTimedOut"):
+    if left > 0 and not record.replacement_timed_out:
         return (), left
     try:
         hw = strategy.hardware_for(e, p.o.hardware_profiles)
@@ -245,21 +245,24 @@ def shrunk(status: dict, asked: ResolvedJob, placed: ResolvedJob, now: datetime,
     status.pop("podTemplateHash", None)
     why = (f"no room for data {asked.data} ({asked.pod_count} pods): shrunk to data {placed.data}, "
            f"{placed.micro_batches} micro-batches per step, the global batch of {placed.global_batch_size} kept")
-    record = recovery.current_incident(status.get("recoveries") or [])
+    ledger = [RecoveryRecord.model_validate(item) for item in status.get("recoveries") or ()]
+    record = recovery.current_incident(ledger)
     if record is not None:
         recovery.climb(record, SHRINK, why, now)
+        status["recoveries"][-1] = record.model_dump(by_alias=True, exclude_unset=True, exclude_none=True,
+                                                     mode="json")
     set_condition(status, DEGRADED, True, "Shrunk", f"data {asked.data}→{placed.data}: {why}", now, generation)
     return [("Warning", "Shrunk", f"data {asked.data}→{placed.data}: {why}")]
 
 
 # -- shrinking with the running pods kept ---------------------------------------------------------------------
-def unplaced_step(p: Pass, current: Mapping[int, dict], record: dict, index: int, request: GangRequest) -> bool:
+def unplaced_step(p: Pass, current: Mapping[int, dict], record: RecoveryRecord, index: int, request: GangRequest) -> bool:
     """ReplacePod found no node for pod `index` of an elastic job: try the replacement again until
     replacementTimeoutSeconds passed since the rung's decision, then shrink keeping the running pods. False when
     it cannot (a queued job, too few pods running, no smaller degree): RestartGang follows, and its placement
     may shrink."""
     elastic = p.resolved.spec.elastic
-    decided = parse_time(record.get("decided"))
+    decided = parse_time(record.decided)
     if elastic is None or p.queue or decided is None:
         return False
     left = elastic.replacement_timeout_seconds - (p.o.now - decided).total_seconds()
@@ -271,8 +274,8 @@ def unplaced_step(p: Pass, current: Mapping[int, dict], record: dict, index: int
         p.d.act(PlaceReplacement(index, request))
         p.requeue(min(left, GROW_PROBE_SECONDS))
         return True
-    record["replacementTimedOut"] = True  # a RestartGang that follows may place a smaller gang at once
-    return shrink_in_place(p, current, record, index)
+    record.replacement_timed_out = True  # a RestartGang that follows may place a smaller gang at once
+    return shrink_in_place(p, current, index)
 
 
 def survivors(current: Mapping[int, dict], lost: int) -> list[dict]:
@@ -282,11 +285,12 @@ def survivors(current: Mapping[int, dict], lost: int) -> list[dict]:
             if index != lost and phase_of(pod) == "Running" and not is_deleting(pod)]
 
 
-def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: int) -> bool:
+def shrink_in_place(p: Pass, current: Mapping[int, dict], lost: int) -> bool:
     """Shrink without remaking the gang: the largest smaller data degree whose pods the running ones can be. They
     are kept where they run (their chips, IPs and processes), renumbered 0..n-1 as a new attempt; the others go;
     the launchers restart their ranks in the smaller world from the newest checkpoint (the world is written with
-    the next rank generation, recovery_steps.signal)."""
+    the next rank generation, recovery_steps.signal). The open incident climbs to Shrink: its record is a new
+    object after this (the status went through a whole dict), so a caller reads it again from p.s.recoveries."""
     full = spec_job(p)
     try:
         hw = strategy.hardware_for(full, p.o.hardware_profiles)
@@ -310,7 +314,9 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], record: dict, lost: in
         p.d.emit(kind, reason, message)
     p.absorb(status)
     membership.keep(p, kept)
-    record["podsKept"] = len(kept)
+    record = recovery.current_incident(p.s.recoveries)
+    if record is not None:
+        record.pods_kept = len(kept)
     generation = p.rank_generation + 1
     p.recovery().generation, p.recovery().rung = generation, SHRINK
     p.o = replace(p.o, resolved=job)
@@ -352,7 +358,7 @@ def grow_step(p: Pass, current: Mapping[int, dict]) -> bool:
         return False
     full = spec_job(p)
     keep = keeps_pods(p, current)
-    settled = recovery.current_incident(p.status.get("recoveries") or []) is None  # the shrink's first step is in
+    settled = recovery.current_incident(p.s.recoveries) is None  # the shrink's first step is in
     if settled and state.grow_fits and at_boundary(checkpoint_steps.every_steps(p), state.grow_fits_at_step,
                                                    p.training_step):
         added = state.grow_nodes or ()
@@ -434,7 +440,7 @@ def grown(p: Pass, full: ResolvedJob) -> tuple[ElasticStatus, str]:
     training_step = p.training_step
     why = (f"a placement for data {full.data} fits again; growing from data {state.data} at the checkpoint "
            f"boundary (step {training_step})")
-    recovery.open_incident(p.status.setdefault("recoveries", []), cause="CapacityReturned", rung=GROW, why=why,
+    recovery.open_incident(p.s.recoveries, cause="CapacityReturned", rung=GROW, why=why,
                            detected=p.o.now, decided=p.o.now, attempt=p.attempt, counted=False,
                            step=training_step)
     return state, why
@@ -464,7 +470,7 @@ def grow_in_place(p: Pass, full: ResolvedJob, current: Mapping[int, dict], added
     in the larger world and never meet the smaller one's scheduler."""
     kept = [pod for _, pod in sorted(current.items())]
     state, why = grown(p, full)
-    p.status["recoveries"][-1]["podsKept"] = len(kept)
+    p.s.recoveries[-1].pods_kept = len(kept)
     p.new_attempt()
     attempt = p.attempt
     membership.keep(p, kept)

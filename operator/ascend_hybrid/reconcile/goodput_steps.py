@@ -13,6 +13,7 @@ from ascend_hybrid.diagnosis import goodput
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.planner import observed
 from ascend_hybrid.reconcile.state import Pass
+from ascend_hybrid.spec.api import RecoveryRecord
 
 
 def mode(p: Pass) -> str:
@@ -41,11 +42,9 @@ def predicted_step_seconds(status: dict) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-def failed_at(status: dict) -> int | None:
+def failed_at(ledger: list[RecoveryRecord]) -> int | None:
     """The step the newest incident hit (the trainer's report): trained, so redone when trained again."""
-    ledger = status.get("recoveries") or []
-    step = ledger[-1].get("step") if ledger else None
-    return step if isinstance(step, int) else None
+    return ledger[-1].step if ledger else None
 
 
 def account(p: Pass, terminal_before: bool) -> None:
@@ -58,7 +57,7 @@ def account(p: Pass, terminal_before: bool) -> None:
     folded = goodput.fold(p.status.get("goodputAccount"), since=since, now=p.o.now, mode=mode(p),
                           epoch=epoch, reading=reading(p.o.telemetry), world=p.resolved.world_size,
                           predicted_step_seconds=predicted_step_seconds(p.status),
-                          trained_to=failed_at(p.status))
+                          trained_to=failed_at(p.s.recoveries))
     p.status["goodputAccount"] = folded
     value = goodput.goodput(folded)
     if value is not None:

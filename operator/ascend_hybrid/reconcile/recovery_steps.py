@@ -41,6 +41,7 @@ from ascend_hybrid.gang.placement import GangRequest
 from ascend_hybrid.reconcile import elastic_steps, membership
 from ascend_hybrid.reconcile.actions import DeletePods, PlaceReplacement
 from ascend_hybrid.reconcile.state import Decision, Pass
+from ascend_hybrid.spec.api import RecoveryRecord
 
 # Whether the ladder carries ReplacePod out (else it skips that rung and says so).
 REPLACE_POD_AVAILABLE = True
@@ -62,24 +63,24 @@ def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
     """The failure policy's verdict: fail, or recover (counted against backoffLimit, or as a disruption, or
     ignored) at the rung of the recovery ladder it starts at; a failure while an in-place rung runs moves that
     incident to the next rung instead (not counted again)."""
-    e, status = p.resolved, p.status
+    e = p.resolved
     verdict = judge(e.spec.run_policy.failure_policy.rules, failure)
     fix = hint(failure, e, prediction(e) if failure.cause == "DeviceOutOfMemory" else None)
-    status["lastFailure"] = last_failure(failure, verdict.action, p.attempt, fix, p.o.now)
+    p.s.last_failure = last_failure(failure, verdict.action, p.attempt, fix, p.o.now)
     what = summary(failure)
-    open_incident = recovery.current_incident(status.get("recoveries") or [])
+    open_incident = recovery.current_incident(p.s.recoveries)
     if verdict.fails:
         if open_incident is not None:
             recovery.gave_up(open_incident, f"FailJob by {verdict.why}")
         return p.fail(failure.cause, f"{what}; FailJob by {verdict.why}", fix)
     by_index = {pod_index(pod): pod for pod in current}
-    if open_incident is not None and open_incident["rungs"][-1] in IN_PLACE_RUNGS:
+    if open_incident is not None and open_incident.rungs[-1] in IN_PLACE_RUNGS:
         # the second failure's suspects are avoided too by the rung that moves pods
-        open_incident["avoid"] = sorted(set(open_incident.get("avoid") or ()) | set(verdict.avoid))
+        open_incident.avoid = sorted(set(open_incident.avoid) | set(verdict.avoid))
         return escalate_for(p, open_incident, failure, what, fix, by_index)
     if open_incident is not None:  # the gang restarted and failed again before it stepped: a new incident
         recovery.gave_up(open_incident, f"failed again before training stepped: {what}")
-        open_incident["outcome"] = "NotRecovered"
+        open_incident.outcome = "NotRecovered"
     limit = e.spec.run_policy.backoff_limit
     counters, counted = counters_after(
         {"restarts": p.s.restarts, "disruptions": p.s.disruptions, "ignoredFailures": p.s.ignored_failures}, verdict)
@@ -90,7 +91,7 @@ def failed(p: Pass, failure: Failure, current: list[dict]) -> Decision:
     start = start_rung(p, verdict.rung or RESTART_GANG, verdict.why, by_index, failure.index)
     record = start_incident(p, failure, start, verdict.counts)
     if verdict.avoid and start.rung == RESTART_RANKS:
-        record["avoid"] = list(verdict.avoid)  # the pods stay; a rung that moves them avoids these
+        record.avoid = list(verdict.avoid)  # the pods stay; a rung that moves them avoids these
     else:
         p.avoid(verdict.avoid)
     if start.rung == RESTART_RANKS:
@@ -114,8 +115,8 @@ def restart_gang_for(p: Pass, current: dict, why: str) -> bool:
     when it began)."""
     if p.s.recovery is not None:
         p.s.recovery.rung = p.s.recovery.replacing = p.s.recovery.unplaced = None
-    record = recovery.current_incident(p.status.get("recoveries") or []) or {}
-    p.avoid(record.get("avoid") or ())
+    record = recovery.current_incident(p.s.recoveries)
+    p.avoid(record.avoid if record is not None else ())
     attempt = p.end_attempt(list(current.values()))
     p.restarting("RecoveryEscalated", f"{why}: restarting the whole gang as attempt {attempt}")
     return True
@@ -188,11 +189,6 @@ def bounds(p: Pass) -> Bounds:
     return Bounds.of(p.resolved.spec.run_policy.recovery)
 
 
-def ledger_of(p: Pass) -> list[dict]:
-    ledger: list[dict] = p.status.setdefault("recoveries", [])
-    return ledger
-
-
 def not_replacing(p: Pass) -> str | None:
     """Why ReplacePod may not be taken for this job (None: it may)."""
     if not REPLACE_POD_AVAILABLE:
@@ -203,7 +199,7 @@ def not_replacing(p: Pass) -> str | None:
 def start_rung(p: Pass, wanted: str, why: str, current: dict, failed_index: int | None) -> recovery.Start:
     """The rung the failure starts at: RestartRanks needs every pod ready in place; ReplacePod every pod but the
     failed one (so a RestartRanks whose failed pod cannot restart in place becomes ReplacePod)."""
-    ledger, limits = p.status.get("recoveries") or [], bounds(p)
+    ledger, limits = p.s.recoveries, bounds(p)
     ready, reason = in_place_ready(p, current)
     if failed_index is None:
         replace_ready, replace_reason = False, "the failure names no pod to replace"
@@ -222,10 +218,10 @@ def start_rung(p: Pass, wanted: str, why: str, current: dict, failed_index: int 
     return start
 
 
-def escalate_for(p: Pass, record: dict, failure: Failure, what: str, fix: str, current: dict) -> Decision:
+def escalate_for(p: Pass, record: RecoveryRecord, failure: Failure, what: str, fix: str, current: dict) -> Decision:
     """A second failure while an in-place rung runs: the next rung for the same incident (not counted again).
     ReplacePod when RestartRanks failed and every other pod can restart in place, else RestartGang."""
-    previous = record["rungs"][-1]
+    previous = record.rungs[-1]
     following = recovery.escalate(previous)
     why = f"{what}: a second failure while {previous} ran"
     if following == REPLACE_POD:
@@ -244,23 +240,23 @@ def escalate_for(p: Pass, record: dict, failure: Failure, what: str, fix: str, c
     return p.d
 
 
-def start_incident(p: Pass, failure: Failure, start: recovery.Start, counted: bool) -> dict:
+def start_incident(p: Pass, failure: Failure, start: recovery.Start, counted: bool) -> RecoveryRecord:
     training_step = p.training_step
     return recovery.open_incident(
-        ledger_of(p), cause=failure.cause, rung=start.rung, why=start.why, detected=failure.time or p.o.now,
+        p.s.recoveries, cause=failure.cause, rung=start.rung, why=start.why, detected=failure.time or p.o.now,
         decided=p.o.now, attempt=p.attempt, counted=counted, pod=failure.pod,
         node=failure.node, rank=failure.rank, step=failure.step if failure.step is not None else training_step)
 
 
-def restart_ranks(p: Pass, record: dict, failure: Failure, text: str, fix: str) -> Decision:
+def restart_ranks(p: Pass, record: RecoveryRecord, failure: Failure, text: str, fix: str) -> Decision:
     """RestartRanks: the next rank generation to every launcher; pods, IPs, chips and rank table kept."""
     generation = rank_generation(p) + 1
     p.recovery().generation, p.recovery().rung = generation, RESTART_RANKS
-    recovery.mark(record, "podsReady", p.o.now)  # no pod went: they are ready at the decision
+    recovery.mark(record, "pods_ready", p.o.now)  # no pod went: they are ready at the decision
     return _relaunch(p, generation, failure, text, fix)
 
 
-def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, current: dict) -> Decision:
+def replace_pod(p: Pass, record: RecoveryRecord, failure: Failure, text: str, fix: str, current: dict) -> Decision:
     """ReplacePod: the failed pod deleted (at once, without grace, when its node is lost) and placed again at
     its index; the next rank generation to every launcher, the new pod's included."""
     index = failure.index
@@ -277,9 +273,9 @@ def replace_pod(p: Pass, record: dict, failure: Failure, text: str, fix: str, cu
     return _relaunch(p, generation, failure, text, fix)
 
 
-def replacement_request(p: Pass, index: int, record: dict) -> GangRequest:
+def replacement_request(p: Pass, index: int, record: RecoveryRecord) -> GangRequest:
     """The one-pod request ReplacePod places: the job's chips, near the pod's peers, the suspects avoided."""
-    avoided = set(p.s.avoided_nodes) | set(record.get("avoid") or ())
+    avoided = set(p.s.avoided_nodes) | set(record.avoid)
     return replace(p.gang_request(p.resolved, avoided), pod_count=1, groups=(),
                    near_nodes=frozenset(peer_nodes(p, index)))
 
@@ -317,7 +313,7 @@ def replacement_step(p: Pass, current: dict) -> bool:
     """While ReplacePod runs and its pod is not back: RestartGang when no node fits it or the rung timed out;
     the wait while the old pod goes. True when the pass ends here."""
     index = replacing(p)
-    record = recovery.current_incident(p.status.get("recoveries") or [])
+    record = recovery.current_incident(p.s.recoveries)
     if index is None or record is None:
         return False
     state = p.recovery()
@@ -329,7 +325,7 @@ def replacement_step(p: Pass, current: dict) -> bool:
         recovery.climb(record, RESTART_GANG, why, p.o.now)
         p.d.emit("Warning", "RecoveryEscalated", f"{why}; escalating to RestartGang")
         return restart_gang_for(p, current, why)
-    over = recovery.timed_out(REPLACE_POD, parse_time(record.get("decided")), bounds(p), p.o.now)
+    over = recovery.timed_out(REPLACE_POD, parse_time(record.decided), bounds(p), p.o.now)
     if over is not None:
         why = f"ReplacePod passed its timeout of {bounds(p).replace_pod_timeout:.0f}s (spec.runPolicy.recovery)"
         recovery.climb(record, RESTART_GANG, why, p.o.now)
@@ -360,7 +356,7 @@ def signal_launchers(p: Pass) -> None:
 def follow_in_place(p: Pass, current: dict) -> bool:
     """While an in-place rung runs: its milestones from the launchers' reports; Recovered at the first step
     after; the next rung when it passes its timeout. True while it still runs (the pass ends here)."""
-    rung, record = p.rung, recovery.current_incident(p.status.get("recoveries") or [])
+    rung, record = p.rung, recovery.current_incident(p.s.recoveries)
     if rung not in FOLLOWED_IN_PLACE or record is None:
         if rung is not None:
             p.recovery().rung = None
@@ -369,16 +365,16 @@ def follow_in_place(p: Pass, current: dict) -> bool:
     reports = {index: report for index, report in launcher_reports(p, current).items()
                if report.generation == generation}
     started = [report for report in reports.values() if report.state in (STARTED, STEPPING)]
-    recovery.mark(record, "podsReady", p.o.now)  # this step runs once every pod runs (ReplacePod: again)
+    recovery.mark(record, "pods_ready", p.o.now)  # this step runs once every pod runs (ReplacePod: again)
     if len(started) == pod_count:
-        recovery.mark(record, "ranksRelaunched", max((r.time or p.o.now) for r in started))
+        recovery.mark(record, "ranks_relaunched", max((r.time or p.o.now) for r in started))
     stepping = [report for report in reports.values() if report.state == STEPPING]
     if stepping:
         recovered(p, record, min(stepping, key=lambda r: (r.time or p.o.now)))
         p.recovery().replacing = None
         return False
     timer = REPLACE_POD if rung in (SHRINK, GROW) else rung  # an elastic rung that kept pods: bounded as ReplacePod
-    over = recovery.timed_out(timer, parse_time(record.get("decided")), bounds(p), p.o.now)
+    over = recovery.timed_out(timer, parse_time(record.decided), bounds(p), p.o.now)
     if over is not None:
         # every pod runs: no lost pod for ReplacePod to make again, so a timed-out rung restarts the gang
         limit = bounds(p).timeout(timer)
@@ -389,21 +385,21 @@ def follow_in_place(p: Pass, current: dict) -> bool:
     message = (f"{rung} (rank generation {generation}): {len(started)}/{pod_count} launchers restarted their "
                f"ranks; waiting for the first step")
     p.phase("Restarting", message)
-    p.cond("Running", False, record["cause"], message)
-    left = recovery.seconds_left(timer, parse_time(record.get("decided")), bounds(p), p.o.now)
+    p.cond("Running", False, record.cause, message)
+    left = recovery.seconds_left(timer, parse_time(record.decided), bounds(p), p.o.now)
     p.requeue(min(2.0, left) if left is not None else 2.0)
     return True
 
 
-def recovered(p: Pass, record: dict, report: LauncherReport) -> None:
+def recovered(p: Pass, record: RecoveryRecord, report: LauncherReport) -> None:
     moment = report.time or p.o.now
     recovery.resumed(record, report.step if report.step is not None else (report.resumed_from or 0) + 1,
                      moment, report.resumed_from)
     if p.s.recovery is not None:
         p.s.recovery.rung = None
-    redone = f", {record['stepsRedone']} steps redone" if "stepsRedone" in record else ""
-    message = (f"{record['recoveredBy']}: training stepped again {record.get('seconds', 0):.1f}s after the "
-               f"fault, from the checkpoint of step {record['resumedFromStep']}{redone}")
+    redone = f", {record.steps_redone} steps redone" if record.steps_redone is not None else ""
+    message = (f"{record.recovered_by}: training stepped again {record.seconds or 0:.1f}s after the "
+               f"fault, from the checkpoint of step {record.resumed_from_step}{redone}")
     p.cond("Restarting", False, "Recovered", message)
     p.d.emit("Normal", "Recovered", message)
 
@@ -411,21 +407,21 @@ def recovered(p: Pass, record: dict, report: LauncherReport) -> None:
 def follow_gang(p: Pass, current: dict) -> None:
     """The milestones of a whole-gang restart, once the new attempt runs: pods ready now; ranks relaunched and
     the first step after from the launchers' reports, else from telemetry of the new attempt."""
-    record = recovery.current_incident(p.status.get("recoveries") or [])
-    if record is None or record["rungs"][-1] not in WHOLE_GANG_RUNGS or int(record.get("attempt") or 0) >= p.attempt:
+    record = recovery.current_incident(p.s.recoveries)
+    if record is None or record.rungs[-1] not in WHOLE_GANG_RUNGS or (record.attempt or 0) >= p.attempt:
         return
-    recovery.mark(record, "podsReady", p.o.now)
+    recovery.mark(record, "pods_ready", p.o.now)
     reports = list(launcher_reports(p, current).values())
     started = [report for report in reports if report.state in (STARTED, STEPPING)]
     if reports and len(started) == p.resolved.pod_count:
-        recovery.mark(record, "ranksRelaunched", max((r.time or p.o.now) for r in started))
+        recovery.mark(record, "ranks_relaunched", max((r.time or p.o.now) for r in started))
     stepping = [report for report in reports if report.state == STEPPING]
     if stepping:
         recovered(p, record, min(stepping, key=lambda r: (r.time or p.o.now)))
         return
-    sample, decided = p.o.telemetry, parse_time(record.get("decided"))
+    sample, decided = p.o.telemetry, parse_time(record.decided)
     if sample is not None and sample.ok and sample.step and decided and sample.sampled_at >= decided:
         recovery.resumed(record, int(sample.step), sample.sampled_at)
-        message = f"{record['rungs'][-1]}: training stepped again {record.get('seconds', 0):.1f}s after the fault"
+        message = f"{record.rungs[-1]}: training stepped again {record.seconds or 0:.1f}s after the fault"
         p.cond("Restarting", False, "Recovered", message)
         p.d.emit("Normal", "Recovered", message)

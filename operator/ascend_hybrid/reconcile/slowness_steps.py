@@ -32,6 +32,7 @@ from ascend_hybrid.diagnosis.recovery import REPLACE_POD, SHRINK
 from ascend_hybrid.monitoring import slowness
 from ascend_hybrid.reconcile import checkpoint_steps, elastic_steps, recovery_steps
 from ascend_hybrid.reconcile.state import Pass
+from ascend_hybrid.spec.api import RecoveryRecord
 
 REPORT, REPLACE, SHRINK_ACTION = "Report", "Replace", "Shrink"
 UNMEASURED_SAVE_SECONDS = 20.0  # what a save costs before the trainer has timed one
@@ -112,8 +113,8 @@ def hold(p: Pass, confirmed: dict) -> str | None:
         return (f"the job's steps take {slowdown:.2f}× its healthy pace, under "
                 f"spec.runPolicy.slowness.minSlowdown={policy.min_slowdown:g}: reported only")
     hour_ago = p.o.now - timedelta(hours=1)
-    taken = [record for record in p.status.get("recoveries") or () if record.get("cause") == slowness.SLOW_NODE
-             and (parse_time(record.get("decided")) or hour_ago) > hour_ago]
+    taken = [record for record in p.s.recoveries if record.cause == slowness.SLOW_NODE
+             and (parse_time(record.decided) or hour_ago) > hour_ago]
     if len(taken) >= policy.max_actions_per_hour:
         return (f"{len(taken)} actions for slowness in the last hour reach "
                 f"spec.runPolicy.slowness.maxActionsPerHour={policy.max_actions_per_hour}: reported only")
@@ -171,15 +172,14 @@ def save_cost(p: Pass) -> float:
     return float(measured) if measured else UNMEASURED_SAVE_SECONDS
 
 
-def action_cost(status: dict) -> float:
+def action_cost(ledger: list[RecoveryRecord], account: dict) -> float:
     """Seconds an action is expected to cost: the median of the job's past recoveries; before it has any, its own
     start (the goodput account's startsAndRestarts: pods made to its first step — what a replaced pod and the
     others' restarted ranks go through again); RECOVERY_COST_SECONDS before either is measured."""
-    past = [float(record["seconds"]) for record in status.get("recoveries") or ()
-            if record.get("outcome") == recovery.RECOVERED and record.get("seconds") is not None]
+    past = [record.seconds for record in ledger if record.outcome == recovery.RECOVERED and record.seconds is not None]
     if past:
         return statistics.median(past)
-    started = float(((status.get("goodputAccount") or {}).get("seconds") or {}).get(goodput.STARTS) or 0.0)
+    started = float((account.get("seconds") or {}).get(goodput.STARTS) or 0.0)
     return started if started > 0 else RECOVERY_COST_SECONDS
 
 
@@ -192,7 +192,7 @@ def worth_it(p: Pass, slowdown: float) -> str | None:
         return "waiting for the job's healthy pace"
     left = max(p.resolved.spec.training.steps - int(step), 0) * float(healthy) * slowdown
     loss = left * (1 - 1 / slowdown)
-    cost = action_cost(p.status)
+    cost = action_cost(p.s.recoveries, account)
     if loss < COST_MARGIN * cost:
         return (f"the {left:.0f}s of training left lose {loss:.0f}s at this slowdown, less than {COST_MARGIN:g}× what "
                 f"an action costs ({cost:.0f}s): reported only")
@@ -207,7 +207,7 @@ def replace_or_shrink(p: Pass, current: dict, confirmed: dict, index: int, pod: 
     failure = Failure(slowness.SLOW_NODE, evidence, pod=pod, index=index, node=node, step=step, time=p.o.now)
     shrink = policy.action == SHRINK_ACTION and p.resolved.spec.elastic is not None and not p.queue
     why = f"spec.runPolicy.slowness.action={policy.action}: {evidence}"
-    record = recovery.open_incident(recovery_steps.ledger_of(p), cause=slowness.SLOW_NODE,
+    record = recovery.open_incident(p.s.recoveries, cause=slowness.SLOW_NODE,
                                     rung=SHRINK if shrink else REPLACE_POD, why=why,
                                     detected=parse_time(confirmed.get("since")) or p.o.now, decided=p.o.now,
                                     attempt=p.attempt, counted=False, pod=pod, node=node, step=step)
@@ -215,12 +215,13 @@ def replace_or_shrink(p: Pass, current: dict, confirmed: dict, index: int, pod: 
     remember(p, confirmed, policy.action)
     confirmed["acted"] = timestamp(p.o.now)
     confirmed["decision"] = f"{policy.action} at step {step}"
-    if shrink and elastic_steps.shrink_in_place(p, current, record, index):
-        record["rungs"], record["why"] = [SHRINK], why  # shrunk() climbed it with its own words
+    if shrink and elastic_steps.shrink_in_place(p, current, index):
+        shrunk = p.s.recoveries[-1]  # the same incident, read again: shrink_in_place climbed it with its own words
+        shrunk.rungs, shrunk.why = [SHRINK], why
         p.d.emit("Warning", slowness.SLOW_NODE, f"{why}: shrinking around pod {pod}, node {node} avoided")
         return True
     if shrink:
-        record["rungs"] = [REPLACE_POD]
+        record.rungs = [REPLACE_POD]
         confirmed["decision"] = (f"Shrink at step {step}: no smaller data degree keeps the running pods (a checkpoint "
                                  "sliced per rank, or too few pods running): replaced instead")
     text = (f"{why}: node {node} avoided, pod {pod} (index {index}) made again elsewhere at the checkpoint, the "

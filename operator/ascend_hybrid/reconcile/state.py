@@ -65,7 +65,7 @@ FAST_REQUEUE_SECONDS = 2.0
 TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", "placement", "conditions",
                           "avoidedNodes", "admissionRefusals", "podTemplateHash", "startTime", "completionTime",
                           "worldSize", "observedGeneration", "restarts", "disruptions", "ignoredFailures", "pods",
-                          "rankTable", "training", "utilization"})
+                          "rankTable", "training", "utilization", "recoveries", "lastFailure"})
 
 
 @dataclass(frozen=True)
@@ -409,7 +409,7 @@ class Pass:
 
     # -- terminal outcomes --------------------------------------------------------------------------------------
     def fail(self, reason: str, message: str, fix: str | None = None) -> Decision:
-        open_incident = recovery.current_incident(self.status.get("recoveries") or [])
+        open_incident = recovery.current_incident(self.s.recoveries)
         if open_incident is not None:
             recovery.gave_up(open_incident, f"the job failed: {reason}")
         if self.s.recovery is not None:

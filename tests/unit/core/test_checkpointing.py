@@ -16,6 +16,7 @@ import pytest
 from ascend_hybrid.contracts.conditions import timestamp
 from ascend_hybrid.diagnosis import checkpointing
 from ascend_hybrid.diagnosis.checkpointing import NodeFaults
+from ascend_hybrid.spec.api import RecoveryRecord
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 HOUR = 3600.0
@@ -27,8 +28,13 @@ def test_dalys_worked_cases(mtbf_hours, minutes):
     assert checkpointing.daly_seconds(300.0, mtbf_hours * HOUR) / 60 == pytest.approx(minutes, abs=0.5)
 
 
-def incident(cause, hours_ago, node="n1"):
-    return {"cause": cause, "node": node, "detected": timestamp(T0 - timedelta(hours=hours_ago))}
+def incident(cause, hours_ago, node="n1") -> RecoveryRecord:
+    return RecoveryRecord(cause=cause, node=node, detected=timestamp(T0 - timedelta(hours=hours_ago)))
+
+
+def raw(record: RecoveryRecord) -> dict:
+    """An incident as another job's status holds it (the shell reads every job's)."""
+    return record.model_dump(by_alias=True, exclude_unset=True, mode="json")
 
 
 def test_the_failure_rate_counts_the_jobs_failures_but_not_its_growths_or_actions_for_slowness():
@@ -60,8 +66,8 @@ def test_the_clusters_node_faults_replace_the_jobs_own_node_faults():
 
 def test_the_clusters_node_faults_come_from_every_jobs_ledger_once_per_node_and_moment():
     placed = {"startTime": timestamp(T0 - timedelta(hours=5)), "placement": {"nodes": ["n1", "n2"]}}
-    one = {**placed, "recoveries": [incident("NodeNotReady", 1, "n1"), incident("Unknown", 1, "n2")]}
-    two = {**placed, "recoveries": [incident("NodeNotReady", 1, "n1"), incident("ChipUnhealthy", 2, "n2")]}
+    one = {**placed, "recoveries": [raw(incident("NodeNotReady", 1, "n1")), raw(incident("Unknown", 1, "n2"))]}
+    two = {**placed, "recoveries": [raw(incident("NodeNotReady", 1, "n1")), raw(incident("ChipUnhealthy", 2, "n2"))]}
     faults = checkpointing.cluster_node_faults([one, two, {"phase": "Pending"}], T0)
     assert faults.faults == pytest.approx(2.0, rel=0.01)  # n1's fault under both jobs counts once
     assert faults.node_seconds == pytest.approx(2 * 2 * 5 * HOUR, rel=0.05)
@@ -126,7 +132,7 @@ def simulate(mtbf_hours: float, seed: int, hours: float, every: int | None = Non
     cluster = Cluster(job_nodes, 480, mtbf * job_nodes, random.Random(seed + 1))
     clock, trained, next_failure = 0.0, 0, rng.expovariate(1 / mtbf)
     state: dict | None = None
-    ledger: list[dict] = []
+    ledger: list[RecoveryRecord] = []
     failures: list[float] = []
     intervals: list[int] = []
     useful = 0.0
@@ -150,8 +156,8 @@ def simulate(mtbf_hours: float, seed: int, hours: float, every: int | None = Non
             continue
         clock = next_failure + restart  # the work since the last save is lost
         failures.append(next_failure)
-        ledger.append({"cause": "NodeNotReady", "node": f"n{len(failures)}",
-                       "detected": timestamp(T0 + timedelta(seconds=next_failure))})
+        ledger.append(RecoveryRecord(cause="NodeNotReady", node=f"n{len(failures)}",
+                                     detected=timestamp(T0 + timedelta(seconds=next_failure))))
         ledger = ledger[-32:]
         next_failure = clock + rng.expovariate(1 / mtbf)
     return 1 - useful / clock, intervals

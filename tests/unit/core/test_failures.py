@@ -176,16 +176,21 @@ def test_a_lost_pod_is_pod_deleted_and_a_healthy_attempt_is_none():
     assert (lost.cause, lost.pod, lost.node) == ("PodDeleted", "job-a1-1", "node-1")
 
 
+def dumped(model) -> dict:
+    """As the status holds it."""
+    return model.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
+
+
 def test_summary_and_last_failure_record_what_is_known():
     failure = classify_failed_pod(HCCL_TIMEOUT.build(),
                                   "node-1")
     assert summary(failure) == ("pod job-a1-1 on node node-1 failed: exit code 7 (Error), rank 9, step 40: "
                                 "HCCLExecTimeout: EI0002")
-    assert last_failure(failure, "RestartJobAvoidingNode", 2, "fix it", NOW + timedelta(seconds=9)) == {
+    assert dumped(last_failure(failure, "RestartJobAvoidingNode", 2, "fix it", NOW + timedelta(seconds=9))) == {
         "cause": "HCCLExecTimeout", "action": "RestartJobAvoidingNode", "attempt": 2, "pod": "job-a1-1",
         "node": "node-1", "rank": 9, "exitCode": 7, "step": 40, "reason": "Error", "message": "EI0002",
         "hint": "fix it", "time": "2026-11-29T12:00:00Z"}
     fault = Failure("NodeNotReady", "node n NotReady for 31s", pod="p", node="n")
     assert summary(fault) == "NodeNotReady: node n NotReady for 31s (pod p)"
-    assert set(last_failure(fault, "RestartJobAvoidingNode", 1, "h", NOW)) == {
+    assert set(dumped(last_failure(fault, "RestartJobAvoidingNode", 1, "h", NOW))) == {
         "cause", "action", "attempt", "pod", "node", "message", "hint", "time"}

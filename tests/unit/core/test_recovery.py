@@ -21,7 +21,7 @@ from ascend_hybrid.diagnosis.recovery import (
     RUNGS,
     Bounds,
 )
-from ascend_hybrid.spec.api import FailurePolicyRule, Recovery
+from ascend_hybrid.spec.api import FailurePolicyRule, Recovery, RecoveryRecord
 from ascend_hybrid.spec.causes import ACTIONS, CAUSES
 
 NOW = datetime(2026, 12, 2, 8, 0, 0, tzinfo=UTC)
@@ -145,37 +145,45 @@ def test_bounds_from_the_spec_defaults():
     assert Bounds.of(Recovery()) == Bounds(RESTART_RANKS, 300.0, 600.0, 6)
 
 
+def dumped(record: RecoveryRecord) -> dict:
+    """The record as status.recoveries holds it."""
+    return record.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
+
+
 def test_an_incident_from_detection_to_the_first_step_after():
-    ledger: list[dict] = []
+    ledger: list[RecoveryRecord] = []
     record = recovery.open_incident(ledger, cause="Unknown", rung=RESTART_RANKS, why="the default for Unknown",
                                     detected=NOW, decided=NOW + timedelta(seconds=1), attempt=1, counted=True,
                                     pod="job-a1-1", node="node-3", rank=1, step=12)
-    assert recovery.current_incident(ledger) is record and record["outcome"] == RECOVERING
-    recovery.mark(record, "podsReady", NOW + timedelta(seconds=1))
-    recovery.mark(record, "ranksRelaunched", NOW + timedelta(seconds=3))
-    recovery.mark(record, "ranksRelaunched", NOW + timedelta(seconds=9))  # the first observation stays
+    assert recovery.current_incident(ledger) is record and record.outcome == RECOVERING
+    recovery.mark(record, "pods_ready", NOW + timedelta(seconds=1))
+    recovery.mark(record, "ranks_relaunched", NOW + timedelta(seconds=3))
+    recovery.mark(record, "ranks_relaunched", NOW + timedelta(seconds=9))  # the first observation stays
     recovery.resumed(record, 11, NOW + timedelta(seconds=20), resumed_from=10)
-    assert record == {
+    assert dumped(record) == {
         "cause": "Unknown", "pod": "job-a1-1", "node": "node-3", "rank": 1, "step": 12, "attempt": 1,
         "rungs": [RESTART_RANKS], "why": "the default for Unknown", "outcome": RECOVERED, "counted": True,
         "detected": "2026-12-02T08:00:00Z", "decided": "2026-12-02T08:00:01Z", "podsReady": "2026-12-02T08:00:01Z",
         "ranksRelaunched": "2026-12-02T08:00:03Z", "firstStepAfter": "2026-12-02T08:00:20Z",
         "recoveredBy": RESTART_RANKS, "resumedFromStep": 10, "stepsRedone": 2, "seconds": 20.0}
     assert recovery.current_incident(ledger) is None
+    with pytest.raises(ValueError, match="not a milestone"):
+        recovery.mark(record, "outcome", NOW)
 
 
 def test_a_climb_forgets_the_milestones_of_the_rung_that_gave_way():
-    ledger: list[dict] = []
+    ledger: list[RecoveryRecord] = []
     record = recovery.open_incident(ledger, cause="Unknown", rung=RESTART_RANKS, why="w", detected=NOW,
                                     decided=NOW, attempt=1, counted=True)
-    recovery.mark(record, "ranksRelaunched", NOW + timedelta(seconds=3))
+    recovery.mark(record, "ranks_relaunched", NOW + timedelta(seconds=3))
     recovery.climb(record, RESTART_GANG, "RestartRanks timed out", NOW + timedelta(seconds=300))
-    assert record["rungs"] == [RESTART_RANKS, RESTART_GANG] and "ranksRelaunched" not in record
-    assert record["decided"] == "2026-12-02T08:05:00Z" and record["detected"] == "2026-12-02T08:00:00Z"
+    assert record.rungs == [RESTART_RANKS, RESTART_GANG] and "ranksRelaunched" not in dumped(record)
+    assert record.decided == "2026-12-02T08:05:00Z" and record.detected == "2026-12-02T08:00:00Z"
     recovery.resumed(record, 5, NOW + timedelta(seconds=330))  # no step at the fault known: nothing redone told
-    assert record["recoveredBy"] == RESTART_GANG and "stepsRedone" not in record and record["resumedFromStep"] == 4
+    assert record.recovered_by == RESTART_GANG and "stepsRedone" not in dumped(record)
+    assert record.resumed_from_step == 4
     recovery.gave_up(record, "backoffLimit")
-    assert record["outcome"] == recovery.GAVE_UP
+    assert record.outcome == recovery.GAVE_UP
 
 
 def test_the_ledger_keeps_the_last_incidents():
