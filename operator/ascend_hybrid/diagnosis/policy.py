@@ -80,10 +80,11 @@ def _verdict(action: str, why: str, failure: Failure, by_rule: bool) -> FailureV
 COUNTERS = ("restarts", "disruptions", "ignoredFailures")
 
 
-def counters_after(status: Mapping, verdict: FailureVerdict) -> tuple[dict[str, int], int]:
-    """status.restarts / disruptions / ignoredFailures after this verdict's restart, and the restarts that count
-    against backoffLimit (all restarts but the disruptions and the ignored failures)."""
-    counters = {key: int(status.get(key) or 0) for key in COUNTERS}
+def counters_after(before: Mapping[str, int | None], verdict: FailureVerdict) -> tuple[dict[str, int], int]:
+    """status.restarts / disruptions / ignoredFailures (`before`: the counters by their JSON names) after this
+    verdict's restart, and the restarts that count against backoffLimit (all restarts but the disruptions and the
+    ignored failures)."""
+    counters = {key: int(before.get(key) or 0) for key in COUNTERS}
     counters["restarts"] += 1
     if verdict.disruption:
         counters["disruptions"] += 1
