@@ -12,9 +12,10 @@ robust to jitter twice over: the median ignores a few odd peers, and with three 
 stand more than OUTLIER_MADS median absolute deviations above them. A node whose ranks are above
 spec.runPolicy.slowness.computeFactor is a suspect; a node suspect in confirmSamples samples in a row is
 confirmed (SlowNode True, naming the node, its pods and ranks, the ratio and the job's slowdown against its
-healthy pace); confirmSamples samples in a row without it turn the condition off. A sample without a node's
-figures (its pod's endpoint did not answer in time, as a throttled node's may not) says nothing of it: the node's
-count in a row is kept, neither advanced nor broken, and so is a confirmed node's count toward clearing.
+healthy pace); confirmSamples samples in a row without it turn the condition off. Each node's usual ratio (its
+baseline, for a node always a little slower) is learned over the job's first samples and then follows only the
+samples that look usual: not a suspect's, not one more than halfway to the threshold, not one without the node's
+figures (its pod's endpoint did not answer: `MetricsAvailable` reason PartlyRead names it).
 Everything is computed from the samples' own times, so a pass that sees the same sample again changes nothing.
 Several nodes may be suspect at once (each followed for MAX_SUSPECTS at most); the slowest of those found in
 confirmSamples samples in a row is named, and the others listed.
@@ -39,6 +40,8 @@ SMALL_STAGE_NODES = 4  # stages of at most this many nodes weigh each node again
 BASELINE_FLOOR = 1.05  # a node's usual ratio to its peers is kept when above this (a heterogeneous node)
 BASELINE_WEIGHT = 0.1  # how fast it follows, once the first samples set it
 MAX_SUSPECTS = 16     # nodes followed at once (the slowest of a sample)
+LEARNED_SHARE = 0.5   # past the first samples, a ratio more than this share of the way to computeFactor (times the
+                      # node's usual) does not move its usual ratio
 
 
 @dataclass(frozen=True)
@@ -145,18 +148,25 @@ def suspects(readings: tuple[RankReading, ...], node_of_pod: Mapping[str, str], 
 
 
 def updated_baselines(previous: Mapping[str, float], ranked: Mapping[str, NodeScore], followed: set[str],
-                      scored: int) -> dict[str, float]:
+                      scored: int, members: set[str] | None = None,
+                      learned_below: float | None = None) -> dict[str, float]:
     """Each node's usual ratio to its peers: averaged over the first samples, then moving by BASELINE_WEIGHT each
-    sample, never while the node is suspect; kept only above BASELINE_FLOOR (1 is implied)."""
+    sample; kept only above BASELINE_FLOOR (1 is implied). A sample does not move it for a node that is suspect
+    (`followed`), nor for one of the job's nodes (`members`) it has no figures of, nor — past the first samples —
+    for one whose ratio is above `learned_below` times its usual: a slowdown comes in over several samples (the
+    trainer's figures are means over a window of steps), and a baseline that followed it would raise the threshold
+    as fast as the node slowed. A node no longer in the job drifts back to 1."""
     weight = max(BASELINE_WEIGHT, 1 / max(scored, 1))
     baselines = {}
     for node in set(previous) | set(ranked):
         before = float(previous.get(node, 1.0))
-        if node in followed:
+        score = ranked.get(node)
+        unread = score is None and members is not None and node in members
+        rising = score is not None and learned_below is not None and score.ratio > before * learned_below
+        if node in followed or unread or rising:
             value = before
         else:
-            now = ranked[node].ratio if node in ranked else 1.0
-            value = before + weight * (now - before)
+            value = before + weight * ((score.ratio if score is not None else 1.0) - before)
         if value >= BASELINE_FLOOR:
             baselines[node] = round(value, 4)
     return baselines
@@ -201,19 +211,18 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
                                                      baselines)
     followed = {suspect.node for suspect in found} | {str((state.get("confirmed") or {}).get("node") or "")}
     if not settling:
-        state["baselines"] = updated_baselines(baselines, ranked, followed, scored)
+        learned_below = None if learning else 1 + (spec.compute_factor - 1) * LEARNED_SHARE
+        state["baselines"] = updated_baselines(baselines, ranked, followed, scored, set(node_of_pod.values()),
+                                               learned_below)
     if learning or settling:
         return state, None  # nothing is judged: a confirmed node stays so, until samples can say otherwise
     slowdown, slower = slowdown_text(recent_step_seconds or job_step_seconds(sample.ranks), healthy_step_seconds)
-    unread = set(node_of_pod.values()) - set(ranked)  # the job's nodes this sample has no figures of
     confirmed = state.get("confirmed")
     if confirmed:
         still = next((suspect for suspect in found if suspect.node == confirmed["node"]), None)
         if still is not None:
             state["clearSamples"] = 0
             state["confirmed"] = {**confirmed, **_facts(still, slowdown)}
-            return state, None
-        if confirmed["node"] in unread:
             return state, None
         clear = int(state.get("clearSamples") or 0) + 1
         state["clearSamples"] = clear
@@ -224,8 +233,7 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
         return state, Change(False, "OnPace", f"node {confirmed['node']} computes with its peers again"
                                               f" ({spec.confirm_samples} samples){slower}")
     previous_counts = state.get("suspects") or {}
-    counts = {node: int(count) for node, count in previous_counts.items() if node in unread}
-    counts.update({suspect.node: int(previous_counts.get(suspect.node) or 0) + 1 for suspect in found[:MAX_SUSPECTS]})
+    counts = {suspect.node: int(previous_counts.get(suspect.node) or 0) + 1 for suspect in found[:MAX_SUSPECTS]}
     state["suspects"] = counts
     ready = [suspect for suspect in found[:MAX_SUSPECTS] if counts[suspect.node] >= spec.confirm_samples]
     if not ready:
