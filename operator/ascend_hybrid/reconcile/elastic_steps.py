@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts import volcano as volcanos
 from ascend_hybrid.contracts.conditions import parse_time, set_condition, timestamp
@@ -245,14 +247,22 @@ def shrunk(status: dict, asked: ResolvedJob, placed: ResolvedJob, now: datetime,
     status.pop("podTemplateHash", None)
     why = (f"no room for data {asked.data} ({asked.pod_count} pods): shrunk to data {placed.data}, "
            f"{placed.micro_batches} micro-batches per step, the global batch of {placed.global_batch_size} kept")
-    ledger = [RecoveryRecord.model_validate(item) for item in status.get("recoveries") or ()]
-    record = recovery.current_incident(ledger)
-    if record is not None:
+    ledger = status.get("recoveries") or []
+    record = newest_incident(ledger[-1]) if ledger else None
+    if record is not None and recovery.current_incident([record]) is not None:
         recovery.climb(record, SHRINK, why, now)
-        status["recoveries"][-1] = record.model_dump(by_alias=True, exclude_unset=True, exclude_none=True,
-                                                     mode="json")
+        ledger[-1] = record.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
     set_condition(status, DEGRADED, True, "Shrunk", f"data {asked.data}→{placed.data}: {why}", now, generation)
     return [("Warning", "Shrunk", f"data {asked.data}→{placed.data}: {why}")]
+
+
+def newest_incident(item: object) -> RecoveryRecord | None:
+    """The ledger's newest incident as its model; None for one the model refuses (written by another version of the
+    operator): it is left as it is."""
+    try:
+        return RecoveryRecord.model_validate(item)
+    except ValidationError:
+        return None
 
 
 # -- shrinking with the running pods kept ---------------------------------------------------------------------

@@ -207,6 +207,12 @@ def test_a_job_that_lost_a_node_with_no_spare_shrinks_only_after_the_replacement
     status = outcome.status
     assert status["elastic"] == {"data": 2, "microBatches": 2, "fromData": 4, "since": "2026-12-02T12:02:02Z"}
     assert status["recoveries"][-1]["rungs"] == ["RestartGang", "Shrink"]
+    # an incident the model refuses (another operator version's key) is left as it is, the placement recorded
+    odd = {**later.status, "recoveries": [*later.status["recoveries"][:-1],
+                                          {**later.status["recoveries"][-1], "futureField": 1}]}
+    kept = record_placement(odd, shrunk_job, Placement(ok=True, nodes=("node-0", "node-1")),
+                            NOW + timedelta(seconds=122), 1, {n: "rack-0" for n in NODES}, asked=place.job).status
+    assert kept["recoveries"][-1] == odd["recoveries"][-1] and kept["elastic"]["data"] == 2
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "Shrunk")
     assert degraded["message"].startswith("data 4→2: ")
