@@ -190,7 +190,7 @@ def healthy_avoided(p: Pass) -> list[str]:
     """status.avoidedNodes less the nodes Ready again: for an elastic job a node is avoided only while it is
     unhealthy, so a repaired node counts for the growth; a node it left for slowness (status.slowNodes) is Ready
     and stays avoided."""
-    slow = {entry.get("node") for entry in p.status.get("slowNodes") or ()}
+    slow = {entry.node for entry in p.s.slow_nodes}
     return [node for node in p.s.avoided_nodes
             if node in slow or not is_node_ready(p.o.nodes.get(node))]
 

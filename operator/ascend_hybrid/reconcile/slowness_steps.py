@@ -32,7 +32,7 @@ from ascend_hybrid.diagnosis.recovery import REPLACE_POD, SHRINK
 from ascend_hybrid.monitoring import slowness
 from ascend_hybrid.reconcile import checkpoint_steps, elastic_steps, recovery_steps
 from ascend_hybrid.reconcile.state import Pass
-from ascend_hybrid.spec.api import RecoveryRecord
+from ascend_hybrid.spec.api import RecoveryRecord, SlowNodeRecord
 
 REPORT, REPLACE, SHRINK_ACTION = "Report", "Replace", "Shrink"
 UNMEASURED_SAVE_SECONDS = 20.0  # what a save costs before the trainer has timed one
@@ -232,10 +232,9 @@ def replace_or_shrink(p: Pass, current: dict, confirmed: dict, index: int, pod: 
 
 def remember(p: Pass, confirmed: dict, action: str) -> None:
     """status.slowNodes: the nodes this job found slow (and acted on), newest last."""
-    found = p.status.setdefault("slowNodes", [])
-    found.append({key: value for key, value in {
-        "node": confirmed["node"], "since": confirmed.get("since"), "ratio": confirmed.get("ratio"),
-        "slowdown": confirmed.get("slowdown"), "action": action, "at": timestamp(p.o.now)}.items()
-        if value is not None})
+    facts = {"node": confirmed["node"], "since": confirmed.get("since"), "ratio": confirmed.get("ratio"),
+             "slowdown": confirmed.get("slowdown"), "action": action, "at": timestamp(p.o.now)}
+    found = p.s.slow_nodes
+    found.append(SlowNodeRecord(**{key: value for key, value in facts.items() if value is not None}))
     del found[:-SLOW_NODES_KEPT]
 

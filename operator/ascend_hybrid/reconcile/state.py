@@ -65,7 +65,8 @@ FAST_REQUEUE_SECONDS = 2.0
 TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", "placement", "conditions",
                           "avoidedNodes", "admissionRefusals", "podTemplateHash", "startTime", "completionTime",
                           "worldSize", "observedGeneration", "restarts", "disruptions", "ignoredFailures", "pods",
-                          "rankTable", "training", "utilization", "recoveries", "lastFailure"})
+                          "rankTable", "training", "utilization", "recoveries", "lastFailure",
+                          "slowNodes"})
 
 
 @dataclass(frozen=True)
