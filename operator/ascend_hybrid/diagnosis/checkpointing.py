@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ascend_hybrid.contracts.conditions import parse_time, timestamp
-from ascend_hybrid.spec.api import RecoveryRecord
+from ascend_hybrid.spec.api import CheckpointInterval, RecoveryRecord
 
 FAILURE_HORIZON_SECONDS = 7 * 86400.0  # the weight of a failure halves about every 4.9 days
 MIN_INTERVAL_SECONDS = 30.0            # never save more often than this
@@ -130,49 +130,51 @@ def bounded_steps(interval_seconds: float, step_seconds: float, save_seconds: fl
     return max(1, min(round(seconds / step_seconds), max(total_steps, 1)))
 
 
-def fold(previous: Mapping | None, *, now: datetime, since: datetime, step: int | None, step_seconds: float | None,
-         save_seconds: float | None, saves: int, ledger: Iterable[RecoveryRecord], nodes: int, total_steps: int,
-         start_steps: int, cluster: NodeFaults | None = None) -> dict:
+def fold(previous: CheckpointInterval | None, *, now: datetime, since: datetime, step: int | None,
+         step_seconds: float | None, save_seconds: float | None, saves: int, ledger: Iterable[RecoveryRecord],
+         nodes: int, total_steps: int, start_steps: int, cluster: NodeFaults | None = None) -> CheckpointInterval:
     """status.checkpointInterval after a pass: the interval in force (`everySteps`, from `fromStep`), the inputs it
     was computed from, and the optimum they give now. A new interval replaces the one in force only when it differs
-    by more than CHANGE_FRACTION; it applies from a step MARGIN_SECONDS ahead, so every launcher has it before."""
-    state = dict(previous or {})
-    state.setdefault("everySteps", start_steps)
-    state.setdefault("fromStep", 0)
+    by more than CHANGE_FRACTION; it applies from a step MARGIN_SECONDS ahead, so every launcher has it before.
+    `previous` is not changed."""
+    state = previous.model_copy() if previous is not None else CheckpointInterval()
+    if state.every_steps is None:
+        state.every_steps = start_steps
+    if state.from_step is None:
+        state.from_step = 0
     if save_seconds is not None and saves > 0:
-        state["saveSeconds"] = round(save_seconds, 4)
-        state["saves"] = saves
+        state.save_seconds, state.saves = round(save_seconds, 4), saves
     rate = failure_rate(ledger, since, now, nodes, cluster)
-    state.update(mtbfSeconds=round(rate.mtbf_seconds, 1), failures=round(rate.failures, 3),
-                 exposureSeconds=round(rate.exposure_seconds, 1), basis=rate.describe())
+    state.mtbf_seconds, state.failures = round(rate.mtbf_seconds, 1), round(rate.failures, 3)
+    state.exposure_seconds, state.basis = round(rate.exposure_seconds, 1), rate.describe()
     if rate.node_rate is not None:
-        state["nodeFaultsPerNodeDay"] = round(rate.node_rate * 86400, 6)
-    measured = state.get("saveSeconds")
+        state.node_faults_per_node_day = round(rate.node_rate * 86400, 6)
+    measured = state.save_seconds
     if measured is None or not step_seconds or step_seconds <= 0:
-        state["reason"] = ("waiting for the first measured save" if measured is None
-                           else "waiting for the job's healthy pace")
+        state.reason = "waiting for the first measured save" if measured is None else "waiting for the job's healthy pace"
         return state
-    optimum = daly_seconds(float(measured), rate.mtbf_seconds)
-    wanted = bounded_steps(optimum, step_seconds, float(measured), total_steps)
-    state.update(optimumSeconds=round(optimum, 1), stepSeconds=round(step_seconds, 6), optimumSteps=wanted)
-    current = int(state["everySteps"])
+    optimum = daly_seconds(measured, rate.mtbf_seconds)
+    wanted = bounded_steps(optimum, step_seconds, measured, total_steps)
+    state.optimum_seconds, state.step_seconds, state.optimum_steps = round(optimum, 1), round(step_seconds, 6), wanted
+    current = state.every_steps
     if abs(wanted - current) <= CHANGE_FRACTION * current or step is None:
-        state["reason"] = "in force" if wanted == current else f"within {CHANGE_FRACTION:.0%} of the optimum"
+        state.reason = "in force" if wanted == current else f"within {CHANGE_FRACTION:.0%} of the optimum"
         return state
     margin = max(MIN_MARGIN_STEPS, math.ceil(MARGIN_SECONDS / step_seconds))
-    state["previousEverySteps"] = in_force_before(state, int(step))
-    state.update(everySteps=wanted, fromStep=int(step) + margin, changedAt=timestamp(now),
-                 reason=f"Daly: save {float(measured):.3g}s, MTBF {rate.mtbf_seconds / 3600:.3g}h → "
-                        f"{optimum:.0f}s = {wanted} steps of {step_seconds:.3g}s")
+    state.previous_every_steps = in_force_before(state, step)
+    state.every_steps, state.from_step, state.changed_at = wanted, step + margin, timestamp(now)
+    state.reason = (f"Daly: save {measured:.3g}s, MTBF {rate.mtbf_seconds / 3600:.3g}h → "
+                    f"{optimum:.0f}s = {wanted} steps of {step_seconds:.3g}s")
     return state
 
 
-def in_force_before(state: Mapping, step: int) -> int:
+def in_force_before(state: CheckpointInterval, step: int) -> int:
     """The interval the trainer processes save at by `step`: the last one once its fromStep is reached, else the
     one before it (a change not in force yet is replaced as a whole)."""
-    if step >= int(state.get("fromStep") or 0) or state.get("previousEverySteps") is None:
-        return int(state["everySteps"])
-    return int(state["previousEverySteps"])
+    every = state.every_steps or 0
+    if step >= (state.from_step or 0) or state.previous_every_steps is None:
+        return every
+    return state.previous_every_steps
 
 
 def cluster_node_faults(statuses: Iterable[Mapping], now: datetime) -> NodeFaults:

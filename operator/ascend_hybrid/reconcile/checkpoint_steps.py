@@ -29,7 +29,8 @@ def every_steps(p: Pass) -> int | None:
         return None
     if checkpoint.every_steps != AUTO:
         return int(checkpoint.every_steps)
-    return int((p.status.get("checkpointInterval") or {}).get("everySteps") or START_STEPS)
+    state = p.s.checkpoint_interval
+    return state.every_steps if state is not None and state.every_steps else START_STEPS
 
 
 def channel_value(p: Pass) -> str | None:
@@ -41,10 +42,10 @@ def channel_value(p: Pass) -> str | None:
     save_at = requested_save(p.status)
     if not is_auto(p.resolved) and save_at is None:
         return None
-    state = p.status.get("checkpointInterval") or {}
-    value = {"everySteps": every_steps(p) or START_STEPS, "fromStep": int(state.get("fromStep") or 0)}
-    if state.get("previousEverySteps") is not None:
-        value["previousEverySteps"] = int(state["previousEverySteps"])
+    state = p.s.checkpoint_interval
+    value = {"everySteps": every_steps(p) or START_STEPS, "fromStep": (state.from_step if state else None) or 0}
+    if state is not None and state.previous_every_steps is not None:
+        value["previousEverySteps"] = state.previous_every_steps
     if save_at is not None:
         value["saveAt"] = save_at
     return json.dumps(value, sort_keys=True)
@@ -60,7 +61,7 @@ def requested_save(status: dict) -> int | None:
 def record_interval(p: Pass) -> None:
     """status.checkpointInterval from this pass's reading (an auto job that runs); gone for any other job."""
     if not is_auto(p.resolved):
-        p.status.pop("checkpointInterval", None)
+        p.s.checkpoint_interval = None
         return
     since = parse_time(p.s.start_time)
     if since is None:
@@ -74,8 +75,8 @@ def record_interval(p: Pass) -> None:
     read = sample.step if sample is not None and sample.ok else None
     step = int(read) if read is not None and read == read else p.training_step
     nodes = len(set(p.placed_nodes))
-    p.status["checkpointInterval"] = checkpointing.fold(
-        p.status.get("checkpointInterval"), now=p.o.now, since=since, step=step,
+    p.s.checkpoint_interval = checkpointing.fold(
+        p.s.checkpoint_interval, now=p.o.now, since=since, step=step,
         step_seconds=account.get("healthyStepSeconds"), save_seconds=save, saves=saves,
         ledger=p.s.recoveries, nodes=nodes, total_steps=p.resolved.spec.training.steps,
         start_steps=START_STEPS, cluster=p.o.node_faults)

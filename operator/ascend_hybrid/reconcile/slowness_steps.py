@@ -168,8 +168,8 @@ def save_cost(p: Pass) -> float:
     sample = p.o.telemetry
     if sample is not None and sample.ok and sample.checkpoint_count:
         return float(sample.checkpoint_seconds_sum or 0.0) / float(sample.checkpoint_count)
-    measured = (p.status.get("checkpointInterval") or {}).get("saveSeconds")
-    return float(measured) if measured else UNMEASURED_SAVE_SECONDS
+    measured = p.s.checkpoint_interval.save_seconds if p.s.checkpoint_interval is not None else None
+    return measured if measured else UNMEASURED_SAVE_SECONDS
 
 
 def action_cost(ledger: list[RecoveryRecord], account: dict) -> float:

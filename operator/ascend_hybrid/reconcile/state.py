@@ -66,7 +66,7 @@ TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", 
                           "avoidedNodes", "admissionRefusals", "podTemplateHash", "startTime", "completionTime",
                           "worldSize", "observedGeneration", "restarts", "disruptions", "ignoredFailures", "pods",
                           "rankTable", "training", "utilization", "recoveries", "lastFailure",
-                          "slowNodes"})
+                          "slowNodes", "checkpointInterval"})
 
 
 @dataclass(frozen=True)

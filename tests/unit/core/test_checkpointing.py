@@ -16,7 +16,7 @@ import pytest
 from ascend_hybrid.contracts.conditions import timestamp
 from ascend_hybrid.diagnosis import checkpointing
 from ascend_hybrid.diagnosis.checkpointing import NodeFaults
-from ascend_hybrid.spec.api import RecoveryRecord
+from ascend_hybrid.spec.api import CheckpointInterval, RecoveryRecord
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 HOUR = 3600.0
@@ -83,16 +83,16 @@ def test_the_interval_is_bounded_by_the_saves_the_clock_and_the_jobs_length():
 def test_a_new_interval_is_announced_only_when_it_moves_and_from_a_step_ahead():
     state = checkpointing.fold(None, now=T0, since=T0 - timedelta(hours=2), step=500, step_seconds=1.0,
                                save_seconds=None, saves=0, ledger=[], nodes=2, total_steps=10**6, start_steps=100)
-    assert (state["everySteps"], state["reason"]) == (100, "waiting for the first measured save")
+    assert (state.every_steps, state.reason) == (100, "waiting for the first measured save")
     ledger = [incident("Unknown", 1)]
     state = checkpointing.fold(state, now=T0, since=T0 - timedelta(hours=2), step=500, step_seconds=1.0,
                                save_seconds=10.0, saves=1, ledger=ledger, nodes=2, total_steps=10**6, start_steps=100)
-    optimum = checkpointing.daly_seconds(10.0, state["mtbfSeconds"])
-    assert state["everySteps"] == round(optimum) and state["fromStep"] == 560  # 60 s ahead at 1 s a step
+    optimum = checkpointing.daly_seconds(10.0, state.mtbf_seconds)
+    assert state.every_steps == round(optimum) and state.from_step == 560  # 60 s ahead at 1 s a step
     again = checkpointing.fold(state, now=T0 + timedelta(minutes=5), since=T0 - timedelta(hours=2), step=800,
                                step_seconds=1.02, save_seconds=10.3, saves=2, ledger=ledger, nodes=2,
                                total_steps=10**6, start_steps=100)
-    assert (again["everySteps"], again["fromStep"]) == (state["everySteps"], 560)  # within 10 %: not moved
+    assert (again.every_steps, again.from_step) == (state.every_steps, 560)  # within 10 %: not moved
 
 
 @dataclass
@@ -131,7 +131,7 @@ def simulate(mtbf_hours: float, seed: int, hours: float, every: int | None = Non
     job_nodes, mtbf = 32, mtbf_hours * HOUR
     cluster = Cluster(job_nodes, 480, mtbf * job_nodes, random.Random(seed + 1))
     clock, trained, next_failure = 0.0, 0, rng.expovariate(1 / mtbf)
-    state: dict | None = None
+    state: CheckpointInterval | None = None
     ledger: list[RecoveryRecord] = []
     failures: list[float] = []
     intervals: list[int] = []
@@ -144,7 +144,7 @@ def simulate(mtbf_hours: float, seed: int, hours: float, every: int | None = Non
                                        save_seconds=save if trained else None, saves=1 if trained else 0,
                                        ledger=ledger, nodes=job_nodes, total_steps=10**9, start_steps=100,
                                        cluster=cluster.view(clock, failures))
-            interval = int(state["everySteps"])
+            interval = state.every_steps
             intervals.append(interval)
         else:
             interval = every
@@ -180,6 +180,6 @@ def test_auto_lands_within_ten_percent_of_the_analytic_optimum(mtbf_hours):
 def test_the_interval_before_from_step_is_the_one_the_running_processes_save_at():
     """A process that starts before fromStep is told previousEverySteps: the last interval once its fromStep was
     reached, else the one before it (a change not in force yet is replaced whole)."""
-    changed = {"everySteps": 51, "fromStep": 279, "previousEverySteps": 46}
+    changed = CheckpointInterval(every_steps=51, from_step=279, previous_every_steps=46)
     assert checkpointing.in_force_before(changed, 270) == 46 and checkpointing.in_force_before(changed, 279) == 51
-    assert checkpointing.in_force_before({"everySteps": 100, "fromStep": 0}, 5) == 100
+    assert checkpointing.in_force_before(CheckpointInterval(every_steps=100, from_step=0), 5) == 100
