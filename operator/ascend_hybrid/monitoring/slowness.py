@@ -12,10 +12,12 @@ robust to jitter twice over: the median ignores a few odd peers, and with three 
 stand more than OUTLIER_MADS median absolute deviations above them. A node whose ranks are above
 spec.runPolicy.slowness.computeFactor is a suspect; a node suspect in confirmSamples samples in a row is
 confirmed (SlowNode True, naming the node, its pods and ranks, the ratio and the job's slowdown against its
-healthy pace); confirmSamples samples in a row without it turn the condition off. Each node's usual ratio (its
-baseline, for a node always a little slower) is learned over the job's first samples and then follows only the
-samples that look usual: not a suspect's, not one more than halfway to the threshold, not one without the node's
-figures (its pod's endpoint did not answer: `MetricsAvailable` reason PartlyRead names it).
+healthy pace); confirmSamples samples in a row without it turn the condition off. A sample without a followed
+node's figures (its pod's endpoint did not answer, as a throttled node's may not: `MetricsAvailable` reason
+PartlyRead names it) holds that node's counts, for confirmSamples such samples in a row at most. Each node's usual
+ratio (its baseline, for a node always a little slower) is learned over the job's first samples and then follows
+only the samples that look usual: not a suspect's, not one more than halfway to the threshold, not one without the
+node's figures.
 Everything is computed from the samples' own times, so a pass that sees the same sample again changes nothing.
 Several nodes may be suspect at once (each followed for MAX_SUSPECTS at most); the slowest of those found in
 confirmSamples samples in a row is named, and the others listed.
@@ -201,6 +203,7 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
     state["sampledAt"] = timestamp(sample.sampled_at)
     if state.get("epoch") != epoch:
         state.update(epoch=epoch, epochScored=0, suspects={})
+        state.pop("unread", None)
     scored, in_epoch = int(state.get("scored") or 0) + 1, int(state.get("epochScored") or 0) + 1
     state.update(scored=scored, epochScored=in_epoch)
     ranked = scores(sample.ranks, node_of_pod, stage_of)
@@ -217,6 +220,7 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
     if learning or settling:
         return state, None  # nothing is judged: a confirmed node stays so, until samples can say otherwise
     slowdown, slower = slowdown_text(recent_step_seconds or job_step_seconds(sample.ranks), healthy_step_seconds)
+    held = hold_unread(state, set(node_of_pod.values()) - set(ranked), spec.confirm_samples)
     confirmed = state.get("confirmed")
     if confirmed:
         still = next((suspect for suspect in found if suspect.node == confirmed["node"]), None)
@@ -224,16 +228,19 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
             state["clearSamples"] = 0
             state["confirmed"] = {**confirmed, **_facts(still, slowdown)}
             return state, None
+        if confirmed["node"] in held:
+            return state, None
         clear = int(state.get("clearSamples") or 0) + 1
         state["clearSamples"] = clear
         if clear < spec.confirm_samples:
             return state, None
-        for key in ("confirmed", "clearSamples", "suspects"):
+        for key in ("confirmed", "clearSamples", "suspects", "unread"):
             state.pop(key, None)
         return state, Change(False, "OnPace", f"node {confirmed['node']} computes with its peers again"
                                               f" ({spec.confirm_samples} samples){slower}")
     previous_counts = state.get("suspects") or {}
-    counts = {suspect.node: int(previous_counts.get(suspect.node) or 0) + 1 for suspect in found[:MAX_SUSPECTS]}
+    counts = {node: int(count) for node, count in previous_counts.items() if node in held}
+    counts.update({suspect.node: int(previous_counts.get(suspect.node) or 0) + 1 for suspect in found[:MAX_SUSPECTS]})
     state["suspects"] = counts
     ready = [suspect for suspect in found[:MAX_SUSPECTS] if counts[suspect.node] >= spec.confirm_samples]
     if not ready:
@@ -249,6 +256,20 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
                          f"node {top.node} is slow: {top.evidence()} in {counts[top.node]} samples in a row, above "
                          f"spec.runPolicy.slowness.computeFactor={spec.compute_factor:g}{slower}{others}; check "
                          "its NPUs (npu-smi: temperature, power and clock throttling, other work, ECC errors)")
+
+
+def hold_unread(state: dict, unread: set[str], limit: int) -> set[str]:
+    """The followed nodes (suspects, the confirmed one) this sample has no figures of, for at most `limit` samples
+    in a row: their counts are held, neither advanced, broken nor cleared. A throttled node's endpoint may miss the
+    read now and then; one that stays silent longer is judged as not found. Updates state["unread"]."""
+    followed = set(state.get("suspects") or ()) | {str((state.get("confirmed") or {}).get("node") or "")}
+    before = state.get("unread") or {}
+    counts = {node: int(before.get(node) or 0) + 1 for node in followed & unread}
+    if counts:
+        state["unread"] = counts
+    else:
+        state.pop("unread", None)
+    return {node for node, count in counts.items() if count <= limit}
 
 
 def _facts(suspect: Suspect, slowdown: float | None) -> dict:

@@ -1053,6 +1053,9 @@ class SlownessStatus(ApiModel):
     """The nodes the last sample found slow, each with the samples in a row that found it."""
     clear_samples: int | None = Field(None)
     """Samples in a row without the confirmed node slow (it clears at confirmSamples)."""
+    unread: dict[str, int] = Field(default_factory=dict)
+    """The suspect or confirmed nodes the last samples had no figures of (their pods' endpoints did not answer),
+    each with the samples in a row: up to confirmSamples of them neither advance, break nor clear its count."""
     confirmed: SlowNodeFinding | None = Field(None)
     """The slow node the condition SlowNode names."""
 

@@ -122,6 +122,29 @@ def test_a_sample_without_a_nodes_figures_leaves_its_usual_ratio_where_it_was():
     assert changes == [] and state["baselines"]["node-3"] == pytest.approx(1.3, rel=0.05)
 
 
+def test_a_followed_node_missing_from_a_few_samples_is_held_and_one_silent_longer_is_judged_not_found():
+    """A throttled node's endpoint misses reads now and then: up to confirmSamples samples in a row without its
+    figures neither advance, break nor clear its counts; more than that, and it counts as not found."""
+    rng = random.Random(6)
+
+    def unread(ranked):  # pod p1's endpoint did not answer
+        return tuple(reading for reading in ranked if reading.pod != "p1")
+    before = [readings(2, 1, rng=rng) for _ in range(4)]
+    slow = [readings(2, 1, slow={1: 3.0}, rng=rng) for _ in range(8)]
+    state, changes = run(before + [slow[0], unread(slow[1]), slow[2], unread(slow[3]), unread(slow[4]), slow[5]],
+                         ranks=2, per_pod=1)
+    assert [(index, change.on) for index, change in changes] == [(9, True)]  # the third sample that read it
+    assert "node node-1 is slow" in changes[0][1].message and "unread" not in state
+    # confirmed, then silent for confirmSamples samples: held; one more, and the samples count toward clearing
+    silent = [unread(readings(2, 1, slow={1: 3.0}, rng=rng)) for _ in range(2 * SPEC.confirm_samples)]
+    state, changes = run(before + slow[:3] + silent, ranks=2, per_pod=1)
+    assert [(index, change.on) for index, change in changes] == [(6, True), (6 + 2 * SPEC.confirm_samples, False)]
+    SlownessStatus.model_validate(state)
+    # a suspect silent longer than that starts again from its next reading
+    state, changes = run(before + slow[:2] + silent[:SPEC.confirm_samples + 1] + slow[2:4], ranks=2, per_pod=1)
+    assert changes == [] and state["suspects"] == {"node-1": 2}
+
+
 def test_a_node_that_was_always_slower_is_not_a_slow_node_until_it_slows_down_further():
     """Chips vary from machine to machine (Meta measured up to 14 % between GEMMs): a node 1.3× its peers from the
     job's start is its usual self, measured over the first samples; only a further slowdown of it counts."""
