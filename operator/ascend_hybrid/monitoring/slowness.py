@@ -264,7 +264,7 @@ def hold_unread(state: dict, unread: set[str], limit: int) -> set[str]:
     read now and then; one that stays silent longer is judged as not found. Updates state["unread"]."""
     followed = set(state.get("suspects") or ()) | {str((state.get("confirmed") or {}).get("node") or "")}
     before = state.get("unread") or {}
-    counts = {node: int(before.get(node) or 0) + 1 for node in followed & unread}
+    counts = {node: int(before.get(node) or 0) + 1 for node in followed & unread if node}  # "": a pod not bound yet
     if counts:
         state["unread"] = counts
     else:

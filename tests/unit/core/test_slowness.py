@@ -135,6 +135,10 @@ def test_a_followed_node_missing_from_a_few_samples_is_held_and_one_silent_longe
                          ranks=2, per_pod=1)
     assert [(index, change.on) for index, change in changes] == [(9, True)]  # the third sample that read it
     assert "node node-1 is slow" in changes[0][1].message and "unread" not in state
+    learned, _ = run(before, ranks=2, per_pod=1)
+    pending = Sample("trainer", NOW + timedelta(hours=1), ranks=readings(2, 1, rng=rng))
+    after, _ = slowness.fold(learned, pending, {"p0": "node-0", "p1": "node-1", "p2": ""}, lambda rank: 0, SPEC, None)
+    assert "unread" not in after  # a pod not bound to a node yet is no node to hold
     # confirmed, then silent for confirmSamples samples: held; one more, and the samples count toward clearing
     silent = [unread(readings(2, 1, slow={1: 3.0}, rng=rng)) for _ in range(2 * SPEC.confirm_samples)]
     state, changes = run(before + slow[:3] + silent, ranks=2, per_pod=1)
