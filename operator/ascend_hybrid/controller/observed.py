@@ -12,11 +12,14 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
+from pydantic import ValidationError
+
 from ascend_hybrid.contracts import names
 from ascend_hybrid.controller.kube import Kube
 from ascend_hybrid.diagnosis import checkpointing
 from ascend_hybrid.monitoring import slowness
 from ascend_hybrid.planner import observed
+from ascend_hybrid.spec.api import SlowNodeRecord
 
 log = logging.getLogger("ascend_hybrid.observed")
 
@@ -69,11 +72,22 @@ def job_statuses(controller) -> list[tuple[tuple[str, str], dict]]:
     return [(key, job.get("status") or {}) for key, job in jobs if job]
 
 
+def slow_nodes_of(status: dict) -> list[SlowNodeRecord]:
+    """A job's status.slowNodes, parsed; an entry the model refuses (another version's) is logged and left out."""
+    found = []
+    for entry in status.get("slowNodes") or ():
+        try:
+            found.append(SlowNodeRecord.model_validate(entry))
+        except ValidationError as error:
+            log.warning("a status.slowNodes entry is not read: %s", error)
+    return found
+
+
 def mark_slow_nodes(controller) -> None:
     """--mark-slow-nodes: the node condition AscendSlowNode=True on each node found slow twice (slowness.py), set
     once per node and process; the administrator drains or repairs it (nothing schedules by it)."""
-    statuses = {f"{key[0]}/{key[1]}": status for key, status in job_statuses(controller)}
-    for node, why in slowness.nodes_to_mark(statuses).items():
+    found = {f"{key[0]}/{key[1]}": slow_nodes_of(status) for key, status in job_statuses(controller)}
+    for node, why in slowness.nodes_to_mark(found).items():
         if node in controller.marked_nodes:
             continue
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -14,6 +14,8 @@ status.monitoring, turns the conditions LoadImbalanced, Straggling and TrainingS
   before step 1 is no stall). Off when the step moves.
 
 Everything is computed from the samples' own times, so a pass that sees the same sample again changes nothing.
+The history is the status model (MonitoringStatus): `fold` returns a new one and leaves the one it was given as it
+was.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from datetime import datetime
 
 from ascend_hybrid.contracts.conditions import parse_time, timestamp
 from ascend_hybrid.monitoring.progress import ChipReading, Sample
-from ascend_hybrid.spec.api import Monitoring
+from ascend_hybrid.spec.api import Monitoring, MonitoringStatus
 
 LOAD_IMBALANCED, STRAGGLING, TRAINING_STALLED = "LoadImbalanced", "Straggling", "TrainingStalled"
 CONDITIONS = (LOAD_IMBALANCED, STRAGGLING, TRAINING_STALLED)
@@ -103,22 +105,22 @@ def straggling(recent: float, history: list[float], spec: Monitoring, predicted:
                   "utilization, temperature, other work on its NPUs) and the HCCL bandwidth between the nodes")
 
 
-def mark_saves(state: dict, sample: Sample) -> None:
+def mark_saves(state: MonitoringStatus, sample: Sample) -> None:
     """Keeps the lead trainer's checkpoint seconds beside lastStep, where it reports them."""
     seconds = sample.checkpoint_seconds_sum
     if seconds is None or seconds != seconds:
-        state.pop("checkpointSeconds", None)
+        state.checkpoint_seconds = None
     else:
-        state["checkpointSeconds"] = round(float(seconds), 6)
+        state.checkpoint_seconds = round(float(seconds), 6)
 
 
-def saved_seconds(state: dict, sample: Sample) -> float:
+def saved_seconds(state: MonitoringStatus, sample: Sample) -> float:
     """The lead trainer's checkpoint seconds since the last step reading (0 where either reading has none); a sum
     below the last one is a new trainer process's, counted from its start."""
-    before, now = state.get("checkpointSeconds"), sample.checkpoint_seconds_sum
+    before, now = state.checkpoint_seconds, sample.checkpoint_seconds_sum
     if before is None or now is None or now != now:
         return 0.0
-    return float(now) - float(before) if float(now) >= float(before) else float(now)
+    return float(now) - before if float(now) >= before else float(now)
 
 
 def stalled(step: int, since: datetime, now: datetime, spec: Monitoring) -> Change:
@@ -133,43 +135,45 @@ def stalled(step: int, since: datetime, now: datetime, spec: Monitoring) -> Chan
                   "npu-smi on their nodes")
 
 
-def fold_step(state: dict, step: int, sample: Sample, spec: Monitoring, predicted: float | None) -> list[Change]:
+def fold_step(state: MonitoringStatus, step: int, sample: Sample, spec: Monitoring,
+              predicted: float | None) -> list[Change]:
     """Folds the lead trainer's step into `state`: Straggling and TrainingStalled as the step moved or not."""
     now = sample.sampled_at
-    last_step, last_at = state.get("lastStep"), parse_time(state.get("lastStepAt"))
+    last_step, last_at = state.last_step, parse_time(state.last_step_at)
     if last_step is None or last_at is None or step < last_step:
-        state.update(lastStep=step, lastStepAt=timestamp(now), slowSamples=0)  # the first reading, or a restart
+        state.last_step, state.last_step_at, state.slow_samples = step, timestamp(now), 0  # the first, or a restart
         mark_saves(state, sample)
         return []
     if step == last_step:
         return [stalled(step, last_at, now, spec)] if step >= 1 else []
-    history = [float(value) for value in state.get("stepSeconds") or []]
+    history = list(state.step_seconds)
     recent = max((now - last_at).total_seconds() - saved_seconds(state, sample), 0.0) / (step - last_step)
-    state["slowSamples"] = int(state.get("slowSamples") or 0) + 1 if is_slow(recent, history, spec, predicted) else 0
-    change = straggling(recent, history, spec, predicted, sample.pod_step_seconds, state["slowSamples"])
+    slow_samples = (state.slow_samples or 0) + 1 if is_slow(recent, history, spec, predicted) else 0
+    state.slow_samples = slow_samples
+    change = straggling(recent, history, spec, predicted, sample.pod_step_seconds, slow_samples)
     measured = history + [recent] if recent > 0 else history  # a save that filled the interval measured no step
-    state.update(lastStep=step, lastStepAt=timestamp(now),
-                 stepSeconds=[round(value, 6) for value in measured[-spec.straggler_window:]])
+    state.last_step, state.last_step_at = step, timestamp(now)
+    state.step_seconds = [round(value, 6) for value in measured[-spec.straggler_window:]]
     mark_saves(state, sample)
     return ([change] if change else []) + [stalled(step, now, now, spec)]
 
 
-def fold(previous: dict | None, sample: Sample, spec: Monitoring, predicted_step_seconds: float | None = None
-         ) -> tuple[dict, list[Change]] | None:
+def fold(previous: MonitoringStatus | None, sample: Sample, spec: Monitoring,
+         predicted_step_seconds: float | None = None) -> tuple[MonitoringStatus, list[Change]] | None:
     """The new status.monitoring and the changes this sample makes (only conditions it says something about);
     None when the sample is not newer than the last one folded in."""
-    state = dict(previous or {})
     now = sample.sampled_at
-    last_sampled = parse_time(state.get("sampledAt"))
+    last_sampled = parse_time(previous.sampled_at) if previous is not None else None
     if last_sampled is not None and now <= last_sampled:
         return None
-    state["sampledAt"] = timestamp(now)
+    state = previous.model_copy(deep=True) if previous is not None else MonitoringStatus()
+    state.sampled_at = timestamp(now)
     changes: list[Change] = []
     chips = tuple(reading for reading in sample.chips if reading.percent == reading.percent)
     if len(chips) >= 2:
         spread = max(r.percent for r in chips) - min(r.percent for r in chips)
-        count = int(state.get("imbalancedSamples") or 0) + 1 if spread > spec.utilization_spread_percent else 0
-        state["imbalancedSamples"] = count
+        count = (state.imbalanced_samples or 0) + 1 if spread > spec.utilization_spread_percent else 0
+        state.imbalanced_samples = count
         changes.append(imbalance(chips, count, spec))
     if sample.step is not None and sample.step == sample.step:
         changes += fold_step(state, int(sample.step), sample, spec, predicted_step_seconds)

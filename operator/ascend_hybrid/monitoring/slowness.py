@@ -19,6 +19,7 @@ ratio (its baseline, for a node always a little slower) is learned over the job'
 only the samples that look usual: not a suspect's, not one more than halfway to the threshold, not one without the
 node's figures.
 Everything is computed from the samples' own times, so a pass that sees the same sample again changes nothing.
+The state is the status model (SlownessStatus): `fold` returns a new one and leaves the one it was given as it was.
 Several nodes may be suspect at once (each followed for MAX_SUSPECTS at most); the slowest of those found in
 confirmSamples samples in a row is named, and the others listed.
 """
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 from ascend_hybrid.contracts.conditions import parse_time, timestamp
 from ascend_hybrid.monitoring.progress import RankReading, Sample
-from ascend_hybrid.spec.api import Slowness
+from ascend_hybrid.spec.api import Slowness, SlownessStatus, SlowNodeFinding, SlowNodeRecord
 
 SLOW_NODE = "SlowNode"
 OUTLIER_MADS = 3.0
@@ -187,70 +188,55 @@ def slowdown_text(step: float | None, healthy: float | None) -> tuple[float | No
     return slowdown, f"; the job's steps take {slowdown:.2f}× its healthy pace ({step:.3g}s vs {healthy:.3g}s)"
 
 
-def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str], stage_of: Callable[[int], int],
-         spec: Slowness, healthy_step_seconds: float | None, recent_step_seconds: float | None = None,
-         epoch: str = "") -> tuple[dict, Change | None] | None:
+def fold(previous: SlownessStatus | None, sample: Sample, node_of_pod: Mapping[str, str],
+         stage_of: Callable[[int], int], spec: Slowness, healthy_step_seconds: float | None,
+         recent_step_seconds: float | None = None, epoch: str = "") -> tuple[SlownessStatus, Change | None] | None:
     """status.slowness after a sample and the change of SlowNode it makes (None: no change); None when the sample
     is not newer than the last one folded in or carries no rank's compute. The job's slowdown is its recent wall
     time per step (`recent_step_seconds`, else its ranks' step) over its healthy pace (the goodput account's).
     A new `epoch` (rank generation: new trainer processes) learns again for its first samples, as a job's start
     does; the nodes' usual ratios are kept."""
-    state = dict(previous or {})
-    last = parse_time(state.get("sampledAt"))
+    last = parse_time(previous.sampled_at) if previous is not None else None
     if (last is not None and sample.sampled_at <= last) or not any(
             reading.compute_seconds is not None for reading in sample.ranks):
         return None
-    state["sampledAt"] = timestamp(sample.sampled_at)
-    if state.get("epoch") != epoch:
-        state.update(epoch=epoch, epochScored=0, suspects={})
-        state.pop("unread", None)
-    scored, in_epoch = int(state.get("scored") or 0) + 1, int(state.get("epochScored") or 0) + 1
-    state.update(scored=scored, epochScored=in_epoch)
+    state = previous.model_copy(deep=True) if previous is not None else SlownessStatus()
+    state.sampled_at = timestamp(sample.sampled_at)
+    if state.epoch != epoch:
+        state.epoch, state.epoch_scored, state.suspects = epoch, 0, {}
+        _clear(state, "unread")
+    scored, in_epoch = (state.scored or 0) + 1, (state.epoch_scored or 0) + 1
+    state.scored, state.epoch_scored = scored, in_epoch
     ranked = scores(sample.ranks, node_of_pod, stage_of)
-    baselines = dict(state.get("baselines") or {})
     learning = scored <= spec.confirm_samples        # the job's first samples learn each node's usual ratio
     settling = not learning and in_epoch <= spec.confirm_samples  # new processes warm up: neither learn nor judge
     found = [] if learning or settling else suspects(sample.ranks, node_of_pod, stage_of, spec.compute_factor,
-                                                     baselines)
-    followed = {suspect.node for suspect in found} | {str((state.get("confirmed") or {}).get("node") or "")}
+                                                     state.baselines)
+    followed = {suspect.node for suspect in found} | {state.confirmed.node if state.confirmed else ""}
     if not settling:
         learned_below = None if learning else 1 + (spec.compute_factor - 1) * LEARNED_SHARE
-        state["baselines"] = updated_baselines(baselines, ranked, followed, scored, set(node_of_pod.values()),
-                                               learned_below)
+        state.baselines = updated_baselines(state.baselines, ranked, followed, scored, set(node_of_pod.values()),
+                                            learned_below)
     if learning or settling:
         return state, None  # nothing is judged: a confirmed node stays so, until samples can say otherwise
     slowdown, slower = slowdown_text(recent_step_seconds or job_step_seconds(sample.ranks), healthy_step_seconds)
     held = hold_unread(state, set(node_of_pod.values()) - set(ranked), spec.confirm_samples)
-    confirmed = state.get("confirmed")
-    if confirmed:
-        still = next((suspect for suspect in found if suspect.node == confirmed["node"]), None)
-        if still is not None:
-            state["clearSamples"] = 0
-            state["confirmed"] = {**confirmed, **_facts(still, slowdown)}
-            return state, None
-        if confirmed["node"] in held:
-            return state, None
-        clear = int(state.get("clearSamples") or 0) + 1
-        state["clearSamples"] = clear
-        if clear < spec.confirm_samples:
-            return state, None
-        for key in ("confirmed", "clearSamples", "suspects", "unread"):
-            state.pop(key, None)
-        return state, Change(False, "OnPace", f"node {confirmed['node']} computes with its peers again"
-                                              f" ({spec.confirm_samples} samples){slower}")
-    previous_counts = state.get("suspects") or {}
-    counts = {node: int(count) for node, count in previous_counts.items() if node in held}
-    counts.update({suspect.node: int(previous_counts.get(suspect.node) or 0) + 1 for suspect in found[:MAX_SUSPECTS]})
-    state["suspects"] = counts
+    if state.confirmed is not None:
+        return judged_again(state, state.confirmed, found, held, spec, slowdown, slower)
+    previous_counts = state.suspects
+    counts = {node: count for node, count in previous_counts.items() if node in held}
+    counts.update({suspect.node: previous_counts.get(suspect.node, 0) + 1 for suspect in found[:MAX_SUSPECTS]})
+    state.suspects = counts
     ready = [suspect for suspect in found[:MAX_SUSPECTS] if counts[suspect.node] >= spec.confirm_samples]
     if not ready:
         return state, None
     top = ready[0]  # the slowest of those found in enough samples in a row
-    state["confirmed"] = {"node": top.node, "since": timestamp(sample.sampled_at),
-                          "atStep": int(sample.step) if sample.step is not None and sample.step == sample.step
-                          else None, **_facts(top, slowdown)}
+    state.confirmed = confirmed = SlowNodeFinding(
+        node=top.node, since=timestamp(sample.sampled_at),
+        at_step=int(sample.step) if sample.step is not None and sample.step == sample.step else None)
+    with_facts(confirmed, top, slowdown)
     if sample.checkpoint_count is not None and sample.checkpoint_count == sample.checkpoint_count:
-        state["confirmed"]["savesAt"] = int(sample.checkpoint_count)
+        confirmed.saves_at = int(sample.checkpoint_count)
     others = f"; also above: {', '.join(s.node for s in found if s.node != top.node)[:200]}" if len(found) > 1 else ""
     return state, Change(True, "SlowCompute",
                          f"node {top.node} is slow: {top.evidence()} in {counts[top.node]} samples in a row, above "
@@ -258,39 +244,65 @@ def fold(previous: Mapping | None, sample: Sample, node_of_pod: Mapping[str, str
                          "its NPUs (npu-smi: temperature, power and clock throttling, other work, ECC errors)")
 
 
-def hold_unread(state: dict, unread: set[str], limit: int) -> set[str]:
+def judged_again(state: SlownessStatus, confirmed: SlowNodeFinding, found: list[Suspect], held: set[str],
+                 spec: Slowness, slowdown: float | None, slower: str) -> tuple[SlownessStatus, Change | None]:
+    """A confirmed node in a new sample: its facts refreshed while it is still found, held while it is unread,
+    cleared (SlowNode off) after confirmSamples samples in a row without it."""
+    still = next((suspect for suspect in found if suspect.node == confirmed.node), None)
+    if still is not None:
+        state.clear_samples = 0
+        with_facts(confirmed, still, slowdown)
+        return state, None
+    if confirmed.node in held:
+        return state, None
+    clear = (state.clear_samples or 0) + 1
+    state.clear_samples = clear
+    if clear < spec.confirm_samples:
+        return state, None
+    _clear(state, "confirmed", "clear_samples", "suspects", "unread")
+    return state, Change(False, "OnPace", f"node {confirmed.node} computes with its peers again"
+                                          f" ({spec.confirm_samples} samples){slower}")
+
+
+def hold_unread(state: SlownessStatus, unread: set[str], limit: int) -> set[str]:
     """The followed nodes (suspects, the confirmed one) this sample has no figures of, for at most `limit` samples
     in a row: their counts are held, neither advanced, broken nor cleared. A throttled node's endpoint may miss the
-    read now and then; one that stays silent longer is judged as not found. Updates state["unread"]."""
-    followed = set(state.get("suspects") or ()) | {str((state.get("confirmed") or {}).get("node") or "")}
-    before = state.get("unread") or {}
-    counts = {node: int(before.get(node) or 0) + 1 for node in followed & unread if node}  # "": a pod not bound yet
+    read now and then; one that stays silent longer is judged as not found. Updates state.unread."""
+    followed = set(state.suspects) | {state.confirmed.node if state.confirmed else ""}
+    counts = {node: state.unread.get(node, 0) + 1 for node in followed & unread if node}  # "": a pod not bound yet
     if counts:
-        state["unread"] = counts
+        state.unread = counts
     else:
-        state.pop("unread", None)
+        _clear(state, "unread")
     return {node for node, count in counts.items() if count <= limit}
 
 
-def _facts(suspect: Suspect, slowdown: float | None) -> dict:
-    facts = {"pods": list(suspect.pods), "ranks": list(suspect.ranks[:64]), "ratio": round(suspect.ratio, 3),
-             "evidence": suspect.evidence()}
+def with_facts(confirmed: SlowNodeFinding, suspect: Suspect, slowdown: float | None) -> None:
+    """The confirmed node's facts as this sample shows them (a slowdown not known now keeps the last one)."""
+    confirmed.pods, confirmed.ranks = list(suspect.pods), list(suspect.ranks[:64])
+    confirmed.ratio, confirmed.evidence = round(suspect.ratio, 3), suspect.evidence()
     if slowdown is not None:
-        facts["slowdown"] = round(slowdown, 3)
-    return facts
+        confirmed.slowdown = round(slowdown, 3)
+
+
+def _clear(state: SlownessStatus, *names: str) -> None:
+    """The fields back to their defaults and unset: gone from the published state, as if never written."""
+    for name in names:
+        setattr(state, name, SlownessStatus.model_fields[name].get_default(call_default_factory=True))
+        state.model_fields_set.discard(name)
 
 
 NODE_CONDITION = "AscendSlowNode"  # what `--mark-slow-nodes` sets on a node for the administrator
 
 
-def nodes_to_mark(jobs: Mapping[str, Mapping]) -> dict[str, str]:
+def nodes_to_mark(jobs: Mapping[str, list[SlowNodeRecord]]) -> dict[str, str]:
     """The nodes found slow (status.slowNodes) in two jobs, or twice in one: node → why, naming the jobs and their
-    figures. `jobs`: namespace/name → status."""
+    figures. `jobs`: namespace/name → its status.slowNodes."""
     found: dict[str, list[str]] = {}
-    for job, status in sorted(jobs.items()):
-        for entry in status.get("slowNodes") or ():
-            if entry.get("node"):
-                found.setdefault(entry["node"], []).append(
-                    f"{job} at {entry.get('since') or entry.get('at')} ({entry.get('ratio')}× its peers' compute)")
+    for job, entries in sorted(jobs.items()):
+        for entry in entries:
+            if entry.node:
+                found.setdefault(entry.node, []).append(
+                    f"{job} at {entry.since or entry.at} ({entry.ratio}× its peers' compute)")
     return {node: f"found slow {len(seen)} times: " + "; ".join(seen[-4:])
             for node, seen in sorted(found.items()) if len(seen) >= 2}

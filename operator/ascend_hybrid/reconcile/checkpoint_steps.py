@@ -10,7 +10,7 @@ import json
 from ascend_hybrid.contracts.conditions import parse_time
 from ascend_hybrid.diagnosis import checkpointing
 from ascend_hybrid.reconcile.state import Pass
-from ascend_hybrid.spec.api import AUTO
+from ascend_hybrid.spec.api import AUTO, SlownessStatus
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 START_STEPS = 100  # the trainer's interval for an auto job until the operator says one (trainer defaults.py too)
@@ -39,7 +39,7 @@ def channel_value(p: Pass) -> str | None:
     that step); None for a job that saves at its spec's interval and was asked for no save."""
     if p.o.resolved is None or p.resolved.spec.training.checkpoint is None:
         return None
-    save_at = requested_save(p.status)
+    save_at = requested_save(p.s.slowness)
     if not is_auto(p.resolved) and save_at is None:
         return None
     state = p.s.checkpoint_interval
@@ -51,11 +51,10 @@ def channel_value(p: Pass) -> str | None:
     return json.dumps(value, sort_keys=True)
 
 
-def requested_save(status: dict) -> int | None:
+def requested_save(state: SlownessStatus | None) -> int | None:
     """The step a confirmed slow node's action asked the trainer to save at (slowness_steps), until it acted."""
-    confirmed = (status.get("slowness") or {}).get("confirmed") or {}
-    value = confirmed.get("saveAt")
-    return int(value) if isinstance(value, int) and not confirmed.get("acted") else None
+    confirmed = state.confirmed if state is not None else None
+    return confirmed.save_at if confirmed is not None and not confirmed.acted else None
 
 
 def record_interval(p: Pass) -> None:
@@ -71,12 +70,12 @@ def record_interval(p: Pass) -> None:
     if sample is not None and sample.ok and sample.checkpoint_count:
         saves = int(sample.checkpoint_count)
         save = float(sample.checkpoint_seconds_sum or 0.0) / saves
-    account = p.status.get("goodputAccount") or {}
+    account = p.s.goodput_account
     read = sample.step if sample is not None and sample.ok else None
     step = int(read) if read is not None and read == read else p.training_step
     nodes = len(set(p.placed_nodes))
     p.s.checkpoint_interval = checkpointing.fold(
         p.s.checkpoint_interval, now=p.o.now, since=since, step=step,
-        step_seconds=account.get("healthyStepSeconds"), save_seconds=save, saves=saves,
+        step_seconds=account.healthy_step_seconds if account is not None else None, save_seconds=save, saves=saves,
         ledger=p.s.recoveries, nodes=nodes, total_steps=p.resolved.spec.training.steps,
         start_steps=START_STEPS, cluster=p.o.node_faults)

@@ -36,9 +36,9 @@ def reading(sample: Sample | None) -> goodput.Reading | None:
                            float(sample.checkpoint_seconds_sum or 0.0), int(sample.checkpoint_count or 0))
 
 
-def predicted_step_seconds(status: dict) -> float | None:
+def predicted_step_seconds(plan: dict) -> float | None:
     """The planner's step time for the degrees the job runs at (status.plan.running while shrunk)."""
-    value = observed.predicted_step_seconds(status.get("plan") or {})
+    value = observed.predicted_step_seconds(plan)
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
@@ -54,11 +54,11 @@ def account(p: Pass, terminal_before: bool) -> None:
     if terminal_before or since is None or p.o.resolved is None:
         return
     epoch = f"{p.s.attempt}/{p.rank_generation}"
-    folded = goodput.fold(p.status.get("goodputAccount"), since=since, now=p.o.now, mode=mode(p),
+    folded = goodput.fold(p.s.goodput_account, since=since, now=p.o.now, mode=mode(p),
                           epoch=epoch, reading=reading(p.o.telemetry), world=p.resolved.world_size,
-                          predicted_step_seconds=predicted_step_seconds(p.status),
+                          predicted_step_seconds=predicted_step_seconds(p.status.get("plan") or {}),
                           trained_to=failed_at(p.s.recoveries))
-    p.status["goodputAccount"] = folded
+    p.s.goodput_account = folded
     value = goodput.goodput(folded)
     if value is not None:
-        p.status["goodput"] = value
+        p.s.goodput = value

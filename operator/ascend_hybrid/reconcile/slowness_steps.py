@@ -32,7 +32,7 @@ from ascend_hybrid.diagnosis.recovery import REPLACE_POD, SHRINK
 from ascend_hybrid.monitoring import slowness
 from ascend_hybrid.reconcile import checkpoint_steps, elastic_steps, recovery_steps
 from ascend_hybrid.reconcile.state import Pass
-from ascend_hybrid.spec.api import RecoveryRecord, SlowNodeRecord
+from ascend_hybrid.spec.api import GoodputAccount, RecoveryRecord, SlowNodeFinding, SlowNodeRecord
 
 REPORT, REPLACE, SHRINK_ACTION = "Report", "Replace", "Shrink"
 UNMEASURED_SAVE_SECONDS = 20.0  # what a save costs before the trainer has timed one
@@ -51,16 +51,22 @@ def record_slowness(p: Pass, current: dict) -> bool:
     if sample is not None and sample.ok:
         stage_size = max(e.world_size // max(e.pipeline, 1), 1)
         node_of_pod = {pod["metadata"]["name"]: node_of(pod) or "" for pod in current.values()}
-        healthy = (p.status.get("goodputAccount") or {}).get("healthyStepSeconds")
-        recent = recent_pace((p.status.get("monitoring") or {}).get("stepSeconds") or [])
+        healthy = healthy_pace(p)
+        recent = recent_pace(p.s.monitoring.step_seconds if p.s.monitoring is not None else [])
         epoch = f"{p.s.attempt}/{recovery_steps.rank_generation(p)}"
-        folded = slowness.fold(p.status.get("slowness"), sample, node_of_pod, lambda rank: rank // stage_size,
+        folded = slowness.fold(p.s.slowness, sample, node_of_pod, lambda rank: rank // stage_size,
                                e.spec.run_policy.slowness, healthy, recent, epoch)
         if folded is not None:
-            p.status["slowness"], change = folded
+            p.s.slowness, change = folded
             if change is not None:
                 report(p, change)
     return act(p, current)
+
+
+def healthy_pace(p: Pass) -> float | None:
+    """The job's healthy seconds per step (status.goodputAccount), None until the account has measured it."""
+    account = p.s.goodput_account
+    return account.healthy_step_seconds if account is not None else None
 
 
 def recent_pace(step_seconds: list[float]) -> float | None:
@@ -79,34 +85,33 @@ def report(p: Pass, change: slowness.Change) -> None:
 
 def act(p: Pass, current: dict) -> bool:
     """The policy's action on the confirmed slow node, once it is due; why not, once, in status.slowness.decision."""
-    state = p.status.get("slowness") or {}
-    confirmed = state.get("confirmed")
+    confirmed = p.s.slowness.confirmed if p.s.slowness is not None else None
     policy = p.resolved.spec.run_policy.slowness
-    if not confirmed or policy.action == REPORT or confirmed.get("acted") or recovery_steps.in_place_running(p):
+    if confirmed is None or policy.action == REPORT or confirmed.acted or recovery_steps.in_place_running(p):
         return False
     why_not = hold(p, confirmed)
     if why_not is not None:
-        confirmed["decision"] = why_not
+        confirmed.decision = why_not
         return False
-    node = confirmed["node"]
+    node = confirmed.node
     indexes = sorted(index for index, pod in current.items() if node_of(pod) == node)
     if len(indexes) != 1:
-        confirmed["decision"] = (f"node {node} runs {len(indexes)} pods of this job: only a node with one pod is "
+        confirmed.decision = (f"node {node} runs {len(indexes)} pods of this job: only a node with one pod is "
                                  "replaced or shrunk around (reported only)")
         return False
     index = indexes[0]
     pod = current[index]["metadata"]["name"]
     ready, reason = recovery_steps.in_place_ready(p, current, excluding=index)
     if not ready:
-        confirmed["decision"] = f"the other pods cannot restart in place ({reason}): reported only"
+        confirmed.decision = f"the other pods cannot restart in place ({reason}): reported only"
         return False
     return replace_or_shrink(p, current, confirmed, index, pod)
 
 
-def hold(p: Pass, confirmed: dict) -> str | None:
+def hold(p: Pass, confirmed: SlowNodeFinding) -> str | None:
     """Why the action waits or is not taken (None: it is due now)."""
     policy = p.resolved.spec.run_policy.slowness
-    slowdown = confirmed.get("slowdown")
+    slowdown = confirmed.slowdown
     if slowdown is None:
         return "waiting for the job's healthy pace (status.goodputAccount) to weigh the slowdown"
     if slowdown < policy.min_slowdown:
@@ -127,39 +132,38 @@ def hold(p: Pass, confirmed: dict) -> str | None:
     return checkpoint_wait(p, confirmed, every, slowdown)
 
 
-def checkpoint_wait(p: Pass, confirmed: dict, every: int, slowdown: float) -> str | None:
+def checkpoint_wait(p: Pass, confirmed: SlowNodeFinding, every: int, slowdown: float) -> str | None:
     """None once training passed a checkpoint after the confirmation: any the lead trainer finished since
     (`saved_since`), the one asked for (saveAt), or the interval's next. When waiting for the interval's, beyond
     SAVE_MARGIN_SECONDS, loses more at the slowdown than one save costs (`save_cost`), the trainer is asked for one
     SAVE_MARGIN_SECONDS ahead (the launchers' channel, checkpoint_steps.channel_value)."""
-    step, since = p.training_step, confirmed.get("atStep")
+    step, since = p.training_step, confirmed.at_step
     if step is None or since is None:
         return "waiting for the training step"
-    step, since = int(step), int(since)
     if saved_since(p, confirmed):
         return None
-    asked = confirmed.get("saveAt")
-    if isinstance(asked, int):
+    asked = confirmed.save_at
+    if asked is not None:
         return None if step > asked else f"waiting for the checkpoint asked for at step {asked}"
     boundary = (since // every + 1) * every
     if step > boundary:
         return None
-    pace = float((p.status.get("goodputAccount") or {}).get("healthyStepSeconds") or 0.0) * slowdown
+    pace = (healthy_pace(p) or 0.0) * slowdown
     waiting, save = (boundary - step) * pace, save_cost(p)
     if pace > 0 and (waiting - SAVE_MARGIN_SECONDS) * (1 - 1 / slowdown) > save:
         asked = step + max(2, math.ceil(SAVE_MARGIN_SECONDS / pace))
-        confirmed["saveAt"] = asked
+        confirmed.save_at = asked
         return (f"asked the trainer for a checkpoint at step {asked}: the next of the interval, step {boundary}, is "
                 f"{waiting:.0f}s away, which at {slowdown:.2f}× loses more than a save's {save:.0f}s")
     return f"waiting for the checkpoint of step {boundary} (training.checkpoint.everySteps={every})"
 
 
-def saved_since(p: Pass, confirmed: dict) -> bool:
+def saved_since(p: Pass, confirmed: SlowNodeFinding) -> bool:
     """The lead trainer finished a checkpoint save since the confirmation: its count of saves (this process's) grew
     past the count at the confirmation, whichever step it saved."""
-    sample, before = p.o.telemetry, confirmed.get("savesAt")
+    sample, before = p.o.telemetry, confirmed.saves_at
     count = sample.checkpoint_count if sample is not None and sample.ok else None
-    return isinstance(before, int) and count is not None and count == count and int(count) > before
+    return before is not None and count is not None and count == count and int(count) > before
 
 
 def save_cost(p: Pass) -> float:
@@ -172,21 +176,21 @@ def save_cost(p: Pass) -> float:
     return measured if measured else UNMEASURED_SAVE_SECONDS
 
 
-def action_cost(ledger: list[RecoveryRecord], account: dict) -> float:
+def action_cost(ledger: list[RecoveryRecord], account: GoodputAccount | None) -> float:
     """Seconds an action is expected to cost: the median of the job's past recoveries; before it has any, its own
     start (the goodput account's startsAndRestarts: pods made to its first step — what a replaced pod and the
     others' restarted ranks go through again); RECOVERY_COST_SECONDS before either is measured."""
     past = [record.seconds for record in ledger if record.outcome == recovery.RECOVERED and record.seconds is not None]
     if past:
         return statistics.median(past)
-    started = float((account.get("seconds") or {}).get(goodput.STARTS) or 0.0)
+    started = goodput.buckets(account)[goodput.STARTS]
     return started if started > 0 else RECOVERY_COST_SECONDS
 
 
 def worth_it(p: Pass, slowdown: float) -> str | None:
     """None when the steps left at this slowdown lose more than the action costs (with COST_MARGIN), else why not."""
-    account = p.status.get("goodputAccount") or {}
-    healthy = account.get("healthyStepSeconds")
+    account = p.s.goodput_account
+    healthy = healthy_pace(p)
     step = p.training_step
     if not healthy or step is None:
         return "waiting for the job's healthy pace"
@@ -199,22 +203,22 @@ def worth_it(p: Pass, slowdown: float) -> str | None:
     return None
 
 
-def replace_or_shrink(p: Pass, current: dict, confirmed: dict, index: int, pod: str) -> bool:
+def replace_or_shrink(p: Pass, current: dict, confirmed: SlowNodeFinding, index: int, pod: str) -> bool:
     policy = p.resolved.spec.run_policy.slowness
-    node = confirmed["node"]
+    node = confirmed.node
     step = p.training_step
-    evidence = confirmed.get("evidence") or f"node {node} is slow"
+    evidence = confirmed.evidence or f"node {node} is slow"
     failure = Failure(slowness.SLOW_NODE, evidence, pod=pod, index=index, node=node, step=step, time=p.o.now)
     shrink = policy.action == SHRINK_ACTION and p.resolved.spec.elastic is not None and not p.queue
     why = f"spec.runPolicy.slowness.action={policy.action}: {evidence}"
     record = recovery.open_incident(p.s.recoveries, cause=slowness.SLOW_NODE,
                                     rung=SHRINK if shrink else REPLACE_POD, why=why,
-                                    detected=parse_time(confirmed.get("since")) or p.o.now, decided=p.o.now,
+                                    detected=parse_time(confirmed.since) or p.o.now, decided=p.o.now,
                                     attempt=p.attempt, counted=False, pod=pod, node=node, step=step)
     p.avoid([node])
     remember(p, confirmed, policy.action)
-    confirmed["acted"] = timestamp(p.o.now)
-    confirmed["decision"] = f"{policy.action} at step {step}"
+    confirmed.acted = timestamp(p.o.now)
+    confirmed.decision = f"{policy.action} at step {step}"
     if shrink and elastic_steps.shrink_in_place(p, current, index):
         shrunk = p.s.recoveries[-1]  # the same incident, read again: shrink_in_place climbed it with its own words
         shrunk.rungs, shrunk.why = [SHRINK], why
@@ -222,7 +226,7 @@ def replace_or_shrink(p: Pass, current: dict, confirmed: dict, index: int, pod: 
         return True
     if shrink:
         record.rungs = [REPLACE_POD]
-        confirmed["decision"] = (f"Shrink at step {step}: no smaller data degree keeps the running pods (a checkpoint "
+        confirmed.decision = (f"Shrink at step {step}: no smaller data degree keeps the running pods (a checkpoint "
                                  "sliced per rank, or too few pods running): replaced instead")
     text = (f"{why}: node {node} avoided, pod {pod} (index {index}) made again elsewhere at the checkpoint, the "
             f"others restart their ranks in place, rank generation {recovery_steps.rank_generation(p) + 1}")
@@ -230,11 +234,10 @@ def replace_or_shrink(p: Pass, current: dict, confirmed: dict, index: int, pod: 
     return True
 
 
-def remember(p: Pass, confirmed: dict, action: str) -> None:
+def remember(p: Pass, confirmed: SlowNodeFinding, action: str) -> None:
     """status.slowNodes: the nodes this job found slow (and acted on), newest last."""
-    facts = {"node": confirmed["node"], "since": confirmed.get("since"), "ratio": confirmed.get("ratio"),
-             "slowdown": confirmed.get("slowdown"), "action": action, "at": timestamp(p.o.now)}
     found = p.s.slow_nodes
-    found.append(SlowNodeRecord(**{key: value for key, value in facts.items() if value is not None}))
+    found.append(SlowNodeRecord(node=confirmed.node, since=confirmed.since, ratio=confirmed.ratio,
+                                slowdown=confirmed.slowdown, action=action, at=timestamp(p.o.now)))
     del found[:-SLOW_NODES_KEPT]
 

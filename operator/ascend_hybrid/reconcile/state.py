@@ -66,7 +66,8 @@ TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", 
                           "avoidedNodes", "admissionRefusals", "podTemplateHash", "startTime", "completionTime",
                           "worldSize", "observedGeneration", "restarts", "disruptions", "ignoredFailures", "pods",
                           "rankTable", "training", "utilization", "recoveries", "lastFailure",
-                          "slowNodes", "checkpointInterval"})
+                          "slowNodes", "checkpointInterval", "goodputAccount", "goodput", "slowness",
+                          "monitoring"})
 
 
 @dataclass(frozen=True)
@@ -359,7 +360,7 @@ class Pass:
         self.delete_pod_group()
         self.s.attempt = (self.s.attempt or 0) + 1
         self.s.placement = None
-        self.status.pop("monitoring", None)  # the anomaly history of the old attempt says nothing of the new one
+        self.s.monitoring = None  # the anomaly history of the old attempt says nothing of the new one
         if self.s.recovery is not None:  # no in-place rung outlives its pods
             self.s.recovery.rung = self.s.recovery.replacing = self.s.recovery.unplaced = None
         for kind in anomalies.CONDITIONS:

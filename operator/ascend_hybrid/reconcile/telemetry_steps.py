@@ -67,11 +67,11 @@ def record_anomalies(p: Pass, sample: Sample) -> None:
     status.monitoring; one Warning event when one turns on."""
     e = p.resolved
     evaluation = prediction(e)
-    folded = anomalies.fold(p.status.get("monitoring"), sample, e.spec.monitoring,
+    folded = anomalies.fold(p.s.monitoring, sample, e.spec.monitoring,
                             evaluation.time.step if evaluation is not None else None)
     if folded is None:
         return  # this sample was folded in by an earlier pass
-    p.status["monitoring"], changes = folded
+    p.s.monitoring, changes = folded
     for change in changes:
         if change.on and not p.holds(change.kind):
             p.d.emit("Warning", change.kind, change.message)

@@ -49,10 +49,10 @@ def test_a_skewed_chip_turns_load_imbalanced_on_after_n_samples_and_off_at_once(
     message = last[LOAD_IMBALANCED].message
     assert "spread 71 points" in message and "chip 0 of pod job-a1-1 at 20%" in message
     assert "stage split" in message and "MoE routing" in message and "data distribution" in message
-    assert state["imbalancedSamples"] == 3
+    assert state.imbalanced_samples == 3
     state, changes = fold(state, sample(90, utilization=even), SPEC)
     assert [(c.kind, c.on, c.reason) for c in changes] == [(LOAD_IMBALANCED, False, "Balanced")]
-    assert state["imbalancedSamples"] == 0
+    assert state.imbalanced_samples == 0
 
 
 def test_an_interrupted_imbalance_starts_counting_again():
@@ -94,11 +94,11 @@ def test_a_checkpoint_save_between_two_readings_is_not_step_time():
     history = [sample(10 * k, step=20 * k, saved=4.0) for k in range(6)]  # 0.5 s a step, one earlier save of 4 s
     saving = sample(60, step=history[-1].step + 2, saved=13.0)  # 9 s of the 10 s went to a save
     state, last, _ = run([*history, saving], ONE_SAMPLE)
-    assert not last[STRAGGLING].on and state["stepSeconds"][-1] == 0.5 and state["checkpointSeconds"] == 13.0
+    assert not last[STRAGGLING].on and state.step_seconds[-1] == 0.5 and state.checkpoint_seconds == 13.0
     _, last, _ = run([*history, sample(60, step=history[-1].step + 2, saved=4.0)], ONE_SAMPLE)
     assert last[STRAGGLING].on  # the same 2 steps in 10 s with no save are slow
     restarted = sample(70, step=history[-1].step + 22, saved=0.0)  # a new process: its sum starts again
-    assert fold(state, restarted, ONE_SAMPLE)[0]["stepSeconds"][-1] == 0.5
+    assert fold(state, restarted, ONE_SAMPLE)[0].step_seconds[-1] == 0.5
 
 
 def test_a_save_still_running_when_the_trainer_is_read_makes_one_slow_sample_not_straggling():
@@ -124,7 +124,7 @@ def test_no_straggling_before_there_is_a_history_or_when_the_planner_expected_it
 def test_the_window_keeps_the_recent_step_times_only():
     spec = Monitoring(stragglerWindow=3)
     state, _, _ = run(steady(12, 0.5), spec)
-    assert state["stepSeconds"] == [0.5, 0.5, 0.5]
+    assert state.step_seconds == [0.5, 0.5, 0.5]
 
 
 def test_no_progress_for_stall_seconds_is_training_stalled_and_a_step_clears_it():
@@ -133,7 +133,7 @@ def test_no_progress_for_stall_seconds_is_training_stalled_and_a_step_clears_it(
     state, last, trace = run(samples, spec)
     assert [t.get(TRAINING_STALLED) for t in trace] == [None, False, False, False, True]
     assert "no training step for 70s" in last[TRAINING_STALLED].message
-    assert state["lastStep"] == 8 and state["lastStepAt"] == "2026-11-29T12:00:10Z"
+    assert state.last_step == 8 and state.last_step_at == "2026-11-29T12:00:10Z"
     _, changes = fold(state, sample(90, step=9), spec)
     assert any(c.kind == TRAINING_STALLED and not c.on for c in changes)
 
@@ -146,7 +146,7 @@ def test_before_the_first_step_nothing_is_a_stall():
 def test_a_trainer_that_starts_over_is_not_a_stall_or_a_straggler():
     state, last, _ = run([*steady(5, 0.5), sample(50, step=2), sample(60, step=22)])
     assert last[STRAGGLING].on is False and last[TRAINING_STALLED].on is False
-    assert state["lastStep"] == 22 and state["stepSeconds"] == [0.5] * 5  # the restart's jump measured nothing
+    assert state.last_step == 22 and state.step_seconds == [0.5] * 5  # the restart's jump measured nothing
 
 
 @given(st.lists(st.floats(0, 100), min_size=2, max_size=16), st.floats(1, 99))
@@ -163,16 +163,16 @@ def test_steps_only_move_forward_in_the_state(advances, start):
     for k, advance in enumerate(advances):
         step += advance
         state, _ = fold(state, sample(10 * k, step=step), SPEC)
-        assert state["lastStep"] == step
-        assert all(value > 0 for value in state.get("stepSeconds", []))
-        assert len(state.get("stepSeconds", [])) <= SPEC.straggler_window
+        assert state.last_step == step
+        assert all(value > 0 for value in state.step_seconds)
+        assert len(state.step_seconds) <= SPEC.straggler_window
 
 
 def test_a_new_trainer_process_counts_its_saves_from_its_start_and_an_interval_all_save_measures_no_step():
     history = [sample(10 * k, step=20 * k, saved=30.0) for k in range(6)]
     restarted = sample(60, step=history[-1].step + 2, saved=9.0)  # a new process: 9 s of saves since it began
     state, last, _ = run([*history, restarted], ONE_SAMPLE)
-    assert not last[STRAGGLING].on and state["stepSeconds"][-1] == 0.5
+    assert not last[STRAGGLING].on and state.step_seconds[-1] == 0.5
     straddled = sample(70, step=restarted.step + 1, saved=19.0)  # a 10 s save filled the whole 10 s
     after = fold(state, straddled, ONE_SAMPLE)[0]
-    assert after["stepSeconds"] == state["stepSeconds"] and after["lastStep"] == straddled.step
+    assert after.step_seconds == state.step_seconds and after.last_step == straddled.step

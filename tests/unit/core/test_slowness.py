@@ -14,7 +14,8 @@ import pytest
 from ascend_hybrid.contracts.conditions import condition, timestamp
 from ascend_hybrid.monitoring import slowness
 from ascend_hybrid.monitoring.progress import RankReading, Sample
-from ascend_hybrid.spec.api import AscendHybridJobStatus, Slowness, SlownessStatus
+from ascend_hybrid.reconcile import status_edge
+from ascend_hybrid.spec.api import AscendHybridJobStatus, Slowness, SlownessStatus, SlowNodeRecord
 from support.reconcile_passes import NOW, action, events, job, kinds, placed, rank_table, running_pass
 
 SPEC = Slowness()
@@ -33,6 +34,11 @@ def readings(ranks: int, per_pod: int, compute: float = 0.2, comm: float = 0.05,
 
 def nodes_of(ranks: int, per_pod: int) -> dict[str, str]:
     return {f"p{pod}": f"node-{pod}" for pod in range(ranks // per_pod)}
+
+
+def published(state: SlownessStatus | None) -> dict:
+    """status.slowness as the operator writes it ({} for none)."""
+    return status_edge.dump(status_edge.Parsed(AscendHybridJobStatus(slowness=state))).get("slowness", {})
 
 
 def run(samples, ranks=1024, per_pod=8, stage_size=None, healthy=None, spec=SPEC):
@@ -57,8 +63,8 @@ def test_a_node_at_one_and_a_half_times_the_compute_is_named_after_three_samples
     (index, change), = changes
     assert index == 7 and change.on and change.reason == "SlowCompute"  # the third slow sample
     assert "node node-77 is slow" in change.message and "1.5" in change.message
-    SlownessStatus.model_validate(state)
-    found = state["confirmed"]
+    SlownessStatus.model_validate(published(state))
+    found = published(state)["confirmed"]
     assert (found["node"], found["pods"], found["ranks"]) == ("node-77", ["p77"], list(range(616, 624)))
     assert found["ratio"] == pytest.approx(1.5, rel=0.06) and found["slowdown"] > 1.1
 
@@ -66,7 +72,7 @@ def test_a_node_at_one_and_a_half_times_the_compute_is_named_after_three_samples
 def test_a_healthy_noisy_job_names_no_node_in_a_long_run():
     rng = random.Random(2)
     state, changes = run([readings(1024, 8, jitter=0.10, rng=rng) for _ in range(1000)])  # 4 hours of samples
-    assert changes == [] and not state.get("suspects")
+    assert changes == [] and not state.suspects and "suspects" in published(state)
 
 
 def test_a_pipeline_stage_that_always_works_more_is_not_a_slow_node():
@@ -88,7 +94,7 @@ def test_two_ranks_compare_with_each_other_and_the_condition_clears_once_the_nod
     healthy = [readings(2, 1, rng=rng) for _ in range(4)]
     state, changes = run(before + slow + healthy, ranks=2, per_pod=1)
     assert [(index, change.on) for index, change in changes] == [(6, True), (10, False)]
-    assert "confirmed" not in state
+    assert "confirmed" not in published(state)
 
 
 @pytest.mark.parametrize("per_sample", [0.05, 0.1, 0.2])
@@ -105,7 +111,7 @@ def test_a_slowdown_that_comes_in_over_many_samples_is_named_and_not_learned_as_
     (index, change), *_ = changes
     assert change.on and "node node-1 is slow" in change.message
     assert factors[index] < 3.0, factors[index]  # named soon after it passes 2× its peers
-    assert state["baselines"].get("node-1", 1.0) < 1.2
+    assert state.baselines.get("node-1", 1.0) < 1.2
 
 
 def test_a_sample_without_a_nodes_figures_leaves_its_usual_ratio_where_it_was():
@@ -119,7 +125,7 @@ def test_a_sample_without_a_nodes_figures_leaves_its_usual_ratio_where_it_was():
     samples = [readings(8, 1, slow={3: 1.3}, jitter=0.01, rng=rng) for _ in range(60)]
     samples = samples[:4] + [sample if index % 4 == 0 else unread(sample) for index, sample in enumerate(samples[4:])]
     state, changes = run(samples, ranks=8, per_pod=1, spec=spec)
-    assert changes == [] and state["baselines"]["node-3"] == pytest.approx(1.3, rel=0.05)
+    assert changes == [] and published(state)["baselines"]["node-3"] == pytest.approx(1.3, rel=0.05)
 
 
 def test_a_followed_node_missing_from_a_few_samples_is_held_and_one_silent_longer_is_judged_not_found():
@@ -134,19 +140,19 @@ def test_a_followed_node_missing_from_a_few_samples_is_held_and_one_silent_longe
     state, changes = run(before + [slow[0], unread(slow[1]), slow[2], unread(slow[3]), unread(slow[4]), slow[5]],
                          ranks=2, per_pod=1)
     assert [(index, change.on) for index, change in changes] == [(9, True)]  # the third sample that read it
-    assert "node node-1 is slow" in changes[0][1].message and "unread" not in state
+    assert "node node-1 is slow" in changes[0][1].message and "unread" not in published(state)
     learned, _ = run(before, ranks=2, per_pod=1)
     pending = Sample("trainer", NOW + timedelta(hours=1), ranks=readings(2, 1, rng=rng))
     after, _ = slowness.fold(learned, pending, {"p0": "node-0", "p1": "node-1", "p2": ""}, lambda rank: 0, SPEC, None)
-    assert "unread" not in after  # a pod not bound to a node yet is no node to hold
+    assert "unread" not in published(after)  # a pod not bound to a node yet is no node to hold
     # confirmed, then silent for confirmSamples samples: held; one more, and the samples count toward clearing
     silent = [unread(readings(2, 1, slow={1: 3.0}, rng=rng)) for _ in range(2 * SPEC.confirm_samples)]
     state, changes = run(before + slow[:3] + silent, ranks=2, per_pod=1)
     assert [(index, change.on) for index, change in changes] == [(6, True), (6 + 2 * SPEC.confirm_samples, False)]
-    SlownessStatus.model_validate(state)
+    SlownessStatus.model_validate(published(state))
     # a suspect silent longer than that starts again from its next reading
     state, changes = run(before + slow[:2] + silent[:SPEC.confirm_samples + 1] + slow[2:4], ranks=2, per_pod=1)
-    assert changes == [] and state["suspects"] == {"node-1": 2}
+    assert changes == [] and published(state)["suspects"] == {"node-1": 2}
 
 
 def test_a_node_that_was_always_slower_is_not_a_slow_node_until_it_slows_down_further():
@@ -326,14 +332,14 @@ def test_new_trainer_processes_are_learned_again_before_a_node_is_named():
     for index in range(10, 13):  # a restart (another generation): its processes settle for three samples
         restarted = Sample("trainer", NOW + timedelta(seconds=15 * index), step=100, ranks=readings(2, 1, rng=rng))
         state, change = slowness.fold(state, restarted, nodes_of(2, 1), lambda rank: 0, SPEC, None, None, "1/2")
-        assert change is None and state["confirmed"]["node"] == "node-1"  # settling processes clear nothing
+        assert change is None and state.confirmed is not None and state.confirmed.node == "node-1"  # settling: kept
 
 
 def test_a_node_found_slow_in_two_jobs_or_twice_is_marked_for_the_administrator_and_once_is_not():
-    once = {"slowNodes": [{"node": "n1", "since": "2026-12-08T00:10:00Z", "ratio": 1.5}]}
-    twice = {"slowNodes": [{"node": "n2", "since": "2026-12-08T00:10:00Z", "ratio": 1.4},
-                           {"node": "n2", "since": "2026-12-08T03:00:00Z", "ratio": 1.6}]}
-    marked = slowness.nodes_to_mark({"a/one": once, "a/two": twice, "b/three": once, "b/none": {}})
+    once = [SlowNodeRecord(node="n1", since="2026-12-08T00:10:00Z", ratio=1.5)]
+    twice = [SlowNodeRecord(node="n2", since="2026-12-08T00:10:00Z", ratio=1.4),
+             SlowNodeRecord(node="n2", since="2026-12-08T03:00:00Z", ratio=1.6)]
+    marked = slowness.nodes_to_mark({"a/one": once, "a/two": twice, "b/three": once, "b/none": []})
     assert sorted(marked) == ["n1", "n2"]
     assert marked["n1"].startswith("found slow 2 times: a/one at 2026-12-08T00:10:00Z (1.5× its peers' compute)")
     assert slowness.nodes_to_mark({"a/one": once}) == {}

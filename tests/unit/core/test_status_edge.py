@@ -206,9 +206,10 @@ def test_a_pass_that_changes_nothing_leaves_the_status_it_observed():
 
 
 def test_a_typed_field_is_not_reachable_as_a_dict_key():
-    p = Pass(observe(job(status={"attempt": 2, "phase": "Running", "goodput": 0.5})))
-    assert p.s.attempt == 2 and p.status["goodput"] == 0.5
+    p = Pass(observe(job(status={"attempt": 2, "phase": "Running", "goodput": 0.5, "alternative": {"a": 1}})))
+    assert p.s.attempt == 2 and p.s.goodput == 0.5 and p.status["alternative"] == {"a": 1}
     for reach in (lambda: p.status["attempt"], lambda: p.status.get("phase"), lambda: p.status.pop("attempt"),
+                  lambda: p.status.get("goodputAccount"),
                   lambda: p.status.update(message="x"), lambda: "phase" in p.status):
         with pytest.raises(KeyError, match="typed"):
             reach()
