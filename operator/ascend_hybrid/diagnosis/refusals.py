@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ascend_hybrid.contracts.conditions import condition, set_condition
+from ascend_hybrid.spec.api import AscendHybridJobStatus
+from ascend_hybrid.spec.conditions import condition, set_condition
 
 INVALID_POD_TEMPLATE = "InvalidPodTemplate"
 FORBIDDEN = "Forbidden"
@@ -47,17 +48,18 @@ class Refusal:
         return (now - self.at).total_seconds()
 
 
-def forbid(status: dict, refusal: Refusal, now: datetime, generation: int | None) -> bool:
+def forbid(status: AscendHybridJobStatus, refusal: Refusal, now: datetime, generation: int | None) -> bool:
     """Sets `Authorized=False` naming the verb and resource; True when it was not already so (post one event)."""
     previous = condition(status, AUTHORIZED)
+    was = (previous.status, previous.message) if previous is not None else None  # read before set_condition edits it
     message = refusal.describe()
     set_condition(status, AUTHORIZED, False, FORBIDDEN, message, now, generation)
-    return previous is None or previous["status"] == "True" or previous["message"] != message
+    return was != ("False", message)
 
 
-def allow(status: dict, now: datetime, generation: int | None) -> None:
+def allow(status: AscendHybridJobStatus, now: datetime, generation: int | None) -> None:
     """A request refused with 403 went through since: the condition says so (it is never added otherwise)."""
     previous = condition(status, AUTHORIZED)
-    if previous is not None and previous["status"] == "False":
+    if previous is not None and previous.status == "False":
         set_condition(status, AUTHORIZED, True, "Allowed", "the operator's requests are accepted again", now,
                       generation)

@@ -134,10 +134,8 @@ def chosen_strategy(p: Pass) -> Decision | None:
     """The planner's step (strategy.step) on every live pass; the job runs with the strategy it resolves."""
     o = p.o
     if p.s.phase not in TERMINAL_JOB_PHASES:
-        whole = p.whole_status()  # the planner's step edits a whole status (status.plan, StrategyFits)
-        chosen = strategy.step(p.job.get("spec") or {}, p.resolved, whole, o.hardware_profiles, o.now,
+        chosen = strategy.step(p.job.get("spec") or {}, p.resolved, p.s, o.hardware_profiles, o.now,
                                p.generation, o.observed_efficiency)
-        p.absorb(whole)
         for event in chosen.events:
             p.d.emit(*event)
         if chosen.failure:
@@ -154,9 +152,7 @@ def chosen_strategy(p: Pass) -> Decision | None:
 def refusal(p: Pass) -> Decision | None:
     if p.o.refusal is None:
         if p.condition(refusals.AUTHORIZED) is not None:  # allow() changes only a status that was refused once
-            whole = p.whole_status()
-            refusals.allow(whole, p.o.now, p.generation)
-            p.absorb(whole)
+            refusals.allow(p.s, p.o.now, p.generation)
         return None
     return p.d if failure_steps.refused(p, p.o.refusal) else None
 

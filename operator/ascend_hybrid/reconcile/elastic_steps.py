@@ -39,7 +39,16 @@ from ascend_hybrid.reconcile import checkpoint_steps, membership, strategy, volc
 from ascend_hybrid.reconcile.actions import EnsureChildren, PlaceReplacement, ProbeGrow
 from ascend_hybrid.reconcile.state import Decision, Pass
 from ascend_hybrid.spec import rules
-from ascend_hybrid.spec.api import ElasticStatus, PlacementStatus, PlannedPlacement, RecoveryRecord
+from ascend_hybrid.spec.api import (
+    AscendHybridJobStatus,
+    EffectiveParallelism,
+    ElasticStatus,
+    PlacementStatus,
+    PlannedPlacement,
+    PlanStatus,
+    RecoveryRecord,
+    RunningPrediction,
+)
 from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
 
 # How often a shrunk job asks the shell whether its whole gang fits again (a placement under the one lock).
@@ -156,32 +165,44 @@ def run_shrunk(p: Pass) -> None:
         drop(p, f"the spec changed: {error.problems[0]}")
         return
     p.o = replace(p.o, resolved=shrunk)
-    p.status["parallelism"] = {**(p.status.get("parallelism") or {}), **shrunk.degrees}
-    predict_running(p.status, shrunk, p.o.hardware_profiles)
+    with_degrees(p.s, shrunk)
+    predict_running(p.s.plan, shrunk, p.o.hardware_profiles)
 
 
-def predict_running(status: dict, shrunk: ResolvedJob, profiles: Mapping[str, Hardware]) -> None:
+def with_degrees(status: AscendHybridJobStatus, job: ResolvedJob) -> None:
+    """status.parallelism: the degrees `job` runs at, over those recorded (the virtual stages kept)."""
+    before = status.parallelism.model_dump(by_alias=True, exclude_none=True) if status.parallelism else {}
+    status.parallelism = EffectiveParallelism.model_validate({**before, **job.degrees})
+
+
+def predict_running(plan: PlanStatus | None, shrunk: ResolvedJob, profiles: Mapping[str, Hardware]) -> None:
     """status.plan.running: the planner's step time at the degrees the job runs now, once per degree, scaled as
     the spec's prediction was (its observed stepScale), so stepTimeRatio and the cluster's observed efficiency
     compare a shrunk run with its own prediction."""
-    plan = status.get("plan")
-    running = (plan or {}).get("running") or {}
-    if not plan or (running.get("data"), running.get("microBatches")) == (shrunk.data, shrunk.micro_batches):
+    running = plan.running if plan is not None else None
+    if plan is None or (running is not None and (running.data, running.micro_batches)
+                        == (shrunk.data, shrunk.micro_batches)):
         return
     try:
         evaluation = search.evaluate_job(shrunk, strategy.hardware_for(shrunk, profiles))
     except (strategy.StrategyError, search.PlanError):
-        plan.pop("running", None)  # no prediction at these degrees: the ratio then reads against the spec's
+        plan.running = None  # no prediction at these degrees: the ratio then reads against the spec's
         return
-    scale = (plan.get("observed") or {}).get("stepScale", 1.0)
-    plan["running"] = {"data": shrunk.data, "microBatches": shrunk.micro_batches,
-                       "stepSeconds": round(evaluation.time.step * scale, 4)}
-    plan.pop("stepTimeRatio", None)  # the old ratio read against the spec's prediction
+    scale = plan.observed.step_scale if plan.observed is not None else 1.0
+    plan.running = RunningPrediction(data=shrunk.data, micro_batches=shrunk.micro_batches,
+                                     step_seconds=round(evaluation.time.step * scale, 4))
+    plan.step_time_ratio = None  # the old ratio read against the spec's prediction
+
+
+def not_shrunk(plan: PlanStatus | None) -> None:
+    """status.plan.running gone: the job runs at the spec's degrees, predicted by the plan itself."""
+    if plan is not None:
+        plan.running = None
 
 
 def drop(p: Pass, why: str) -> None:
     p.s.elastic = None
-    (p.status.get("plan") or {}).pop("running", None)
+    not_shrunk(p.s.plan)
     if p.holds(DEGRADED):
         p.cond(DEGRADED, False, "SpecChanged", why)
 
@@ -445,7 +466,7 @@ def grown(p: Pass, full: ResolvedJob) -> tuple[ElasticStatus, str]:
     if state is None:
         raise ValueError("a job that did not shrink was grown")
     p.s.elastic = None
-    (p.status.get("plan") or {}).pop("running", None)
+    not_shrunk(p.s.plan)
     p.s.avoided_nodes = healthy_avoided(p)
     training_step = p.training_step
     why = (f"a placement for data {full.data} fits again; growing from data {state.data} at the checkpoint "
@@ -457,7 +478,7 @@ def grown(p: Pass, full: ResolvedJob) -> tuple[ElasticStatus, str]:
 
 
 def at_spec_degrees(p: Pass, full: ResolvedJob, state: ElasticStatus, why: str) -> None:
-    p.status["parallelism"] = {**(p.status.get("parallelism") or {}), **full.degrees}
+    with_degrees(p.s, full)
     p.s.world_size = full.world_size
     p.s.pod_template_hash = None  # as at a shrink: the next pods are made from the spec's job
     message = f"data {state.data}→{full.data}: {why}; restarting as attempt {p.attempt}"

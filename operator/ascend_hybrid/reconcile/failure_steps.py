@@ -64,9 +64,7 @@ def refused(p: Pass, refusal: Refusal) -> bool:
         return True
     if refusal.waited(p.o.now) >= refusals.RETRY_SECONDS:
         return False
-    whole = p.whole_status()  # refusals' rules edit a whole status, as the shell's
-    if refusals.forbid(whole, refusal, p.o.now, p.generation):
+    if refusals.forbid(p.s, refusal, p.o.now, p.generation):
         p.d.emit("Warning", refusals.FORBIDDEN, refusal.describe())
-    p.absorb(whole)
     p.requeue(refusals.RETRY_SECONDS - refusal.waited(p.o.now))
     return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ascend_hybrid.contracts.conditions import TERMINAL_JOB_PHASES, parse_time
 from ascend_hybrid.diagnosis import goodput
 from ascend_hybrid.monitoring.progress import Sample
-from ascend_hybrid.planner import observed
+from ascend_hybrid.reconcile import strategy
 from ascend_hybrid.reconcile.state import Pass
 from ascend_hybrid.spec.api import RecoveryRecord
 
@@ -36,12 +36,6 @@ def reading(sample: Sample | None) -> goodput.Reading | None:
                            float(sample.checkpoint_seconds_sum or 0.0), int(sample.checkpoint_count or 0))
 
 
-def predicted_step_seconds(plan: dict) -> float | None:
-    """The planner's step time for the degrees the job runs at (status.plan.running while shrunk)."""
-    value = observed.predicted_step_seconds(plan)
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
-
-
 def failed_at(ledger: list[RecoveryRecord]) -> int | None:
     """The step the newest incident hit (the trainer's report): trained, so redone when trained again."""
     return ledger[-1].step if ledger else None
@@ -56,7 +50,7 @@ def account(p: Pass, terminal_before: bool) -> None:
     epoch = f"{p.s.attempt}/{p.rank_generation}"
     folded = goodput.fold(p.s.goodput_account, since=since, now=p.o.now, mode=mode(p),
                           epoch=epoch, reading=reading(p.o.telemetry), world=p.resolved.world_size,
-                          predicted_step_seconds=predicted_step_seconds(p.status.get("plan") or {}),
+                          predicted_step_seconds=strategy.predicted_step_seconds(p.s.plan),
                           trained_to=failed_at(p.s.recoveries))
     p.s.goodput_account = folded
     value = goodput.goodput(folded)

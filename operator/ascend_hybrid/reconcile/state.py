@@ -16,7 +16,7 @@ from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts import volcano as volcanos
 from ascend_hybrid.contracts.ascend import DeviceInfo
 from ascend_hybrid.contracts.chips import CHIPS
-from ascend_hybrid.contracts.conditions import CONDITION_TYPES, parse_time, timestamp
+from ascend_hybrid.contracts.conditions import parse_time, timestamp
 from ascend_hybrid.contracts.podview import (
     TERMINAL_POD_PHASES,
     attempt_of,
@@ -46,6 +46,7 @@ from ascend_hybrid.reconcile.actions import (
     PostEvent,
     WriteRankTable,
 )
+from ascend_hybrid.spec import conditions
 from ascend_hybrid.spec.api import (
     AscendHybridJobStatus,
     Condition,
@@ -67,7 +68,7 @@ TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", 
                           "worldSize", "observedGeneration", "restarts", "disruptions", "ignoredFailures", "pods",
                           "rankTable", "training", "utilization", "recoveries", "lastFailure",
                           "slowNodes", "checkpointInterval", "goodputAccount", "goodput", "slowness",
-                          "monitoring"})
+                          "monitoring", "parallelism", "plan"})
 
 
 @dataclass(frozen=True)
@@ -121,10 +122,6 @@ class Decision:
 
     def act(self, action: Action) -> None:
         self.actions.append(action)
-
-
-def condition_rank(found: Condition) -> int:
-    return CONDITION_TYPES.index(found.type) if found.type in CONDITION_TYPES else 99
 
 
 class UntypedStatus(dict[str, Any]):
@@ -293,26 +290,16 @@ class Pass:
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def cond(self, kind: str, value: bool, reason: str, message: str = "") -> None:
-        """Sets one condition as conditions.set_condition does a dict status's: lastTransitionTime moves only when
-        its status flips (metav1.Condition), and the conditions stay in CONDITION_TYPES' order."""
-        wanted = "True" if value else "False"
-        found = self.condition(kind)
-        if found is None:
-            found = Condition(type=kind, status=wanted, reason=reason, last_transition_time=timestamp(self.o.now))
-            self.s.conditions = [*self.s.conditions, found]
-        elif found.status != wanted:
-            found.last_transition_time = timestamp(self.o.now)
-        found.status, found.reason, found.message, found.observed_generation = wanted, reason, message, self.generation
-        self.s.conditions = sorted(self.s.conditions, key=condition_rank)
+        """Sets one condition (spec/conditions.py: lastTransitionTime moves only when its status flips)."""
+        conditions.set_condition(self.s, kind, value, reason, message, self.o.now, self.generation)
 
     def condition(self, kind: str) -> Condition | None:
         """The condition of type `kind`, None when the status has none."""
-        return next((found for found in self.s.conditions if found.type == kind), None)
+        return conditions.condition(self.s, kind)
 
     def holds(self, kind: str) -> bool:
         """Whether condition `kind` is True."""
-        found = self.condition(kind)
-        return found is not None and found.status == "True"
+        return conditions.holds(self.s, kind)
 
     def phase(self, phase: str, message: str) -> None:
         self.s.phase, self.s.message = phase, message

@@ -15,12 +15,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ascend_hybrid.contracts.conditions import set_condition
 from ascend_hybrid.planner import explain, observed, search
 from ascend_hybrid.planner.explain import CUBE_WARNING
 from ascend_hybrid.planner.hardware import GIB, Hardware, HardwareError, builtin
 from ascend_hybrid.planner.workload import Workload
 from ascend_hybrid.spec import rules
+from ascend_hybrid.spec.api import (
+    AscendHybridJobStatus,
+    EffectiveParallelism,
+    MeasuredStep,
+    ObservedScale,
+    PlanStatus,
+    TrainingStatus,
+    UtilizationStatus,
+    WarmupMark,
+)
+from ascend_hybrid.spec.conditions import condition, set_condition
 from ascend_hybrid.spec.resolved import ResolvedJob, SpecError, resolve
 
 # An idle share of a step above this is worth a warning: seed §3.3 (docs/design.md §11) advises m ≥ 4·p
@@ -159,7 +169,7 @@ def _degrees(degrees: Mapping[str, Any]) -> str:
     return text + f", {degrees['microBatches']} micro-batches"
 
 
-def planned(job: ResolvedJob, plan: Mapping[str, Any]) -> ResolvedJob:
+def planned(job: ResolvedJob, plan: PlanStatus) -> ResolvedJob:
     """An auto job resolved with its recorded choice; SpecError if the choice breaks a rule (a planner defect)."""
     resolved = resolve(job.name, job.spec, plan)
     broken = rules.broken_rules(resolved)
@@ -168,43 +178,63 @@ def planned(job: ResolvedJob, plan: Mapping[str, Any]) -> ResolvedJob:
     return resolved
 
 
-def measured(plan: Mapping[str, Any], training: Mapping[str, Any], utilization: Mapping[str, Any],
-             totals: tuple[float | None, float | None] = (None, None)) -> dict:
-    """status.plan with what the job measures beside what was predicted (stepTimeRatio = measured/predicted).
+def measured(plan: PlanStatus, training: TrainingStatus, utilization: UtilizationStatus,
+             totals: tuple[float | None, float | None] = (None, None)) -> PlanStatus:
+    """status.plan with what the job measures beside what was predicted (stepTimeRatio = measured/predicted); a new
+    plan, `plan` left as it was.
 
     `totals` is the lead pod's cumulative (step seconds, step count) in its process. The first reading at or past
     observed.WARMUP_STEPS steps marks them (`measured.warmupMark`); later readings give `steadyStepSeconds` over the
     steps since, graph compilation and warm-up excluded, and once MIN_STEADY_STEPS of them are in the ratio is
     theirs. Counters that went back (a new process) start a new mark."""
-    out = dict(plan)
-    figures = {"stepSeconds": training.get("stepSeconds"), "tokensPerSecond": training.get("tokensPerSecond"),
-               "hbmPercent": utilization.get("hbmPercent")}
-    now = {key: value for key, value in figures.items() if value is not None}
-    now.update(_steady((plan.get("measured") or {}).get("warmupMark"), *totals))
-    out["measured"] = now
-    predicted = observed.predicted_step_seconds(plan)
-    seconds = now["steadyStepSeconds"] if now.get("steadySteps", 0) >= observed.MIN_STEADY_STEPS else \
-        figures["stepSeconds"]
+    out = plan.model_copy(deep=True)
+    now = MeasuredStep(**{name: value for name, value in (
+        ("step_seconds", training.step_seconds), ("tokens_per_second", training.tokens_per_second),
+        ("hbm_percent", utilization.hbm_percent)) if value is not None})
+    mark, steps, steady = _steady(plan.measured.warmup_mark if plan.measured is not None else None, *totals)
+    if mark is not None:
+        now.warmup_mark = mark
+    if steady is not None:
+        now.steady_steps, now.steady_step_seconds = steps, steady
+    out.measured = now
+    predicted = predicted_step_seconds(plan)
+    seconds = steady if steady is not None and steps >= observed.MIN_STEADY_STEPS else training.step_seconds
     if seconds and predicted:
-        out["stepTimeRatio"] = round(seconds / predicted, 3)
+        out.step_time_ratio = round(seconds / predicted, 3)
     return out
 
 
-def _steady(mark: Mapping[str, Any] | None, total: float | None, count: float | None) -> dict:
+def _steady(mark: WarmupMark | None, total: float | None,
+            count: float | None) -> tuple[WarmupMark | None, float, float | None]:
+    """The warm-up mark, and the steps and seconds per step since it (None before a step past it)."""
     if total is None or count is None:
-        return {"warmupMark": mark} if mark else {}
-    if mark is None or count < mark["steps"] or total < mark["seconds"]:
+        return mark, 0.0, None
+    if mark is None or count < mark.steps or total < mark.seconds:
         if count < observed.WARMUP_STEPS:
-            return {}
-        mark = {"steps": count, "seconds": total}
-    steps = count - mark["steps"]
+            return None, 0.0, None
+        mark = WarmupMark(steps=count, seconds=total)
+    steps = count - mark.steps
     if steps < 1:
-        return {"warmupMark": mark}
-    return {"warmupMark": mark, "steadySteps": steps, "steadyStepSeconds": round((total - mark["seconds"]) / steps, 4)}
+        return mark, 0.0, None
+    return mark, steps, round((total - mark.seconds) / steps, 4)
 
 
-def _with_scale(plan: dict, seen: observed.Observed | None) -> dict:
-    return plan if seen is None else {**plan, "observed": {"stepScale": round(seen.factor, 4), "jobs": len(seen.jobs)}}
+def predicted_step_seconds(plan: PlanStatus | None) -> float | None:
+    """The predicted step seconds of the strategy the job runs now: status.plan.running's while an elastic job
+    runs shrunk (its prediction at the smaller data degree), else the spec's (observed.predicted_step_seconds,
+    on the typed plan)."""
+    if plan is None:
+        return None
+    value = plan.running.step_seconds if plan.running is not None else (plan.time or {}).get("stepSeconds")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _with_scale(plan: dict, seen: observed.Observed | None) -> PlanStatus:
+    """The planner's document as status.plan, with the observed factor it was scaled by."""
+    typed = PlanStatus.model_validate(plan)
+    if seen is not None:
+        typed.observed = ObservedScale(step_scale=round(seen.factor, 4), jobs=len(seen.jobs))
+    return typed
 
 
 def _scale_note(seen: observed.Observed | None) -> str:
@@ -229,7 +259,7 @@ def with_observed(job: ResolvedJob, hw: Hardware, efficiency: Mapping[str, obser
     return observed.scaled(hw, seen), seen
 
 
-def step(spec: Mapping[str, Any], job: ResolvedJob, status: dict, profiles: Mapping[str, Hardware],
+def step(spec: Mapping[str, Any], job: ResolvedJob, status: AscendHybridJobStatus, profiles: Mapping[str, Hardware],
          now: datetime, generation: int | None, efficiency: Mapping[str, observed.Observed] | None = None) -> Step:
     """Plans an auto job once per spec (or scores a manual job's strategy once per spec), records status.plan,
     status.parallelism and the StrategyFits condition, and returns the job to run.
@@ -242,42 +272,45 @@ def step(spec: Mapping[str, Any], job: ResolvedJob, status: dict, profiles: Mapp
         return Step(job, [], ("InvalidSpec", str(error)))
     hash_ = spec_hash(spec, hw)
     hw, seen = with_observed(job, hw, efficiency or {})
-    plan = status.get("plan") or {}
-    fresh = plan.get("specHash") != hash_
+    fresh = (status.plan.spec_hash if status.plan is not None else None) != hash_
     events: list[tuple[str, str, str]] = []
     if job.auto:
         if fresh:
             try:
-                plan = choose(job, hw, hash_)
+                status.plan = plan = _with_scale(choose(job, hw, hash_), seen)
             except StrategyError as error:
                 return Step(job, [], ("NoStrategyFits", str(error)))
-            status["plan"] = plan = _with_scale(plan, seen)
-            chosen = f"{_degrees(plan['parallelism'])}, recompute {plan['recompute']}{_scale_note(seen)}"
-            set_condition(status, "StrategyFits", True, "Planned", f"{chosen}: {plan['why']}", now, generation)
-            events.append(("Normal", "StrategyChosen", f"{chosen} out of {plan['considered']} strategies: "
-                                                       f"{plan['why']}"))
+            degrees = plan.parallelism.model_dump(by_alias=True, exclude_none=True) if plan.parallelism else {}
+            chosen = f"{_degrees(degrees)}, recompute {plan.recompute}{_scale_note(seen)}"
+            set_condition(status, "StrategyFits", True, "Planned", f"{chosen}: {plan.why}", now, generation)
+            events.append(("Normal", "StrategyChosen", f"{chosen} out of {plan.considered} strategies: {plan.why}"))
+        if status.plan is None:
+            raise ValueError("an auto job's plan is recorded with the spec's hash it was made for")
         try:
-            job = planned(job, plan)
+            job = planned(job, status.plan)
         except SpecError as error:
             return Step(job, events, ("InvalidPlan", error.problems[0]))
     elif fresh:
-        verdict: StrategyFit | None  # declared, so that unpacking evaluate()'s result narrows it for `else`
-        try:
-            plan, verdict = evaluate(job, hw, hash_)
-        except StrategyError as error:
-            status.pop("plan", None)
-            set_condition(status, "StrategyFits", False, "NotEvaluated", str(error), now, generation)
-            verdict = None
-        else:
-            status["plan"] = _with_scale(plan, seen)
-            set_condition(status, "StrategyFits", verdict.fits, verdict.reason, verdict.message + _scale_note(seen),
-                          now, generation)
-            if not verdict.fits:
-                events.append(("Warning", verdict.reason, verdict.message))
-    status["parallelism"] = {key: value for key, value in job.degrees.items()}
-    status["parallelism"].setdefault("virtualPipelineStages", job.virtual_pipeline_stages)
-    fits = next((c for c in status.get("conditions", []) if c["type"] == "StrategyFits"), None)
-    if (not job.auto and fits is not None and fits["status"] == "False" and fits["reason"] != "NotEvaluated"
+        events += scored(job, hw, hash_, seen, status, now, generation)
+    status.parallelism = EffectiveParallelism.model_validate(
+        {"virtualPipelineStages": job.virtual_pipeline_stages, **job.degrees})
+    fits = condition(status, "StrategyFits")
+    if (not job.auto and fits is not None and fits.status == "False" and fits.reason != "NotEvaluated"
             and job.spec.run_policy.refuse_unfit_strategy):
-        return Step(job, events, (fits["reason"], f"{fits['message']} (spec.runPolicy.refuseUnfitStrategy is true)"))
+        return Step(job, events, (fits.reason, f"{fits.message} (spec.runPolicy.refuseUnfitStrategy is true)"))
     return Step(job, events)
+
+
+def scored(job: ResolvedJob, hw: Hardware, hash_: str, seen: observed.Observed | None,
+           status: AscendHybridJobStatus, now: datetime, generation: int | None) -> list[tuple[str, str, str]]:
+    """A manual job's own strategy scored into status.plan and StrategyFits; the event of an unfit one."""
+    try:
+        plan, verdict = evaluate(job, hw, hash_)
+    except StrategyError as error:
+        status.plan = None
+        set_condition(status, "StrategyFits", False, "NotEvaluated", str(error), now, generation)
+        return []
+    status.plan = _with_scale(plan, seen)
+    set_condition(status, "StrategyFits", verdict.fits, verdict.reason, verdict.message + _scale_note(seen),
+                  now, generation)
+    return [] if verdict.fits else [("Warning", verdict.reason, verdict.message)]

@@ -27,9 +27,9 @@ def record_telemetry(p: Pass) -> None:
         utilization = utilization_status(sample)
         p.s.training = TrainingStatus.model_validate(training)
         p.s.utilization = UtilizationStatus.model_validate(utilization)
-        if p.status.get("plan"):
-            p.status["plan"] = strategy.measured(p.status["plan"], training, utilization,
-                                                 (sample.step_seconds_sum, sample.step_count))
+        if p.s.plan is not None:
+            p.s.plan = strategy.measured(p.s.plan, p.s.training, p.s.utilization,
+                                         (sample.step_seconds_sum, sample.step_count))
         record_rejections(p, sample)
         record_anomalies(p, sample)
         return

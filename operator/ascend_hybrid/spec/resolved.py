@@ -4,12 +4,12 @@ rule table (rules.py) share."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from ascend_hybrid.contracts.chips import CHIPS
-from ascend_hybrid.spec.api import AscendHybridJobSpec, Parallelism
+from ascend_hybrid.spec.api import AscendHybridJobSpec, Parallelism, PlanStatus
 from ascend_hybrid.spec.cel import cel_degrees
 from ascend_hybrid.spec.models import resolved_model
 
@@ -66,22 +66,25 @@ class ResolvedJob:
         return degrees
 
 
-def planned_spec(spec: AscendHybridJobSpec, strategy: Mapping[str, Any]) -> AscendHybridJobSpec:
+def planned_spec(spec: AscendHybridJobSpec, strategy: PlanStatus) -> AscendHybridJobSpec:
     """An auto job's spec with the chosen strategy written in, as if the user had written it: what layout,
-    placement, render and the trainer read. `strategy` is a planner candidate (status.plan's shape)."""
-    chosen = strategy["parallelism"]
+    placement, render and the trainer read. `strategy` is the planner's choice as status.plan records it."""
+    chosen = strategy.parallelism
+    if chosen is None or None in (chosen.data, chosen.tensor, chosen.pipeline, chosen.expert, chosen.micro_batches):
+        raise SpecError(["status.plan.parallelism: the recorded strategy names no data, tensor, pipeline, expert "
+                         "or microBatches degree"])
     parallelism = Parallelism(
-        data=chosen["data"], tensor=chosen["tensor"], pipeline=chosen["pipeline"], expert=chosen["expert"],
-        expert_placement=chosen["expertPlacement"], micro_batches=chosen["microBatches"],
-        virtual_pipeline_stages=chosen.get("virtualPipelineStages", 1), context=chosen.get("context"),
-        pipeline_layers=chosen.get("pipelineLayers"))
-    training = spec.training.model_copy(update={"recompute": strategy["recompute"],
-                                                "sequence_parallel": strategy["sequenceParallel"],
-                                                "optimizer_shard": strategy["optimizerShard"]})
+        data=chosen.data, tensor=chosen.tensor, pipeline=chosen.pipeline, expert=chosen.expert,
+        expert_placement=chosen.expert_placement, micro_batches=chosen.micro_batches,
+        virtual_pipeline_stages=chosen.virtual_pipeline_stages or 1, context=chosen.context,
+        pipeline_layers=chosen.pipeline_layers)
+    training = spec.training.model_copy(update={"recompute": strategy.recompute,
+                                                "sequence_parallel": strategy.sequence_parallel,
+                                                "optimizer_shard": strategy.optimizer_shard})
     return spec.model_copy(update={"parallelism": parallelism, "training": training})
 
 
-def resolve(name: str, spec: AscendHybridJobSpec, strategy: Mapping[str, Any] | None = None) -> ResolvedJob:
+def resolve(name: str, spec: AscendHybridJobSpec, strategy: PlanStatus | None = None) -> ResolvedJob:
     """Every default applied. An auto job resolves with its chosen `strategy`; without one it is unplanned: pure
     data parallelism over its world stands in, for validation and as the planner's starting point."""
     par = spec.parallelism

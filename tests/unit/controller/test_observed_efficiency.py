@@ -12,7 +12,9 @@ from ascend_hybrid.controller import observed as controller_observed
 from ascend_hybrid.controller.loop import Controller, Indexes
 from ascend_hybrid.monitoring.progress import Sample, training_status, utilization_status
 from ascend_hybrid.planner import observed
+from ascend_hybrid.reconcile import status_edge
 from ascend_hybrid.reconcile.strategy import measured
+from ascend_hybrid.spec.api import AscendHybridJobStatus, PlanStatus, TrainingStatus, UtilizationStatus
 
 
 class BookKube:
@@ -109,14 +111,16 @@ def test_the_loop_writes_only_while_leading_and_hands_the_factors_to_the_passes(
 def test_simulated_steps_at_the_prediction_read_near_one():
     """What the demo's simulated jobs report (figures.py: predicted × 1 ± 5 %), turned into status as a pass
     does (progress.py, strategy.measured), folds to a factor near 1."""
-    plan: dict = {"hardware": "910B", "time": {"stepSeconds": 100.0}}
-    status: dict = {"phase": "Running"}
+    status = AscendHybridJobStatus(phase="Running", plan=PlanStatus(hardware="910B", time={"stepSeconds": 100.0}))
     for minute, (count, total) in enumerate(((20, 2000.0), (40, 4100.0))):
         sample = Sample("trainer", datetime(2026, 12, 1, 12, minute, tzinfo=UTC), step=count,
                         step_seconds=total / count, step_seconds_sum=total, step_count=count)
-        status["training"], status["utilization"] = training_status(sample, 1000), utilization_status(sample)
-        status["plan"] = plan = measured(plan, status["training"], status["utilization"],
-                                         (sample.step_seconds_sum, sample.step_count))
-    reading = observed.reading_of("ns", "sim", status)
+        status.training = TrainingStatus.model_validate(training_status(sample, 1000))
+        status.utilization = UtilizationStatus.model_validate(utilization_status(sample))
+        assert status.plan is not None
+        status.plan = measured(status.plan, status.training, status.utilization,
+                               (sample.step_seconds_sum, sample.step_count))
+    written = status_edge.dump(status_edge.Parsed(status))  # the status the shell reads back from the job
+    reading = observed.reading_of("ns", "sim", written)
     assert reading == observed.Reading("2026-12-01T12:01:00Z", "ns/sim", "910B", 1.05)
-    assert plan["stepTimeRatio"] == 1.05
+    assert written["plan"]["stepTimeRatio"] == 1.05

@@ -35,6 +35,7 @@ from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.placement_record import record_placement, record_replacement
 from ascend_hybrid.reconcile.state import Observed, Pass
 from ascend_hybrid.spec import rules
+from ascend_hybrid.spec.api import PlanStatus, TrainingStatus, UtilizationStatus
 from ascend_hybrid.spec.rules import parse
 from support.builders import JobBuilder, NodeBuilder, PodBuilder
 
@@ -325,7 +326,9 @@ def test_a_shrunk_job_measures_against_the_prediction_at_the_degrees_it_runs_unt
     expected = round(search.evaluate_job(shrunk, HW).time.step, 4)
     assert plan["running"] == {"data": 2, "microBatches": 2, "stepSeconds": expected}
     assert expected > plan["time"]["stepSeconds"]  # half the DP ways, each accumulating two micro-batches
-    assert strategy.measured(plan, {"stepSeconds": 1.5 * expected}, {})["stepTimeRatio"] == 1.5
+    measured = strategy.measured(PlanStatus.model_validate(plan), TrainingStatus(step_seconds=1.5 * expected),
+                                 UtilizationStatus())
+    assert measured.step_time_ratio == 1.5
     # once per degree: a later pass keeps it as it is
     again = decide(observe(with_status(builder, status), pods=pods, nodes={n: node(n) for n in NODES[:2]},
                            rank_table=table, children_data=2, now=NOW + timedelta(seconds=45))).status

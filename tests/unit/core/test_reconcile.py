@@ -717,6 +717,12 @@ def test_a_forbidden_write_is_a_condition_naming_verb_and_resource_then_retried(
     assert "create_pods" in kinds(later)  # tried again
     cleared = decide(observe(demo().status(fresh.status).build()))
     assert next(c for c in cleared.status["conditions"] if c["type"] == "Authorized")["status"] == "True"
+    refused_again = decide(dataclasses.replace(observe(demo().status(cleared.status).build()),
+                                               refusal=refusal(403, message=message)))
+    assert ("Warning", "Forbidden") in events(refused_again)  # forbidden again after it was allowed: said again
+    other = decide(dataclasses.replace(observe(demo().status(fresh.status).build()),
+                                       refusal=refusal(403, message="services is forbidden")))
+    assert ("Warning", "Forbidden") in events(other)  # another refusal than the one the condition names
     assert not [c for c in decide(observe(demo().status(placed_status()).build())).status["conditions"]
                 if c["type"] == "Authorized"]
 

@@ -13,12 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ascend_hybrid.planner import hardware
-from ascend_hybrid.reconcile import strategy
+from ascend_hybrid.reconcile import status_edge, strategy
 from ascend_hybrid.reconcile.actions import CreatePods, Place, PostEvent
 from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.state import Observed
 from ascend_hybrid.spec import crd, rules
-from ascend_hybrid.spec.api import AscendHybridJobSpec
+from ascend_hybrid.spec.api import (
+    AscendHybridJobSpec,
+    AscendHybridJobStatus,
+    PlanStatus,
+    TrainingStatus,
+    UtilizationStatus,
+)
 from support.builders import apply_defaults
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
@@ -142,10 +148,11 @@ def test_a_named_hardware_profile_is_used_and_an_unknown_one_is_an_invalid_spec(
 
 
 def test_measured_figures_give_the_step_time_ratio():
-    plan = {"time": {"stepSeconds": 2.0}, "fits": True}
-    out = strategy.measured(plan, {"stepSeconds": 3.0, "tokensPerSecond": 100.0}, {"hbmPercent": 40.0})
-    assert out["measured"] == {"stepSeconds": 3.0, "tokensPerSecond": 100.0, "hbmPercent": 40.0}
-    assert out["stepTimeRatio"] == 1.5 and "stepTimeRatio" not in plan
+    plan = PlanStatus(time={"stepSeconds": 2.0}, fits=True)
+    out = strategy.measured(plan, TrainingStatus(step_seconds=3.0, tokens_per_second=100.0),
+                            UtilizationStatus(hbm_percent=40.0))
+    assert shown(out)["measured"] == {"stepSeconds": 3.0, "tokensPerSecond": 100.0, "hbmPercent": 40.0}
+    assert out.step_time_ratio == 1.5 and plan.step_time_ratio is None and plan.measured is None
 
 
 @pytest.mark.parametrize("parallelism, problem", [
@@ -212,22 +219,27 @@ def test_an_auto_long_sequence_job_records_context_parallelism_and_the_status_sc
 
 
 def test_the_ratio_is_the_steady_steps_once_past_warm_up():
-    plan = {"time": {"stepSeconds": 2.0}, "fits": True}
-    training = {"stepSeconds": 6.0}  # the cumulative mean, a 90 s compile step included
-    early = strategy.measured(plan, training, {}, (50.0, 10.0))
-    assert "warmupMark" not in early["measured"] and early["stepTimeRatio"] == 3.0
-    marked = strategy.measured(early, training, {}, (120.0, 20.0))
-    assert marked["measured"]["warmupMark"] == {"steps": 20.0, "seconds": 120.0}
-    assert "steadySteps" not in marked["measured"]
-    few = strategy.measured(marked, training, {}, (124.2, 22.0))
-    assert few["measured"]["steadyStepSeconds"] == 2.1 and few["stepTimeRatio"] == 3.0  # 2 steps: not yet
-    steady = strategy.measured(few, training, {}, (141.0, 30.0))
-    assert (steady["measured"]["steadySteps"], steady["measured"]["steadyStepSeconds"]) == (10.0, 2.1)
-    assert steady["stepTimeRatio"] == 1.05
-    restarted = strategy.measured(steady, training, {}, (40.0, 8.0))  # a new process: counters back at 8
-    assert "warmupMark" not in restarted["measured"] and restarted["stepTimeRatio"] == 3.0
-    unknown = strategy.measured(steady, training, {}, (None, None))  # a source without the totals keeps the mark
-    assert unknown["measured"]["warmupMark"] == {"steps": 20.0, "seconds": 120.0}
+    plan = PlanStatus(time={"stepSeconds": 2.0}, fits=True)
+    training, none = TrainingStatus(step_seconds=6.0), UtilizationStatus()  # the cumulative mean: a 90 s compile in it
+    early = strategy.measured(plan, training, none, (50.0, 10.0))
+    assert "warmupMark" not in shown(early)["measured"] and early.step_time_ratio == 3.0
+    marked = strategy.measured(early, training, none, (120.0, 20.0))
+    assert shown(marked)["measured"]["warmupMark"] == {"steps": 20.0, "seconds": 120.0}
+    assert "steadySteps" not in shown(marked)["measured"]
+    few = strategy.measured(marked, training, none, (124.2, 22.0))
+    assert shown(few)["measured"]["steadyStepSeconds"] == 2.1 and few.step_time_ratio == 3.0  # 2 steps: not yet
+    steady = strategy.measured(few, training, none, (141.0, 30.0))
+    assert (shown(steady)["measured"]["steadySteps"], shown(steady)["measured"]["steadyStepSeconds"]) == (10.0, 2.1)
+    assert steady.step_time_ratio == 1.05
+    restarted = strategy.measured(steady, training, none, (40.0, 8.0))  # a new process: counters back at 8
+    assert "warmupMark" not in shown(restarted)["measured"] and restarted.step_time_ratio == 3.0
+    unknown = strategy.measured(steady, training, none, (None, None))  # a source without the totals keeps the mark
+    assert shown(unknown)["measured"]["warmupMark"] == {"steps": 20.0, "seconds": 120.0}
+
+
+def shown(plan: PlanStatus) -> dict:
+    """status.plan as the operator writes it."""
+    return status_edge.dump(status_edge.Parsed(AscendHybridJobStatus(plan=plan)))["plan"]
 
 
 def test_an_opted_in_job_is_planned_with_the_clusters_factor_and_later_factors_do_not_replan_it():
