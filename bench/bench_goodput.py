@@ -47,7 +47,7 @@ from ascend_hybrid.reconcile.actions import (
 )
 from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.placement_record import record_placement, record_replacement
-from ascend_hybrid.reconcile.state import Observed
+from ascend_hybrid.reconcile.state import Observed, applied
 from ascend_hybrid.spec.rules import parse
 from ascend_hybrid_trainer.checkpoint import Interval
 from ascend_hybrid_trainer.config import DEFAULT_CHECKPOINT_EVERY
@@ -186,7 +186,8 @@ class Run:
                     free = [name for name in self.node_objects if name not in used
                             and name not in action.request.excluded_nodes]
                     placed = Placement(ok=True, nodes=(free[0],)) if free else Placement(ok=False, reason="none free")
-                    self.job["status"] = record_replacement(self.job["status"], action.index, placed, self.now()).status
+                    self.job["status"] = applied(record_replacement, self.job["status"], action.index, placed,
+                                                 self.now()).status
                     again = True
                 case CreatePods():
                     for item in action.pods:
@@ -286,8 +287,8 @@ class Run:
                                  children_ready=True, sched_ip="127.32.0.10", nodes=self.node_objects,
                                  now=self.now())).status
         nodes = tuple(node_name(i) for i in range(PODS))
-        self.job["status"] = record_placement(status, parse(self.job), Placement(ok=True, nodes=nodes), self.now(), 1,
-                                              {n: "rack-0" for n in nodes}).status
+        self.job["status"] = applied(record_placement, status, parse(self.job), Placement(ok=True, nodes=nodes),
+                                     self.now(), 1, {n: "rack-0" for n in nodes}).status
         self.pods = {index: self.pod(index, nodes[index]) for index in range(PODS)}
         self.down_until = RANKS_START
         self.report_all("Started")

@@ -12,7 +12,7 @@ from ascend_hybrid.gang.placement import Placement
 from ascend_hybrid.reconcile.actions import PostEvent
 from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.placement_record import record_placement
-from ascend_hybrid.reconcile.state import Observed
+from ascend_hybrid.reconcile.state import Observed, applied
 from ascend_hybrid.spec.rules import parse
 from support.builders import JobBuilder, NodeBuilder, PodBuilder
 
@@ -43,8 +43,8 @@ def observe(body: dict, pods=(), rank_table: dict | None = None, now: datetime =
 def placed(spec_overrides: dict | None = None, phase: str = "Running", **extra) -> dict:
     body = job(spec_overrides)
     status = decide(observe(body)).status
-    status = record_placement(status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
-                              {n: "rack-0" for n in NODES}).status
+    status = applied(record_placement, status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
+                     {n: "rack-0" for n in NODES}).status
     status.update(attempt=1, phase=phase, **extra)
     status["placement"]["attempt"] = 1
     return status

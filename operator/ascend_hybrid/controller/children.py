@@ -25,7 +25,7 @@ from ascend_hybrid.controller.refused import Refused
 from ascend_hybrid.controller.roles import ChildrenWriter
 from ascend_hybrid.diagnosis import recovery
 from ascend_hybrid.gang import ranktable, render
-from ascend_hybrid.reconcile import membership
+from ascend_hybrid.reconcile import membership, status_edge
 from ascend_hybrid.reconcile.actions import PostEvent
 from ascend_hybrid.spec import api
 from ascend_hybrid.spec.resolved import ResolvedJob
@@ -165,7 +165,8 @@ def screen_reports(controller: ChildrenWriter, key: JobKey, record: JobRecord, d
     """The reports that just changed on `<job>-recovery` and are ignored, counted in
     ascend_hybrid_rejected_inputs_total{kind="launcher-report"}: a malformed one (with a Warning event), and one of
     a pod that is not of the current attempt (an earlier attempt's pod, late; or a writer naming another pod)."""
-    status = (record.job or {}).get("status") or {"attempt": record.attempt}
+    raw = (record.job or {}).get("status") or {"attempt": record.attempt}
+    status = status_edge.parse({key: raw[key] for key in ("attempt", "recovery") if key in raw}).model
     ignored = recovery.screen_reports(record.recovery_data, data,
                                       membership.members(status, controller.indexes.job_pods(key)))
     for item in ignored:

@@ -12,14 +12,13 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
-from pydantic import ValidationError
-
 from ascend_hybrid.contracts import names
 from ascend_hybrid.controller.kube import Kube
 from ascend_hybrid.diagnosis import checkpointing
 from ascend_hybrid.monitoring import slowness
 from ascend_hybrid.planner import observed
-from ascend_hybrid.spec.api import SlowNodeRecord
+from ascend_hybrid.reconcile import status_edge
+from ascend_hybrid.spec.api import AscendHybridJobStatus
 
 log = logging.getLogger("ascend_hybrid.observed")
 
@@ -65,28 +64,29 @@ class EfficiencyBook:
         return observed.observe_all(self.book)
 
 
-def job_statuses(controller) -> list[tuple[tuple[str, str], dict]]:
-    """Each cached job's status. A worker or a watch may drop a record's cached job at any moment: each is read
-    once (JobRecord.job)."""
+# What the cluster-wide folds read of each job's status (the node faults of the ledgers, the slow nodes).
+FOLDED_FIELDS = ("startTime", "placement", "recoveries", "slowNodes")
+
+
+def job_statuses(controller) -> list[tuple[tuple[str, str], AscendHybridJobStatus]]:
+    """Each cached job's status, the fields the folds read parsed (status_edge.parse: a field that does not
+    validate, another version's, is left out). A worker or a watch may drop a record's cached job at any moment:
+    each is read once (JobRecord.job)."""
     jobs = ((key, record.job) for key, record in list(controller.jobs.items()))
-    return [(key, job.get("status") or {}) for key, job in jobs if job]
+    return [(key, folded_fields(job.get("status") or {})) for key, job in jobs if job]
 
 
-def slow_nodes_of(status: dict) -> list[SlowNodeRecord]:
-    """A job's status.slowNodes, parsed; an entry the model refuses (another version's) is logged and left out."""
-    found = []
-    for entry in status.get("slowNodes") or ():
-        try:
-            found.append(SlowNodeRecord.model_validate(entry))
-        except ValidationError as error:
-            log.warning("a status.slowNodes entry is not read: %s", error)
-    return found
+def folded_fields(status: dict) -> AscendHybridJobStatus:
+    parsed = status_edge.parse({key: status[key] for key in FOLDED_FIELDS if key in status})
+    if parsed.unparsed:
+        log.warning("status fields %s of a job are not read: another version's", ", ".join(sorted(parsed.unparsed)))
+    return parsed.model
 
 
 def mark_slow_nodes(controller) -> None:
     """--mark-slow-nodes: the node condition AscendSlowNode=True on each node found slow twice (slowness.py), set
     once per node and process; the administrator drains or repairs it (nothing schedules by it)."""
-    found = {f"{key[0]}/{key[1]}": slow_nodes_of(status) for key, status in job_statuses(controller)}
+    found = {f"{key[0]}/{key[1]}": status.slow_nodes for key, status in job_statuses(controller)}
     for node, why in slowness.nodes_to_mark(found).items():
         if node in controller.marked_nodes:
             continue

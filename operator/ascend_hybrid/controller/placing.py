@@ -20,7 +20,7 @@ from ascend_hybrid.gang.summary import node_domains
 from ascend_hybrid.reconcile import elastic_steps, placement_record
 from ascend_hybrid.reconcile.actions import Place, PlaceReplacement, PostEvent, ProbeGrow
 from ascend_hybrid.reconcile.placement_record import record_placement, record_replacement
-from ascend_hybrid.reconcile.state import Decision, Observed
+from ascend_hybrid.reconcile.state import Decision, Observed, applied
 
 
 def place(controller: Placer, key: JobKey, job: dict, observed: Observed, decision: Decision, action: Place) -> bool:
@@ -39,7 +39,8 @@ def place(controller: Placer, key: JobKey, job: dict, observed: Observed, decisi
         if blocker is not None:
             record.waiting, record.promised = True, {}
             _try_first(controller, blocker, only_untried=True)
-            outcome = placement_record.record_queued(decision.status, blocker, observed.now, job["metadata"].get("generation"))
+            outcome = applied(placement_record.record_queued, decision.status, blocker, observed.now,
+                              job["metadata"].get("generation"))
             decision.status, decision.requeue_after = outcome.status, outcome.requeue_after
             _hold(controller, record, blocker, decision)
             return False
@@ -64,9 +65,9 @@ def place(controller: Placer, key: JobKey, job: dict, observed: Observed, decisi
         if first_try and not placement.ok and not record.waiting:
             controller.wake_pending()  # it can never fit: the jobs queued behind it while untried go ahead
         tier = request.tier_labels[0] if request.tier_labels else ""
-        outcome = record_placement(decision.status, placed, placement, observed.now,
-                                   job["metadata"].get("generation"), node_domains(inventory, tier), asked=resolved,
-                                   volcano=request.volcano, may_wait=action.retry_within is not None)
+        outcome = applied(record_placement, decision.status, placed, placement, observed.now,
+                          job["metadata"].get("generation"), node_domains(inventory, tier), asked=resolved,
+                          volcano=request.volcano, may_wait=action.retry_within is not None)
         handed_over = request.volcano and (placement.ok or action.retry_within is None)
         if placement.ok:
             attempt = outcome.status["attempt"]
@@ -97,7 +98,7 @@ def probe_grow(controller: Placer, key: JobKey, job: dict, observed: Observed, d
         inventory = build_inventory(controller.indexes.nodes(), others, health=health, plugins=plugins,
                                     reserved=reserved(controller, npu_pods, controller.indexes.jobs(), exclude=key))
         placement = place_on(action.request, inventory)
-    outcome = elastic_steps.probed(decision.status, placement, action.data, observed.now, action.keep)
+    outcome = applied(elastic_steps.probed, decision.status, placement, action.data, observed.now, action.keep)
     decision.status = outcome.status
     for event in outcome.actions:
         if isinstance(event, PostEvent):
@@ -115,7 +116,7 @@ def place_replacement(controller: Placer, key: JobKey, job: dict, observed: Obse
         inventory = build_inventory(controller.indexes.nodes(), npu_pods, health=health, plugins=plugins,
                                     reserved=reserved(controller, npu_pods, controller.indexes.jobs(), exclude=key))
         placement = place_on(action.request, inventory)
-        outcome = record_replacement(decision.status, action.index, placement, observed.now)
+        outcome = applied(record_replacement, decision.status, action.index, placement, observed.now)
         if placement.ok:
             attempt = int(outcome.status.get("attempt") or 1)
             record.promised[names.pod_name(key[1], attempt, action.index)] = (placement.nodes[0],

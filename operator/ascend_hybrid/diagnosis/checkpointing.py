@@ -18,12 +18,12 @@ interval that grows as the job runs cleanly), so the first failures do not find 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from ascend_hybrid.contracts.conditions import parse_time, timestamp
-from ascend_hybrid.spec.api import CheckpointInterval, RecoveryRecord
+from ascend_hybrid.spec.api import AscendHybridJobStatus, CheckpointInterval, RecoveryRecord
 
 FAILURE_HORIZON_SECONDS = 7 * 86400.0  # the weight of a failure halves about every 4.9 days
 MIN_INTERVAL_SECONDS = 30.0            # never save more often than this
@@ -177,21 +177,21 @@ def in_force_before(state: CheckpointInterval, step: int) -> int:
     return state.previous_every_steps
 
 
-def cluster_node_faults(statuses: Iterable[Mapping], now: datetime) -> NodeFaults:
+def cluster_node_faults(statuses: Iterable[AscendHybridJobStatus], now: datetime) -> NodeFaults:
     """The node faults every job's ledger saw (a node lost under two jobs at once counts once), weighted as the
     job's own failures are, against the weighted time the jobs' nodes ran them: the rate of node faults per node
     on the nodes jobs use."""
     seen: dict[tuple[str, int], float] = {}
     exposure = 0.0
     for status in statuses:
-        since = parse_time(status.get("startTime"))
-        nodes = len(set((status.get("placement") or {}).get("nodes") or ()))
+        since = parse_time(status.start_time)
+        nodes = len(set(status.placement.nodes if status.placement is not None else ()))
         if since is None or not nodes:
             continue
         exposure += nodes * weighted_exposure((now - since).total_seconds())
-        for record in status.get("recoveries") or ():
-            detected = parse_time(record.get("detected"))
-            if record.get("cause") in NODE_CAUSES and record.get("node") and detected is not None:
+        for record in status.recoveries:
+            detected = parse_time(record.detected)
+            if record.cause in NODE_CAUSES and record.node and detected is not None:
                 weight = math.exp(-max((now - detected).total_seconds(), 0.0) / FAILURE_HORIZON_SECONDS)
-                seen[(str(record["node"]), int(detected.timestamp()) // 60)] = weight
+                seen[(record.node, int(detected.timestamp()) // 60)] = weight
     return NodeFaults(sum(seen.values()), exposure)

@@ -14,6 +14,7 @@ from datetime import datetime
 from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_hybrid.contracts.conditions import timestamp
+from ascend_hybrid.spec.api import TrainingStatus, UtilizationStatus
 
 
 @dataclass(frozen=True)
@@ -246,18 +247,22 @@ def _rounded(value: float | None, digits: int) -> float | None:
     return None if value is None or value != value else round(value, digits)  # NaN (no data) → None
 
 
-def training_status(sample: Sample, total_steps: int) -> dict:
+def training_status(sample: Sample, total_steps: int) -> TrainingStatus:
+    """status.training from a reading: the figures it has (none is written as null), the progress against
+    spec.training.steps and the time left at the reading's step time."""
     step = int(sample.step) if sample.step is not None else None
-    status = {"step": step, "loss": _rounded(sample.loss, 6), "tokensPerSecond": _rounded(sample.tokens_per_second, 1),
-              "stepSeconds": _rounded(sample.step_seconds, 4)}
+    figures: dict[str, float | int | None] = {
+        "step": step, "loss": _rounded(sample.loss, 6), "tokens_per_second": _rounded(sample.tokens_per_second, 1),
+        "step_seconds": _rounded(sample.step_seconds, 4)}
     if step is not None:
-        status["progressPercentage"] = round(100.0 * min(step, total_steps) / total_steps, 2)
+        figures["progress_percentage"] = round(100.0 * min(step, total_steps) / total_steps, 2)
         if sample.step_seconds:
-            status["estimatedRemainingSeconds"] = round(max(total_steps - step, 0) * sample.step_seconds, 1)
-    return {key: value for key, value in status.items() if value is not None}
+            figures["estimated_remaining_seconds"] = round(max(total_steps - step, 0) * sample.step_seconds, 1)
+    return TrainingStatus(**{name: value for name, value in figures.items() if value is not None})
 
 
-def utilization_status(sample: Sample) -> dict:
-    status = {"npuPercent": _rounded(sample.npu_percent, 1), "hbmPercent": _rounded(sample.hbm_percent, 1),
-              "source": sample.source, "sampledAt": timestamp(sample.sampled_at)}
-    return {key: value for key, value in status.items() if value is not None}
+def utilization_status(sample: Sample) -> UtilizationStatus:
+    """status.utilization from a reading: the figures it has, where they came from and when."""
+    figures = {"npu_percent": _rounded(sample.npu_percent, 1), "hbm_percent": _rounded(sample.hbm_percent, 1)}
+    return UtilizationStatus(source=sample.source, sampled_at=timestamp(sample.sampled_at),
+                             **{name: value for name, value in figures.items() if value is not None})

@@ -53,7 +53,14 @@ from ascend_hybrid.reconcile.actions import (
     Place,
 )
 from ascend_hybrid.reconcile.placement_record import record_placement
-from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, SLOW_REQUEUE_SECONDS, Decision, Observed, Pass
+from ascend_hybrid.reconcile.state import (
+    FAST_REQUEUE_SECONDS,
+    SLOW_REQUEUE_SECONDS,
+    Decision,
+    Observed,
+    Pass,
+    Recorded,
+)
 from ascend_hybrid.spec.api import PlacementStatus
 from ascend_hybrid.spec.resolved import ResolvedJob
 
@@ -243,8 +250,8 @@ def unrecorded_pods(p: Pass, current: dict) -> Decision:
     e = p.resolved
     nodes = tuple(node_of(current[index]) if index in current else None for index in range(e.pod_count))
     if p.volcano:  # Volcano places them: the attempt goes on without a plan, where it binds them is recorded
-        p.absorb(record_placement(p.whole_status(), e, Placement(ok=False, reason="the operator stopped before it "
-                                  "recorded its plan"), p.o.now, p.generation, {}, volcano=True).status)
+        lost = Placement(ok=False, reason="the operator stopped before it recorded its plan")
+        emitted(p, record_placement(p.s, e, lost, p.o.now, p.generation, {}, volcano=True))
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
     if all(nodes):
@@ -252,15 +259,20 @@ def unrecorded_pods(p: Pass, current: dict) -> Decision:
         tier = tiers[0] if tiers else ""
         domains = {node: ((p.o.nodes.get(node) or {}).get("metadata", {}).get("labels") or {}).get(tier)
                    for node in nodes if node}
-        outcome = record_placement(p.whole_status(), e, Placement(ok=True, nodes=cast(tuple[str, ...], nodes)),
-                                   p.o.now, p.generation, domains)
-        p.absorb(outcome.status)
+        emitted(p, record_placement(p.s, e, Placement(ok=True, nodes=cast(tuple[str, ...], nodes)), p.o.now,
+                                    p.generation, domains))
         p.requeue(FAST_REQUEUE_SECONDS)
         return p.d
     attempt = p.attempt
     message = (f"{len(current)} pods of attempt {attempt} exist without a recorded placement (the operator stopped "
                "before writing it); placing anew")
     return p.place_anew(list(current.values()), "PlacementUnrecorded", message)
+
+
+def emitted(p: Pass, outcome: Recorded) -> None:
+    """The events a placement record decided, posted by this pass."""
+    for event in outcome.events:
+        p.d.emit(*event)
 
 
 def running(p: Pass, table: dict, current: dict) -> Decision:

@@ -11,17 +11,14 @@ every pass runs with it (`run_shrunk`), as an auto job runs its chosen strategy.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts import volcano as volcanos
-from ascend_hybrid.contracts.conditions import parse_time, set_condition, timestamp
+from ascend_hybrid.contracts.conditions import parse_time, timestamp
 from ascend_hybrid.contracts.podview import (
     is_deleting,
     is_node_ready,
@@ -37,18 +34,18 @@ from ascend_hybrid.planner import search
 from ascend_hybrid.planner.hardware import GIB, Hardware
 from ascend_hybrid.reconcile import checkpoint_steps, membership, strategy, volcano_steps
 from ascend_hybrid.reconcile.actions import EnsureChildren, PlaceReplacement, ProbeGrow
-from ascend_hybrid.reconcile.state import Decision, Pass
+from ascend_hybrid.reconcile.state import Pass, Recorded
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.api import (
     AscendHybridJobStatus,
     EffectiveParallelism,
     ElasticStatus,
     PlacementStatus,
-    PlannedPlacement,
     PlanStatus,
     RecoveryRecord,
     RunningPrediction,
 )
+from ascend_hybrid.spec.conditions import set_condition
 from ascend_hybrid.spec.resolved import ResolvedJob, SpecError
 
 # How often a shrunk job asks the shell whether its whole gang fits again (a placement under the one lock).
@@ -254,36 +251,26 @@ def cannot_shrink(p: Pass, why: str) -> None:
     p.cond(DEGRADED, False, "CannotShrink", message)
 
 
-def shrunk(status: dict, asked: ResolvedJob, placed: ResolvedJob, now: datetime,
+def shrunk(status: AscendHybridJobStatus, asked: ResolvedJob, placed: ResolvedJob, now: datetime,
            generation: int | None) -> list[tuple[str, str, str]]:
     """The shell placed a smaller gang than the pass asked for: status.elastic, the ledger's Shrink rung, the
     Degraded condition; the events to post."""
-    before = status.get("elastic") or {}
-    status["elastic"] = {"data": placed.data, "microBatches": placed.micro_batches,
-                         "fromData": int(before.get("fromData") or asked.data), "since": timestamp(now)}
-    status["parallelism"] = {**(status.get("parallelism") or {}), **placed.degrees}
-    status["worldSize"] = placed.world_size
+    before = status.elastic
+    status.elastic = ElasticStatus(data=placed.data, micro_batches=placed.micro_batches,
+                                   from_data=(before.from_data if before is not None else None) or asked.data,
+                                   since=timestamp(now))
+    with_degrees(status, placed)
+    status.world_size = placed.world_size
     # The next attempt's pods are made from another job: a pass that reads this status before the one that
     # creates them (a watch behind the patches) must not take them for a spec change.
-    status.pop("podTemplateHash", None)
+    status.pod_template_hash = None
     why = (f"no room for data {asked.data} ({asked.pod_count} pods): shrunk to data {placed.data}, "
            f"{placed.micro_batches} micro-batches per step, the global batch of {placed.global_batch_size} kept")
-    ledger = status.get("recoveries") or []
-    record = newest_incident(ledger[-1]) if ledger else None
-    if record is not None and recovery.current_incident([record]) is not None:
+    record = recovery.current_incident(status.recoveries[-1:])
+    if record is not None:
         recovery.climb(record, SHRINK, why, now)
-        ledger[-1] = record.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
     set_condition(status, DEGRADED, True, "Shrunk", f"data {asked.data}→{placed.data}: {why}", now, generation)
     return [("Warning", "Shrunk", f"data {asked.data}→{placed.data}: {why}")]
-
-
-def newest_incident(item: object) -> RecoveryRecord | None:
-    """The ledger's newest incident as its model; None for one the model refuses (written by another version of the
-    operator): it is left as it is."""
-    try:
-        return RecoveryRecord.model_validate(item)
-    except ValidationError:
-        return None
 
 
 # -- shrinking with the running pods kept ---------------------------------------------------------------------
@@ -320,8 +307,7 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], lost: int) -> bool:
     """Shrink without remaking the gang: the largest smaller data degree whose pods the running ones can be. They
     are kept where they run (their chips, IPs and processes), renumbered 0..n-1 as a new attempt; the others go;
     the launchers restart their ranks in the smaller world from the newest checkpoint (the world is written with
-    the next rank generation, recovery_steps.signal). The open incident climbs to Shrink: its record is a new
-    object after this (the status went through a whole dict), so a caller reads it again from p.s.recoveries."""
+    the next rank generation, recovery_steps.signal). The open incident climbs to Shrink."""
     full = spec_job(p)
     try:
         hw = strategy.hardware_for(full, p.o.hardware_profiles)
@@ -340,10 +326,8 @@ def shrink_in_place(p: Pass, current: Mapping[int, dict], lost: int) -> bool:
     place_kept(p, job, [node_of(pod) or "" for pod in kept], f"kept {len(kept)} running pods")
     if p.volcano:  # the kept pods move into the new attempt's PodGroup as they are adopted
         volcano_steps.apply_group(p, job, attempt, 0)
-    status = p.whole_status()  # shrunk() is the placement's too, which the shell records on a whole status
-    for kind, reason, message in shrunk(status, asked, job, p.o.now, p.generation):
+    for kind, reason, message in shrunk(p.s, asked, job, p.o.now, p.generation):
         p.d.emit(kind, reason, message)
-    p.absorb(status)
     membership.keep(p, kept)
     record = recovery.current_incident(p.s.recoveries)
     if record is not None:
@@ -373,7 +357,7 @@ def place_kept(p: Pass, job: ResolvedJob, nodes: list[str], how: str, running: i
         domains = volcano_steps.node_domains(p, tuple(nodes), job)
         placement.scheduler = volcanos.SCHEDULER_NAME
         placement.pod_group = names.pod_group(job.name, p.attempt)
-        placement.planned = PlannedPlacement.model_validate(volcano_steps.planned(job, tuple(nodes), domains))
+        placement.planned = volcano_steps.planned(job, tuple(nodes), domains)
         placement.nodes = [node if index < kept else "" for index, node in enumerate(nodes)]
     p.s.placement = placement
 
@@ -433,29 +417,25 @@ def at_boundary(every: int | None, since: int | None, step: int | None) -> bool:
     return int(step) // every > int(since) // every
 
 
-def probed(status: dict, placement: Placement, data: int, now: datetime, keep: bool = False) -> Decision:
+def probed(status: AscendHybridJobStatus, placement: Placement, data: int, now: datetime,
+           keep: bool = False) -> Recorded:
     """What the shell's ProbeGrow found: whether the spec's gang fits the free chips now (`keep`: the pods it adds,
     beside the running ones, and where; else the whole gang, the job's own chips counted free), and the training
     step when it first did."""
-    outcome = Decision(status=copy.deepcopy(status))
-    state = outcome.status.get("elastic")
-    if not state:
+    outcome = Recorded()
+    state = status.elastic
+    if state is None:
         return outcome
     if placement.ok:
-        if not state.get("growFits"):
-            state["growFitsAtStep"] = int((outcome.status.get("training") or {}).get("step") or 0)
-            outcome.emit("Normal", "GrowFits", f"a placement for data {data} fits again; growing back at the next "
-                                               "checkpoint boundary")
-        state["growFits"] = True
-        state.pop("growReason", None)
-        if keep:
-            state["growNodes"] = list(placement.nodes)
-        else:
-            state.pop("growNodes", None)
+        if not state.grow_fits:
+            state.grow_fits_at_step = (status.training.step if status.training is not None else None) or 0
+            outcome.events.append(("Normal", "GrowFits", f"a placement for data {data} fits again; growing back at "
+                                                         "the next checkpoint boundary"))
+        state.grow_fits, state.grow_reason = True, None
+        state.grow_nodes = list(placement.nodes) if keep else None
     else:
-        state.update(growFits=False, growReason=placement.reason)
-        for key in ("growFitsAtStep", "growNodes"):
-            state.pop(key, None)
+        state.grow_fits, state.grow_reason = False, placement.reason
+        state.grow_fits_at_step, state.grow_nodes = None, None
     return outcome
 
 

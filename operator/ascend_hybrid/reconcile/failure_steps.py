@@ -1,7 +1,7 @@
 """The reconcile steps that find what broke (pure): the first failure of an attempt, a <job>-sched Service that
 came back with another ClusterIP, and the apiserver's refusals of the job's writes (refusals.py).
 
-Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.status` and `p.d`.
+Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.s` (the status) and `p.d`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ says the old world, take the new one from the `world` key written beside the ran
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from ascend_hybrid.contracts import names, volcano
 from ascend_hybrid.contracts.podview import attempt_of, is_deleting, labels_of, pod_index
@@ -19,6 +19,7 @@ from ascend_hybrid.gang import render
 from ascend_hybrid.reconcile import checkpoint_steps
 from ascend_hybrid.reconcile.actions import AdoptPods, SignalLaunchers
 from ascend_hybrid.reconcile.state import Pass
+from ascend_hybrid.spec.api import AscendHybridJobStatus
 
 
 def kept_names(p: Pass) -> list[str]:
@@ -35,12 +36,12 @@ def kept_in(kept: list | None, kept_attempt: int | None, attempt: int | None) ->
     return [str(name or "") for name in kept]
 
 
-def members(status: Mapping, pods: Iterable[dict]) -> dict[str, str]:
+def members(status: AscendHybridJobStatus, pods: Iterable[dict]) -> dict[str, str]:
     """Pod name → UID of every live pod of the job's current attempt (made for it, or kept into it): the pods whose
     launchers' reports the operator reads."""
-    attempt = int(status.get("attempt") or 1)
-    state = status.get("recovery") or {}
-    kept = set(kept_in(state.get("kept"), state.get("keptAttempt"), status.get("attempt"))) - {""}
+    attempt = status.attempt or 1
+    state = status.recovery
+    kept = set(kept_in(state.kept, state.kept_attempt, status.attempt) if state is not None else ()) - {""}
     return {pod["metadata"]["name"]: str(pod["metadata"].get("uid") or "") for pod in pods
             if not is_deleting(pod) and (attempt_of(pod) == attempt or pod["metadata"]["name"] in kept)}
 

@@ -10,7 +10,7 @@ An elastic job that shrinks at its placement (the admitted gang no longer fits, 
 admitted group and queues the smaller gang as a new attempt (`resized`): Kueue then holds quota for the chips the
 job runs on, and a growth is the whole gang's group admitted again.
 
-Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.status` and `p.d`.
+Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.s` (the status) and `p.d`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The reconcile steps of the recovery ladder (pure): a failure's rung, RestartRanks carried out through the
 launchers' channel, a rung that gives way, and every incident's milestones in status.recoveries.
 
-Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.status` and `p.d`.
+Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.s` (the status) and `p.d`.
 """
 
 from __future__ import annotations

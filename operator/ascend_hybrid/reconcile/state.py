@@ -6,11 +6,10 @@ telemetry_steps.py.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 from ascend_hybrid.contracts import kueue, names
 from ascend_hybrid.contracts import volcano as volcanos
@@ -57,18 +56,10 @@ from ascend_hybrid.spec.api import (
 )
 from ascend_hybrid.spec.resolved import ResolvedJob
 
+Params = ParamSpec("Params")
 NODE_NOT_READY_GRACE_SECONDS = 30.0
 SLOW_REQUEUE_SECONDS = 30.0
 FAST_REQUEUE_SECONDS = 2.0
-
-# The status fields (by JSON name) the core reads and writes typed, on Pass.s; it edits the others as the dict
-# Pass.status until they are typed too.
-TYPED_FIELDS = frozenset({"attempt", "phase", "message", "recovery", "elastic", "placement", "conditions",
-                          "avoidedNodes", "admissionRefusals", "podTemplateHash", "startTime", "completionTime",
-                          "worldSize", "observedGeneration", "restarts", "disruptions", "ignoredFailures", "pods",
-                          "rankTable", "training", "utilization", "recoveries", "lastFailure",
-                          "slowNodes", "checkpointInterval", "goodputAccount", "goodput", "slowness",
-                          "monitoring", "parallelism", "plan"})
 
 
 @dataclass(frozen=True)
@@ -124,64 +115,45 @@ class Decision:
         self.actions.append(action)
 
 
-class UntypedStatus(dict[str, Any]):
-    """The status fields the core does not read typed yet, as a dict. A typed field (TYPED_FIELDS) lives on Pass.s
-    only: reaching for it here raises, so no step reads a stale or missing copy of it."""
+@dataclass
+class Recorded:
+    """What a function the shell runs on the job's status decided beside its edits to it: the events to post and
+    when to look again."""
 
-    @staticmethod
-    def _untyped(key: str) -> str:
-        if key in TYPED_FIELDS:
-            raise KeyError(f"status.{key} is typed: read and write it on Pass.s")
-        return key
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    requeue_after: float | None = None
 
-    def __getitem__(self, key: str) -> Any:
-        return super().__getitem__(self._untyped(key))
 
-    def __setitem__(self, key: str, value: Any) -> None:
-        super().__setitem__(self._untyped(key), value)
-
-    def __delitem__(self, key: str) -> None:
-        super().__delitem__(self._untyped(key))
-
-    def __contains__(self, key: object) -> bool:
-        return super().__contains__(self._untyped(key) if isinstance(key, str) else key)
-
-    def get(self, key: str, default: Any = None, /) -> Any:
-        return super().get(self._untyped(key), default)
-
-    def setdefault(self, key: str, default: Any = None, /) -> Any:
-        return super().setdefault(self._untyped(key), default)
-
-    def pop(self, key: str, *default: Any) -> Any:
-        return super().pop(self._untyped(key), *default)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        changes = dict(*args, **kwargs)
-        for key in changes:
-            self._untyped(key)
-        super().update(changes)
+def applied(record: Callable[Concatenate[AscendHybridJobStatus, Params], Recorded], raw: Mapping[str, Any],
+            *args: Params.args, **kwargs: Params.kwargs) -> Decision:
+    """The shell's edge with a function of the core that edits a job's status (placement_record's, elastic_steps.
+    probed): `raw` (the status a pass decided, as a dict) parsed, `record` run on it, the result dumped into the
+    Decision the shell executes. `raw` is left as it was."""
+    parsed = status_edge.parse(raw)
+    outcome = record(parsed.model, *args, **kwargs)
+    decision = Decision(status=status_edge.dump(parsed), requeue_after=outcome.requeue_after)
+    for event in outcome.events:
+        decision.emit(*event)
+    return decision
 
 
 class Pass:
-    """One reconcile pass: steps read `o` (the observation) and write `d` (the decision) and its status: `s`, the
-    typed model (the fields of TYPED_FIELDS), and `status`, the dict of the fields not typed yet. The status is
-    parsed once here and dumped once into `d.status` when decide() ends (serialised); the transitions the steps
-    share (end_attempt, restarting, pending_again, place_anew, fail, finished) are methods."""
+    """One reconcile pass: steps read `o` (the observation) and write `d` (the decision) and `s`, the job's status
+    as its typed model. The status is parsed once here and dumped once into `d.status` when decide() ends
+    (serialised); the transitions the steps share (end_attempt, restarting, pending_again, place_anew, fail,
+    finished) are methods."""
 
     def __init__(self, observed: Observed):
         self.o = observed
         self.job = observed.job
         self.meta = observed.job["metadata"]
         self.generation = self.meta.get("generation")
-        raw = observed.job.get("status") or {}
-        self.typed = status_edge.parse({key: value for key, value in raw.items() if key in TYPED_FIELDS})
-        self.status = UntypedStatus({key: copy.deepcopy(value) for key, value in raw.items()
-                                     if key not in TYPED_FIELDS})
-        self.d = Decision(status=self.status)
+        self.typed = status_edge.parse(observed.job.get("status") or {})
+        self.d = Decision()
 
     @property
     def s(self) -> AscendHybridJobStatus:
-        """The status this pass reads and writes, typed (the fields of TYPED_FIELDS)."""
+        """The status this pass reads and writes."""
         return self.typed.model
 
     @property
@@ -239,27 +211,9 @@ class Pass:
         return self.s.recovery.rung if self.s.recovery else None
 
     def serialised(self) -> dict:
-        """The status the pass leaves, as the plain dict the shell patches the job with: its typed fields dumped
-        (status_edge.dump) beside the untyped ones. Called once, when the pass ends."""
-        return {**status_edge.dump(self.typed), **self.status}
-
-    def whole_status(self) -> dict:
-        """The status as one dict, for a function the shell shares that edits a whole status; what it edited comes
-        back with absorb()."""
-        return self.serialised()
-
-    def absorb(self, whole: Mapping[str, Any]) -> None:
-        """`whole` (a dict whole_status() gave, edited) is the pass's status now: its typed fields go to the model
-        in place (a field `whole` lacks is unset), the others to Pass.status."""
-        fresh = status_edge.parse({key: value for key, value in whole.items() if key in TYPED_FIELDS})
-        model = self.typed.model
-        for name in type(model).model_fields:
-            setattr(model, name, getattr(fresh.model, name))
-        model.model_fields_set.clear()
-        model.model_fields_set.update(fresh.model.model_fields_set)
-        self.typed.unparsed = fresh.unparsed
-        dict.clear(self.status)
-        dict.update(self.status, {key: value for key, value in whole.items() if key not in TYPED_FIELDS})
+        """The status the pass leaves, as the plain dict the shell patches the job with (status_edge.dump). Called
+        once, when the pass ends."""
+        return status_edge.dump(self.typed)
 
     @property
     def resolved(self) -> ResolvedJob:

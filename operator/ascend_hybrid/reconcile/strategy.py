@@ -78,9 +78,10 @@ def spec_hash(spec: Mapping[str, Any], hw: Hardware) -> str:
 
 
 def _plan_status(candidate: dict, hw: Hardware, hash_: str, source: str, considered: int, rejected: int) -> dict:
-    status = {key: candidate[key] for key in PLAN_KEYS}
-    status.update(source=source, hardware=hw.name, specHash=hash_, considered=considered, rejected=rejected)
-    return status
+    """The planner's candidate as status.plan's document: what it predicts, and what made it."""
+    plan = {key: candidate[key] for key in PLAN_KEYS}
+    plan.update(source=source, hardware=hw.name, specHash=hash_, considered=considered, rejected=rejected)
+    return plan
 
 
 def choose(job: ResolvedJob, hw: Hardware, hash_: str) -> dict:
@@ -107,15 +108,15 @@ def evaluate(job: ResolvedJob, hw: Hardware, hash_: str) -> tuple[dict, Strategy
         raise StrategyError(str(error)) from None
     workload = Workload.from_job(job)
     document = explain.candidate_document(evaluation, workload, hw)
-    status = _plan_status(document, hw, hash_, "evaluated", 1, 0)
+    plan = _plan_status(document, hw, hash_, "evaluated", 1, 0)
     verdict = fit_of(document)
     if not verdict.fits:
         alternative = best_alternative(job, hw, evaluation)
         if alternative is not None:
-            status["alternative"] = alternative
+            plan["alternative"] = alternative
             verdict = StrategyFit(False, verdict.reason, f"{verdict.message}; the planner's best for {job.world_size} × "
                                                      f"{hw.name}: {alternative['summary']}")
-    return status, verdict
+    return plan, verdict
 
 
 def fit_of(candidate: Mapping[str, Any]) -> StrategyFit:

@@ -1,7 +1,7 @@
 """The reconcile steps of a running job's telemetry (pure): progress and utilization into status, the planner's
 prediction against what is measured, and the anomaly conditions (LoadImbalanced, Straggling, TrainingStalled).
 
-Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.status` and `p.d`.
+Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.s` (the status) and `p.d`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from ascend_hybrid.monitoring import anomalies
 from ascend_hybrid.monitoring.progress import Sample, training_status, utilization_status
 from ascend_hybrid.reconcile import strategy
 from ascend_hybrid.reconcile.state import Pass
-from ascend_hybrid.spec.api import TrainingStatus, UtilizationStatus
 
 
 def record_telemetry(p: Pass) -> None:
@@ -23,10 +22,8 @@ def record_telemetry(p: Pass) -> None:
     if sample is None:
         return
     if sample.ok:
-        training = training_status(sample, p.resolved.spec.training.steps)
-        utilization = utilization_status(sample)
-        p.s.training = TrainingStatus.model_validate(training)
-        p.s.utilization = UtilizationStatus.model_validate(utilization)
+        p.s.training = training_status(sample, p.resolved.spec.training.steps)
+        p.s.utilization = utilization_status(sample)
         if p.s.plan is not None:
             p.s.plan = strategy.measured(p.s.plan, p.s.training, p.s.utilization,
                                          (sample.step_seconds_sum, sample.step_count))

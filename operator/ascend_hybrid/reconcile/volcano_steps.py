@@ -3,7 +3,7 @@ cluster with Volcano"): each attempt's PodGroup applied with the pods it holds, 
 gang, where it bound the pods against the operator's plan (the plan is only its preference), and a pod a node
 refused at admission made again in the same PodGroup.
 
-Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.status` and `p.d`.
+Each step is a function of the pass (state.Pass): it reads `p.o`, writes `p.s` (the status) and `p.d`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from datetime import datetime
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.contracts import volcano as volcanos
-from ascend_hybrid.contracts.conditions import condition, set_condition
 from ascend_hybrid.contracts.podview import admission_refusal, is_deleting, labels_of, node_of, pod_index
 from ascend_hybrid.gang import layout as layouts
 from ascend_hybrid.gang import render
 from ascend_hybrid.reconcile.actions import ApplyPodGroup, CreatePods, DeletePods, PodToCreate
 from ascend_hybrid.reconcile.state import FAST_REQUEUE_SECONDS, Decision, Pass
-from ascend_hybrid.spec.api import PlacementStatus, VolcanoScheduling
+from ascend_hybrid.spec.api import AscendHybridJobStatus, PlacementStatus, PlannedPlacement, VolcanoScheduling
+from ascend_hybrid.spec.conditions import condition, set_condition
 from ascend_hybrid.spec.resolved import ResolvedJob
 
 # Volcano's verdict is read from the PodGroup on each pass while it holds the gang: this often at least
@@ -44,14 +44,14 @@ def node_domains(p: Pass, nodes: tuple[str, ...], job: ResolvedJob) -> dict[str,
 
 
 # -- the plan and the pods ---------------------------------------------------------------------------------------
-def planned(job: ResolvedJob, nodes: tuple[str, ...], domains: Mapping[str, str | None]) -> dict:
-    """status.placement.planned: the plan's nodes and what they make of the gang's groups ({"nodes": []}: none)."""
+def planned(job: ResolvedJob, nodes: tuple[str, ...], domains: Mapping[str, str | None]) -> PlannedPlacement:
+    """status.placement.planned: the plan's nodes and what they make of the gang's groups (no nodes: none)."""
     if not nodes:
-        return {"nodes": []}
+        return PlannedPlacement(nodes=[])
     layout = layouts.from_resolved(job)
-    return {"nodes": list(nodes), "racks": len({domains.get(node) for node in nodes}),
-            "stageRacks": layouts.stage_racks(layout, nodes, domains),
-            "tensorGroupsNodeLocal": layouts.tensor_groups_node_local(layout, nodes)}
+    return PlannedPlacement(nodes=list(nodes), racks=len({domains.get(node) for node in nodes}),
+                            stage_racks=layouts.stage_racks(layout, nodes, domains),
+                            tensor_groups_node_local=layouts.tensor_groups_node_local(layout, nodes))
 
 
 def preferred_node(placement: PlacementStatus, index: int) -> str | None:
@@ -165,48 +165,49 @@ def bound(p: Pass, pods: list[dict]) -> None:
     placed = p.holds("Placed")
     if len(nodes) != e.pod_count or (p.s.placement is not None and p.s.placement.nodes == list(nodes) and placed):
         return
-    status = p.whole_status()  # bound_by_volcano edits a whole status, as placement_record's functions do
-    for event in bound_by_volcano(status, e, p.attempt, nodes, p.o.now, p.generation, node_domains(p, nodes, e)):
+    for event in bound_by_volcano(p.placement(), p.s, e, p.attempt, nodes, p.o.now, p.generation,
+                                  node_domains(p, nodes, e)):
         p.d.emit(*event)
-    p.absorb(status)
 
 
-def bound_by_volcano(status: dict, job: ResolvedJob, attempt: int, bound: tuple[str, ...], now: datetime,
-                     generation: int | None, node_domains: Mapping[str, str | None]) -> list[tuple[str, str, str]]:
-    """Every pod bound: status.placement says where Volcano put them and how far that is from the plan, Placed
-    is True and PlacementHonoured says whether the plan held (the events to post: a plan broken says so once)."""
-    placement = status["placement"]
+def bound_by_volcano(placement: PlacementStatus, status: AscendHybridJobStatus, job: ResolvedJob, attempt: int,
+                     bound: tuple[str, ...], now: datetime, generation: int | None,
+                     node_domains: Mapping[str, str | None]) -> list[tuple[str, str, str]]:
+    """Every pod bound: `placement` (status.placement) says where Volcano put them and how far that is from the
+    plan, Placed is True and PlacementHonoured says whether the plan held (the events to post: a plan broken says
+    so once)."""
     layout = layouts.from_resolved(job)
     racks = {node_domains.get(node) for node in bound}
-    placement.update(nodes=list(bound), summary=f"{_count(len(set(bound)), 'node')} in {_count(len(racks), 'rack')}",
-                     tensorGroupsNodeLocal=layouts.tensor_groups_node_local(layout, bound), racks=len(racks),
-                     stageRacks=layouts.stage_racks(layout, bound, node_domains))
+    summary = f"{_count(len(set(bound)), 'node')} in {_count(len(racks), 'rack')}"
+    local, stage_racks = layouts.tensor_groups_node_local(layout, bound), layouts.stage_racks(layout, bound,
+                                                                                           node_domains)
+    placement.nodes, placement.summary, placement.racks = list(bound), summary, len(racks)
+    placement.tensor_groups_node_local, placement.stage_racks = local, stage_racks
     set_condition(status, "Placed", True, "BoundByVolcano",
-                  f"attempt {attempt}: Volcano bound {_count(len(bound), 'pod')} on {placement['summary']}", now,
-                  generation)
-    plan = (placement.get("planned") or {})
-    planned_nodes = plan.get("nodes") or []
-    if len(planned_nodes) != len(bound):
-        placement.pop("onPlannedNodes", None)
+                  f"attempt {attempt}: Volcano bound {_count(len(bound), 'pod')} on {summary}", now, generation)
+    plan = placement.planned or PlannedPlacement()
+    if len(plan.nodes) != len(bound):
+        placement.on_planned_nodes = None
         set_condition(status, "PlacementHonoured", True, "NoPlan", "the operator had no plan to give Volcano: "
-                      + str(placement.get("reason") or "none was made"), now, generation)
+                      + str(placement.reason or "none was made"), now, generation)
         return []
-    on_plan = sum(1 for node, wanted in zip(bound, planned_nodes) if node == wanted)
-    placement["onPlannedNodes"] = f"{on_plan}/{len(bound)}"
-    local, planned_local = placement["tensorGroupsNodeLocal"], plan.get("tensorGroupsNodeLocal") or ""
+    on_plan = sum(1 for node, wanted in zip(bound, plan.nodes) if node == wanted)
+    placement.on_planned_nodes = f"{on_plan}/{len(bound)}"
+    planned_local = plan.tensor_groups_node_local or ""
     worse = [what for what, now_, then in (
-        ("nodes", len(set(bound)), len(set(planned_nodes))), ("racks", placement["racks"], plan.get("racks") or 0),
-        ("stage racks", placement["stageRacks"], plan.get("stageRacks") or 0),
+        ("nodes", len(set(bound)), len(set(plan.nodes))), ("racks", len(racks), plan.racks or 0),
+        ("stage racks", stage_racks, plan.stage_racks or 0),
         ("TP groups apart", _apart(local), _apart(planned_local))) if now_ > then]
-    message = (f"{placement['onPlannedNodes']} pods on their planned nodes; {_count(len(set(bound)), 'node')} "
-               f"(planned {len(set(planned_nodes))}), {_count(placement['racks'], 'rack')} (planned "
-               f"{plan.get('racks')}), pipeline stages over {_count(placement['stageRacks'], 'rack')} in all "
-               f"(planned {plan.get('stageRacks')}), TP groups inside a node {local} (planned {planned_local})")
-    was = (condition(status, "PlacementHonoured") or {}).get("status")
+    message = (f"{placement.on_planned_nodes} pods on their planned nodes; {_count(len(set(bound)), 'node')} "
+               f"(planned {len(set(plan.nodes))}), {_count(len(racks), 'rack')} (planned {plan.racks}), pipeline "
+               f"stages over {_count(stage_racks, 'rack')} in all (planned {plan.stage_racks}), TP groups inside a "
+               f"node {local} (planned {planned_local})")
+    was = condition(status, "PlacementHonoured")
     if worse:
         text = f"Volcano placed the gang wider than planned ({', '.join(worse)}): {message}"
         set_condition(status, "PlacementHonoured", False, "PlanNotHonoured", text, now, generation)
-        return [("Warning", "PlanNotHonoured", f"attempt {attempt}: {text}")] if was != "False" else []
+        return [("Warning", "PlanNotHonoured", f"attempt {attempt}: {text}")] if (
+            was is None or was.status != "False") else []
     reason = "AsPlanned" if on_plan == len(bound) else "AsCloseAsPlanned"
     set_condition(status, "PlacementHonoured", True, reason, message, now, generation)
     return []

@@ -14,7 +14,7 @@ from ascend_hybrid.monitoring.progress import Sample, training_status, utilizati
 from ascend_hybrid.planner import observed
 from ascend_hybrid.reconcile import status_edge
 from ascend_hybrid.reconcile.strategy import measured
-from ascend_hybrid.spec.api import AscendHybridJobStatus, PlanStatus, TrainingStatus, UtilizationStatus
+from ascend_hybrid.spec.api import AscendHybridJobStatus, PlanStatus
 
 
 class BookKube:
@@ -115,8 +115,7 @@ def test_simulated_steps_at_the_prediction_read_near_one():
     for minute, (count, total) in enumerate(((20, 2000.0), (40, 4100.0))):
         sample = Sample("trainer", datetime(2026, 12, 1, 12, minute, tzinfo=UTC), step=count,
                         step_seconds=total / count, step_seconds_sum=total, step_count=count)
-        status.training = TrainingStatus.model_validate(training_status(sample, 1000))
-        status.utilization = UtilizationStatus.model_validate(utilization_status(sample))
+        status.training, status.utilization = training_status(sample, 1000), utilization_status(sample)
         assert status.plan is not None
         status.plan = measured(status.plan, status.training, status.utilization,
                                (sample.step_seconds_sum, sample.step_count))

@@ -9,6 +9,7 @@ from ascend_hybrid.contracts import names
 from ascend_hybrid.gang import backlog
 from ascend_hybrid.gang.backlog import Waiting, ahead, entry, oldest_waiting, queue_key, unseen_placements
 from ascend_hybrid.reconcile import placement_record
+from ascend_hybrid.reconcile.state import applied
 
 
 def body(name, phase="Placing", attempt=1, placed=1, nodes=("n1", "n2"), chip=None, per_pod=None,
@@ -49,7 +50,8 @@ def test_oldest_waiting_job_of_the_same_chip_goes_first():
 def test_a_queued_job_is_pending_with_the_reason_and_no_event():
     from datetime import UTC, datetime
 
-    outcome = placement_record.record_queued({"phase": "Pending"}, ("t", "ns", "old"), datetime(2026, 12, 1, tzinfo=UTC), 1)
+    outcome = applied(placement_record.record_queued, {"phase": "Pending"}, ("t", "ns", "old"),
+                      datetime(2026, 12, 1, tzinfo=UTC), 1)
     placed = next(c for c in outcome.status["conditions"] if c["type"] == "Placed")
     assert (placed["status"], placed["reason"]) == ("False", "Queued") and "ns/old" in placed["message"]
     assert outcome.actions == [] and outcome.status["phase"] == "Pending"

@@ -16,7 +16,7 @@ import pytest
 from ascend_hybrid.contracts.conditions import timestamp
 from ascend_hybrid.diagnosis import checkpointing
 from ascend_hybrid.diagnosis.checkpointing import NodeFaults
-from ascend_hybrid.spec.api import CheckpointInterval, RecoveryRecord
+from ascend_hybrid.spec.api import AscendHybridJobStatus, CheckpointInterval, RecoveryRecord
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 HOUR = 3600.0
@@ -68,7 +68,8 @@ def test_the_clusters_node_faults_come_from_every_jobs_ledger_once_per_node_and_
     placed = {"startTime": timestamp(T0 - timedelta(hours=5)), "placement": {"nodes": ["n1", "n2"]}}
     one = {**placed, "recoveries": [raw(incident("NodeNotReady", 1, "n1")), raw(incident("Unknown", 1, "n2"))]}
     two = {**placed, "recoveries": [raw(incident("NodeNotReady", 1, "n1")), raw(incident("ChipUnhealthy", 2, "n2"))]}
-    faults = checkpointing.cluster_node_faults([one, two, {"phase": "Pending"}], T0)
+    statuses = [AscendHybridJobStatus.model_validate(status) for status in (one, two, {"phase": "Pending"})]
+    faults = checkpointing.cluster_node_faults(statuses, T0)
     assert faults.faults == pytest.approx(2.0, rel=0.01)  # n1's fault under both jobs counts once
     assert faults.node_seconds == pytest.approx(2 * 2 * 5 * HOUR, rel=0.05)
 

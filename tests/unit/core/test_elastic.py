@@ -33,7 +33,7 @@ from ascend_hybrid.reconcile.actions import (
 )
 from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.placement_record import record_placement, record_replacement
-from ascend_hybrid.reconcile.state import Observed, Pass
+from ascend_hybrid.reconcile.state import Observed, Pass, applied
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.api import PlanStatus, TrainingStatus, UtilizationStatus
 from ascend_hybrid.spec.rules import parse
@@ -163,8 +163,8 @@ def running(builder):
     """The DP 4 job placed on the four nodes and running, its rank table complete: (status, table)."""
     body = with_status(builder, {})
     status = decide(observe(body)).status
-    status = record_placement(status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
-                              {n: "rack-0" for n in NODES}).status
+    status = applied(record_placement, status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
+                     {n: "rack-0" for n in NODES}).status
     pods = [live(i) for i in range(4)]
     table = next(a.table for a in decide(observe(with_status(builder, status), pods=pods)).actions
                  if type(a).__name__ == "WriteRankTable")
@@ -203,17 +203,18 @@ def test_a_job_that_lost_a_node_with_no_spare_shrinks_only_after_the_replacement
 
     # the shell placed DP 2 (the whole gang did not fit): the ledger's rung Shrink, Degraded, status.elastic
     shrunk_job = place.alternatives[0][1]
-    outcome = record_placement(later.status, shrunk_job, Placement(ok=True, nodes=("node-0", "node-1")),
-                               NOW + timedelta(seconds=122), 1, {n: "rack-0" for n in NODES}, asked=place.job)
+    outcome = applied(record_placement, later.status, shrunk_job, Placement(ok=True, nodes=("node-0", "node-1")),
+                      NOW + timedelta(seconds=122), 1, {n: "rack-0" for n in NODES}, asked=place.job)
     status = outcome.status
     assert status["elastic"] == {"data": 2, "microBatches": 2, "fromData": 4, "since": "2026-12-02T12:02:02Z"}
     assert status["recoveries"][-1]["rungs"] == ["RestartGang", "Shrink"]
-    # an incident the model refuses (another operator version's key) is left as it is, the placement recorded
+    # an incident with a key this version does not know (another operator version's) is read without it, as a
+    # pass reads it (status_edge.parse), and climbs; the placement is recorded
     odd = {**later.status, "recoveries": [*later.status["recoveries"][:-1],
                                           {**later.status["recoveries"][-1], "futureField": 1}]}
-    kept = record_placement(odd, shrunk_job, Placement(ok=True, nodes=("node-0", "node-1")),
-                            NOW + timedelta(seconds=122), 1, {n: "rack-0" for n in NODES}, asked=place.job).status
-    assert kept["recoveries"][-1] == odd["recoveries"][-1] and kept["elastic"]["data"] == 2
+    kept = applied(record_placement, odd, shrunk_job, Placement(ok=True, nodes=("node-0", "node-1")),
+                   NOW + timedelta(seconds=122), 1, {n: "rack-0" for n in NODES}, asked=place.job).status
+    assert kept["recoveries"] == status["recoveries"] and kept["elastic"]["data"] == 2
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "Shrunk")
     assert degraded["message"].startswith("data 4→2: ")
@@ -264,8 +265,8 @@ def shrunk_running(builder, step=5):
     restarting, lost = lose_node_three(builder, status, table)
     later = decide(observe(with_status(builder, restarting), nodes=lost, now=NOW + timedelta(seconds=2)))
     (place,) = of(later, Place)
-    status = record_placement(later.status, place.alternatives[0][1], Placement(ok=True, nodes=NODES[:2]),
-                              NOW + timedelta(seconds=2), 1, {n: "rack-0" for n in NODES}, asked=place.job).status
+    status = applied(record_placement, later.status, place.alternatives[0][1], Placement(ok=True, nodes=NODES[:2]),
+                     NOW + timedelta(seconds=2), 1, {n: "rack-0" for n in NODES}, asked=place.job).status
     status = decide(observe(with_status(builder, status), nodes=lost, children_data=2)).status  # creates them
     pods = [live(i, attempt=2) for i in range(2)]
     table = next(a.table for a in decide(observe(with_status(builder, status), pods=pods, nodes=lost,
@@ -292,7 +293,7 @@ def test_a_shrunk_job_grows_back_at_the_next_checkpoint_boundary_once_its_whole_
     assert probing.status["phase"] == "Running" and probing.requeue_after == elastic_steps.GROW_PROBE_SECONDS
 
     # the shell found room for DP 4 at step 5: the job waits for the checkpoint of step 8
-    fits = elastic_steps.probed(probing.status, Placement(ok=True, nodes=NODES), 4, NOW).status
+    fits = applied(elastic_steps.probed, probing.status, Placement(ok=True, nodes=NODES), 4, NOW).status
     assert fits["elastic"]["growFits"] and fits["elastic"]["growFitsAtStep"] == 5
     fits["training"]["step"] = 7
     before = decide(observe(with_status(builder, fits), pods=pods, nodes=healed, rank_table=table, children_data=2,
@@ -334,7 +335,7 @@ def test_a_shrunk_job_measures_against_the_prediction_at_the_degrees_it_runs_unt
                            rank_table=table, children_data=2, now=NOW + timedelta(seconds=45))).status
     assert again["plan"]["running"] == plan["running"]
     # grown back: the spec's prediction again
-    fits = elastic_steps.probed(status, Placement(ok=True, nodes=NODES), 4, NOW).status
+    fits = applied(elastic_steps.probed, status, Placement(ok=True, nodes=NODES), 4, NOW).status
     fits["training"]["step"] = 8
     grown = decide(observe(with_status(builder, fits), pods=pods, nodes={n: node(n) for n in NODES},
                            rank_table=table, children_data=2, now=NOW + timedelta(seconds=60))).status
@@ -344,7 +345,8 @@ def test_a_shrunk_job_measures_against_the_prediction_at_the_degrees_it_runs_unt
 def test_no_growth_while_the_whole_gang_does_not_fit_and_none_with_grow_back_off():
     builder = spec_job(timeout=0)
     status, table, pods = shrunk_running(builder)
-    blocked = elastic_steps.probed(status, Placement(ok=False, reason="1 of 4 pods do not fit"), 4, NOW).status
+    blocked = applied(elastic_steps.probed, status, Placement(ok=False, reason="1 of 4 pods do not fit"), 4,
+                      NOW).status
     assert blocked["elastic"]["growFits"] is False and blocked["elastic"]["growReason"] == "1 of 4 pods do not fit"
     stays = decide(observe(with_status(builder, blocked), pods=pods, rank_table=table, children_data=2,
                            now=NOW + timedelta(seconds=60)))
@@ -396,8 +398,8 @@ def test_a_queued_job_that_shrinks_at_its_placement_queues_the_smaller_gang_as_a
     assert all(request.excluded_nodes == {"node-3"} for request, _ in place.alternatives)
 
     # the shell placed DP 2: the group made for 4 pods goes and DP 2 queues as attempt 3, not a restart
-    shrunk = record_placement(placing.status, place.alternatives[0][1], Placement(ok=True, nodes=NODES[:2]), NOW, 1,
-                              {n: "rack-0" for n in NODES}, asked=full).status
+    shrunk = applied(record_placement, placing.status, place.alternatives[0][1], Placement(ok=True, nodes=NODES[:2]),
+                     NOW, 1, {n: "rack-0" for n in NODES}, asked=full).status
     resized = decide(observe(with_status(builder, shrunk), pods=admitted_pods, nodes=lost, children_data=2))
     (delete,) = of(resized, DeletePods)
     assert sorted(delete.names) == [names.pod_name("elastic", 2, i) for i in range(4)]
@@ -522,7 +524,8 @@ def lose_node_one(builder):
     replacing = decide(observe(with_status(builder, status), pods=[live(i) for i in range(4)], nodes=lost,
                                rank_table=table, launchers=heard))
     assert replacing.status["recoveries"][-1]["rungs"] == ["ReplacePod"]
-    unplaced = record_replacement(replacing.status, 1, Placement(ok=False, reason="0/3 nodes fit"), NOW).status
+    unplaced = applied(record_replacement, replacing.status, 1, Placement(ok=False, reason="0/3 nodes fit"),
+                       NOW).status
     return unplaced, table, lost, heard
 
 
@@ -592,8 +595,8 @@ def test_a_job_that_shrank_keeping_its_pods_grows_back_keeping_them_and_adding_t
     (probe,) = of(probing, ProbeGrow)
     assert probe.keep and probe.data == 4 and probe.request.pod_count == 2  # the two pods it adds, nothing else
     assert probe.request.near_nodes == {"node-0", "node-2"}
-    fits = elastic_steps.probed(probing.status, Placement(ok=True, nodes=("node-1", "node-3")), 4, stepped,
-                                keep=True).status
+    fits = applied(elastic_steps.probed, probing.status, Placement(ok=True, nodes=("node-1", "node-3")), 4, stepped,
+                   keep=True).status
     assert fits["elastic"]["growNodes"] == ["node-1", "node-3"] and fits["elastic"]["growFitsAtStep"] == 5
     fits["training"]["step"] = 8  # the checkpoint boundary
     grown = look(fits, stepped + timedelta(seconds=20))

@@ -3,6 +3,7 @@
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import BaseModel
 
 from ascend_hybrid.monitoring.progress import (
     from_prometheus,
@@ -43,19 +44,26 @@ def test_trainer_text_gives_pod_zero_training_figures_and_mean_utilization():
     assert sample.ok and sample.source == "trainer"
 
 
+def shown(model: BaseModel) -> dict:
+    """A status field as the operator writes it."""
+    return model.model_dump(by_alias=True, exclude_unset=True, exclude_none=True)
+
+
 def test_training_status_progress_and_eta():
     sample = from_trainer_text({0: exposition(150, 1.5, 100.0, [2.0])}, NOW)
-    assert training_status(sample, 200) == {"step": 150, "loss": 1.5, "tokensPerSecond": 100.0, "stepSeconds": 2.0,
-                                            "progressPercentage": 75.0, "estimatedRemainingSeconds": 100.0}
+    assert shown(training_status(sample, 200)) == {
+        "step": 150, "loss": 1.5, "tokensPerSecond": 100.0, "stepSeconds": 2.0, "progressPercentage": 75.0,
+        "estimatedRemainingSeconds": 100.0}
     done = from_trainer_text({0: exposition(250, 1.0, 100.0, [2.0])}, NOW)
-    assert training_status(done, 200)["progressPercentage"] == 100.0
-    assert training_status(done, 200)["estimatedRemainingSeconds"] == 0.0
+    assert training_status(done, 200).progress_percentage == 100.0
+    assert training_status(done, 200).estimated_remaining_seconds == 0.0
 
 
 def test_prometheus_answers_and_missing_series():
     sample = from_prometheus({"step": 12.0, "loss": 3.0, "npu_percent": 61.24, "hbm_percent": float("nan")}, NOW)
-    assert utilization_status(sample) == {"npuPercent": 61.2, "source": "prometheus", "sampledAt": "2026-11-29T12:00:00Z"}
-    assert training_status(sample, 100) == {"step": 12, "loss": 3.0, "progressPercentage": 12.0}
+    assert shown(utilization_status(sample)) == {"npuPercent": 61.2, "source": "prometheus",
+                                                 "sampledAt": "2026-11-29T12:00:00Z"}
+    assert shown(training_status(sample, 100)) == {"step": 12, "loss": 3.0, "progressPercentage": 12.0}
 
 
 def test_prometheus_queries_select_the_attempts_pods():

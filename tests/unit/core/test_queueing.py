@@ -23,7 +23,7 @@ from ascend_hybrid.reconcile.actions import (
 )
 from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.placement_record import record_placement
-from ascend_hybrid.reconcile.state import Observed
+from ascend_hybrid.reconcile.state import Observed, applied
 from ascend_hybrid.spec.rules import parse
 from support.builders import JobBuilder, NodeBuilder, PodBuilder
 
@@ -107,8 +107,8 @@ def queued_status():
 def placed(status):
     """The shell placed the admitted gang on PLACED."""
     body = demo().status(status).build()
-    return record_placement(status, parse(body), Placement(ok=True, nodes=PLACED), NOW, 1,
-                            {name: "rack-0" for name in NODES}).status
+    return applied(record_placement, status, parse(body), Placement(ok=True, nodes=PLACED), NOW, 1,
+                   {name: "rack-0" for name in NODES}).status
 
 
 def test_a_queued_job_creates_its_gang_unpinned_for_kueue_and_places_nothing():

@@ -31,7 +31,7 @@ from ascend_hybrid.reconcile.actions import (
 )
 from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.placement_record import record_placement
-from ascend_hybrid.reconcile.state import Observed
+from ascend_hybrid.reconcile.state import Observed, applied
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.rules import parse
 from support.builders import JobBuilder, NodeBuilder, PodBuilder
@@ -100,8 +100,8 @@ def events(decision):
 def placed_status(attempt=1, phase="Placing", **extra):
     body = demo().build()
     status = decide(observe(body)).status
-    status = record_placement(status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
-                              {n: "rack-0" for n in NODES}).status
+    status = applied(record_placement, status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
+                     {n: "rack-0" for n in NODES}).status
     status.update(attempt=attempt, phase=phase, **extra)
     status["placement"]["attempt"] = attempt
     return status
@@ -125,12 +125,12 @@ def test_failed_placement_is_pending_with_one_warning():
     body = demo().build()
     status = decide(observe(body)).status
     failure = Placement(ok=False, reason="needs 2 pods × 4 huawei.com/Ascend910 (910B); 0 of 0 nodes could host a pod")
-    first = record_placement(status, parse(body), failure, NOW, 1, {})
+    first = applied(record_placement, status, parse(body), failure, NOW, 1, {})
     status = first.status
     assert status["phase"] == "Pending" and status["placement"]["reason"].startswith("needs 2 pods")
     assert events(first) == [("Warning", "Unschedulable")]
     assert first.requeue_after == state.SLOW_REQUEUE_SECONDS
-    again = record_placement(status, parse(body), failure, NOW, 1, {})
+    again = applied(record_placement, status, parse(body), failure, NOW, 1, {})
     assert again.actions == []  # one warning per reason, not one per retry
     placed = next(c for c in status["conditions"] if c["type"] == "Placed")
     assert placed["status"] == "False" and placed["reason"] == "Unschedulable"
@@ -1067,7 +1067,7 @@ def test_a_pod_lost_with_its_node_is_replaced_alone_and_the_others_restart_in_pl
     assert (status["attempt"], status["restarts"], status["disruptions"]) == (1, 1, 1)
     assert status["avoidedNodes"] == ["node-b"]
     # the shell placed it (placement_record.record_replacement) on node-c
-    placed = record_replacement(status, 1, Placement(ok=True, nodes=("node-c",)), NOW).status
+    placed = applied(record_replacement, status, 1, Placement(ok=True, nodes=("node-c",)), NOW).status
     assert placed["placement"]["nodes"] == ["node-a", "node-c"]
     nodes = {**lost, "node-c": node_object("node-c")}
 
@@ -1111,7 +1111,7 @@ def test_a_replacement_no_node_fits_restarts_the_gang():
     body, table = running_job()
     lost = {"node-a": node_object("node-a"), "node-b": node_object("node-b", ready=False, since=NOW - timedelta(seconds=40))}
     status = ladder_pass(body, table, [said(0, "Started"), said(1, "Started")], nodes=lost).status
-    unplaced = record_replacement(status, 1, Placement(ok=False, reason="0/2 nodes fit"), NOW).status
+    unplaced = applied(record_replacement, status, 1, Placement(ok=False, reason="0/2 nodes fit"), NOW).status
     assert unplaced["recovery"]["unplaced"] == "0/2 nodes fit"
     decision = ladder_pass(job(status=unplaced), table, [said(0, "Started", 1)], pods=[live(0)], nodes=lost,
                            now=NOW + timedelta(seconds=2))
@@ -1187,8 +1187,8 @@ def test_a_pod_the_kubelet_gave_chips_from_both_910a_rings_never_gets_a_table():
     body = (JobBuilder("demo", namespace="ns").uid("uid-1").created("2026-11-29T11:59:00Z")
             .parallelism(data=2, tensor=4).per_pod(4).section("npu", chip="910A").backoff_limit(2).build())
     status = decide(observe(body)).status
-    status = record_placement(status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
-                              {n: "rack-0" for n in NODES}).status
+    status = applied(record_placement, status, parse(body), Placement(ok=True, nodes=NODES), NOW, 1,
+                     {n: "rack-0" for n in NODES}).status
     status.update(phase="Starting")
     body["status"] = status
     split = pod(1).devices([2, 3, 4, 5]).build()
@@ -1221,7 +1221,7 @@ def test_a_placement_kept_out_by_the_device_plugins_mode_says_so_in_its_reason()
     status = decide(observe(body)).status
     held = Placement(ok=False, reason="needs 2 pods …: 2 run the device plugin in Volcano mode (…)",
                      cause="DevicePluginVolcanoMode")
-    outcome = record_placement(status, parse(body), held, NOW, 1, {})
+    outcome = applied(record_placement, status, parse(body), held, NOW, 1, {})
     assert events(outcome) == [("Warning", "DevicePluginVolcanoMode")]
     placed = next(c for c in outcome.status["conditions"] if c["type"] == "Placed")
     assert (placed["status"], placed["reason"]) == ("False", "DevicePluginVolcanoMode")

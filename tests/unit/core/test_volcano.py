@@ -29,7 +29,7 @@ from ascend_hybrid.reconcile.actions import (
 )
 from ascend_hybrid.reconcile.decision import decide
 from ascend_hybrid.reconcile.placement_record import record_placement, record_replacement
-from ascend_hybrid.reconcile.state import Observed, Pass
+from ascend_hybrid.reconcile.state import Observed, Pass, applied
 from ascend_hybrid.spec import rules
 from ascend_hybrid.spec.rules import parse
 from support.builders import JobBuilder, NodeBuilder, PodBuilder
@@ -77,8 +77,8 @@ def handed_over(body: dict, plan: tuple[str, ...] | None = ("node-a", "node-b"),
     """The status after the shell's placement under Volcano: the plan (or none) handed over with the PodGroup."""
     status = decide(observe(body)).status
     placement = Placement(ok=True, nodes=plan) if plan else Placement(ok=False, reason="needs 2 pods; found 1")
-    status = record_placement(status, parse(body), placement, NOW, 1, {"node-a": "r0", "node-b": "r0",
-                                                                       "node-c": "r1"}, volcano=True).status
+    status = applied(record_placement, status, parse(body), placement, NOW, 1, {"node-a": "r0", "node-b": "r0",
+                     "node-c": "r1"}, volcano=True).status
     status["attempt"] = status["placement"]["attempt"] = attempt
     return status
 
@@ -258,9 +258,9 @@ def test_a_gang_the_placer_finds_no_room_for_goes_to_volcano_without_preferences
 def test_an_elastic_job_that_may_shrink_soon_waits_as_on_the_direct_path():
     body = vjob().build()
     status = decide(observe(body)).status
-    waiting = record_placement(status, parse(body), Placement(ok=False, reason="no room"), NOW, 1, {}, volcano=True,
-                               may_wait=True).status
-    assert waiting["placement"]["attempt"] is None and condition(waiting, "Placed")["reason"] == "Unschedulable"
+    waiting = applied(record_placement, status, parse(body), Placement(ok=False, reason="no room"), NOW, 1, {},
+                      volcano=True, may_wait=True).status
+    assert "attempt" not in waiting["placement"] and condition(waiting, "Placed")["reason"] == "Unschedulable"
 
 
 @pytest.mark.parametrize("group, reason, kind", [
@@ -366,7 +366,7 @@ def test_a_suspended_job_gives_its_queue_its_room_back():
 def test_replace_pod_under_volcano_gives_the_new_pod_its_plan_as_a_preference():
     status = handed_over(vjob().build())
     status["placement"]["nodes"] = ["node-a", "node-b"]
-    replaced = record_replacement(status, 1, Placement(ok=True, nodes=("node-c",)), NOW).status
+    replaced = applied(record_replacement, status, 1, Placement(ok=True, nodes=("node-c",)), NOW).status
     assert replaced["placement"]["nodes"] == ["node-a", ""]
     assert replaced["placement"]["planned"]["nodes"] == ["node-a", "node-c"]
 
