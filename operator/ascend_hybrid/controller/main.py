@@ -98,44 +98,75 @@ def load_hardware_profiles(path: str | None) -> dict:
 
 
 def run(args) -> int:
+    """`ascend-hybrid run`: checks what it was given, reaches the API, starts the controller's threads and its
+    watches, then hands the thread to kopf. An exit code of EXIT_NOT_READY names what stopped it, in one line."""
     import kopf
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
 
-    from ascend_hybrid.contracts.ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
     from ascend_hybrid.controller import handlers  # noqa: F401 - registers the kopf handlers
-    from ascend_hybrid.controller.clusterwatch import NamedStore, device_reaction, node_reaction, plugin_reaction
-    from ascend_hybrid.controller.kube import Kube
     from ascend_hybrid.controller.leader import default_lease_namespace
-    from ascend_hybrid.controller.listwatch import ListWatch
     from ascend_hybrid.controller.loop import Controller
     from ascend_hybrid.controller.metrics import publishing_loop
     from ascend_hybrid.controller.observed import EfficiencyBook, folding_loop
-    from ascend_hybrid.controller.podwatch import PodStore, reaction
     from ascend_hybrid.controller.telemetry import TelemetrySource, sampling_loop
-    from ascend_hybrid.spec.k8s_validation.image import (
-        IMAGE_REFERENCE_MESSAGE,
-        image_detail_errors,
-        is_image_reference,
-    )
 
     settings = settings_from(args)
-    image = settings.ranktable_expander_image
-    image_problems = image_detail_errors(image) if is_image_reference(image) else [IMAGE_REFERENCE_MESSAGE]
-    if image_problems:
-        print(f"error: --ranktable-expander-image={settings.ranktable_expander_image!r}: {image_problems[0]}",
-              file=sys.stderr)
-        return EXIT_NOT_READY
-    try:
-        profiles = load_hardware_profiles(settings.hardware_profiles)
-    except ValueError as error:
-        print(f"error: --hardware-profiles {settings.hardware_profiles}: {error}", file=sys.stderr)
+    profiles = checked(settings)
+    if profiles is None:
         return EXIT_NOT_READY
     logs.configure(settings.log_level, settings.log_format)
     if settings.log_level != "DEBUG":
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled event drowns the rest
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's own login reads it too
+    reached = connected(settings)
+    if reached is None:
+        return EXIT_NOT_READY
+    kube, elector = reached
+    controller = Controller(kube, settings=settings, hardware_profiles=profiles, leadership=elector)
+    source = TelemetrySource(settings.prometheus_url, timeout_seconds=settings.telemetry_http_timeout)
+    hardening.serve_metrics(settings, kube.client)
+    if elector is not None:
+        elector.start()
+    stores, watches = cluster_watches(kube, controller, settings)
+    book = EfficiencyBook(kube, settings.lease_namespace or default_lease_namespace(settings.kubeconfig))
+    controller.start(publishing_loop(controller), sampling_loop(controller, source, settings.telemetry_interval),
+                     folding_loop(controller, book, settings.telemetry_interval),
+                     *(watch.watch_forever for watch in watches))
+    liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
+    kopf.run(standalone=True, clusterwide=settings.watches_cluster, namespaces=list(settings.namespaces),
+             liveness_endpoint=liveness, memo=kopf.Memo(controller=controller, **stores))
+    return 0
+
+
+def checked(settings: OperatorSettings) -> dict | None:
+    """The hardware profiles, once the flags that name files and images are found sound; None after saying, on
+    stderr, which flag is not."""
+    from ascend_hybrid.spec.k8s_validation.image import (
+        IMAGE_REFERENCE_MESSAGE,
+        image_detail_errors,
+        is_image_reference,
+    )
+
+    image = settings.ranktable_expander_image
+    image_problems = image_detail_errors(image) if is_image_reference(image) else [IMAGE_REFERENCE_MESSAGE]
+    if image_problems:
+        print(f"error: --ranktable-expander-image={image!r}: {image_problems[0]}", file=sys.stderr)
+        return None
+    try:
+        return load_hardware_profiles(settings.hardware_profiles)
+    except ValueError as error:
+        print(f"error: --hardware-profiles {settings.hardware_profiles}: {error}", file=sys.stderr)
+        return None
+
+
+def connected(settings: OperatorSettings):
+    """The API client (Kube) and the leader elector (None without leader election), fenced by it, once the API
+    answers and the CRD is installed; None after saying, on stderr, why not."""
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    from ascend_hybrid.controller.kube import Kube
+
     try:
         kube = Kube.from_environment(settings.kubeconfig, parallel_calls=settings.parallel_calls, workers=settings.workers,
                                      attempts=settings.api_attempts,
@@ -144,25 +175,32 @@ def run(args) -> int:
         missing = kube.missing_crd()
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:
         print(f"error: cannot reach the Kubernetes API: {str(error).splitlines()[0]}", file=sys.stderr)
-        return EXIT_NOT_READY
+        return None
     except ValueError as error:  # leader election settings that cannot work
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_NOT_READY
+        return None
     except Exception as error:  # noqa: BLE001 - a broken kubeconfig must be one line, not a traceback
         print(f"error: cannot load Kubernetes credentials: {error}", file=sys.stderr)
-        return EXIT_NOT_READY
+        return None
     if missing is not None:
         print(f"error: the CRD {missing} is not installed; install the CRDs with "
               "`kubectl apply --server-side -f crds/` or `helm install ascend-hybrid charts/ascend-hybrid-operator`",
               file=sys.stderr)
-        return EXIT_NOT_READY
+        return None
     if elector is not None:
         kube.fence = elector.fence  # checked before every mutating call
-    controller = Controller(kube, settings=settings, hardware_profiles=profiles, leadership=elector)
-    source = TelemetrySource(settings.prometheus_url, timeout_seconds=settings.telemetry_http_timeout)
-    hardening.serve_metrics(settings, kube.client)
-    if elector is not None:
-        elector.start()
+    return kube, elector
+
+
+def cluster_watches(kube, controller, settings: OperatorSettings) -> tuple[dict, list]:
+    """The stores the kopf handlers read (pods, nodes, device_infos, daemonsets) and the list-watches that fill
+    them: pods in each watched namespace, nodes, the device plugin's DaemonSets when the plugin's mode is read
+    from them, and its deviceinfo ConfigMaps when the operator watches the whole cluster."""
+    from ascend_hybrid.contracts.ascend import DEVICEINFO_LABEL, DEVICEINFO_NAMESPACE
+    from ascend_hybrid.controller.clusterwatch import NamedStore, device_reaction, node_reaction, plugin_reaction
+    from ascend_hybrid.controller.listwatch import ListWatch
+    from ascend_hybrid.controller.podwatch import PodStore, reaction
+
     scopes: list[str | None] = list(settings.namespaces) or [None]  # None: every namespace
     seconds = settings.watch_timeout_seconds
     pods = PodStore(reaction(controller), sources=len(scopes))
@@ -179,12 +217,5 @@ def run(args) -> int:
     if settings.watches_cluster:
         watches.append(ListWatch(kube, device_infos, DEVICEINFO_NAMESPACE, resource="configmaps",
                                  label_selector=f"{DEVICEINFO_LABEL}=true", timeout_seconds=seconds))
-    book = EfficiencyBook(kube, settings.lease_namespace or default_lease_namespace(settings.kubeconfig))
-    controller.start(publishing_loop(controller), sampling_loop(controller, source, settings.telemetry_interval),
-                     folding_loop(controller, book, settings.telemetry_interval),
-                     *(watch.watch_forever for watch in watches))
-    liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
-    memo = kopf.Memo(controller=controller, pods=pods, nodes=nodes, device_infos=device_infos, daemonsets=daemonsets)
-    kopf.run(standalone=True, clusterwide=settings.watches_cluster, namespaces=list(settings.namespaces),
-             liveness_endpoint=liveness, memo=memo)
-    return 0
+    stores = {"pods": pods, "nodes": nodes, "device_infos": device_infos, "daemonsets": daemonsets}
+    return stores, watches

@@ -172,12 +172,34 @@ def register(subparsers) -> None:
 
     build = command("build", handle_build, "build the missing pinned binaries into the cache "
                     f"(or check ${toolchain.BINARIES_ENV})")
+    build_arguments(build)
+
+    up = command("up", handle_up, "create or resume the cluster; returns once it accepts pods")
+    up_arguments(up, chips)
+
+    command("down", handle_down, "stop everything `up` started and remove the cluster's files")
+    command("status", handle_status, "processes, nodes and kubeconfig of the cluster (exit 1 unless healthy)")
+    command("kubeconfig", handle_kubeconfig, "print the kubeconfig path (last line)")
+    command("prometheus-url", handle_prometheus_url, "print the URL of the cluster's Prometheus (exit 1 if none)")
+
+    add = command("add-nodes", handle_add_nodes, "add N nodes to the running cluster")
+    add.add_argument("count", type=_positive, metavar="N")
+    add.add_argument("--chip", choices=chips, help="chip of the new nodes (default: the cluster's)")
+
+    fault = command("fault", handle_fault, "simulate a node or chip fault, or clear it")
+    fault_arguments(fault)
+
+
+def build_arguments(build: argparse.ArgumentParser) -> None:
+    """`dev-cluster build`'s flags: what to build beside the control plane."""
     build.add_argument("--with-prometheus", action="store_true", help="also build prometheus")
     build.add_argument("--with-kueue", action="store_true", help="also build Kueue (and copy its CRDs)")
     build.add_argument("--with-volcano", action="store_true",
                        help="also build Volcano's scheduler and controller manager (and copy its CRDs)")
 
-    up = command("up", handle_up, "create or resume the cluster; returns once it accepts pods")
+
+def up_arguments(up: argparse.ArgumentParser, chips: list[str]) -> None:
+    """`dev-cluster up`'s flags: the nodes, what runs beside the control plane, and the device plugin's mode."""
     up.add_argument("--nodes", type=_positive, default=4, help="nodes 1..N must exist (default %(default)s)")
     up.add_argument("--chip", choices=chips, help="chip of the nodes (default: the cluster's, else 910B)")
     up.add_argument("--racks", type=_positive, default=2, help="racks the nodes are spread over (default %(default)s)")
@@ -210,16 +232,9 @@ def register(subparsers) -> None:
                          "images` built; a pod opts in by itself with sim.hybrid.ascend.dev/runtime: container); "
                          "--no-container-runtime undoes it (default: leave the cluster's choice as it is)")
 
-    command("down", handle_down, "stop everything `up` started and remove the cluster's files")
-    command("status", handle_status, "processes, nodes and kubeconfig of the cluster (exit 1 unless healthy)")
-    command("kubeconfig", handle_kubeconfig, "print the kubeconfig path (last line)")
-    command("prometheus-url", handle_prometheus_url, "print the URL of the cluster's Prometheus (exit 1 if none)")
 
-    add = command("add-nodes", handle_add_nodes, "add N nodes to the running cluster")
-    add.add_argument("count", type=_positive, metavar="N")
-    add.add_argument("--chip", choices=chips, help="chip of the new nodes (default: the cluster's)")
-
-    fault = command("fault", handle_fault, "simulate a node or chip fault, or clear it")
+def fault_arguments(fault: argparse.ArgumentParser) -> None:
+    """`dev-cluster fault`'s flags: one fault (or its undoing) on NODE."""
     fault.add_argument("node", metavar="NODE")
     kinds = fault.add_mutually_exclusive_group(required=True)
     kinds.add_argument("--not-ready", action="store_true", help="hold the node NotReady")
@@ -237,7 +252,6 @@ def register(subparsers) -> None:
     kinds.add_argument("--straddle-rings", action=argparse.BooleanOptionalAction, default=None,
                        help="the kubelet takes a 910A pod's chips from both HCCS rings whenever it can "
                             "(--no-straddle-rings: any free chips again)")
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ascend-hybrid")

@@ -322,7 +322,6 @@ def start(p: Pass, current: dict, placement: PlacementStatus, template_hash: str
     pinned to their nodes (a queued gang's are released too), wait for the scheduler, then complete the rank table
     (or reset it while a pod is not ready) and read the running job's telemetry."""
     o, e = p.o, p.resolved
-    attempt = p.attempt
     p.s.pod_template_hash = template_hash
     if p.s.start_time is None:
         p.s.start_time = timestamp(o.now)
@@ -332,12 +331,29 @@ def start(p: Pass, current: dict, placement: PlacementStatus, template_hash: str
         return p.d
     if recovery_steps.replacement_step(p, current):
         return p.d
-    nodes = placement.nodes
-    job = p.meta["name"]
-    missing = [index for index in range(e.pod_count)
-               if index not in current and names.pod_name(job, attempt, index) not in o.in_flight]
     pods = list(current.values())
     p.pod_counts(pods, e.pod_count)
+    if created_or_released(p, current, placement):
+        return p.d
+    unbound = [pod for pod in pods if not node_of(pod)]
+    if unbound:
+        return (p.volcano and volcano_steps.waiting(p, pods, unbound)) or waiting_for_binding(p, pods, unbound)
+    nodes = placement.nodes
+    if p.volcano:
+        volcano_steps.bound(p, pods)
+        nodes = p.placed_nodes
+    if split := ranktable.ring_splits(pods, CHIPS[e.chip]):
+        return ring_split(p, pods, split)
+    return ranked(p, current, nodes)
+
+
+def created_or_released(p: Pass, current: dict, placement: PlacementStatus) -> bool:
+    """The attempt's missing pods created (pinned to their nodes, or in the PodGroup for Volcano) and a queued
+    gang's gates released; True while the pass ends there, until every pod exists, ungated, as the watch sees."""
+    e, attempt, job = p.resolved, p.attempt, p.meta["name"]
+    missing = [index for index in range(e.pod_count)
+               if index not in current and names.pod_name(job, attempt, index) not in p.o.in_flight]
+    pods = list(current.values())
     releasable = [(pod["metadata"]["name"], tuple(gate["name"] for gate in pod["spec"]["schedulingGates"]))
                   for pod in pods if is_gated(pod) and not is_deleting(pod) and queue_steps.unreleased(p, pod)]
     if missing:
@@ -348,42 +364,37 @@ def start(p: Pass, current: dict, placement: PlacementStatus, template_hash: str
     else:
         volcano_steps.ensure_group(p, current)
     if releasable:  # a queued gang, or pods an operator before design §5's change created gated
-        p.d.act(queue_steps.release(p, releasable, current, nodes))
+        p.d.act(queue_steps.release(p, releasable, current, placement.nodes))
         p.phase("Starting", f"all {e.pod_count} pods exist; releasing the gang to the scheduler")
         p.d.emit("Normal", "GangReleased", f"all {e.pod_count} pods created; scheduling gates removed")
-        p.requeue(FAST_REQUEUE_SECONDS)
-        return p.d
-    if missing:  # the direct path: created schedulable and pinned, the chips promised under the placement lock
+    elif missing:  # the direct path: created schedulable and pinned, the chips promised under the placement lock
         p.phase("Starting", f"{len(missing)} pods created " + (
             f"in PodGroup {names.pod_group(job, attempt)} for Volcano to place" if p.volcano
             else "on their placed nodes"))
-        p.requeue(FAST_REQUEUE_SECONDS)
-        return p.d
-    if len(pods) < e.pod_count:
+    elif len(pods) < e.pod_count:
         p.phase("Starting", f"{e.pod_count - len(pods)} pods created, not yet seen by the watch")
-        p.requeue(FAST_REQUEUE_SECONDS)
-        return p.d
-    unbound = [pod for pod in pods if not node_of(pod)]
-    if unbound:
-        return (p.volcano and volcano_steps.waiting(p, pods, unbound)) or waiting_for_binding(p, pods, unbound)
-    if p.volcano:
-        volcano_steps.bound(p, pods)
-        nodes = p.placed_nodes
-    if split := ranktable.ring_splits(pods, CHIPS[e.chip]):
-        return ring_split(p, pods, split)
-    node_super_pods = super_pods(p, nodes)
-    table, waiting = ranktable.assess(pods, e.per_pod, node_super_pods, pod_count=e.pod_count)
+    else:
+        return False
+    p.requeue(FAST_REQUEUE_SECONDS)
+    return True
+
+
+def ranked(p: Pass, current: dict, nodes: list[str]) -> Decision:
+    """Every pod bound: the rank table completed and the job running, or the table reset to initializing while a
+    pod is not ready (RankTableReady False names the first ones)."""
+    e = p.resolved
+    table, waiting = ranktable.assess(list(current.values()), e.per_pod, super_pods(p, nodes),
+                                      pod_count=e.pod_count)
     rank = p.rank_table()
     rank.config_map = names.rank_table_config_map(p.meta["name"])
     if table["status"] == "completed":
         return running(p, table, current)
-    else:
-        if o.rank_table is not None and o.rank_table.get("status") == "completed":
-            p.reset_rank_table()
-        rank.status = "initializing"
-        p.cond("RankTableReady", False, "WaitingForPods", "; ".join(waiting[:3]))
-        p.phase("Starting", f"waiting for {len(waiting)} pods: {waiting[0]}")
-        p.requeue(FAST_REQUEUE_SECONDS)
+    if p.o.rank_table is not None and p.o.rank_table.get("status") == "completed":
+        p.reset_rank_table()
+    rank.status = "initializing"
+    p.cond("RankTableReady", False, "WaitingForPods", "; ".join(waiting[:3]))
+    p.phase("Starting", f"waiting for {len(waiting)} pods: {waiting[0]}")
+    p.requeue(FAST_REQUEUE_SECONDS)
     return p.d
 
 
