@@ -11,6 +11,9 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from ascend_hybrid.contracts import names
 from ascend_hybrid.controller.kube import Kube
@@ -18,9 +21,10 @@ from ascend_hybrid.diagnosis import checkpointing
 from ascend_hybrid.monitoring import slowness
 from ascend_hybrid.planner import observed
 from ascend_hybrid.reconcile import status_edge
-from ascend_hybrid.spec.api import AscendHybridJobStatus
+from ascend_hybrid.spec.api import AscendHybridJobStatus, RecoveryRecord, SlowNodeRecord
 
 log = logging.getLogger("ascend_hybrid.observed")
+Item = TypeVar("Item", bound=BaseModel)
 
 
 def manifest(namespace: str, book: observed.Book) -> dict:
@@ -64,23 +68,33 @@ class EfficiencyBook:
         return observed.observe_all(self.book)
 
 
-# What the cluster-wide folds read of each job's status (the node faults of the ledgers, the slow nodes).
-FOLDED_FIELDS = ("startTime", "placement", "recoveries", "slowNodes")
-
-
 def job_statuses(controller) -> list[tuple[tuple[str, str], AscendHybridJobStatus]]:
-    """Each cached job's status, the fields the folds read parsed (status_edge.parse: a field that does not
-    validate, another version's, is left out). A worker or a watch may drop a record's cached job at any moment:
-    each is read once (JobRecord.job)."""
+    """Each cached job's status, as much as the cluster-wide folds read of it (folded_fields). A worker or a watch
+    may drop a record's cached job at any moment: each is read once (JobRecord.job)."""
     jobs = ((key, record.job) for key, record in list(controller.jobs.items()))
     return [(key, folded_fields(job.get("status") or {})) for key, job in jobs if job]
 
 
 def folded_fields(status: dict) -> AscendHybridJobStatus:
-    parsed = status_edge.parse({key: status[key] for key in FOLDED_FIELDS if key in status})
-    if parsed.unparsed:
-        log.warning("status fields %s of a job are not read: another version's", ", ".join(sorted(parsed.unparsed)))
-    return parsed.model
+    """What the folds read of a job's status, parsed: startTime and placement (a field that does not validate is
+    left out, status_edge.parse), and each incident of the ledger and each slow node that validates (one another
+    version wrote is skipped, not the whole list)."""
+    typed = status_edge.parse({key: status[key] for key in ("startTime", "placement") if key in status}).model
+    typed.recoveries = valid_items(RecoveryRecord, status.get("recoveries"))
+    typed.slow_nodes = valid_items(SlowNodeRecord, status.get("slowNodes"))
+    return typed
+
+
+def valid_items(model: type[Item], items: object) -> list[Item]:
+    """The items of a status list that `model` accepts (their undeclared keys dropped, as status_edge.parse
+    drops them)."""
+    found = []
+    for item in items if isinstance(items, list) else ():
+        try:
+            found.append(model.model_validate(status_edge.known_only(model, item) if isinstance(item, dict) else item))
+        except ValidationError:
+            log.debug("a %s of a job's status is not read: another version's", model.__name__)
+    return found
 
 
 def mark_slow_nodes(controller) -> None:

@@ -314,7 +314,7 @@ def fold(account: GoodputAccount | None, *, since: datetime, now: datetime, mode
     are trained again."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
-    state = account.model_copy(deep=True) if account is not None else new_account(since)
+    state = account.model_copy(deep=True) if account is not None and account.model_fields_set else new_account(since)
     if (state.world or world) != world:
         _clear(state, "pace", "pace_intervals", "pace_steps", "window")
     state.world = world

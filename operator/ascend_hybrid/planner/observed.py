@@ -80,9 +80,14 @@ class Observed:
 
 
 def predicted_step_seconds(plan: Mapping[str, Any]) -> Any:
-    """The predicted step seconds of the strategy the job runs now: status.plan.running's while an elastic job
-    runs shrunk (its prediction at the smaller data degree), else the spec's."""
-    return (plan.get("running") or {}).get("stepSeconds") or (plan.get("time") or {}).get("stepSeconds")
+    """The predicted step seconds of the strategy the job runs now, from status.plan as written (`predicted`)."""
+    return predicted((plan.get("running") or {}).get("stepSeconds"), (plan.get("time") or {}).get("stepSeconds"))
+
+
+def predicted(running: Any, spec: Any) -> Any:
+    """Which prediction a job's steps compare with: status.plan.running's while an elastic job runs shrunk (its
+    prediction at the smaller data degree), else the spec's (status.plan.time)."""
+    return running or spec
 
 
 def reading_of(namespace: str, name: str, status: Mapping[str, Any]) -> Reading | None:

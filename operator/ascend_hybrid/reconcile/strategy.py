@@ -31,7 +31,7 @@ from ascend_hybrid.spec.api import (
     WarmupMark,
 )
 from ascend_hybrid.spec.conditions import condition, set_condition
-from ascend_hybrid.spec.resolved import ResolvedJob, SpecError, resolve
+from ascend_hybrid.spec.resolved import ResolvedJob, SpecError, resolve, unchosen
 
 # An idle share of a step above this is worth a warning: seed §3.3 (docs/design.md §11) advises m ≥ 4·p
 # micro-batches, which keeps the share under (p - 1)/(5p - 1) < 20 %.
@@ -192,7 +192,7 @@ def measured(plan: PlanStatus, training: TrainingStatus, utilization: Utilizatio
     now = MeasuredStep(**{name: value for name, value in (
         ("step_seconds", training.step_seconds), ("tokens_per_second", training.tokens_per_second),
         ("hbm_percent", utilization.hbm_percent)) if value is not None})
-    mark, steps, steady = _steady(plan.measured.warmup_mark if plan.measured is not None else None, *totals)
+    mark, steps, steady = _steady(out.measured.warmup_mark if out.measured is not None else None, *totals)
     if mark is not None:
         now.warmup_mark = mark
     if steady is not None:
@@ -221,12 +221,12 @@ def _steady(mark: WarmupMark | None, total: float | None,
 
 
 def predicted_step_seconds(plan: PlanStatus | None) -> float | None:
-    """The predicted step seconds of the strategy the job runs now: status.plan.running's while an elastic job
-    runs shrunk (its prediction at the smaller data degree), else the spec's (observed.predicted_step_seconds,
-    on the typed plan)."""
+    """The predicted step seconds of the strategy the job runs now (observed.predicted: status.plan.running's
+    while an elastic job runs shrunk, else the spec's); None without a positive one."""
     if plan is None:
         return None
-    value = plan.running.step_seconds if plan.running is not None else (plan.time or {}).get("stepSeconds")
+    value = observed.predicted(plan.running.step_seconds if plan.running is not None else None,
+                               (plan.time or {}).get("stepSeconds"))
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
@@ -273,7 +273,10 @@ def step(spec: Mapping[str, Any], job: ResolvedJob, status: AscendHybridJobStatu
         return Step(job, [], ("InvalidSpec", str(error)))
     hash_ = spec_hash(spec, hw)
     hw, seen = with_observed(job, hw, efficiency or {})
-    fresh = (status.plan.spec_hash if status.plan is not None else None) != hash_
+    recorded = status.plan
+    # an auto job whose recorded plan does not choose everything it runs with (written by hand, or by another
+    # version of the operator) is planned again rather than failed
+    fresh = recorded is None or recorded.spec_hash != hash_ or (job.auto and bool(unchosen(recorded)))
     events: list[tuple[str, str, str]] = []
     if job.auto:
         if fresh:

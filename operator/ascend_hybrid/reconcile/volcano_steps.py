@@ -202,12 +202,12 @@ def bound_by_volcano(placement: PlacementStatus, status: AscendHybridJobStatus, 
                f"(planned {len(set(plan.nodes))}), {_count(len(racks), 'rack')} (planned {plan.racks}), pipeline "
                f"stages over {_count(stage_racks, 'rack')} in all (planned {plan.stage_racks}), TP groups inside a "
                f"node {local} (planned {planned_local})")
-    was = condition(status, "PlacementHonoured")
+    honoured = condition(status, "PlacementHonoured")
+    was = honoured.status if honoured is not None else None  # read before set_condition edits it in place
     if worse:
         text = f"Volcano placed the gang wider than planned ({', '.join(worse)}): {message}"
         set_condition(status, "PlacementHonoured", False, "PlanNotHonoured", text, now, generation)
-        return [("Warning", "PlanNotHonoured", f"attempt {attempt}: {text}")] if (
-            was is None or was.status != "False") else []
+        return [("Warning", "PlanNotHonoured", f"attempt {attempt}: {text}")] if was != "False" else []
     reason = "AsPlanned" if on_plan == len(bound) else "AsCloseAsPlanned"
     set_condition(status, "PlacementHonoured", True, reason, message, now, generation)
     return []

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from ascend_hybrid.contracts.chips import CHIPS
-from ascend_hybrid.spec.api import AscendHybridJobSpec, Parallelism, PlanStatus
+from ascend_hybrid.spec.api import AscendHybridJobSpec, EffectiveParallelism, Parallelism, PlanStatus
 from ascend_hybrid.spec.cel import cel_degrees
 from ascend_hybrid.spec.models import resolved_model
 
@@ -69,10 +69,10 @@ class ResolvedJob:
 def planned_spec(spec: AscendHybridJobSpec, strategy: PlanStatus) -> AscendHybridJobSpec:
     """An auto job's spec with the chosen strategy written in, as if the user had written it: what layout,
     placement, render and the trainer read. `strategy` is the planner's choice as status.plan records it."""
+    missing = unchosen(strategy)
     chosen = strategy.parallelism
-    if chosen is None or None in (chosen.data, chosen.tensor, chosen.pipeline, chosen.expert, chosen.micro_batches):
-        raise SpecError(["status.plan.parallelism: the recorded strategy names no data, tensor, pipeline, expert "
-                         "or microBatches degree"])
+    if missing or chosen is None:
+        raise SpecError([f"status.plan: the recorded strategy does not choose {', '.join(missing)}"])
     parallelism = Parallelism(
         data=chosen.data, tensor=chosen.tensor, pipeline=chosen.pipeline, expert=chosen.expert,
         expert_placement=chosen.expert_placement, micro_batches=chosen.micro_batches,
@@ -82,6 +82,18 @@ def planned_spec(spec: AscendHybridJobSpec, strategy: PlanStatus) -> AscendHybri
                                                 "sequence_parallel": strategy.sequence_parallel,
                                                 "optimizer_shard": strategy.optimizer_shard})
     return spec.model_copy(update={"parallelism": parallelism, "training": training})
+
+
+def unchosen(strategy: PlanStatus) -> list[str]:
+    """What a recorded strategy leaves unchosen of what planned_spec writes in (a plan a hand or another version
+    of the operator wrote): the planner chose every one of them."""
+    chosen = strategy.parallelism or EffectiveParallelism()
+    degrees = {"data": chosen.data, "tensor": chosen.tensor, "pipeline": chosen.pipeline, "expert": chosen.expert,
+               "microBatches": chosen.micro_batches}
+    flags = {"recompute": strategy.recompute, "sequenceParallel": strategy.sequence_parallel,
+             "optimizerShard": strategy.optimizer_shard}
+    return [f"parallelism.{name}" for name, value in degrees.items() if value is None] + [
+        name for name, value in flags.items() if value is None]
 
 
 def resolve(name: str, spec: AscendHybridJobSpec, strategy: PlanStatus | None = None) -> ResolvedJob:

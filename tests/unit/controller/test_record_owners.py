@@ -95,9 +95,15 @@ def test_a_pass_finds_the_cached_job_even_if_a_watch_drops_it_as_it_reads():
 def test_the_observed_loop_reads_each_cached_job_once():
     """The observed-efficiency loop must not end because a job's cache was dropped under it."""
     controller = Controller(kube=None)  # type: ignore[arg-type]
-    controller.jobs[KEY] = dropped_record(job("7"))
-    assert [(key, status.model_dump(exclude_unset=True)) for key, status in observed.job_statuses(controller)] == [
-        (KEY, {})]  # of its status, the fields the folds read: none here
+    body = job("7")
+    slow = {"node": "n1", "since": "2026-12-08T00:10:00Z", "ratio": 1.5}
+    body["status"] |= {"startTime": "2026-12-08T00:00:00Z", "slowNodes": [slow, {"node": 7, "futureKey": 1}],
+                       "recoveries": [{"cause": "NodeNotReady", "node": "n1", "futureKey": 1}]}
+    controller.jobs[KEY] = dropped_record(body)
+    [(key, status)] = observed.job_statuses(controller)
+    assert key == KEY and status.start_time == "2026-12-08T00:00:00Z" and status.phase is None  # what the folds read
+    assert [entry.model_dump(exclude_none=True) for entry in status.slow_nodes] == [slow]  # the odd entry skipped
+    assert [(record.cause, record.node) for record in status.recoveries] == [("NodeNotReady", "n1")]
     controller.queue.close()
 
 

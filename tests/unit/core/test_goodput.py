@@ -230,6 +230,13 @@ def test_a_pass_that_changes_nothing_leaves_the_account_as_it_was():
     assert again is not first and first.mode == STARTING
 
 
+def test_an_empty_account_is_started_afresh():
+    """`goodputAccount: {}` (written by hand, or by another version): the account starts at the job's start."""
+    account = goodput.fold(GoodputAccount(), since=T0, now=T0 + timedelta(seconds=5), mode=STARTING, epoch="1/0",
+                           reading=None, world=2)
+    assert account.since is not None and published(account)["stepsKept"] == 0
+
+
 def test_an_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="mode 'idle'"):
         goodput.fold(None, since=T0, now=T0, mode="idle", epoch="1/0", reading=None, world=1)

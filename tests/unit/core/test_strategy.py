@@ -70,6 +70,17 @@ def test_an_auto_job_is_planned_once_and_placed_with_the_chosen_degrees():
     assert again.status["plan"] == plan and ("Normal", "StrategyChosen") not in events(again)
 
 
+def test_an_auto_jobs_recorded_plan_that_does_not_choose_everything_is_planned_again_not_failed():
+    """A plan a hand or another version of the operator wrote, without a degree or a flag the pods run with."""
+    first = decide(observe(body(AUTO)))
+    plan = first.status["plan"]
+    broken = copy.deepcopy(first.status)
+    del broken["plan"]["parallelism"]["microBatches"], broken["plan"]["recompute"]
+    again = decide(observe(body(AUTO, status=broken)))
+    assert again.status["phase"] != "Failed" and again.status["plan"]["parallelism"] == plan["parallelism"]
+    assert again.status["plan"]["recompute"] == plan["recompute"] and ("Normal", "StrategyChosen") in events(again)
+
+
 def test_the_chosen_strategy_reaches_the_pods():
     first = decide(observe(body(AUTO)))
     status = copy.deepcopy(first.status)

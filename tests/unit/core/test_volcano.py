@@ -311,6 +311,9 @@ def test_where_volcano_bound_the_gang_is_recorded_against_the_plan_and_the_rank_
     close = decide(observe(vjob().status(status).build(), pods=swapped)).status
     assert condition(close, "PlacementHonoured")["reason"] == "AsCloseAsPlanned"
     assert close["placement"]["onPlannedNodes"] == "0/2"
+    wider = decide(observe(vjob().status(close).build(), pods=pods))  # bound again, wider: honoured no more
+    assert condition(wider.status, "PlacementHonoured")["reason"] == "PlanNotHonoured"
+    assert ("Warning", "PlanNotHonoured") in events(wider)
 
 
 def test_a_pod_a_node_refused_is_made_again_in_the_same_podgroup_and_nothing_else_moves():
