@@ -253,6 +253,7 @@ def fault_arguments(fault: argparse.ArgumentParser) -> None:
                        help="the kubelet takes a 910A pod's chips from both HCCS rings whenever it can "
                             "(--no-straddle-rings: any free chips again)")
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ascend-hybrid")
     register(parser.add_subparsers(dest="command", required=True))
