@@ -16,6 +16,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ascend_hybrid.contracts import names
+from ascend_hybrid.contracts.conditions import parse_time
 from ascend_hybrid.controller.kube import Kube
 from ascend_hybrid.diagnosis import checkpointing
 from ascend_hybrid.monitoring import slowness
@@ -80,9 +81,22 @@ def folded_fields(status: dict) -> AscendHybridJobStatus:
     left out, status_edge.parse), and each incident of the ledger and each slow node that validates (one another
     version wrote is skipped, not the whole list)."""
     typed = status_edge.parse({key: status[key] for key in ("startTime", "placement") if key in status}).model
-    typed.recoveries = valid_items(RecoveryRecord, status.get("recoveries"))
+    if not is_moment(typed.start_time):
+        typed.start_time = None
+    typed.recoveries = [record for record in valid_items(RecoveryRecord, status.get("recoveries"))
+                        if is_moment(record.detected)]
     typed.slow_nodes = valid_items(SlowNodeRecord, status.get("slowNodes"))
     return typed
+
+
+def is_moment(value: str | None) -> bool:
+    """An RFC 3339 time with its offset (the schema types it as a string only: another version or a hand may have
+    written anything there)."""
+    try:
+        moment = parse_time(value)
+    except ValueError:
+        return False
+    return moment is not None and moment.tzinfo is not None
 
 
 def valid_items(model: type[Item], items: object) -> list[Item]:
@@ -112,6 +126,15 @@ def mark_slow_nodes(controller) -> None:
         log.warning("node %s marked %s: %s", node, slowness.NODE_CONDITION, why)
 
 
+def fold_cluster(controller) -> None:
+    """The node-fault rate every job's ledger gives (the auto checkpoint interval reads it); the slow nodes marked
+    with --mark-slow-nodes."""
+    controller.node_faults = checkpointing.cluster_node_faults(
+        [status for _, status in job_statuses(controller)], datetime.now(UTC))
+    if controller.settings.mark_slow_nodes:
+        mark_slow_nodes(controller)
+
+
 def folding_loop(controller, book: EfficiencyBook, interval: float) -> Callable[[], None]:
     """The loop that keeps the book: only the leader writes; a standby reads it again when it starts leading."""
 
@@ -126,9 +149,9 @@ def folding_loop(controller, book: EfficiencyBook, interval: float) -> Callable[
                 except Exception:  # Kube retried with backoff (logged with its traceback): the next interval tries again
                     log.exception("cannot keep %s/%s", book.namespace, names.OBSERVED_EFFICIENCY_CONFIG_MAP)
                 controller.observed_efficiency = book.factors()
-                controller.node_faults = checkpointing.cluster_node_faults(
-                    [status for _, status in job_statuses(controller)], datetime.now(UTC))
-                if controller.settings.mark_slow_nodes:
-                    mark_slow_nodes(controller)
+                try:
+                    fold_cluster(controller)
+                except Exception:  # the API retried with backoff: the next interval tries again, the thread lives
+                    log.exception("cannot fold the jobs' node faults and slow nodes")
             time.sleep(interval)
     return observed_efficiency

@@ -11,6 +11,7 @@ import pytest
 from ascend_hybrid.controller import observed
 from ascend_hybrid.controller.loop import Controller, JobRecord
 from ascend_hybrid.controller.records import CachedJob, OfferedSample
+from ascend_hybrid.diagnosis import checkpointing
 from ascend_hybrid.monitoring.progress import Sample
 from ascend_hybrid.reconcile.actions import PodToCreate
 
@@ -98,12 +99,28 @@ def test_the_observed_loop_reads_each_cached_job_once():
     body = job("7")
     slow = {"node": "n1", "since": "2026-12-08T00:10:00Z", "ratio": 1.5}
     body["status"] |= {"startTime": "2026-12-08T00:00:00Z", "slowNodes": [slow, {"node": 7, "futureKey": 1}],
-                       "recoveries": [{"cause": "NodeNotReady", "node": "n1", "futureKey": 1}]}
+                       "recoveries": [{"cause": "NodeNotReady", "node": "n1", "futureKey": 1,
+                                       "detected": "2026-12-08T00:05:00Z"}]}
     controller.jobs[KEY] = dropped_record(body)
     [(key, status)] = observed.job_statuses(controller)
     assert key == KEY and status.start_time == "2026-12-08T00:00:00Z" and status.phase is None  # what the folds read
     assert [entry.model_dump(exclude_none=True) for entry in status.slow_nodes] == [slow]  # the odd entry skipped
     assert [(record.cause, record.node) for record in status.recoveries] == [("NodeNotReady", "n1")]
+    controller.queue.close()
+
+
+def test_times_the_folds_cannot_read_leave_the_job_out_and_the_loop_goes_on():
+    """startTime and an incident's detected are strings to the schema: one another version or a hand wrote wrong
+    must not end the observed-efficiency thread."""
+    controller = Controller(kube=None)  # type: ignore[arg-type]
+    body = job("7")
+    body["status"] |= {"startTime": "yesterday", "placement": {"nodes": ["n1"]},
+                       "recoveries": [{"cause": "NodeNotReady", "node": "n1", "detected": "2026-12-08T00:00:00"}]}
+    controller.jobs[KEY] = dropped_record(body)
+    [(_, status)] = observed.job_statuses(controller)
+    assert status.start_time is None and status.recoveries == []
+    observed.fold_cluster(controller)
+    assert controller.node_faults == checkpointing.NodeFaults(0.0, 0.0)
     controller.queue.close()
 
 
